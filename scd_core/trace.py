@@ -1,0 +1,162 @@
+"""What one decoding iteration and one run record, and the metrics derived from them.
+
+Every metric has exactly one definition, here:
+- acceptance rate = accepted drafts / verified drafts (a draft is verified once, when
+  everything before it in its window was accepted), so it never exceeds 1;
+- mean accepted length = tokens committed per forward pass of an active row, the
+  residual or bonus token included (gpt-fast's "accepted + 1");
+- step compression = AR's NFE / this NFE, where AR's NFE is N (prefill + N - 1 steps);
+- latency speed-up = AR wall time / this wall time, measured in the same process.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+
+@dataclass
+class Iteration:
+    """One forward pass and what the engine did with it. Tensors are on the CPU.
+
+    Index conventions: B rows; W tokens fed this pass; D = window - 1 draft slots.
+    Draft slot i of row b is generated position `n_before[b] + i`.
+    """
+
+    index: int                          # 0 is the prefill
+    method: str
+    n_before: torch.LongTensor          # [B] tokens committed before this pass
+    n_after: torch.LongTensor           # [B] tokens committed after it
+    start: torch.LongTensor             # [B] position of the first fed token (-1: prefill)
+    window_positions: torch.LongTensor  # [B, W] generated positions fed this pass
+    window_tokens: torch.LongTensor     # [B, W] the tokens fed (committed, then drafts)
+    verified: torch.BoolTensor          # [B, D] slot i was tested against p
+    accepted: torch.BoolTensor          # [B, D] slot i was accepted (a prefix of `verified`)
+    accept_prob: torch.Tensor           # [B, D] min(1, p/q) of each draft fed (NaN: none)
+    first_rejection: torch.LongTensor   # [B] slot of the first rejection, -1 if none
+    committed_tokens: torch.LongTensor  # [B, D + 1] tokens committed this pass (-1 padded)
+    resampled: torch.BoolTensor         # [B] the last committed token came from the residual
+    bonus: torch.BoolTensor             # [B] the last committed token is the bonus sample
+    drafts_after: torch.LongTensor      # [B, D] next iteration's drafts (-1: none), slot i at n_after + i
+    draft_new: torch.BoolTensor         # [B, D] the draft in that slot was created by the init scheme
+    unchanged: torch.LongTensor         # [B] drafts kept with the same token as in this pass's window
+    canvas: torch.LongTensor            # [B, N] committed tokens, then the next drafts, -1 elsewhere
+    nfe: int                            # cumulative forward passes, prefill included
+    wall_time: float                    # cumulative seconds since the run started
+    step_time: float                    # cumulative seconds spent inside Session.step / start
+
+    @property
+    def committed(self) -> torch.LongTensor:
+        """[B] tokens committed by this pass."""
+        return self.n_after - self.n_before
+
+    @property
+    def window(self) -> int:
+        return int(self.window_tokens.shape[1])
+
+    @property
+    def num_accepted(self) -> torch.LongTensor:
+        return self.accepted.sum(1)
+
+    @property
+    def num_verified(self) -> torch.LongTensor:
+        return self.verified.sum(1)
+
+
+@dataclass
+class Run:
+    """A finished decode: tokens, NFE, decoded images and the per-iteration trace."""
+
+    tokens: torch.LongTensor            # [B, N]
+    nfe: int
+    wall_time: float
+    step_time: float
+    iterations: list[Iteration]
+    method: str
+    window: int
+    _decode: Callable[[torch.LongTensor], list] | None = field(default=None, repr=False)
+    _images: list | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_iterations(cls, iterations: list[Iteration], decode=None) -> "Run":
+        """Assemble a Run from the records `scd_core.stream` yielded (the last one closes it)."""
+        last = iterations[-1]
+        return cls(tokens=last.canvas, nfe=last.nfe, wall_time=last.wall_time,
+                   step_time=last.step_time, iterations=list(iterations), method=last.method,
+                   window=int(last.verified.shape[1]) + 1, _decode=decode)
+
+    @property
+    def images(self) -> list:
+        """Decoded output: PIL images, or lists of frames for video (decoded on first use)."""
+        if self._images is None:
+            if self._decode is None:
+                raise ValueError("this run has no decoder attached")
+            self._images = self._decode(self.tokens)
+        return self._images
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.tokens.shape[1])
+
+    @property
+    def row_nfe(self) -> torch.LongTensor:
+        """[B] forward passes each row needed (prefill included) until it was complete."""
+        B = self.tokens.shape[0]
+        done_at = torch.full((B,), self.nfe, dtype=torch.long)
+        for it in reversed(self.iterations):
+            finished = it.n_after == self.num_tokens
+            done_at = torch.where(finished, torch.full_like(done_at, it.index + 1), done_at)
+        return done_at
+
+    @property
+    def accepted_drafts(self) -> int:
+        return int(sum(int(it.accepted.sum()) for it in self.iterations))
+
+    @property
+    def verified_drafts(self) -> int:
+        return int(sum(int(it.verified.sum()) for it in self.iterations))
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted drafts / verified drafts (0 when nothing was drafted)."""
+        verified = self.verified_drafts
+        return self.accepted_drafts / verified if verified else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens committed per forward pass, averaged over passes in which a row was active."""
+        active = sum(int((it.n_before < self.num_tokens).sum()) for it in self.iterations)
+        committed = sum(int(it.committed.sum()) for it in self.iterations)
+        return committed / active if active else 0.0
+
+    @property
+    def step_compression(self) -> float:
+        """AR's NFE (N) / this run's NFE."""
+        return self.num_tokens / self.nfe
+
+    @property
+    def draft_stability(self) -> float:
+        """Fraction of carried-over drafts whose token did not change from one pass to the next.
+
+        Counts drafts that were fed in one pass and are still drafts after it (not committed,
+        not created fresh by the init scheme): the flicker that coupling removes.
+        """
+        kept = sum(int(it.unchanged.sum()) for it in self.iterations)
+        carried = sum(int(((it.drafts_after >= 0) & ~it.draft_new).sum()) for it in self.iterations)
+        return kept / carried if carried else 0.0
+
+    @property
+    def engine_time(self) -> float:
+        """Seconds spent outside the model's forward passes."""
+        return self.wall_time - self.step_time
+
+    @property
+    def engine_fraction(self) -> float:
+        """Engine time as a fraction of forward time (the paper: 1.66 ms / 36.41 ms = 4.6%)."""
+        return self.engine_time / self.step_time if self.step_time > 0 else 0.0
+
+
+def latency_speedup(ar: Run, other: Run) -> float:
+    """AR wall time / this wall time; both runs must come from the same process."""
+    return ar.wall_time / other.wall_time if other.wall_time > 0 else float("inf")
