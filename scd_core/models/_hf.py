@@ -1,0 +1,188 @@
+"""Small shared helpers for adapters built on Hugging Face transformers.
+
+Importing this module imports torch only; transformers and huggingface_hub are imported
+inside the functions that need them. Nothing here touches the network.
+
+- `crop_to(cache, keep_len)`: crop a transformers `Cache` to `keep_len` tokens (5.x API).
+- `pick_device_dtype(device, dtype)`: CUDA + bf16 when a GPU is present, else CPU + float32.
+- `cached_snapshot(repo_id)` / `resolve_weights(name_or_path, repo_id)`: find weights on
+  disk (a local folder or the Hugging Face cache), never downloading.
+- `config_model_type(path)`: the `model_type` in a folder's config.json (for `claims_folder`).
+- `RowSlots`: bookkeeping that lets the rows of one `DynamicCache` sit at different
+  generated positions (per-row forgetting through the attention mask, explicit position ids).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import torch
+
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
+
+
+class WeightsNotFoundError(FileNotFoundError, ValueError):
+    """The weights asked for are not on this machine (a missing folder or an uncached hub id)."""
+
+
+def crop_to(cache, keep_len: int) -> None:
+    """Drop cached tokens beyond `keep_len` (transformers 5.x `crop` takes a negative count).
+
+    Guards against over-cropping (transformers issue #47433): never crops below zero.
+    """
+    n = int(cache.get_seq_length()) - int(keep_len)
+    if n > 0:
+        cache.crop(-n)
+
+
+_DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+}
+
+
+def pick_device_dtype(device: str | torch.device | None = None,
+                      dtype: str | torch.dtype | None = None) -> tuple[torch.device, torch.dtype]:
+    """Resolve `device`/`dtype`: default CUDA + bfloat16 when a GPU is present, else CPU + float32."""
+    if device is None or device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device: cannot parse {device!r} ({exc})") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device: {device!r} asked for, but no CUDA GPU is available here")
+    if dtype is None or dtype == "auto":
+        return dev, (torch.bfloat16 if dev.type == "cuda" else torch.float32)
+    if isinstance(dtype, torch.dtype):
+        return dev, dtype
+    if isinstance(dtype, str) and dtype.lower() in _DTYPES:
+        return dev, _DTYPES[dtype.lower()]
+    raise ValueError(f"dtype: expected one of {sorted(_DTYPES)} or a torch.dtype, got {dtype!r}")
+
+
+def has_weights(folder: str) -> bool:
+    """True when `folder` holds a config.json and at least one weight file."""
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        return False
+    return any(glob.glob(os.path.join(folder, pattern)) for pattern in WEIGHT_PATTERNS)
+
+
+def cached_snapshot(repo_id: str) -> str | None:
+    """The local snapshot folder of `repo_id` in the Hugging Face cache, or None. No network."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        config = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # a malformed repo id, an unreadable cache: treat as not cached
+        return None
+    if not isinstance(config, str):
+        return None
+    folder = os.path.dirname(config)
+    return folder if has_weights(folder) else None
+
+
+def download_hint(repo_id: str) -> str:
+    return f"download them with `hf download {repo_id}` on a machine with internet access"
+
+
+def resolve_weights(name_or_path: str, repo_id: str | None) -> str:
+    """A local folder holding weights for `name_or_path`, never downloading.
+
+    `name_or_path` is an existing folder, or a registry name whose weights live under hub id
+    `repo_id` (or a hub id itself, when `repo_id` is None) in the local Hugging Face cache.
+    Raises `WeightsNotFoundError` (a FileNotFoundError and a ValueError) saying what is missing.
+    """
+    if not isinstance(name_or_path, str) or not name_or_path.strip():
+        raise ValueError(f"model: expected a model name, hub id or folder, got {name_or_path!r}")
+    path = os.path.expanduser(name_or_path)
+    if os.path.isdir(path):
+        if not has_weights(path):
+            raise WeightsNotFoundError(f"model: folder {path!r} has no config.json and weight files")
+        return path
+    hub_id = repo_id or name_or_path
+    if repo_id is None and (name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") != 1):
+        raise WeightsNotFoundError(f"model: no folder at {name_or_path!r}")
+    folder = cached_snapshot(hub_id)
+    if folder is None:
+        raise WeightsNotFoundError(
+            f"model: weights not found locally (looked in the Hugging Face cache for {hub_id}); "
+            f"{download_hint(hub_id)}")
+    return folder
+
+
+def config_model_type(path: str) -> str | None:
+    """`model_type` from `path`/config.json, or None when unreadable. Cheap."""
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            return json.load(f).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+class RowSlots:
+    """Per-row bookkeeping of a transformers `DynamicCache` whose rows advance independently.
+
+    One DynamicCache appends the same number of slots to every row, so rows cannot be
+    cropped separately. Instead each slot records which sequence offset of its row it holds
+    (`off`, -1 for prompt slots) and whether it is still valid. Forgetting a row's offsets
+    >= f just marks those slots invalid; the 2-D attention mask hides them and explicit
+    position ids keep every row's positions right. Slots invalid in every row at the end
+    of the cache are cropped away, so for a batch of one the cache stays exactly as long as
+    the sequence; with rows at different positions it holds at most the union of holes.
+
+    Offsets are counted from the first generated token of the row's sequence (an adapter
+    may feed extra forced tokens, such as end-of-row markers, as offsets of their own).
+    """
+
+    def __init__(self, prompt_mask: torch.Tensor):
+        """`prompt_mask` [R, P]: 1 for real prompt tokens, 0 for (left) padding."""
+        if prompt_mask.ndim != 2:
+            raise ValueError("prompt_mask: expected [rows, prompt_len]")
+        self.valid = prompt_mask.bool().clone()
+        self.off = torch.full(prompt_mask.shape, -1, dtype=torch.long, device=prompt_mask.device)
+        self.base = prompt_mask.long().sum(-1)          # position id of offset 0, per row
+
+    @staticmethod
+    def prompt_position_ids(prompt_mask: torch.Tensor) -> torch.Tensor:
+        """Position ids of a left-padded prompt: 0 at each row's first real token."""
+        return (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+    def fed_length(self) -> torch.Tensor:
+        """[R]: how many generated offsets each row currently holds (they are 0..n-1)."""
+        return (self.valid & (self.off >= 0)).sum(-1)
+
+    def prepare(self, cache, forget_from: torch.Tensor, offsets: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forget offsets >= `forget_from` [R], then lay out the new entries `offsets` [R, W].
+
+        `offsets[r, j]` is the sequence offset that the j-th fed entry of row r takes, or -1
+        for a padding entry (fed but never attended to). Returns the 2-D `attention_mask`
+        [R, cache_len + W] and `position_ids` [R, W] for the forward call that appends
+        them, and records the new slots. Call it right before that forward.
+        """
+        forget_from = forget_from.to(self.off.device).long()
+        offsets = offsets.to(self.off.device).long()
+        self.valid &= ~(self.off >= forget_from[:, None])
+        held = self.fed_length()
+        if bool((held < forget_from).any()):
+            r = int((held < forget_from).nonzero()[0, 0])
+            raise ValueError(f"start: row {r} asks to continue from offset {int(forget_from[r])}, "
+                             f"but only offsets 0..{int(held[r]) - 1} were fed")
+        self._crop_dead_tail(cache)
+        new_valid = offsets >= 0
+        mask = torch.cat([self.valid, new_valid], dim=1).long()
+        position_ids = self.base[:, None] + offsets.clamp(min=0)
+        self.valid = torch.cat([self.valid, new_valid], dim=1)
+        self.off = torch.cat([self.off, offsets], dim=1)
+        return mask, position_ids
+
+    def _crop_dead_tail(self, cache) -> None:
+        alive = self.valid.any(0).nonzero()
+        keep = int(alive[-1]) + 1 if len(alive) else 0
+        if keep < self.valid.shape[1]:
+            crop_to(cache, keep)
+            self.valid = self.valid[:, :keep]
+            self.off = self.off[:, :keep]
