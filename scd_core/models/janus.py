@@ -1,0 +1,213 @@
+"""Janus-Pro (1B, 7B) behind the TokenModel contract, on transformers' JanusForConditionalGeneration.
+
+What the adapter hides from the engine, following `JanusForConditionalGeneration.generate`
+with `generation_mode="image"`:
+- the prompt template: the processor's chat template with a generation prompt, then the
+  image-start token (`<begin_of_image>`);
+- classifier-free guidance: an unconditional row per prompt in which every prompt token
+  except BOS and image-start is the pad token; cond and uncond rows run in one batched
+  forward and are mixed as `u + (c - u) * cfg_scale`;
+- the image head: logits come from `model.model.generation_head` over the 16384-code image
+  vocabulary, and fed tokens are embedded with `model.prepare_embeddings_for_image_generation`;
+- the cache: one `DynamicCache` for all rows, with per-row forgetting through the attention
+  mask (see `_hf.RowSlots`), so rows of a batch may continue from different positions.
+
+Paper settings (Janus-Pro in the SCD paper): CFG 5, top-k 1000, window L = 32.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+import torch
+
+from ._hf import (RowSlots, WeightsNotFoundError, cached_snapshot, check_cfg, check_prompts,
+                  check_step, check_tokens, config_model_type, download_hint, left_pad,
+                  pick_device_dtype, resolve_weights)
+
+HUB_IDS = {
+    "janus-pro-1b": "deepseek-community/Janus-Pro-1B",
+    "janus-pro-7b": "deepseek-community/Janus-Pro-7B",
+}
+DEFAULT_SETTINGS = {"cfg_scale": 5.0, "top_k": 1000, "top_p": 1.0, "temperature": 1.0, "window": 32}
+SFT_TEMPLATE = "<|User|>: {prompt}\n\n<|Assistant|>:"   # DeepSeek's format, when no chat template
+
+
+def availability(name: str) -> str | None:
+    """None when `name` (a registry name or folder) can be loaded here, else a one-line reason."""
+    repo = HUB_IDS.get(name)
+    if repo is None:
+        return None if os.path.isdir(name) else f"unknown Janus model {name!r}"
+    if cached_snapshot(repo) is None:
+        return (f"weights not found locally (looked in the Hugging Face cache for {repo}); "
+                f"{download_hint(repo)}")
+    if name.endswith("7b") and not torch.cuda.is_available():
+        return "needs a CUDA GPU (7B)"
+    return None
+
+
+def claims_folder(path: str) -> bool:
+    return config_model_type(path) == "janus"
+
+
+def load_janus(name_or_path: str, device: str | torch.device | None = None,
+               dtype: str | torch.dtype | None = None, **kwargs) -> "JanusTokenModel":
+    """Load Janus-Pro from the local Hugging Face cache or a folder. Never downloads."""
+    folder = resolve_weights(name_or_path, HUB_IDS.get(name_or_path))
+    dev, dt = pick_device_dtype(device, dtype)
+    from transformers import JanusForConditionalGeneration, JanusProcessor
+
+    try:
+        processor = JanusProcessor.from_pretrained(folder, local_files_only=True)
+        model = JanusForConditionalGeneration.from_pretrained(folder, dtype=dt, local_files_only=True)
+    except OSError as exc:
+        raise WeightsNotFoundError(f"model: could not load Janus from {folder!r}: {exc}") from exc
+    model = model.to(dev).eval()
+    return JanusTokenModel(model, processor, name=name_or_path, **kwargs)
+
+
+class JanusTokenModel:
+    """A `JanusForConditionalGeneration` as a TokenModel over its image-token grid.
+
+    `processor` is a `JanusProcessor` (prompt template, tokenizer, postprocess). Tests and
+    custom setups may instead pass `encode(prompt) -> list[int]` giving the full prompt
+    ids (BOS ... image-start), with the special ids if the model's generation config lacks them.
+    """
+
+    def __init__(self, model, processor=None, *, encode: Callable[[str], list[int]] | None = None,
+                 bos_token_id: int | None = None, boi_token_id: int | None = None,
+                 pad_token_id: int | None = None, name: str = "janus"):
+        if processor is None and encode is None:
+            raise ValueError("processor: pass a JanusProcessor or an `encode` function")
+        self.model, self.processor, self.name = model, processor, name
+        self._encode = encode
+        gen = getattr(model, "generation_config", None)
+        self.bos_token_id = _first_id(bos_token_id, getattr(gen, "bos_token_id", None),
+                                      model.config.text_config.bos_token_id, name="bos_token_id")
+        self.pad_token_id = _first_id(pad_token_id, getattr(gen, "pad_token_id", None),
+                                      model.config.text_config.pad_token_id, name="pad_token_id")
+        boi_from_gen = (getattr(gen, "generation_kwargs", None) or {}).get("boi_token_id")
+        boi_from_tok = _tokenizer_id(processor, "boi_token")
+        self.boi_token_id = _first_id(boi_token_id, boi_from_gen, boi_from_tok, name="boi_token_id")
+        self.vocab_size = int(model.config.vq_config.num_embeddings)
+        side = int(round(model.config.vision_config.num_image_tokens ** 0.5))
+        if side * side != model.config.vision_config.num_image_tokens:
+            raise ValueError("model: vision_config.num_image_tokens is not a square")
+        self.grid = (side, side)
+        self.default_settings = dict(DEFAULT_SETTINGS)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """Token ids of the image-generation prompt, ending with the image-start token."""
+        if self._encode is not None:
+            ids = list(self._encode(prompt))
+        else:
+            ids = self._encode_with_processor(prompt)
+        if not ids or ids[-1] != self.boi_token_id:
+            ids.append(self.boi_token_id)
+        return ids
+
+    def _encode_with_processor(self, prompt: str) -> list[int]:
+        proc = self.processor
+        if getattr(proc, "chat_template", None):
+            messages = [{"role": "user", "content": [{"type": "text", "text": prompt}]}]
+            text = proc.apply_chat_template(messages, add_generation_prompt=True)
+        else:
+            text = SFT_TEMPLATE.format(prompt=prompt)
+        out = proc(text=[text], generation_mode="image", return_tensors="pt")
+        return out["input_ids"][0].tolist()
+
+    def unconditional_ids(self, ids: list[int]) -> list[int]:
+        """The CFG row: every token except BOS and image-start replaced by pad (as in `generate`)."""
+        keep = (self.bos_token_id, self.boi_token_id)
+        return [t if t in keep else self.pad_token_id for t in ids]
+
+    def start(self, prompts: Sequence[str], cfg_scale: float) -> "JanusSession":
+        prompts = check_prompts(prompts)
+        cfg_scale = check_cfg(cfg_scale)
+        cond = [self.encode_prompt(p) for p in prompts]
+        rows = cond if cfg_scale == 1.0 else cond + [self.unconditional_ids(ids) for ids in cond]
+        return JanusSession(self, rows, len(prompts), cfg_scale)
+
+    @torch.no_grad()
+    def decode(self, tokens: torch.LongTensor) -> list:
+        """[B, N] image codes -> B PIL images, via `decode_image_tokens` and postprocess."""
+        tokens = check_tokens(tokens, self.vocab_size, "tokens")
+        n = self.grid[0] * self.grid[1]
+        if tokens.shape[1] != n:
+            raise ValueError(f"tokens: expected [B, {n}] image codes, got {list(tokens.shape)}")
+        pixels = self.model.decode_image_tokens(tokens.to(self.device)).float().cpu()  # [B, H, W, 3]
+        return [_to_pil(img, self.processor) for img in pixels]
+
+
+class JanusSession:
+    """Cond (and uncond) rows of one batch of prompts, prefilled; `step` feeds windows."""
+
+    def __init__(self, tm: JanusTokenModel, rows: list[list[int]], batch: int, cfg_scale: float):
+        from transformers import DynamicCache
+
+        self.tm, self.batch, self.cfg_scale = tm, batch, cfg_scale
+        self.n_rows = len(rows)
+        self._lm = tm.model.model.language_model
+        ids, mask = left_pad(rows, tm.pad_token_id, tm.device)
+        self.slots = RowSlots(mask)
+        self.cache = DynamicCache(config=self._lm.config)
+        with torch.no_grad():
+            embeds = tm.model.get_input_embeddings()(ids)
+            hidden = self._forward(embeds, mask, RowSlots.prompt_position_ids(mask))
+            self.first_logits = self._logits(hidden[:, -1])
+
+    def _forward(self, embeds: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        out = self._lm(inputs_embeds=embeds, attention_mask=mask, position_ids=position_ids,
+                       cache=self.cache, use_cache=True)
+        return out.last_hidden_state
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Image-head logits of all rows -> guided logits of the B prompts (float32)."""
+        scores = self.tm.model.model.generation_head(hidden).float()
+        if self.n_rows == self.batch:
+            return scores
+        cond, uncond = scores[: self.batch], scores[self.batch:]
+        return uncond + (cond - uncond) * self.cfg_scale
+
+    @torch.no_grad()
+    def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
+        tokens, start = check_step(tokens, start, self.batch, self.tm.vocab_size)
+        device = self.tm.device
+        reps = self.n_rows // self.batch
+        tokens = tokens.to(device).repeat(reps, 1)
+        start = start.to(device).repeat(reps)
+        offsets = start[:, None] + torch.arange(tokens.shape[1], device=device)
+        mask, position_ids = self.slots.prepare(self.cache, start, offsets)
+        embeds = self.tm.model.prepare_embeddings_for_image_generation(tokens)
+        return self._logits(self._forward(embeds, mask, position_ids))
+
+
+# ---------------------------------------------------------------- shared small helpers
+
+def _first_id(*candidates, name: str) -> int:
+    for c in candidates:
+        if c is not None:
+            return int(c[0] if isinstance(c, (list, tuple)) else c)
+    raise ValueError(f"{name}: not found in the model's generation config; pass it explicitly")
+
+
+def _tokenizer_id(processor, attr: str) -> int | None:
+    tok = getattr(processor, "tokenizer", None)
+    text = getattr(tok, attr, None) if tok is not None else None
+    return tok.convert_tokens_to_ids(text) if text else None
+
+
+def _to_pil(image: torch.Tensor, processor=None):
+    """One [H, W, 3] image in [-1, 1] -> PIL, with the processor's postprocess when present."""
+    if processor is not None and hasattr(processor, "postprocess"):
+        out = processor.postprocess([image], return_tensors="PIL.Image.Image")
+        pil = out["pixel_values"] if isinstance(out, dict) else out
+        return pil[0] if isinstance(pil, list) else pil
+    from PIL import Image
+
+    array = ((image * 0.5 + 0.5) * 255.0).clamp(0, 255).to(torch.uint8).numpy()
+    return Image.fromarray(array)
