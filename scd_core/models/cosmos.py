@@ -1,0 +1,731 @@
+"""Cosmos-1.0-Autoregressive (4B video continuation, 5B Video2World) behind the TokenModel contract.
+
+A compact re-implementation of NVIDIA's `cosmos1/models/autoregressive` transformer (NVIDIA/Cosmos,
+Apache-2.0; vendored with a KV rollback in junhyukso/SCD `cosmos/`), with the published parameter
+names so checkpoints load strictly:
+
+- Llama-style pre-norm blocks: RMSNorm (eps 1e-5), grouped-query attention (32 heads, 8 KV heads,
+  head_dim 128) with QK RMSNorm per head, SwiGLU MLP (w1, w3 -> w2, hidden 14336); 16 layers,
+  dim 4096, vocabulary 64,000 (the DV8x16x16 FSQ codes); no bias anywhere.
+- 3-D RoPE over the (frame, row, column) raster of the latent video [T=5, H=40, W=64]
+  (RotaryPositionEmbeddingPytorchV2, theta 500000): of head_dim D, dim_h = dim_w = D // 6 * 2
+  and dim_t = D - 2 * dim_h; the angle vector is cat([t * f_t, h * f_s, w * f_s] * 2) and
+  rotation is TransformerEngine style (halves: [x1, x2] -> [-x2, x1]).
+- Video2World (5B): a cross-attention (with its own norm) after every self-attention, keys and
+  values from T5-11B encoder states (context_dim 1024, 512 tokens, padding zeroed, no mask), a
+  sin-cos absolute position embedding added before every layer, and a <bov> token (id 64000) at
+  sequence position 0 whose rotary and absolute embeddings are zero. Its token embedding has
+  more rows than the 64,000 logits (vocab expansion rounded to 64).
+
+Layout as published: 33 frames at 640x1024 -> latent 5x40x64 = 12,800 tokens in raster order;
+9 conditioning frames -> the first 2 latent frames (5,120 tokens) are the prefix fed at start;
+3 latent frames (7,680 tokens) are generated: `grid = (3, 40, 64)`, `vocab_size = 64000`.
+No classifier-free guidance (cfg_scale must be 1). Sampling defaults in `default_settings`.
+
+Prompts: each prompt is a path to a video file (mp4) to continue (an image path is treated as
+a still clip). For Video2World append the text after a '|': "clip.mp4|a car drives down a
+street"; only the first '|' splits, the text may be empty. The base 4B model takes no text.
+
+The KV cache is static and position-indexed (gpt-fast style): keys and values are written at
+their absolute sequence position and attention is masked by position, so `Session.step` with a
+smaller start simply overwrites: forgetting is free, and batch rows may sit at different starts.
+
+Not implemented: YaRN (only the 12B/13B models use it), the optional diffusion decoder
+(Cosmos-1.0-Diffusion-7B-Decoder-DV8x16x16ToCV8x8x8), the guardrails, 1-frame conditioning.
+
+GPU timing recipe (not run in the CPU tests), one forward of the full-size 4B at window L:
+
+    import time, torch
+    from scd_core.models.cosmos import full_size_config, CosmosTransformer, KVCache, random_model
+    cfg = full_size_config("cosmos-1-ar-4b")
+    net = random_model(cfg, device="cuda", dtype=torch.bfloat16)
+    cache = KVCache.allocate(cfg, batch=1, capacity=cfg.seq_len + 256, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        prefix = torch.randint(0, cfg.vocab_size, (1, 5120), device="cuda")
+        net(prefix, torch.arange(5120, device="cuda")[None], cache)            # prefill
+        for L in (1, 32, 64, 128):
+            tok = torch.randint(0, cfg.vocab_size, (1, L), device="cuda")
+            pos = (5120 + torch.arange(L, device="cuda"))[None]
+            for _ in range(3): net(tok, pos, cache)                            # warm-up
+            torch.cuda.synchronize(); t0 = time.perf_counter()
+            for _ in range(10): net(tok, pos, cache)
+            torch.cuda.synchronize(); print(L, (time.perf_counter() - t0) / 10 * 1e3, "ms")
+
+(`time_forward(...)` below runs exactly this.)
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from scd_core.models import cosmos_tokenizer as dv
+
+HUB_IDS = {
+    "cosmos-1-ar-4b": "nvidia/Cosmos-1.0-Autoregressive-4B",
+    "cosmos-1-ar-5b-video2world": "nvidia/Cosmos-1.0-Autoregressive-5B-Video2World",
+}
+TOKENIZER_HUB_ID = "nvidia/Cosmos-1.0-Tokenizer-DV8x16x16"
+TOKENIZER_FOLDER = "Cosmos-1.0-Tokenizer-DV8x16x16"
+T5_HUB_ID = "google-t5/t5-11b"
+CHECKPOINT_FILES = ("model.pt", "model.safetensors", "model.pth")
+NUM_INPUT_FRAMES = 9          # supported context lengths are 1 and 9; we use 9 (2 latent frames)
+T5_MAX_LENGTH = 512
+
+
+# ----------------------------------------------------------------------------- config
+
+@dataclass(frozen=True)
+class CosmosConfig:
+    """Architecture and layout of a Cosmos-1 AR model (defaults: the published 4B base)."""
+    dim: int = 4096
+    n_layers: int = 16
+    n_heads: int = 32
+    n_kv_heads: int = 8
+    head_dim: int | None = None
+    ffn_hidden_size: int = 14336
+    norm_eps: float = 1e-5
+    rope_theta: float = 500000.0
+    vocab_size: int = 64000               # logits
+    embed_vocab_size: int | None = None   # token-embedding rows (> vocab_size for Video2World)
+    latent_shape: tuple[int, int, int] = (5, 40, 64)
+    cond_latent_frames: int = 2
+    use_qk_normalization: bool = True
+    cross_attention: bool = False         # Video2World
+    cross_attn_every_k_layers: int = 1
+    context_dim: int = 1024
+    abs_pos_emb: bool = False             # Video2World
+    bov: bool = False                     # Video2World: <bov> (id vocab_size) at position 0
+    pixel_size: tuple[int, int] = (640, 1024)
+
+    @property
+    def hd(self) -> int:
+        return self.head_dim or self.dim // self.n_heads
+
+    @property
+    def n_embed(self) -> int:
+        return self.embed_vocab_size or self.vocab_size
+
+    @property
+    def offset(self) -> int:
+        """Sequence index of latent token 0 (1 when a <bov> token comes first)."""
+        return 1 if self.bov else 0
+
+    @property
+    def seq_len(self) -> int:
+        return self.offset + math.prod(self.latent_shape)
+
+    @property
+    def prefix_len(self) -> int:
+        """Latent tokens fed at session start (the conditioning frames)."""
+        _, h, w = self.latent_shape
+        return self.cond_latent_frames * h * w
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        t, h, w = self.latent_shape
+        return (t - self.cond_latent_frames, h, w)
+
+
+def full_size_config(name: str = "cosmos-1-ar-4b") -> CosmosConfig:
+    """The published config of `name` ("cosmos-1-ar-4b" or "cosmos-1-ar-5b-video2world")."""
+    if name == "cosmos-1-ar-4b":
+        return CosmosConfig()
+    if name == "cosmos-1-ar-5b-video2world":
+        # 64000 codes + <bov>, rounded up to a multiple of 64 by the published vocab expansion
+        return CosmosConfig(cross_attention=True, abs_pos_emb=True, bov=True, embed_vocab_size=64064)
+    raise ValueError(f"name: unknown Cosmos model {name!r}; expected one of {', '.join(HUB_IDS)}")
+
+
+# ----------------------------------------------------------------------------- positions
+
+def latent_coords(seq_pos: torch.Tensor, cfg: CosmosConfig) -> tuple[torch.Tensor, ...]:
+    """Sequence positions -> (t, h, w, valid): the raster coordinates of each latent token.
+
+    `valid` is False for the <bov> slot and for positions past the grid (padding), whose
+    embeddings are zero as in the published tables (padded to a multiple of 64 with zeros).
+    """
+    t_n, h_n, w_n = cfg.latent_shape
+    i = seq_pos.long() - cfg.offset
+    valid = (i >= 0) & (i < t_n * h_n * w_n)
+    i = i.clamp(min=0)
+    return i // (h_n * w_n), (i // w_n) % h_n, i % w_n, valid
+
+
+def rope_inv_freqs(cfg: CosmosConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """(temporal, spatial) inverse frequencies of the published 3-D RoPE."""
+    dim_h = cfg.hd // 6 * 2
+    dim_t = cfg.hd - 2 * dim_h
+    spatial = torch.arange(0, dim_h, 2)[: dim_h // 2].double() / dim_h
+    temporal = torch.arange(0, dim_t, 2)[: dim_t // 2].double() / dim_t
+    return 1.0 / cfg.rope_theta ** temporal, 1.0 / cfg.rope_theta ** spatial
+
+
+def rope_angles(seq_pos: torch.Tensor, cfg: CosmosConfig) -> torch.Tensor:
+    """Angles [..., head_dim] of sequence positions: cat([t f_t, h f_s, w f_s] * 2)."""
+    f_t, f_s = (f.float().to(seq_pos.device) for f in rope_inv_freqs(cfg))
+    t, h, w, valid = latent_coords(seq_pos, cfg)
+    half = torch.cat([t[..., None] * f_t, h[..., None] * f_s, w[..., None] * f_s], dim=-1)
+    half = half * valid[..., None]
+    return torch.cat([half, half], dim=-1)
+
+
+def sincos_1d(dim: int, pos: torch.Tensor) -> torch.Tensor:
+    """The published get_1d_sincos_pos_embed_from_grid: cat(sin(p w), cos(p w)), float64."""
+    omega = 1.0 / 10000 ** (torch.arange(dim // 2, dtype=torch.float64) / (dim / 2.0))
+    out = pos.double()[..., None] * omega.to(pos.device)
+    return torch.cat([out.sin(), out.cos()], dim=-1)
+
+
+def abs_pos_embedding(seq_pos: torch.Tensor, cfg: CosmosConfig) -> torch.Tensor:
+    """SinCosPosEmbAxisTE for sequence positions: cat(emb_t, emb_h, emb_w) [..., dim]."""
+    dim_h = cfg.dim // 6 * 2
+    dim_t = cfg.dim - 2 * dim_h
+    t, h, w, valid = latent_coords(seq_pos, cfg)
+    emb = torch.cat([sincos_1d(dim_t, t), sincos_1d(dim_h, h), sincos_1d(dim_h, w)], dim=-1)
+    return emb * valid[..., None]
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [B, L, heads, D]; cos/sin [B, L, D] (in x's dtype, as published)."""
+    cos, sin = cos[:, :, None].to(x.dtype), sin[:, :, None].to(x.dtype)
+    return x * cos + rotate_half(x) * sin
+
+
+# ----------------------------------------------------------------------------- network
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Attention(nn.Module):
+    """GQA with the published names (wq, wk, wv, wo, q_norm, k_norm); self or cross."""
+
+    def __init__(self, cfg: CosmosConfig, context_dim: int | None = None):
+        super().__init__()
+        hd, kv_in = cfg.hd, context_dim or cfg.dim
+        self.n_heads, self.n_kv, self.hd = cfg.n_heads, cfg.n_kv_heads, hd
+        self.wq = nn.Linear(cfg.dim, cfg.n_heads * hd, bias=False)
+        self.wk = nn.Linear(kv_in, cfg.n_kv_heads * hd, bias=False)
+        self.wv = nn.Linear(kv_in, cfg.n_kv_heads * hd, bias=False)
+        self.wo = nn.Linear(cfg.n_heads * hd, cfg.dim, bias=False)
+        self.qk_norm = cfg.use_qk_normalization
+        if self.qk_norm:
+            self.q_norm = RMSNorm(hd, cfg.norm_eps)
+            self.k_norm = RMSNorm(hd, cfg.norm_eps)
+
+    def project_kv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, n, _ = x.shape
+        k = self.wk(x).view(b, n, self.n_kv, self.hd)
+        v = self.wv(x).view(b, n, self.n_kv, self.hd)
+        return (self.k_norm(k) if self.qk_norm else k), v
+
+    def project_q(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        q = self.wq(x).view(b, n, self.n_heads, self.hd)
+        return self.q_norm(q) if self.qk_norm else q
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               mask: torch.Tensor | None) -> torch.Tensor:
+        """q [B, Lq, H, D], k/v [B, Lk, Hkv, D] (or already [B, Hkv, Lk, D] via cache)."""
+        b, lq = q.shape[:2]
+        rep = self.n_heads // self.n_kv
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=mask,
+                                             scale=1.0 / math.sqrt(self.hd))
+        return self.wo(out.transpose(1, 2).reshape(b, lq, -1))
+
+    def forward_self(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                     seq_pos: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor,
+                     mask: torch.Tensor) -> torch.Tensor:
+        """Write this window's keys/values at their absolute positions, attend by position."""
+        q = apply_rope(self.project_q(x), cos, sin)
+        k, v = self.project_kv(x)
+        k = apply_rope(k, cos, sin)
+        rows = torch.arange(x.shape[0], device=x.device)[:, None]
+        cache_k[rows, :, seq_pos] = k.to(cache_k.dtype)      # [B, L, Hkv, D] at [b, :, pos]
+        cache_v[rows, :, seq_pos] = v.to(cache_v.dtype)
+        span = mask.shape[-1]
+        return self.attend(q, cache_k[:, :, :span], cache_v[:, :, :span], mask)
+
+    def forward_cross(self, x: torch.Tensor, ctx_k: torch.Tensor, ctx_v: torch.Tensor) -> torch.Tensor:
+        return self.attend(self.project_q(x), ctx_k, ctx_v, None)
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, cfg: CosmosConfig, layer_id: int):
+        super().__init__()
+        self.attention = Attention(cfg)
+        self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.feed_forward = MLP(cfg.dim, cfg.ffn_hidden_size)
+        self.has_cross = cfg.cross_attention and layer_id % cfg.cross_attn_every_k_layers == 0
+        if self.has_cross:
+            self.cross_attention = Attention(cfg, context_dim=cfg.context_dim)
+            self.cross_attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+
+
+@dataclass
+class KVCache:
+    """Static, position-indexed self-attention cache: k/v [B, Hkv, capacity, D] per layer."""
+    k: list[torch.Tensor]
+    v: list[torch.Tensor]
+    context: list[tuple[torch.Tensor, torch.Tensor] | None] = field(default_factory=list)
+
+    @classmethod
+    def allocate(cls, cfg: CosmosConfig, batch: int, capacity: int,
+                 device: str | torch.device, dtype: torch.dtype) -> "KVCache":
+        shape = (batch, cfg.n_kv_heads, capacity, cfg.hd)
+        return cls([torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layers)],
+                   [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layers)],
+                   [None] * cfg.n_layers)
+
+    @property
+    def capacity(self) -> int:
+        return self.k[0].shape[2]
+
+    def grow(self, capacity: int) -> None:
+        """Extend every layer's cache to `capacity` positions (kept entries are unchanged)."""
+        extra = capacity - self.capacity
+        if extra > 0:
+            pad = lambda t: torch.cat([t, t.new_zeros(*t.shape[:2], extra, t.shape[3])], dim=2)
+            self.k, self.v = [pad(t) for t in self.k], [pad(t) for t in self.v]
+
+
+class CosmosTransformer(nn.Module):
+    """The Cosmos-1 AR network; state-dict names match NVIDIA's checkpoints (after 'model.')."""
+
+    def __init__(self, cfg: CosmosConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tok_embeddings = nn.Embedding(cfg.n_embed, cfg.dim)
+        self.layers = nn.ModuleList(TransformerBlock(cfg, i) for i in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+
+    def set_context(self, cache: KVCache, context: torch.Tensor) -> None:
+        """Project T5 states [B, 512, context_dim] to each cross-attention's keys/values once."""
+        for i, layer in enumerate(self.layers):
+            if layer.has_cross:
+                k, v = layer.cross_attention.project_kv(context.to(layer.cross_attention.wk.weight.dtype))
+                cache.context[i] = (k.transpose(1, 2), v.transpose(1, 2))
+
+    def forward(self, tokens: torch.LongTensor, seq_pos: torch.LongTensor, cache: KVCache) -> torch.Tensor:
+        """tokens, seq_pos [B, L] -> logits [B, L, V] (float32).
+
+        Every query attends to cached keys at positions <= its own, whatever was written at
+        higher positions earlier: that is what makes rollback free.
+        """
+        cfg = self.cfg
+        if int(seq_pos.max()) >= cache.capacity:
+            cache.grow(int(seq_pos.max()) + 1)
+        h = self.tok_embeddings(tokens)
+        angles = rope_angles(seq_pos, cfg)
+        cos, sin = angles.cos(), angles.sin()
+        span = int(seq_pos.max()) + 1
+        keys = torch.arange(span, device=tokens.device)
+        mask = (keys[None, None, None, :] <= seq_pos[:, None, :, None])        # [B, 1, L, span]
+        ape = abs_pos_embedding(seq_pos, cfg).to(h.dtype) if cfg.abs_pos_emb else None
+        for i, layer in enumerate(self.layers):
+            if ape is not None:
+                h = h + ape
+            h = h + layer.attention.forward_self(layer.attention_norm(h), cos, sin, seq_pos,
+                                                 cache.k[i], cache.v[i], mask)
+            if layer.has_cross:
+                ctx_k, ctx_v = cache.context[i]
+                h = h + layer.cross_attention.forward_cross(layer.cross_attention_norm(h), ctx_k, ctx_v)
+            h = h + layer.feed_forward(layer.ffn_norm(h))
+        return self.output(self.norm(h)).float()
+
+
+def random_model(cfg: CosmosConfig, device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float32, seed: int = 0, std: float = 0.02) -> CosmosTransformer:
+    """A randomly initialised network built directly on `device` (for tests and timing)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    with torch.device("meta"):
+        net = CosmosTransformer(cfg)
+    net = net.to_empty(device=device).to(dtype)
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, std, generator=gen)
+    return net.eval()
+
+
+def time_forward(name: str = "cosmos-1-ar-4b", windows: Sequence[int] = (1, 32, 64, 128),
+                 device: str = "cuda", dtype: torch.dtype = torch.bfloat16, repeats: int = 10) -> dict[int, float]:
+    """Milliseconds per forward of the random full-size model at each window L (GPU recipe)."""
+    import time
+    cfg = full_size_config(name)
+    net = random_model(cfg, device=device, dtype=dtype)
+    cache = KVCache.allocate(cfg, 1, cfg.seq_len + max(windows), device, dtype)
+    if cfg.cross_attention:
+        net.set_context(cache, torch.zeros(1, T5_MAX_LENGTH, cfg.context_dim, device=device, dtype=dtype))
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+    start = cfg.offset + cfg.prefix_len
+    result = {}
+    with torch.no_grad():
+        net(torch.zeros(1, start, dtype=torch.long, device=device),
+            torch.arange(start, device=device)[None], cache)
+        for L in windows:
+            tok = torch.randint(0, cfg.vocab_size, (1, L), device=device)
+            pos = (start + torch.arange(L, device=device))[None]
+            for _ in range(3):
+                net(tok, pos, cache)
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                net(tok, pos, cache)
+            sync()
+            result[L] = (time.perf_counter() - t0) / repeats * 1e3
+    return result
+
+
+# ----------------------------------------------------------------------------- checkpoint
+
+def map_checkpoint(state: dict) -> dict[str, torch.Tensor]:
+    """Published checkpoint -> our state dict: unwrap {'model': ...}, strip 'model.', drop
+    TransformerEngine '_extra_state' entries, split a fused 'wqkv' into wq/wk/wv."""
+    if "model" in state and isinstance(state["model"], dict):
+        state = state["model"]
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        if key.endswith("_extra_state") or not isinstance(value, torch.Tensor):
+            continue
+        out[key[len("model."):] if key.startswith("model.") else key] = value
+    return out
+
+
+def split_fused_qkv(state: dict[str, torch.Tensor], cfg: CosmosConfig) -> dict[str, torch.Tensor]:
+    q_size, kv_size = cfg.n_heads * cfg.hd, cfg.n_kv_heads * cfg.hd
+    for key in [k for k in state if k.endswith("wqkv.weight")]:
+        wq, wk, wv = state.pop(key).split([q_size, kv_size, kv_size])
+        base = key[: -len("wqkv.weight")]
+        state.update({base + "wq.weight": wq, base + "wk.weight": wk, base + "wv.weight": wv})
+    return state
+
+
+def config_from_state(state: dict[str, torch.Tensor], base: CosmosConfig) -> CosmosConfig:
+    """Read the sizes that differ between variants from the tensors themselves."""
+    n_embed, dim = state["tok_embeddings.weight"].shape
+    n_layers = 1 + max(int(k.split(".")[1]) for k in state if k.startswith("layers."))
+    cross = any(".cross_attention." in k for k in state)
+    return replace(base, dim=dim, n_layers=n_layers, vocab_size=state["output.weight"].shape[0],
+                   embed_vocab_size=n_embed if n_embed != state["output.weight"].shape[0] else None,
+                   ffn_hidden_size=state["layers.0.feed_forward.w1.weight"].shape[0],
+                   use_qk_normalization="layers.0.attention.q_norm.weight" in state,
+                   cross_attention=cross, abs_pos_emb=cross or base.abs_pos_emb, bov=cross or base.bov,
+                   context_dim=(state["layers.0.cross_attention.wk.weight"].shape[1] if cross else base.context_dim))
+
+
+def read_checkpoint(path: str) -> dict:
+    """Load a checkpoint file without unrestricted pickle (safetensors or weights_only)."""
+    if path.endswith(".safetensors"):
+        from safetensors.torch import load_file
+        return load_file(path, device="cpu")
+    return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+
+
+def load_network(path: str, cfg: CosmosConfig | None = None, device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float32) -> CosmosTransformer:
+    """Build the network from a checkpoint file and load it strictly."""
+    state = map_checkpoint(read_checkpoint(path))
+    cfg = config_from_state(state, cfg or CosmosConfig())
+    state = split_fused_qkv(state, cfg)
+    with torch.device("meta"):
+        net = CosmosTransformer(cfg)
+    net.load_state_dict(state, strict=True, assign=True)
+    return net.to(device=device, dtype=dtype).eval()
+
+
+# ----------------------------------------------------------------------------- local files
+
+def _hub_cached(repo_id: str, filename: str) -> str | None:
+    """Path of `filename` of `repo_id` in the local HF cache, or None (never the network)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+        found = try_to_load_from_cache(repo_id, filename)
+    except Exception:
+        return None
+    return found if isinstance(found, str) and os.path.isfile(found) else None
+
+
+def find_checkpoint(name_or_path: str) -> str | None:
+    """A local checkpoint file for a registry name, a hub id, a folder or a file."""
+    if os.path.isfile(name_or_path):
+        return name_or_path
+    if os.path.isdir(name_or_path):
+        for f in CHECKPOINT_FILES:
+            if os.path.isfile(os.path.join(name_or_path, f)):
+                return os.path.join(name_or_path, f)
+        return None
+    repo = HUB_IDS.get(name_or_path, name_or_path)
+    for f in CHECKPOINT_FILES:
+        found = _hub_cached(repo, f)
+        if found:
+            return found
+    return None
+
+
+def find_tokenizer(checkpoint: str | None, tokenizer_path: str | None = None) -> str | None:
+    """The folder holding encoder.jit/decoder.jit: given, beside the checkpoint, or cached."""
+    candidates = [tokenizer_path] if tokenizer_path else []
+    if checkpoint:
+        folder = os.path.dirname(os.path.abspath(checkpoint))
+        candidates += [folder, os.path.join(folder, TOKENIZER_FOLDER),
+                       os.path.join(os.path.dirname(folder), TOKENIZER_FOLDER)]
+    for c in candidates:
+        if c and all(os.path.isfile(os.path.join(c, f)) for f in ("encoder.jit", "decoder.jit")):
+            return c
+    if tokenizer_path:
+        return None
+    enc, dec = _hub_cached(TOKENIZER_HUB_ID, "encoder.jit"), _hub_cached(TOKENIZER_HUB_ID, "decoder.jit")
+    return os.path.dirname(enc) if enc and dec and os.path.dirname(enc) == os.path.dirname(dec) else None
+
+
+def claims_folder(path: str) -> bool:
+    """A folder with a Cosmos AR checkpoint: model.pt (or .safetensors) and a Cosmos name."""
+    name = os.path.basename(os.path.normpath(path)).lower()
+    return os.path.isdir(path) and find_checkpoint(path) is not None and "cosmos" in name \
+        and ("autoregressive" in name or "-ar-" in name)
+
+
+def availability(name: str) -> str | None:
+    """None when `name` loads here; else a one-line reason. Cheap: no weights, no network."""
+    ckpt = find_checkpoint(name)
+    if ckpt is None:
+        return (f"checkpoint not found locally: download {HUB_IDS.get(name, name)} "
+                "(model.pt) or pass its folder")
+    if find_tokenizer(ckpt) is None:
+        return f"tokenizer not found locally: download {TOKENIZER_HUB_ID} (encoder.jit, decoder.jit)"
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU (a 4-5B video model; CPU decoding of 7,680 tokens is impractical)"
+    return None
+
+
+# ----------------------------------------------------------------------------- TokenModel
+
+def parse_prompt(prompt: str, has_text: bool) -> tuple[str, str]:
+    """'clip.mp4|text' -> ('clip.mp4', 'text'); the text part only for Video2World."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ValueError(f"prompts: expected a video path (\"clip.mp4\" or \"clip.mp4|text\"), got {prompt!r}")
+    path, sep, text = prompt.partition("|")
+    if sep and not has_text:
+        raise ValueError("prompts: this Cosmos model continues a video and takes no text; "
+                         "pass just the video path (text is for cosmos-1-ar-5b-video2world)")
+    return path.strip(), text.strip()
+
+
+class CosmosSession:
+    """One batch being decoded: the conditioning prefix is in the cache from the start."""
+
+    def __init__(self, model: "CosmosVideoModel", prefix: torch.LongTensor,
+                 context: torch.Tensor | None = None):
+        self.model = model
+        net, cfg = model.net, model.cfg
+        b = prefix.shape[0]
+        self.base = cfg.offset + cfg.prefix_len              # sequence index of generated 0
+        self.cache = KVCache.allocate(cfg, b, cfg.seq_len + 1, model.device, model.dtype)
+        if cfg.cross_attention:
+            if context is None:
+                raise ValueError("context: Video2World needs text embeddings")
+            net.set_context(self.cache, context.to(model.device))
+        tokens = prefix.to(model.device)
+        if cfg.bov:
+            bov = torch.full((b, 1), cfg.vocab_size, dtype=torch.long, device=model.device)
+            tokens = torch.cat([bov, tokens], dim=1)
+        pos = torch.arange(tokens.shape[1], device=model.device).expand(b, -1)
+        with torch.no_grad():
+            self.first_logits = net(tokens, pos, self.cache)[:, -1]
+        self.fed = torch.zeros(b, dtype=torch.long)           # generated positions fed per row
+
+    def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
+        b = self.fed.shape[0]
+        if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.shape[0] != b or tokens.shape[1] < 1:
+            raise ValueError(f"tokens: expected a LongTensor [{b}, W] with W >= 1, got "
+                             f"{getattr(tokens, 'shape', type(tokens))}")
+        start = torch.as_tensor(start, dtype=torch.long).reshape(-1).cpu()
+        if start.shape[0] != b:
+            raise ValueError(f"start: expected {b} entries, got {start.shape[0]}")
+        if bool((start < 0).any()) or bool((start > self.fed).any()):
+            raise ValueError(f"start: each row's start must lie in [0, positions fed so far]; "
+                             f"got {start.tolist()} with {self.fed.tolist()} fed")
+        if bool((tokens < 0).any()) or bool((tokens >= self.model.vocab_size).any()):
+            raise ValueError(f"tokens: ids must lie in [0, {self.model.vocab_size})")
+        w = tokens.shape[1]
+        pos = (self.base + start)[:, None] + torch.arange(w)[None]
+        with torch.no_grad():
+            logits = self.model.net(tokens.to(self.model.device), pos.to(self.model.device), self.cache)
+        self.fed = start + w
+        return logits
+
+
+class CosmosVideoModel:
+    """TokenModel for Cosmos-1 AR video continuation; see the module docstring."""
+
+    def __init__(self, net: CosmosTransformer, tokenizer: dv.DVTokenizer | None = None,
+                 text_encoder=None, name: str = "cosmos", device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float32):
+        self.net, self.cfg, self.name = net, net.cfg, name
+        self.tokenizer, self.text_encoder = tokenizer, text_encoder
+        self.device, self.dtype = torch.device(device), dtype
+        self.vocab_size = self.cfg.vocab_size
+        self.grid = self.cfg.grid
+        top_p = 0.7 if self.cfg.cross_attention else 0.8
+        self.default_settings = {"top_p": top_p, "temperature": 1.0, "cfg_scale": 1.0,
+                                 "window": 128, "init": "repeat-frame"}
+        self.last_prefix: torch.LongTensor | None = None      # [B, prefix_len] of the last start()
+
+    # -- contract ------------------------------------------------------------------
+    def start(self, prompts: Sequence[str], cfg_scale: float = 1.0) -> CosmosSession:
+        if cfg_scale != 1:
+            raise ValueError(f"cfg_scale: Cosmos-1 AR has no classifier-free guidance; must be 1, got {cfg_scale}")
+        if isinstance(prompts, str) or not prompts:
+            raise ValueError("prompts: expected a non-empty list of video paths")
+        parsed = [parse_prompt(p, self.cfg.cross_attention) for p in prompts]
+        prefix = self.encode_videos([path for path, _ in parsed])
+        context = self.encode_text([text for _, text in parsed]) if self.cfg.cross_attention else None
+        return self.start_tokens(prefix, context)
+
+    def start_tokens(self, prefix: torch.LongTensor, context: torch.Tensor | None = None) -> CosmosSession:
+        """Start from conditioning tokens [B, prefix_len] (and T5 states [B, 512, 1024])."""
+        if prefix.ndim != 2 or prefix.shape[1] != self.cfg.prefix_len:
+            raise ValueError(f"prefix: expected [B, {self.cfg.prefix_len}], got {tuple(prefix.shape)}")
+        self.last_prefix = prefix.detach().cpu().long()
+        return CosmosSession(self, prefix.long(), context)
+
+    def decode(self, tokens: torch.LongTensor, prefix: torch.LongTensor | None = None) -> list:
+        """Generated tokens [B, N] -> per row the 33 decoded frames (PIL images).
+
+        The decoder works on whole 33-frame chunks, so the conditioning latents (of the last
+        `start`, or `prefix`) are put in front; the first 9 frames reconstruct the input clip.
+        """
+        if self.tokenizer is None:
+            raise ValueError("decode: this model was loaded without the DV tokenizer")
+        n = math.prod(self.grid)
+        if tokens.ndim != 2 or tokens.shape[1] != n:
+            raise ValueError(f"tokens: expected [B, {n}], got {tuple(tokens.shape)}")
+        prefix = self.last_prefix if prefix is None else prefix.long().cpu()
+        if prefix is None or prefix.shape[0] != tokens.shape[0]:
+            raise ValueError("prefix: decode needs the conditioning tokens of these rows; call start() "
+                             "first or pass prefix=[B, prefix_len]")
+        full = torch.cat([prefix, tokens.long().cpu()], dim=1).view(tokens.shape[0], *self.cfg.latent_shape)
+        return dv.clip_to_frames(self.tokenizer.decode(full))
+
+    # -- conditioning ----------------------------------------------------------------
+    def encode_videos(self, paths: Sequence[str]) -> torch.LongTensor:
+        """Video paths -> prefix tokens [B, prefix_len] (9 frames -> 2 latent frames)."""
+        if self.tokenizer is None:
+            raise ValueError("prompts: this model was loaded without the DV tokenizer; use start_tokens()")
+        clips = [dv.prepare_clip(dv.read_frames(p), NUM_INPUT_FRAMES, self.cfg.pixel_size,
+                                 self.tokenizer.pixel_chunk) for p in paths]
+        latents = self.tokenizer.encode(torch.stack(clips))
+        expected = tuple(self.cfg.latent_shape)
+        if tuple(latents.shape[1:]) != expected:
+            raise ValueError(f"prompts: the tokenizer gave latents {tuple(latents.shape[1:])}, expected {expected}")
+        return latents.flatten(1)[:, : self.cfg.prefix_len].cpu()
+
+    def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
+        """T5 encoder states [B, 512, 1024], zero past each text's length, as published."""
+        if self.text_encoder is None:
+            raise ValueError("prompts: Video2World needs the T5 text encoder (google-t5/t5-11b), not loaded")
+        tokenizer, encoder = self.text_encoder
+        batch = tokenizer(list(texts), return_tensors="pt", truncation=True, padding="max_length",
+                          max_length=T5_MAX_LENGTH)
+        dev = next(encoder.parameters()).device
+        with torch.no_grad():
+            states = encoder(input_ids=batch.input_ids.to(dev),
+                             attention_mask=batch.attention_mask.to(dev)).last_hidden_state
+        keep = batch.attention_mask.to(dev).bool()[..., None]
+        return (states * keep).to(self.dtype)
+
+
+# ----------------------------------------------------------------------------- loader
+
+def levels_for(vocab_size: int) -> tuple[int, ...]:
+    """FSQ levels of the tokenizer matching a vocabulary (the DV levels for 64,000)."""
+    if vocab_size == math.prod(dv.FSQ_LEVELS):
+        return dv.FSQ_LEVELS
+    for levels in ((3, 4, 5), (4, 4, 4), (2, 3, 5)):        # small ones used by the tests
+        if math.prod(levels) == vocab_size:
+            return levels
+    raise ValueError(f"config: no FSQ levels known for a vocabulary of {vocab_size}")
+
+
+def _default_device_dtype(device, dtype) -> tuple[torch.device, torch.dtype]:
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dtype is None:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    return device, dtype
+
+
+def load_t5(path: str | None, device: torch.device, dtype: torch.dtype):
+    """transformers' T5 tokenizer + T5EncoderModel from a folder or the local HF cache only."""
+    from transformers import AutoTokenizer, T5EncoderModel
+    source = path or T5_HUB_ID
+    try:
+        tok = AutoTokenizer.from_pretrained(source, local_files_only=True)
+        enc = T5EncoderModel.from_pretrained(source, local_files_only=True, dtype=dtype)
+    except (OSError, ValueError) as exc:
+        raise FileNotFoundError(f"T5 text encoder not found locally ({source}): download "
+                                f"{T5_HUB_ID} or pass t5_path=... ({exc})") from exc
+    return tok, enc.to(device).eval()
+
+
+def load_cosmos(name_or_path: str, device: str | torch.device | None = None,
+                dtype: torch.dtype | None = None, tokenizer_path: str | None = None,
+                t5_path: str | None = None, load_text_encoder: bool = True,
+                config: CosmosConfig | None = None) -> CosmosVideoModel:
+    """Load a Cosmos-1 AR model: a registry name, a hub id (local HF cache only), a folder
+    holding model.pt, or the file. The variant (base / Video2World) is read from the weights.
+    The DV tokenizer is taken from `tokenizer_path`, beside the checkpoint, or the HF cache.
+    `config` supplies what the tensors do not tell (latent shape, heads, RoPE theta); the
+    default is the published layout (640x1024 -> 5x40x64)."""
+    if not isinstance(name_or_path, str) or not name_or_path:
+        raise ValueError(f"name_or_path: expected a model name or path, got {name_or_path!r}")
+    ckpt = find_checkpoint(name_or_path)
+    if ckpt is None:
+        raise FileNotFoundError(
+            f"Cosmos checkpoint not found locally for {name_or_path!r}: download "
+            f"{HUB_IDS.get(name_or_path, 'the model')} (model.pt) with huggingface-cli, or pass the folder")
+    tok_dir = find_tokenizer(ckpt, tokenizer_path)
+    if tok_dir is None:
+        raise FileNotFoundError(
+            f"Cosmos DV tokenizer not found: download {TOKENIZER_HUB_ID} (encoder.jit, decoder.jit) "
+            "and pass tokenizer_path=..., or put its folder next to the model folder")
+    device, dtype = _default_device_dtype(device, dtype)
+    net = load_network(ckpt, config, device=device, dtype=dtype)
+    tokenizer = dv.DVTokenizer.load(tok_dir, device=device, dtype=dtype, levels=levels_for(net.cfg.vocab_size))
+    text = load_t5(t5_path, device, dtype) if net.cfg.cross_attention and load_text_encoder else None
+    name = name_or_path if name_or_path in HUB_IDS else os.path.basename(os.path.normpath(name_or_path))
+    return CosmosVideoModel(net, tokenizer, text, name=name, device=device, dtype=dtype)

@@ -1,0 +1,311 @@
+"""Cosmos-1 AR adapter: a tiny randomly initialised Cosmos-shaped model, offline on CPU."""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from scd_core.models import cosmos
+from scd_core.models import cosmos_tokenizer as dv
+
+LEVELS = [3, 4, 5]                       # tiny FSQ: 60 codes
+TINY = cosmos.CosmosConfig(dim=48, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=12,
+                           ffn_hidden_size=64, vocab_size=60, latent_shape=(5, 4, 5),
+                           rope_theta=10000.0, pixel_size=(64, 80))
+TINY_V2W = replace(TINY, cross_attention=True, abs_pos_emb=True, bov=True, embed_vocab_size=64,
+                   context_dim=16)
+
+
+def tiny_model(cfg=TINY, seed=0, tokenizer=None) -> cosmos.CosmosVideoModel:
+    net = cosmos.random_model(cfg, seed=seed, std=0.2)
+    return cosmos.CosmosVideoModel(net, tokenizer=tokenizer, name="tiny-cosmos")
+
+
+def start(model, batch=1, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    prefix = torch.randint(0, model.vocab_size, (batch, model.cfg.prefix_len), generator=g)
+    context = torch.randn(batch, 7, model.cfg.context_dim, generator=g) if model.cfg.cross_attention else None
+    return model.start_tokens(prefix, context)
+
+
+@pytest.mark.parametrize("cfg", [TINY, TINY_V2W], ids=["base", "video2world"])
+def test_window_forward_equals_one_at_a_time(cfg):
+    model = tiny_model(cfg)
+    toks = torch.randint(0, model.vocab_size, (1, 9), generator=torch.Generator().manual_seed(2))
+    window = start(model).step(toks, torch.tensor([0]))
+    s = start(model)
+    single = torch.cat([s.step(toks[:, j:j + 1], torch.tensor([j])) for j in range(9)], dim=1)
+    assert window.shape == (1, 9, model.vocab_size)
+    torch.testing.assert_close(window, single, atol=1e-4, rtol=1e-4)
+    # first_logits is the prediction of generated position 0, from the prefix alone
+    assert start(model).first_logits.shape == (1, model.vocab_size)
+
+
+def test_step_with_smaller_start_forgets():
+    model = tiny_model()
+    g = torch.Generator().manual_seed(3)
+    a = torch.randint(0, 60, (1, 10), generator=g)
+    b = torch.randint(0, 60, (1, 4), generator=g)
+    s = start(model)
+    s.step(a, torch.tensor([0]))                     # positions 0..9
+    rolled = s.step(b, torch.tensor([3]))            # overwrite from 3: forget 3..9
+    fresh = start(model)
+    fresh.step(a[:, :3], torch.tensor([0]))
+    expected = fresh.step(b, torch.tensor([3]))
+    torch.testing.assert_close(rolled, expected, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="start"):
+        s.step(b, torch.tensor([20]))                # a gap: positions 7..19 never fed
+
+
+def test_batch_rows_at_different_starts_match_single_rows():
+    model = tiny_model()
+    g = torch.Generator().manual_seed(4)
+    prefix = torch.randint(0, 60, (2, model.cfg.prefix_len), generator=g)
+    hist = torch.randint(0, 60, (2, 8), generator=g)
+    win = torch.randint(0, 60, (2, 5), generator=g)
+    starts = torch.tensor([2, 6])
+    s = model.start_tokens(prefix)
+    s.step(hist, torch.tensor([0, 0]))
+    both = s.step(win, starts)
+    for r in range(2):
+        one = model.start_tokens(prefix[r:r + 1])
+        one.step(hist[r:r + 1, : int(starts[r])], torch.tensor([0]))
+        torch.testing.assert_close(both[r:r + 1], one.step(win[r:r + 1], starts[r:r + 1]), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(s.first_logits[r:r + 1], one.first_logits, atol=1e-5, rtol=1e-5)
+
+
+def test_rotary_positions_follow_the_thw_raster():
+    cfg = cosmos.full_size_config("cosmos-1-ar-4b")
+    f_t, f_s = cosmos.rope_inv_freqs(cfg)
+    assert (len(f_t), len(f_s)) == (22, 21)                  # head_dim 128: dim_t 44, dim_h = dim_w = 42
+    assert f_s[1].item() == pytest.approx(1 / 500000 ** (2 / 42))
+    assert f_t[1].item() == pytest.approx(1 / 500000 ** (2 / 44))
+    # latent token (t=2, h=7, w=33) sits at raster index 2*2560 + 7*64 + 33
+    seq = torch.tensor([0, 1, 63, 64, 2560, 2 * 2560 + 7 * 64 + 33])
+    t, h, w, valid = cosmos.latent_coords(seq, cfg)
+    assert t.tolist() == [0, 0, 0, 0, 1, 2] and h.tolist() == [0, 0, 0, 1, 0, 7]
+    assert w.tolist() == [0, 1, 63, 0, 0, 33] and bool(valid.all())
+    ang = cosmos.rope_angles(seq, cfg)
+    assert ang.shape == (6, 128)
+    expected = torch.cat([2 * f_t, 7 * f_s, 33 * f_s]).float()
+    torch.testing.assert_close(ang[-1, :64], expected)
+    torch.testing.assert_close(ang[-1, 64:], expected)       # cat([t, h, w] * 2)
+    # Video2World: a <bov> at sequence 0 with zero angles, the latent raster shifted by one
+    v2w = cosmos.full_size_config("cosmos-1-ar-5b-video2world")
+    ang = cosmos.rope_angles(torch.tensor([0, 1, 2, 65]), v2w)
+    assert bool((ang[0] == 0).all()) and bool((ang[1] == 0).all())
+    torch.testing.assert_close(ang[2, 43:64], f_s.float())   # (0, 0, 1): w = 1
+    torch.testing.assert_close(ang[3, 22:43], f_s.float())   # (0, 1, 0): h = 1
+    # past the grid (the published zero padding) the angles are zero too
+    assert bool((cosmos.rope_angles(torch.tensor([12800]), cfg) == 0).all())
+
+
+PUBLISHED_LAYER0 = [  # names as in NVIDIA's cosmos1 Transformer state dict, after "model."
+    "layers.0.attention.wq.weight", "layers.0.attention.wk.weight", "layers.0.attention.wv.weight",
+    "layers.0.attention.wo.weight", "layers.0.attention.q_norm.weight", "layers.0.attention.k_norm.weight",
+    "layers.0.attention_norm.weight", "layers.0.ffn_norm.weight", "layers.0.feed_forward.w1.weight",
+    "layers.0.feed_forward.w2.weight", "layers.0.feed_forward.w3.weight",
+]
+PUBLISHED_CROSS0 = [
+    "layers.0.cross_attention.wq.weight", "layers.0.cross_attention.wk.weight",
+    "layers.0.cross_attention.wv.weight", "layers.0.cross_attention.wo.weight",
+    "layers.0.cross_attention.q_norm.weight", "layers.0.cross_attention.k_norm.weight",
+    "layers.0.cross_attention_norm.weight",
+]
+
+
+def synthetic_checkpoint(cfg) -> dict:
+    """A published-style checkpoint: {'model': {'model.<name>': tensor, ... '_extra_state'}}."""
+    g = torch.Generator().manual_seed(5)
+    hd, kv = cfg.hd, cfg.n_kv_heads * cfg.hd
+    shapes = {"tok_embeddings.weight": (cfg.n_embed, cfg.dim), "norm.weight": (cfg.dim,),
+              "output.weight": (cfg.vocab_size, cfg.dim)}
+    for i in range(cfg.n_layers):
+        p = f"layers.{i}."
+        shapes.update({p + "attention.wq.weight": (cfg.n_heads * hd, cfg.dim), p + "attention.wk.weight": (kv, cfg.dim),
+                       p + "attention.wv.weight": (kv, cfg.dim), p + "attention.wo.weight": (cfg.dim, cfg.n_heads * hd),
+                       p + "attention.q_norm.weight": (hd,), p + "attention.k_norm.weight": (hd,),
+                       p + "attention_norm.weight": (cfg.dim,), p + "ffn_norm.weight": (cfg.dim,),
+                       p + "feed_forward.w1.weight": (cfg.ffn_hidden_size, cfg.dim),
+                       p + "feed_forward.w2.weight": (cfg.dim, cfg.ffn_hidden_size),
+                       p + "feed_forward.w3.weight": (cfg.ffn_hidden_size, cfg.dim)})
+        if cfg.cross_attention:
+            shapes.update({p + "cross_attention.wq.weight": (cfg.n_heads * hd, cfg.dim),
+                           p + "cross_attention.wk.weight": (kv, cfg.context_dim),
+                           p + "cross_attention.wv.weight": (kv, cfg.context_dim),
+                           p + "cross_attention.wo.weight": (cfg.dim, cfg.n_heads * hd),
+                           p + "cross_attention.q_norm.weight": (hd,), p + "cross_attention.k_norm.weight": (hd,),
+                           p + "cross_attention_norm.weight": (cfg.dim,)})
+    state = {"model." + k: torch.randn(s, generator=g) * 0.2 for k, s in shapes.items()}
+    state["model.layers.0.attention._extra_state"] = None
+    return {"model": state}
+
+
+@pytest.mark.parametrize("cfg", [TINY, TINY_V2W], ids=["base", "video2world"])
+def test_checkpoint_with_published_names_loads_strictly(tmp_path, cfg):
+    ours = set(cosmos.CosmosTransformer(cfg).state_dict())
+    assert set(PUBLISHED_LAYER0) <= ours
+    assert (set(PUBLISHED_CROSS0) <= ours) == cfg.cross_attention
+    ckpt = synthetic_checkpoint(cfg)
+    assert {k[len("model."):] for k in ckpt["model"] if not k.endswith("_extra_state")} == ours
+    torch.save(ckpt, tmp_path / "model.pt")
+    base = replace(TINY, embed_vocab_size=None)               # variant and sizes come from the tensors
+    net = cosmos.load_network(str(tmp_path / "model.pt"), base)
+    assert net.cfg.cross_attention == cfg.cross_attention and net.cfg.bov == cfg.bov
+    assert net.cfg.n_embed == cfg.n_embed and net.cfg.vocab_size == 60
+    sd = net.state_dict()
+    for k, v in ckpt["model"].items():
+        if v is not None:
+            assert torch.equal(sd[k[len("model."):]], v)
+
+
+def test_fused_qkv_is_split():
+    sd = {"layers.0.attention.wqkv.weight": torch.arange(float((4 + 2 * 2) * 12 * 3)).view(-1, 3)}
+    out = cosmos.split_fused_qkv(dict(sd), TINY)
+    assert out["layers.0.attention.wq.weight"].shape[0] == 48 and out["layers.0.attention.wk.weight"].shape[0] == 24
+
+
+# ----------------------------------------------------------------------------- tokenizer
+
+class TinyEncoder(nn.Module):
+    """Cosmos-shaped: [B, 3, 1 + 8k, 16h, 16w] -> (indices [B, 1 + k, h, w], codes [B, C, ...], codes)."""
+
+    def __init__(self, levels: list[int]):
+        super().__init__()
+        self.proj = nn.Conv3d(3, len(levels), 1)
+        self.register_buffer("levels", torch.tensor(levels, dtype=torch.float32))
+        basis = [1]
+        for lv in levels[:-1]:
+            basis.append(basis[-1] * lv)
+        self.register_buffer("basis", torch.tensor(basis, dtype=torch.long))
+
+    def forward(self, x: torch.Tensor):
+        b, c, t, h, w = x.shape
+        rest = x[:, :, 1:].reshape(b, c, (t - 1) // 8, 8, h, w).mean(3)
+        z = F.avg_pool3d(torch.cat([x[:, :, :1], rest], 2), (1, 16, 16))
+        z = torch.tanh(self.proj(z))
+        lv = self.levels.view(1, -1, 1, 1, 1)
+        half = torch.floor(lv / 2)
+        digits = torch.clamp(torch.round((z + 1) / 2 * (lv - 1)), torch.zeros_like(lv), lv - 1)
+        codes = (digits - half) / half
+        idx = (digits.long() * self.basis.view(1, -1, 1, 1, 1)).sum(1)
+        return idx, codes, codes
+
+
+class TinyDecoder(nn.Module):
+    def __init__(self, levels: list[int]):
+        super().__init__()
+        self.proj = nn.Conv3d(len(levels), 3, 1)
+        self.register_buffer("levels", torch.tensor(levels, dtype=torch.long))
+        basis = [1]
+        for lv in levels[:-1]:
+            basis.append(basis[-1] * lv)
+        self.register_buffer("basis", torch.tensor(basis, dtype=torch.long))
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        digits = (idx[:, None] // self.basis.view(1, -1, 1, 1, 1)) % self.levels.view(1, -1, 1, 1, 1)
+        half = torch.div(self.levels, 2, rounding_mode="floor").view(1, -1, 1, 1, 1)
+        codes = ((digits - half).float() / half.float()).to(self.proj.weight.dtype)
+        y = torch.tanh(self.proj(codes))
+        first = y[:, :, :1]
+        rest = y[:, :, 1:].repeat_interleave(8, dim=2)
+        y = torch.cat([first, rest], 2)
+        return y.repeat_interleave(16, dim=3).repeat_interleave(16, dim=4)
+
+
+def save_tokenizer(folder, levels=LEVELS) -> str:
+    os.makedirs(folder, exist_ok=True)
+    torch.manual_seed(0)
+    torch.jit.script(TinyEncoder(levels)).save(os.path.join(folder, "encoder.jit"))
+    torch.jit.script(TinyDecoder(levels)).save(os.path.join(folder, "decoder.jit"))
+    return str(folder)
+
+
+def test_fsq_codes_to_indices_matches_the_published_basis():
+    assert dv.fsq_basis().tolist() == [1, 8, 64, 512, 2560, 12800]
+    codes = torch.tensor([[-1.0, -1.0, -1.0, -1.0, -1.0, -1.0], [0.75, 0.75, 0.75, 1.0, 1.0, 1.0]])
+    assert dv.codes_to_indices(codes).tolist() == [0, 63999]
+
+
+def test_torchscript_tokenizer_round_trips_shapes(tmp_path):
+    tok = dv.DVTokenizer.load(save_tokenizer(tmp_path / "tok"), levels=LEVELS)
+    clip = torch.rand(2, 3, 33, 64, 80) * 2 - 1
+    ids = tok.encode(clip)
+    assert ids.shape == (2, 5, 4, 5) and ids.dtype == torch.long
+    assert int(ids.min()) >= 0 and int(ids.max()) < 60
+    assert torch.equal(ids, tok.encoder(clip)[0])          # codes_to_indices agrees with the encoder
+    out = tok.decode(ids)
+    assert out.shape == (2, 3, 33, 64, 80)
+    frames = dv.clip_to_frames(out)
+    assert len(frames) == 2 and len(frames[0]) == 33 and frames[0][0].size == (80, 64)
+
+
+def write_clip(path, frames=12, h=96, w=128):
+    import imageio.v3 as iio
+    g = torch.Generator().manual_seed(6)
+    video = (torch.rand(frames, h, w, 3, generator=g) * 255).to(torch.uint8).numpy()
+    iio.imwrite(path, video, fps=8)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    """A folder laid out as NVIDIA's: model.pt beside Cosmos-1.0-Tokenizer-DV8x16x16/."""
+    root = tmp_path_factory.mktemp("ckpts")
+    model_dir = root / "Cosmos-1.0-Autoregressive-Tiny"
+    model_dir.mkdir()
+    torch.save(synthetic_checkpoint(TINY), model_dir / "model.pt")
+    save_tokenizer(root / cosmos.TOKENIZER_FOLDER)
+    clip = write_clip(root / "clip.mp4")
+    return str(model_dir), clip
+
+
+def test_video_prompt_to_frames_end_to_end(tiny_folder):
+    folder, clip = tiny_folder
+    assert cosmos.claims_folder(folder)
+    model = cosmos.load_cosmos(folder, device="cpu", config=TINY)
+    assert model.grid == (3, 4, 5) and model.vocab_size == 60
+    assert model.default_settings == {"top_p": 0.8, "temperature": 1.0, "cfg_scale": 1.0,
+                                      "window": 128, "init": "repeat-frame"}
+    s = model.start([clip, clip], cfg_scale=1.0)
+    assert s.first_logits.shape == (2, 60)
+    assert torch.equal(model.last_prefix[0], model.last_prefix[1])
+    assert s.step(torch.zeros(2, 4, dtype=torch.long), torch.tensor([0, 0])).shape == (2, 4, 60)
+    frames = model.decode(torch.randint(0, 60, (2, 60)))
+    assert len(frames) == 2 and len(frames[0]) == 33 and frames[0][0].size == (80, 64)
+    with pytest.raises(ValueError, match="cfg_scale"):
+        model.start([clip], cfg_scale=3.0)
+    with pytest.raises(ValueError, match="prompts"):
+        model.start([clip + "|a text"])
+    with pytest.raises(ValueError, match="prompts"):
+        model.start(["/no/such/clip.mp4"])
+
+
+def test_missing_checkpoint_or_tokenizer_is_reported(tmp_path):
+    with pytest.raises(FileNotFoundError, match="checkpoint not found"):
+        cosmos.load_cosmos(str(tmp_path))
+    torch.save(synthetic_checkpoint(TINY), tmp_path / "model.pt")
+    with pytest.raises(FileNotFoundError, match="tokenizer not found"):
+        cosmos.load_cosmos(str(tmp_path), config=TINY)
+    assert "tokenizer not found" in cosmos.availability(str(tmp_path))
+    reason = cosmos.availability("cosmos-1-ar-4b")
+    if cosmos.find_checkpoint("cosmos-1-ar-4b") is None:
+        assert "checkpoint not found" in reason
+
+
+def test_generate_scd_gumbel_on_the_tiny_model(tiny_folder):
+    import scd_core
+    if not hasattr(scd_core, "generate"):
+        pytest.skip("engine not there yet")
+    folder, clip = tiny_folder
+    model = cosmos.load_cosmos(folder, device="cpu", config=TINY)
+    run = scd_core.generate(model, [clip], method="scd-gumbel", window=8, seed=0, init="repeat-frame",
+                            temperature=1.0, top_p=0.8, cfg_scale=1.0)
+    assert run.tokens.shape == (1, 60)
+    assert 1 <= run.nfe <= 61
+    assert len(run.images) == 1 and len(run.images[0]) == 33
