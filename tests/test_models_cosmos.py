@@ -309,3 +309,29 @@ def test_generate_scd_gumbel_on_the_tiny_model(tiny_folder):
     assert run.tokens.shape == (1, 60)
     assert 1 <= run.nfe <= 61
     assert len(run.images) == 1 and len(run.images[0]) == 33
+
+
+def test_video2world_absolute_position_embedding_layout():
+    cfg = cosmos.full_size_config("cosmos-1-ar-5b-video2world")
+    emb = cosmos.abs_pos_embedding(torch.tensor([0, 1, 1 + 2560 + 64 + 2]), cfg)   # <bov>, (0,0,0), (1,1,2)
+    assert emb.shape == (3, 4096)
+    assert bool((emb[0] == 0).all())                                           # <bov> row is zero
+    dim_t, dim_h = 4096 - 2 * 1364, 1364
+    torch.testing.assert_close(emb[2, :dim_t], cosmos.sincos_1d(dim_t, torch.tensor(1)))
+    torch.testing.assert_close(emb[2, dim_t:dim_t + dim_h], cosmos.sincos_1d(dim_h, torch.tensor(1)))
+    torch.testing.assert_close(emb[2, dim_t + dim_h:], cosmos.sincos_1d(dim_h, torch.tensor(2)))
+    # sin-cos halves: position 0 gives sin 0 and cos 1
+    assert bool((emb[1, : dim_t // 2] == 0).all()) and bool((emb[1, dim_t // 2: dim_t] == 1).all())
+
+
+def test_grouped_query_attention_matches_repeated_heads():
+    att = cosmos.random_model(TINY, std=0.3).layers[0].attention
+    g = torch.Generator().manual_seed(8)
+    q = torch.randn(2, 3, 4, 12, generator=g)
+    k, v = torch.randn(2, 2, 7, 12, generator=g), torch.randn(2, 2, 7, 12, generator=g)
+    mask = torch.rand(2, 1, 3, 7, generator=g) > 0.3
+    mask[..., 0] = True
+    ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
+                                         attn_mask=mask, scale=12 ** -0.5)
+    expected = att.wo(ref.transpose(1, 2).reshape(2, 3, 48))
+    torch.testing.assert_close(att.attend(q, k, v, mask), expected, atol=1e-5, rtol=1e-5)

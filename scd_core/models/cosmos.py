@@ -255,13 +255,20 @@ class Attention(nn.Module):
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                mask: torch.Tensor | None) -> torch.Tensor:
-        """q [B, Lq, H, D], k/v [B, Lk, Hkv, D] (or already [B, Hkv, Lk, D] via cache)."""
+        """q [B, Lq, H, D]; k/v [B, Hkv, Lk, D]; mask [B, 1, Lq, Lk] (True = attend) or None.
+
+        Query head j reads KV head j // rep (the published repeat_interleave). Instead of
+        copying K/V rep times, the rep query heads of a group are stacked along the query
+        axis, so K/V are read in place: the same result without the copy.
+        """
         b, lq = q.shape[:2]
         rep = self.n_heads // self.n_kv
-        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=mask,
-                                             scale=1.0 / math.sqrt(self.hd))
-        return self.wo(out.transpose(1, 2).reshape(b, lq, -1))
+        qg = q.view(b, lq, self.n_kv, rep, self.hd).permute(0, 2, 3, 1, 4).reshape(b, self.n_kv, rep * lq, self.hd)
+        if mask is not None:
+            mask = mask.repeat(1, 1, rep, 1)
+        out = F.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=1.0 / math.sqrt(self.hd))
+        out = out.view(b, self.n_kv, rep, lq, self.hd).permute(0, 3, 1, 2, 4)
+        return self.wo(out.reshape(b, lq, self.n_heads * self.hd))
 
     def forward_self(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                      seq_pos: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor,
@@ -515,7 +522,7 @@ def find_tokenizer(checkpoint: str | None, tokenizer_path: str | None = None) ->
 
 def claims_folder(path: str) -> bool:
     """A folder with a Cosmos AR checkpoint: model.pt (or .safetensors) and a Cosmos name."""
-    name = os.path.basename(os.path.normpath(path)).lower()
+    name = os.path.abspath(path).lower()        # hub snapshots sit under models--nvidia--Cosmos-...
     return os.path.isdir(path) and find_checkpoint(path) is not None and "cosmos" in name \
         and ("autoregressive" in name or "-ar-" in name)
 
@@ -528,6 +535,8 @@ def availability(name: str) -> str | None:
                 "(model.pt) or pass its folder")
     if find_tokenizer(ckpt) is None:
         return f"tokenizer not found locally: download {TOKENIZER_HUB_ID} (encoder.jit, decoder.jit)"
+    if name == "cosmos-1-ar-5b-video2world" and _hub_cached(T5_HUB_ID, "config.json") is None:
+        return f"T5 text encoder not found locally: download {T5_HUB_ID}"
     if not torch.cuda.is_available():
         return "needs a CUDA GPU (a 4-5B video model; CPU decoding of 7,680 tokens is impractical)"
     return None
@@ -640,7 +649,7 @@ class CosmosVideoModel:
             raise ValueError("prefix: decode needs the conditioning tokens of these rows; call start() "
                              "first or pass prefix=[B, prefix_len]")
         full = torch.cat([prefix, tokens.long().cpu()], dim=1).view(tokens.shape[0], *self.cfg.latent_shape)
-        return dv.clip_to_frames(self.tokenizer.decode(full))
+        return [dv.clip_to_frames(self.tokenizer.decode(row[None]))[0] for row in full]   # a row at a time
 
     # -- conditioning ----------------------------------------------------------------
     def encode_videos(self, paths: Sequence[str]) -> torch.LongTensor:
@@ -649,7 +658,7 @@ class CosmosVideoModel:
             raise ValueError("prompts: this model was loaded without the DV tokenizer; use start_tokens()")
         clips = [dv.prepare_clip(dv.read_frames(p), NUM_INPUT_FRAMES, self.cfg.pixel_size,
                                  self.tokenizer.pixel_chunk) for p in paths]
-        latents = self.tokenizer.encode(torch.stack(clips))
+        latents = torch.cat([self.tokenizer.encode(clip[None]) for clip in clips])   # a row at a time
         expected = tuple(self.cfg.latent_shape)
         if tuple(latents.shape[1:]) != expected:
             raise ValueError(f"prompts: the tokenizer gave latents {tuple(latents.shape[1:])}, expected {expected}")
@@ -689,8 +698,11 @@ def _default_device_dtype(device, dtype) -> tuple[torch.device, torch.dtype]:
     return device, dtype
 
 
-def load_t5(path: str | None, device: torch.device, dtype: torch.dtype):
-    """transformers' T5 tokenizer + T5EncoderModel from a folder or the local HF cache only."""
+def load_t5(path: str | None, device: torch.device, dtype: torch.dtype = torch.float32):
+    """transformers' T5 tokenizer + T5EncoderModel from a folder or the local HF cache only.
+
+    NVIDIA runs T5-11B in float32 (about 44 GB); pass t5_dtype=torch.bfloat16 or
+    t5_device="cpu" to load_cosmos on a smaller GPU (embeddings then differ slightly)."""
     from transformers import AutoTokenizer, T5EncoderModel
     source = path or T5_HUB_ID
     try:
@@ -705,7 +717,8 @@ def load_t5(path: str | None, device: torch.device, dtype: torch.dtype):
 def load_cosmos(name_or_path: str, device: str | torch.device | None = None,
                 dtype: torch.dtype | None = None, tokenizer_path: str | None = None,
                 t5_path: str | None = None, load_text_encoder: bool = True,
-                config: CosmosConfig | None = None) -> CosmosVideoModel:
+                config: CosmosConfig | None = None, t5_device: str | torch.device | None = None,
+                t5_dtype: torch.dtype = torch.float32) -> CosmosVideoModel:
     """Load a Cosmos-1 AR model: a registry name, a hub id (local HF cache only), a folder
     holding model.pt, or the file. The variant (base / Video2World) is read from the weights.
     The DV tokenizer is taken from `tokenizer_path`, beside the checkpoint, or the HF cache.
@@ -726,6 +739,8 @@ def load_cosmos(name_or_path: str, device: str | torch.device | None = None,
     device, dtype = _default_device_dtype(device, dtype)
     net = load_network(ckpt, config, device=device, dtype=dtype)
     tokenizer = dv.DVTokenizer.load(tok_dir, device=device, dtype=dtype, levels=levels_for(net.cfg.vocab_size))
-    text = load_t5(t5_path, device, dtype) if net.cfg.cross_attention and load_text_encoder else None
+    text = None
+    if net.cfg.cross_attention and load_text_encoder:
+        text = load_t5(t5_path, torch.device(t5_device or device), t5_dtype)
     name = name_or_path if name_or_path in HUB_IDS else os.path.basename(os.path.normpath(name_or_path))
     return CosmosVideoModel(net, tokenizer, text, name=name, device=device, dtype=dtype)
