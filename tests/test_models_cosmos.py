@@ -335,3 +335,32 @@ def test_grouped_query_attention_matches_repeated_heads():
                                          attn_mask=mask, scale=12 ** -0.5)
     expected = att.wo(ref.transpose(1, 2).reshape(2, 3, 48))
     torch.testing.assert_close(att.attend(q, k, v, mask), expected, atol=1e-5, rtol=1e-5)
+
+
+class FakeT5Tokenizer:
+    """Stands in for T5TokenizerFast: one id per word, padded to max_length."""
+
+    def __call__(self, texts, return_tensors, truncation, padding, max_length):
+        from types import SimpleNamespace
+        ids = torch.zeros(len(texts), max_length, dtype=torch.long)
+        mask = torch.zeros(len(texts), max_length, dtype=torch.long)
+        for i, text in enumerate(texts):
+            words = [1 + sum(map(ord, w)) % 30 for w in text.split()][:max_length - 1] + [1]
+            ids[i, :len(words)], mask[i, :len(words)] = torch.tensor(words), 1
+        return SimpleNamespace(input_ids=ids, attention_mask=mask)
+
+
+def test_video2world_prompt_with_text(tmp_path, tiny_folder):
+    from transformers import T5Config, T5EncoderModel
+    _, clip = tiny_folder
+    t5 = T5EncoderModel(T5Config(vocab_size=32, d_model=16, d_kv=4, num_heads=2, num_layers=1, d_ff=32)).eval()
+    tok = dv.DVTokenizer.load(save_tokenizer(tmp_path / "tok"), levels=LEVELS)
+    model = cosmos.CosmosVideoModel(cosmos.random_model(TINY_V2W, std=0.2), tokenizer=tok,
+                                    text_encoder=(FakeT5Tokenizer(), t5))
+    assert model.default_settings["top_p"] == 0.7
+    ctx = model.encode_text(["a red car", ""])
+    assert ctx.shape == (2, cosmos.T5_MAX_LENGTH, 16)
+    assert bool((ctx[0, 4:] == 0).all()) and bool((ctx[0, :4] != 0).any())   # zero past the length
+    a = model.start([clip + "|a red car"]).first_logits
+    b = model.start([clip + "|a blue boat at night"]).first_logits
+    assert a.shape == (1, 60) and not torch.allclose(a, b)                   # the text conditions

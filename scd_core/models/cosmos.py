@@ -161,14 +161,14 @@ def rope_inv_freqs(cfg: CosmosConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """(temporal, spatial) inverse frequencies of the published 3-D RoPE."""
     dim_h = cfg.hd // 6 * 2
     dim_t = cfg.hd - 2 * dim_h
-    spatial = torch.arange(0, dim_h, 2)[: dim_h // 2].double() / dim_h
-    temporal = torch.arange(0, dim_t, 2)[: dim_t // 2].double() / dim_t
+    spatial = torch.arange(0, dim_h, 2)[: dim_h // 2].float() / dim_h     # float32, as published
+    temporal = torch.arange(0, dim_t, 2)[: dim_t // 2].float() / dim_t
     return 1.0 / cfg.rope_theta ** temporal, 1.0 / cfg.rope_theta ** spatial
 
 
 def rope_angles(seq_pos: torch.Tensor, cfg: CosmosConfig) -> torch.Tensor:
     """Angles [..., head_dim] of sequence positions: cat([t f_t, h f_s, w f_s] * 2)."""
-    f_t, f_s = (f.float().to(seq_pos.device) for f in rope_inv_freqs(cfg))
+    f_t, f_s = (f.to(seq_pos.device) for f in rope_inv_freqs(cfg))
     t, h, w, valid = latent_coords(seq_pos, cfg)
     half = torch.cat([t[..., None] * f_t, h[..., None] * f_s, w[..., None] * f_s], dim=-1)
     half = half * valid[..., None]
