@@ -364,3 +364,71 @@ def test_video2world_prompt_with_text(tmp_path, tiny_folder):
     a = model.start([clip + "|a red car"]).first_logits
     b = model.start([clip + "|a blue boat at night"]).first_logits
     assert a.shape == (1, 60) and not torch.allclose(a, b)                   # the text conditions
+
+
+def published_rope_table(cfg) -> torch.Tensor:
+    """The angle table as the published RotaryPositionEmbedding builds it: per-axis outer
+    products, broadcast over the (T, H, W) grid, cat([t, h, w] * 2), flattened in raster order."""
+    T, H, W = cfg.latent_shape
+    dim_h = cfg.hd // 6 * 2
+    dim_t = cfg.hd - 2 * dim_h
+    f_s = 1.0 / cfg.rope_theta ** (torch.arange(0, dim_h, 2)[: dim_h // 2].float() / dim_h)
+    f_t = 1.0 / cfg.rope_theta ** (torch.arange(0, dim_t, 2)[: dim_t // 2].float() / dim_t)
+    seq = torch.arange(max(T, H, W)).float()
+    et, eh, ew = torch.outer(seq[:T], f_t), torch.outer(seq[:H], f_s), torch.outer(seq[:W], f_s)
+    parts = [et[:, None, None].expand(T, H, W, -1), eh[None, :, None].expand(T, H, W, -1),
+             ew[None, None, :].expand(T, H, W, -1)]
+    emb = torch.cat(parts * 2, dim=-1).reshape(T * H * W, -1)
+    if cfg.bov:
+        emb = torch.cat([torch.zeros(1, emb.shape[1]), emb])
+    return emb
+
+
+def naive_logits(net, tokens: torch.Tensor) -> torch.Tensor:
+    """Cache-free causal forward of the base model over a whole sequence [1, S]."""
+    cfg = net.cfg
+    emb = published_rope_table(cfg)[: tokens.shape[1]]
+    cos, sin = emb.cos()[:, None], emb.sin()[:, None]
+    rot = lambda x: x * cos + torch.cat([-x[..., x.shape[-1] // 2:], x[..., : x.shape[-1] // 2]], -1) * sin
+    h = net.tok_embeddings(tokens)[0]
+    S = h.shape[0]
+    causal = torch.ones(S, S).tril().bool()
+    for layer in net.layers:
+        a = layer.attention
+        x = layer.attention_norm(h)
+        q = a.q_norm(a.wq(x).view(S, cfg.n_heads, cfg.hd))
+        k = a.k_norm(a.wk(x).view(S, cfg.n_kv_heads, cfg.hd))
+        v = a.wv(x).view(S, cfg.n_kv_heads, cfg.hd)
+        q, k = rot(q), rot(k)
+        rep = cfg.n_heads // cfg.n_kv_heads
+        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+        att = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(cfg.hd)
+        att = att.masked_fill(~causal, float("-inf")).softmax(-1)
+        h = h + a.wo(torch.einsum("hqk,khd->qhd", att, v).reshape(S, -1))
+        h = h + layer.feed_forward(layer.ffn_norm(h))
+    return net.output(net.norm(h))[None]
+
+
+def test_session_matches_a_cache_free_reference():
+    model = tiny_model()
+    g = torch.Generator().manual_seed(9)
+    prefix = torch.randint(0, 60, (1, model.cfg.prefix_len), generator=g)
+    gen = torch.randint(0, 60, (1, 12), generator=g)
+    ref = naive_logits(model.net, torch.cat([prefix, gen], 1))
+    s = model.start_tokens(prefix)
+    torch.testing.assert_close(s.first_logits, ref[:, prefix.shape[1] - 1], atol=1e-4, rtol=1e-4)
+    s.step(gen[:, :5], torch.tensor([0]))
+    out = s.step(gen[:, 3:], torch.tensor([3]))                       # rolled back and re-fed
+    torch.testing.assert_close(out, ref[:, prefix.shape[1] + 3:], atol=1e-4, rtol=1e-4)
+
+
+def test_full_size_configs_have_the_published_sizes():
+    with torch.device("meta"):
+        n4 = sum(p.numel() for p in cosmos.CosmosTransformer(cosmos.full_size_config("cosmos-1-ar-4b")).parameters())
+        n5 = sum(p.numel() for p in cosmos.CosmosTransformer(
+            cosmos.full_size_config("cosmos-1-ar-5b-video2world")).parameters())
+    assert 3.9e9 < n4 < 4.1e9 and 4.5e9 < n5 < 4.7e9
+    cfg = cosmos.full_size_config("cosmos-1-ar-4b")
+    assert (cfg.grid, cfg.prefix_len, cfg.seq_len, cfg.hd) == ((3, 40, 64), 5120, 12800, 128)
+    with pytest.raises(ValueError, match="name"):
+        cosmos.full_size_config("cosmos-12b")

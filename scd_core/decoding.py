@@ -1,0 +1,334 @@
+"""The decoding loops: AR, SJD, SCD with maximal coupling, SCD with Gumbel coupling.
+
+One loop serves every method. Each iteration feeds, per row, the last committed token and
+the row's drafts in one forward pass of window W, then:
+
+1. verify: draft slot i of row b (generated position n_b + i) is accepted if
+   U < min(1, p(x)/q(x)); the first rejection k_b ends the accepted prefix, so each draft
+   is verified once, when everything before it was accepted (rules 2 and 6);
+2. commit: the k_b accepted drafts, then a residual sample norm(max(0, p - q)) at slot k_b,
+   or, when all were accepted, a bonus token from the last p (rule 3);
+3. redraft the slots after k_b from this pass's p, with q <- p for every one of them
+   (rule 4): SJD draws independently, SCD-MC takes the MRS output of the verification
+   pass (keep, or residual: the maximal coupling), SCD-Gumbel takes argmax(log p + G);
+4. fill the empty slots with the init scheme and its exact q (random: uniform; copies:
+   one-hot).
+
+AR is the same loop with a window of 1 (no drafts, every token a "bonus" sample). Rows
+advance by their own accepted lengths. A row near the end of the grid re-feeds committed
+tokens at earlier positions instead of running past N (legal under the Session contract),
+so every row's window fits the grid.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import torch
+
+from scd_core import coupling
+from scd_core.protocols import TokenModel
+from scd_core.sampling import SamplingConfig, processed_probs, validate_sampling
+from scd_core.trace import Iteration, Run
+
+METHODS = ("ar", "sjd", "scd-mc", "scd-gumbel")
+INITS = ("random", "repeat-above", "repeat-frame")
+MAX_WINDOW = 1024
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    method: str
+    window: int
+    init: str
+    seed: int
+    sampling: SamplingConfig
+    cfg_scale: float
+
+
+def validate(model: TokenModel, prompts: Sequence[str], method: str, window: int, init: str,
+             seed: int, temperature: float, top_k: int, top_p: float, cfg_scale: float) -> DecodeConfig:
+    """Check every argument; a ValueError names the argument and what is allowed."""
+    if not hasattr(model, "start") or not hasattr(model, "grid") or not hasattr(model, "vocab_size"):
+        raise ValueError(f"model must follow the TokenModel contract (vocab_size, grid, start, decode), got {type(model).__name__}")
+    if isinstance(prompts, str) or not isinstance(prompts, Sequence) or len(prompts) == 0:
+        raise ValueError("prompts must be a non-empty list of strings (one per batch row)")
+    if not all(isinstance(p, str) for p in prompts):
+        raise ValueError("prompts must contain only strings")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if isinstance(window, bool) or not isinstance(window, int):
+        raise ValueError(f"window must be an integer, got {window!r}")
+    low = 1 if method == "ar" else 2
+    if not low <= window <= MAX_WINDOW:
+        raise ValueError(f"window must be in [{low}, {MAX_WINDOW}] for method {method!r}, got {window}")
+    if init not in INITS:
+        raise ValueError(f"init must be one of {', '.join(INITS)}, got {init!r}")
+    if init == "repeat-frame" and len(model.grid) != 3:
+        raise ValueError(f"init 'repeat-frame' needs a video grid (T, H, W); this model's grid is {tuple(model.grid)}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be an integer in [0, 2**63), got {seed!r}")
+    if not isinstance(cfg_scale, (int, float)) or not 0 <= cfg_scale <= 100:
+        raise ValueError(f"cfg_scale must be a number in [0, 100], got {cfg_scale!r}")
+    sampling = validate_sampling(temperature, top_k, top_p)
+    return DecodeConfig(method, window if method != "ar" else 1, init, seed, sampling, float(cfg_scale))
+
+
+def generate(model: TokenModel, prompts: Sequence[str], method: str = "scd-mc", window: int = 16,
+             seed: int = 0, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+             cfg_scale: float = 1.0, init: str = "random") -> Run:
+    """Decode one grid of tokens per prompt; returns a Run with tokens, NFE, images, trace."""
+    iterations = list(stream(model, prompts, method=method, window=window, seed=seed,
+                             temperature=temperature, top_k=top_k, top_p=top_p,
+                             cfg_scale=cfg_scale, init=init))
+    return Run.from_iterations(iterations, decode=model.decode)
+
+
+def stream(model: TokenModel, prompts: Sequence[str], method: str = "scd-mc", window: int = 16,
+           seed: int = 0, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+           cfg_scale: float = 1.0, init: str = "random") -> Iterator[Iteration]:
+    """Yield one `Iteration` record per forward pass (index 0 is the prefill)."""
+    cfg = validate(model, prompts, method, window, init, seed, temperature, top_k, top_p, cfg_scale)
+    decoder = _Decoder(model, cfg, len(prompts))
+    yield decoder.prefill(list(prompts))
+    while not decoder.finished():
+        yield decoder.iterate()
+
+
+class _Decoder:
+    """Per-run state. Draft slot i of row b holds the draft for position n[b] + i."""
+
+    def __init__(self, model: TokenModel, cfg: DecodeConfig, batch: int):
+        self.model, self.cfg, self.B = model, cfg, batch
+        self.N = 1
+        for size in model.grid:
+            self.N *= int(size)
+        self.V = int(model.vocab_size)
+        self.L = cfg.window
+        self.D = self.L - 1
+        self.stride = _copy_stride(model.grid, cfg.init)
+        self.nfe, self.index = 0, 0
+        self.t0 = time.perf_counter()
+        self.step_time = 0.0
+
+    # -- setup -------------------------------------------------------------------------
+
+    def prefill(self, prompts: list[str]) -> Iteration:
+        """Start the session (one forward pass) and commit position 0 from its logits."""
+        t = time.perf_counter()
+        self.session = self.model.start(prompts, self.cfg.cfg_scale)
+        first = self.session.first_logits
+        self._sync(first)
+        self.step_time += time.perf_counter() - t
+        self.device = first.device
+        self.generator = torch.Generator(device=self.device).manual_seed(self.cfg.seed)
+        B, N, D = self.B, self.N, self.D
+        self.rows = torch.arange(B, device=self.device)
+        self.tokens = torch.full((B, N), -1, dtype=torch.long, device=self.device)
+        self.n = torch.zeros(B, dtype=torch.long, device=self.device)
+        self.drafts = torch.full((B, D), -1, dtype=torch.long, device=self.device)
+        self.q = torch.zeros(B, D, self.V, device=self.device)
+        p0 = processed_probs(first, self.cfg.sampling).unsqueeze(1)
+        token0 = self._sample_target(p0, self.n.unsqueeze(1))[:, 0]
+        self.tokens[:, 0] = token0
+        self.nfe = 1
+        n_before = self.n.clone()
+        self.n = self.n + 1
+        return self._record(n_before, start=torch.full_like(self.n, -1),
+                            fed=torch.zeros(B, 0, dtype=torch.long, device=self.device),
+                            committed=token0.unsqueeze(1), rejected=torch.zeros_like(self.n, dtype=torch.bool),
+                            verified=torch.zeros(B, D, dtype=torch.bool, device=self.device),
+                            accepted=torch.zeros(B, D, dtype=torch.bool, device=self.device),
+                            accept_prob=torch.full((B, D), float("nan"), device=self.device),
+                            k=torch.zeros_like(self.n), bonus=torch.zeros_like(self.n, dtype=torch.bool),
+                            carried=torch.zeros(B, D, dtype=torch.bool, device=self.device),
+                            unchanged=torch.zeros_like(self.n))
+
+    def finished(self) -> bool:
+        return bool((self.n >= self.N).all())
+
+    # -- one iteration -----------------------------------------------------------------
+
+    def iterate(self) -> Iteration:
+        self._fill_drafts()
+        fed, start, off, m = self._build_window()
+        p = self._forward(fed, start, off)                       # [B, L, V]: p for position n + i
+        slot = torch.arange(self.L, device=self.device)
+        drafts = self.drafts
+        verified_region = slot[: self.D] < m.unsqueeze(1)        # [B, D] drafts fed this pass
+        kept, mrs_tokens, accept_prob = self._verify(p[:, : self.D], drafts)
+        kept &= verified_region
+        k = (~kept).long().cumsum(1).eq(0).sum(1)                # first rejection (m if none)
+        rejected = k < m
+        fresh = self._sample_target(p, self.n.unsqueeze(1) + slot)  # [B, L] draws from p
+        redraft = self._redraft(fresh, mrs_tokens, m)
+        last = torch.where(rejected, _take(mrs_tokens, k.clamp(max=self.D - 1)) if self.D else fresh[:, 0],
+                           _take(fresh, k))
+        bonus = ~rejected & (self.n + m < self.N)
+        c = k + (rejected | bonus).long()                        # tokens committed this pass
+        committed = torch.cat([drafts, last.unsqueeze(1)], 1)      # [B, D + 1]
+        committed = torch.where(slot.unsqueeze(0) < k.unsqueeze(1), committed, last.unsqueeze(1))
+        committed = committed.masked_fill(slot.unsqueeze(0) >= c.unsqueeze(1), -1)
+        n_before = self.n.clone()
+        self._commit(committed, c)
+        carried, unchanged = self._carry_drafts(redraft, p, c, m, drafts)
+        verified = verified_region & (slot[: self.D].unsqueeze(0) <= k.unsqueeze(1))
+        accepted = slot[: self.D].unsqueeze(0) < k.unsqueeze(1)
+        accept_prob = accept_prob.masked_fill(~verified_region, float("nan"))
+        return self._record(n_before, start, fed, committed, rejected, verified, accepted,
+                            accept_prob, k, bonus, carried, unchanged)
+
+    def _fill_drafts(self) -> None:
+        """Fill empty draft slots (inside the grid) with the init scheme and its exact q."""
+        pos = self.n.unsqueeze(1) + torch.arange(self.D, device=self.device)
+        empty = (self.drafts < 0) & (pos < self.N)
+        if not bool(empty.any()):
+            return
+        if self.stride:
+            self._fill_copies(empty, pos)
+            empty = (self.drafts < 0) & (pos < self.N)
+        tok = torch.randint(self.V, empty.shape, generator=self.generator, device=self.device)
+        self.drafts = torch.where(empty, tok, self.drafts)
+        self.q = torch.where(empty.unsqueeze(-1), torch.full_like(self.q[:1, :1], 1.0 / self.V), self.q)
+
+    def _fill_copies(self, empty: torch.Tensor, pos: torch.Tensor) -> None:
+        """Copy init: the token `stride` positions back (row above / previous frame), q one-hot.
+
+        A source may be committed or a draft, including one filled in an earlier round
+        here, so rounds run until no slot can take a copy (at most D / stride + 1 rounds).
+        """
+        src = pos - self.stride
+        for _ in range(self.D // self.stride + 1):
+            from_committed = (src >= 0) & (src < self.n.unsqueeze(1))
+            rel = (src - self.n.unsqueeze(1)).clamp(0, self.D - 1)
+            from_draft = (src >= self.n.unsqueeze(1)) & (self.drafts.gather(1, rel) >= 0)
+            take = empty & (from_committed | from_draft)
+            if not bool(take.any()):
+                return
+            value = torch.where(from_committed, self.tokens.gather(1, src.clamp(0, self.N - 1)),
+                                self.drafts.gather(1, rel))
+            self.drafts = torch.where(take, value, self.drafts)
+            one_hot = torch.zeros_like(self.q).scatter_(-1, value.clamp(min=0).unsqueeze(-1), 1.0)
+            self.q = torch.where(take.unsqueeze(-1), one_hot, self.q)
+            empty = empty & ~take
+
+    def _build_window(self):
+        """Tokens to feed [B, W] and each row's start, offset and number of drafts fed.
+
+        W = min(L, the most tokens any row still needs); a row needing fewer starts earlier
+        (start = N - W) and re-feeds committed tokens, so that it never runs past the grid.
+        """
+        W = int(min(self.L, int((self.N - self.n).max())))
+        start = torch.minimum(self.n - 1, torch.full_like(self.n, self.N - W))
+        off = self.n - 1 - start                                  # committed tokens re-fed after the last one
+        m = W - 1 - off                                           # drafts fed
+        pos = start.unsqueeze(1) + torch.arange(W, device=self.device)
+        rel = pos - self.n.unsqueeze(1)
+        from_tokens = self.tokens.gather(1, pos.clamp(0, self.N - 1))
+        from_drafts = self.drafts.gather(1, rel.clamp(0, max(self.D - 1, 0))) if self.D else from_tokens
+        fed = torch.where(rel < 0, from_tokens, from_drafts)
+        return fed, start, off, m
+
+    def _forward(self, fed: torch.Tensor, start: torch.Tensor, off: torch.Tensor) -> torch.Tensor:
+        """One forward pass; returns p aligned to slots: p[b, i] is for position n[b] + i."""
+        t = time.perf_counter()
+        logits = self.session.step(fed, start)
+        self._sync(logits)
+        self.step_time += time.perf_counter() - t
+        self.nfe += 1
+        W = fed.shape[1]
+        idx = (off.unsqueeze(1) + torch.arange(self.L, device=self.device)).clamp(max=W - 1)
+        logits = logits.gather(1, idx.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+        return processed_probs(logits, self.cfg.sampling)
+
+    def _verify(self, p: torch.Tensor, drafts: torch.Tensor):
+        """Modified rejection sampling of every draft slot at once (no break)."""
+        if self.D == 0:
+            empty = torch.zeros(self.B, 0, device=self.device)
+            return empty.bool(), empty.long(), empty
+        return coupling.mrs(p, self.q, drafts.clamp(min=0), self.generator)
+
+    def _sample_target(self, p: torch.Tensor, positions: torch.Tensor) -> torch.LongTensor:
+        """Draw from p [B, S, V] at absolute positions [B, S]: Gumbel-coupled for SCD-Gumbel."""
+        if self.cfg.method == "scd-gumbel":
+            noise = coupling.gumbel_noise(self.cfg.seed, self.rows.unsqueeze(1), positions, self.V)
+            return coupling.gumbel_argmax(p, noise)
+        return coupling.sample(p, self.generator)
+
+    def _redraft(self, fresh: torch.Tensor, mrs_tokens: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        """Next drafts for slots 0..L-1 (used after the first rejection), all with q = p.
+
+        SCD-MC keeps the MRS output where a draft was fed (the maximal coupling of this
+        pass's p with the previous q); the slot after the last fed draft has no previous
+        draft and takes a fresh draw. SJD and SCD-Gumbel take `fresh` everywhere.
+        """
+        if self.cfg.method != "scd-mc" or self.D == 0:
+            return fresh
+        slot = torch.arange(self.D, device=self.device)
+        coupled = torch.where(slot < m.unsqueeze(1), mrs_tokens, fresh[:, : self.D])
+        return torch.cat([coupled, fresh[:, self.D:]], 1)
+
+    def _commit(self, committed: torch.Tensor, c: torch.Tensor) -> None:
+        """Write the committed tokens (-1 padded) after each row's prefix; advance n."""
+        pos = self.n.unsqueeze(1) + torch.arange(committed.shape[1], device=self.device)
+        write = committed >= 0
+        index = torch.where(write, pos, 0)                      # padding rewrites position 0 with itself
+        self.tokens.scatter_(1, index, torch.where(write, committed, self.tokens[:, :1]))
+        self.n = self.n + c
+
+    def _carry_drafts(self, redraft: torch.Tensor, p: torch.Tensor, c: torch.Tensor, m: torch.Tensor,
+                      old_drafts: torch.Tensor):
+        """Shift the redrafted slots after the commit; q <- this pass's p for every one."""
+        if self.D == 0:
+            return torch.zeros(self.B, 0, dtype=torch.bool, device=self.device), torch.zeros_like(self.n)
+        src = c.unsqueeze(1) + torch.arange(self.D, device=self.device)   # old slot index
+        n_old = self.n - c
+        valid = (src <= m.unsqueeze(1)) & (n_old.unsqueeze(1) + src < self.N)
+        src_c = src.clamp(max=self.L - 1)
+        self.drafts = torch.where(valid, redraft.gather(1, src_c), -1)
+        self.q = p.gather(1, src_c.unsqueeze(-1).expand(-1, -1, self.V))
+        carried = valid & (src < m.unsqueeze(1))                         # fed this pass, still a draft
+        same = self.drafts == old_drafts.gather(1, src.clamp(max=self.D - 1))
+        return carried, (carried & same).sum(1)
+
+    # -- bookkeeping -------------------------------------------------------------------
+
+    def _sync(self, t: torch.Tensor) -> None:
+        if t.is_cuda:
+            torch.cuda.synchronize(t.device)
+
+    def _record(self, n_before, start, fed, committed, rejected, verified, accepted, accept_prob, k,
+                bonus, carried, unchanged) -> Iteration:
+        B, D = self.B, self.D
+        canvas = self.tokens.clone()
+        if D:
+            pos = self.n.unsqueeze(1) + torch.arange(D, device=self.device)
+            ok = (self.drafts >= 0) & (pos < self.N)
+            canvas.scatter_(1, torch.where(ok, pos, 0), torch.where(ok, self.drafts, canvas[:, :1].expand(-1, D)))
+        W = fed.shape[1]
+        record = Iteration(
+            index=self.index, method=self.cfg.method, n_before=n_before.cpu(), n_after=self.n.cpu(),
+            start=start.cpu(), window_positions=(start.unsqueeze(1) + torch.arange(W, device=self.device)).cpu(),
+            window_tokens=fed.cpu(), verified=verified.cpu(), accepted=accepted.cpu(),
+            accept_prob=accept_prob.cpu(), first_rejection=torch.where(rejected, k, -1).cpu(),
+            committed_tokens=committed.cpu(), resampled=rejected.cpu(), bonus=bonus.cpu(),
+            drafts_after=self.drafts.cpu(), draft_new=(~carried & (self.drafts >= 0)).cpu(),
+            unchanged=unchanged.cpu(), canvas=canvas.cpu(), nfe=self.nfe,
+            wall_time=time.perf_counter() - self.t0, step_time=self.step_time)
+        self.index += 1
+        return record
+
+
+def _take(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x[b, index[b]] for x [B, S]."""
+    return x.gather(1, index.unsqueeze(1)).squeeze(1)
+
+
+def _copy_stride(grid: Sequence[int], init: str) -> int:
+    """Distance back to the copied token: one row (repeat-above) or one frame (repeat-frame)."""
+    if init == "repeat-above":
+        return int(grid[-1])
+    if init == "repeat-frame":
+        return int(grid[-1]) * int(grid[-2])
+    return 0

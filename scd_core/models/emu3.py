@@ -1,0 +1,235 @@
+"""Emu3-Gen behind the TokenModel contract, on transformers' Emu3ForConditionalGeneration.
+
+Emu3 writes an image as rows of BPE visual tokens, each row closed by a forced end-of-line
+token (`<|extra_200|>`), after a header `<|image start|>H*W<|image token|>`. The engine sees
+only the H x W grid of visual codes (V = the VQ codebook size); the adapter
+- maps codes to BPE ids and back (`model.vocabulary_mapping.img2bpe`),
+- inserts the end-of-line token after every last-of-row code it feeds, and reads the logits
+  of the next row's first code from that end-of-line token,
+- restricts logits to the visual tokens (as `generate` does with `prefix_allowed_tokens_fn`),
+- runs classifier-free guidance with a negative prompt in the same batched forward: the
+  cond and negative rows have different lengths, so prompts are left-padded and every call
+  passes explicit `position_ids` and a 2-D attention mask (`_hf.RowSlots`). Guidance is
+  `u + (c - u) * cfg_scale` on the visual logits, which equals transformers' unbatched
+  log-softmax guidance restricted to the visual tokens up to a per-row constant.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+import torch
+
+from ._hf import (RowSlots, WeightsNotFoundError, cached_snapshot, check_cfg, check_prompts,
+                  check_step, check_tokens, config_model_type, download_hint, left_pad,
+                  pick_device_dtype, resolve_weights)
+
+HUB_IDS = {"emu3-gen": "BAAI/Emu3-Gen-hf"}
+DEFAULT_SETTINGS = {"cfg_scale": 3.0, "top_k": 2048, "top_p": 1.0, "temperature": 1.0, "window": 32}
+EOL_TOKEN = "<|extra_200|>"
+# The sampling defaults of the Emu3 release (BAAI/Emu3 image_generation.py).
+POSITIVE_SUFFIX = " masterpiece, film grained, best quality."
+NEGATIVE_PROMPT = ("lowres, bad anatomy, bad hands, text, error, missing fingers, extra digit, "
+                   "fewer digits, cropped, worst quality, low quality, normal quality, jpeg "
+                   "artifacts, signature, watermark, username, blurry.")
+
+
+def availability(name: str) -> str | None:
+    """None when `name` can be loaded here, else a one-line reason. Never loads weights."""
+    repo = HUB_IDS.get(name)
+    if repo is None:
+        return None if os.path.isdir(name) else f"unknown Emu3 model {name!r}"
+    if cached_snapshot(repo) is None:
+        return (f"weights not found locally (looked in the Hugging Face cache for {repo}); "
+                f"{download_hint(repo)}")
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU (8B)"
+    return None
+
+
+def claims_folder(path: str) -> bool:
+    return config_model_type(path) == "emu3"
+
+
+def load_emu3(name_or_path: str, device: str | torch.device | None = None,
+              dtype: str | torch.dtype | None = None, image_area: int | None = None,
+              ratio: str = "1:1", **kwargs) -> "Emu3TokenModel":
+    """Load Emu3-Gen from the local Hugging Face cache or a folder. Never downloads.
+
+    `image_area` (pixels, processor default 518400 = 720x720 -> 90x90 codes) and `ratio`
+    ("W:H") set the token grid; smaller areas make much shorter runs.
+    """
+    folder = resolve_weights(name_or_path, HUB_IDS.get(name_or_path))
+    dev, dt = pick_device_dtype(device, dtype)
+    from transformers import Emu3ForConditionalGeneration, Emu3Processor
+
+    try:
+        processor = Emu3Processor.from_pretrained(folder, local_files_only=True)
+        model = Emu3ForConditionalGeneration.from_pretrained(folder, dtype=dt, local_files_only=True)
+    except OSError as exc:
+        raise WeightsNotFoundError(f"model: could not load Emu3 from {folder!r}: {exc}") from exc
+    model = model.to(dev).eval()
+    return Emu3TokenModel(model, processor, image_area=image_area, ratio=ratio,
+                          name=name_or_path, **kwargs)
+
+
+class Emu3TokenModel:
+    """An `Emu3ForConditionalGeneration` as a TokenModel over its visual-code grid.
+
+    With a `processor` (an `Emu3Processor`), prompts get the image header from
+    `processor(..., return_for_image_generation=True)` and the grid from `image_area`/`ratio`.
+    Tests and custom setups may instead pass `encode(text) -> list[int]` (full ids, header
+    included) together with `grid=(H, W)`.
+    """
+
+    def __init__(self, model, processor=None, *, encode: Callable[[str], list[int]] | None = None,
+                 grid: tuple[int, int] | None = None, image_area: int | None = None,
+                 ratio: str = "1:1", negative_prompt: str = NEGATIVE_PROMPT,
+                 positive_suffix: str = POSITIVE_SUFFIX, pad_token_id: int | None = None,
+                 name: str = "emu3"):
+        if processor is None and (encode is None or grid is None):
+            raise ValueError("processor: pass an Emu3Processor, or both `encode` and `grid`")
+        self.model, self.processor, self.name = model, processor, name
+        self._encode, self.ratio = encode, ratio
+        self.image_area = image_area
+        self.negative_prompt, self.positive_suffix = negative_prompt, positive_suffix
+        self.grid = tuple(int(x) for x in (grid or self._grid_from_processor()))
+        if len(self.grid) != 2 or min(self.grid) < 1:
+            raise ValueError(f"grid: expected (H, W) with positive sizes, got {grid!r}")
+        mapping = model.vocabulary_mapping
+        self.eol_token_id = int(mapping.eol_token_id)
+        img2bpe = mapping.img2bpe
+        self.vocab_size = len(img2bpe)
+        if sorted(img2bpe) != list(range(self.vocab_size)):
+            raise ValueError("model: visual token codes are not 0..K-1")
+        self.code_to_bpe = torch.tensor([img2bpe[i] for i in range(self.vocab_size)], dtype=torch.long)
+        text_pad = model.config.text_config.pad_token_id
+        self.pad_token_id = int(pad_token_id if pad_token_id is not None else (text_pad or 0))
+        self.default_settings = dict(DEFAULT_SETTINGS)
+
+    def _grid_from_processor(self) -> tuple[int, int]:
+        proc = self.processor
+        area = self.image_area or getattr(proc, "image_area", None) or 518400
+        return proc.calculate_generate_size(self.ratio, area, proc.downsample_ratio)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """Token ids of `text` followed by the image header `<|image start|>H*W<|image token|>`."""
+        if self._encode is not None:
+            return list(self._encode(text))
+        kwargs = {"ratio": self.ratio}
+        if self.image_area:
+            kwargs["image_area"] = self.image_area
+        out = self.processor(text=[text], return_for_image_generation=True, return_tensors="pt", **kwargs)
+        if [int(x) for x in out["image_sizes"][0]] != list(self.grid):
+            raise ValueError("processor: image size disagrees with the model's grid")
+        return out["input_ids"][0].tolist()
+
+    def start(self, prompts: Sequence[str], cfg_scale: float) -> "Emu3Session":
+        prompts = check_prompts(prompts)
+        cfg_scale = check_cfg(cfg_scale)
+        rows = [self.encode_prompt(p + self.positive_suffix) for p in prompts]
+        if cfg_scale != 1.0:
+            rows += [self.encode_prompt(self.negative_prompt)] * len(prompts)
+        return Emu3Session(self, rows, len(prompts), cfg_scale)
+
+    def offsets(self, g: torch.Tensor) -> torch.Tensor:
+        """Sequence offset of visual position g (each finished row adds one end-of-line token)."""
+        return g + g // self.grid[1]
+
+    def to_bpe_sequence(self, tokens: torch.LongTensor) -> torch.LongTensor:
+        """[B, H*W] codes -> [B, H*(W+1)] BPE ids, end-of-line tokens included."""
+        h, w = self.grid
+        bpe = self.code_to_bpe.to(tokens.device)[tokens].view(-1, h, w)
+        eol = torch.full((bpe.shape[0], h, 1), self.eol_token_id, dtype=torch.long, device=tokens.device)
+        return torch.cat([bpe, eol], dim=2).flatten(1)
+
+    @torch.no_grad()
+    def decode(self, tokens: torch.LongTensor) -> list:
+        """[B, H*W] codes -> B PIL images via `decode_image_tokens` and postprocess."""
+        tokens = check_tokens(tokens, self.vocab_size, "tokens")
+        h, w = self.grid
+        if tokens.shape[1] != h * w:
+            raise ValueError(f"tokens: expected [B, {h * w}] visual codes, got {list(tokens.shape)}")
+        seq = self.to_bpe_sequence(tokens.cpu())
+        tail = torch.full((seq.shape[0], 3), self.pad_token_id, dtype=torch.long)  # EOF, EOI, EOS slots
+        seq = torch.cat([seq, tail], dim=1).to(self.device)
+        pixels = self.model.decode_image_tokens(image_tokens=seq, height=h, width=w).float().cpu()
+        return [_to_pil(img, self.processor) for img in pixels]                     # [3, H', W'] each
+
+
+class Emu3Session:
+    """Prompt rows then negative-prompt rows of one batch, prefilled in one forward."""
+
+    def __init__(self, tm: Emu3TokenModel, rows: list[list[int]], batch: int, cfg_scale: float):
+        from transformers import DynamicCache
+
+        self.tm, self.batch, self.cfg_scale = tm, batch, cfg_scale
+        self.n_rows = len(rows)
+        self._text = tm.model.model.text_model
+        self._bpe = tm.code_to_bpe.to(tm.device)
+        ids, mask = left_pad(rows, tm.pad_token_id, tm.device)
+        self.slots = RowSlots(mask)
+        self.cache = DynamicCache(config=self._text.config)
+        with torch.no_grad():
+            hidden = self._forward(ids, mask, RowSlots.prompt_position_ids(mask))
+            self.first_logits = self._logits(hidden[:, -1])
+
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        out = self._text(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                         cache=self.cache, use_cache=True)
+        return out.last_hidden_state
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Hidden states of all rows -> guided visual-code logits of the B prompts (float32)."""
+        scores = self.tm.model.lm_head(hidden)[..., self._bpe].float()
+        if self.n_rows == self.batch:
+            return scores
+        cond, uncond = scores[: self.batch], scores[self.batch:]
+        return uncond + (cond - uncond) * self.cfg_scale
+
+    def _layout(self, tokens: torch.Tensor, start: torch.Tensor):
+        """Interleave end-of-line tokens: per-row BPE ids, sequence offsets (-1 = padding) and,
+        for each fed code, the index of the entry whose output predicts the next code."""
+        b, w = tokens.shape
+        width = self.tm.grid[1]
+        g = start[:, None] + torch.arange(w, device=tokens.device)
+        ends_row = (g % width) == width - 1
+        entry = torch.cumsum(1 + ends_row.long(), dim=1) - (1 + ends_row.long())
+        n = int((w + ends_row.sum(1)).max())
+        ids = torch.full((b, n), self.tm.pad_token_id, dtype=torch.long, device=tokens.device)
+        offs = torch.full((b, n), -1, dtype=torch.long, device=tokens.device)
+        ids.scatter_(1, entry, self._bpe[tokens])
+        offs.scatter_(1, entry, self.tm.offsets(g))
+        rows, cols = ends_row.nonzero(as_tuple=True)
+        ids[rows, entry[rows, cols] + 1] = self.tm.eol_token_id
+        offs[rows, entry[rows, cols] + 1] = self.tm.offsets(g[rows, cols]) + 1
+        return ids, offs, entry + ends_row.long()
+
+    @torch.no_grad()
+    def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
+        tokens, start = check_step(tokens, start, self.batch, self.tm.vocab_size)
+        tokens, start = tokens.to(self.tm.device), start.to(self.tm.device)
+        ids, offs, pick = self._layout(tokens, start)
+        reps = self.n_rows // self.batch
+        ids, offs = ids.repeat(reps, 1), offs.repeat(reps, 1)
+        forget = self.tm.offsets(start).repeat(reps)
+        mask, position_ids = self.slots.prepare(self.cache, forget, offs)
+        hidden = self._forward(ids, mask, position_ids)
+        picked = torch.gather(hidden, 1, pick.repeat(reps, 1)[..., None].expand(-1, -1, hidden.shape[-1]))
+        return self._logits(picked)
+
+
+def _to_pil(image: torch.Tensor, processor=None):
+    """One [3, H, W] image in [-1, 1] -> PIL, with the processor's postprocess when present."""
+    if processor is not None and hasattr(processor, "postprocess"):
+        out = processor.postprocess([image], return_tensors="PIL.Image.Image")
+        pil = out["pixel_values"] if isinstance(out, dict) else out
+        return pil[0] if isinstance(pil, list) else pil
+    from PIL import Image
+
+    array = ((image.permute(1, 2, 0) * 0.5 + 0.5) * 255.0).clamp(0, 255).to(torch.uint8).numpy()
+    return Image.fromarray(array)

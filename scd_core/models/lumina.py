@@ -1,0 +1,472 @@
+"""Lumina-mGPT 7B (512 / 768 / 1024 px) on transformers' Chameleon, behind the TokenModel contract.
+
+What this adapter hides from the engine:
+- the sequence layout: `<bos> prompt <sep> <racm3:break> <h> <w>` (the header is part of the
+  prompt here), then rows of W image tokens each followed by an end-of-row token (8803), then
+  end-of-image. The engine only sees the H x W grid of image *codes* (V = 8192); the adapter maps
+  code index <-> BPE id and inserts every end-of-row token itself (those positions are forced,
+  p is one-hot there, so leaving them out of the engine's view changes no distribution).
+- image logits: `ChameleonForConditionalGeneration.forward` masks every image logit, so the base
+  model's hidden states are multiplied by the image rows of `lm_head` directly.
+- CFG as in Lumina's `inference_solver.py`: conditional rows carry the prompt, unconditional rows
+  only `<racm3:break> <h> <w>`; both run in ONE batched forward (left padding, explicit
+  position ids and a 4-D attention mask).
+- the KV cache is position-indexed: generated sequence index s of a row lives in slot P + s, so
+  each row can start anywhere, and "forgetting" is simply masking and overwriting.
+- the checkpoint conversion: Lumina stores q/k-norm weights as (model_parallel_size, head_dim),
+  transformers expects (num_heads, head_dim) (k: num_key_value_heads).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import torch
+
+HUB_IDS = {
+    "lumina-mgpt-7b-512": "Alpha-VLLM/Lumina-mGPT-7B-512",
+    "lumina-mgpt-7b-768": "Alpha-VLLM/Lumina-mGPT-7B-768",
+    "lumina-mgpt-7b-1024": "Alpha-VLLM/Lumina-mGPT-7B-1024",
+}
+PROMPT_TEMPLATE = "Generate an image of {w}x{h} according to the following prompt:\n{prompt}"
+# Paper settings (SCD, Lumina-mGPT 7B): CFG 3, image top-k 2000, window L = 64.
+DEFAULT_SETTINGS = {"cfg_scale": 3.0, "top_k": 2000, "top_p": 1.0, "temperature": 1.0, "window": 64}
+VQGAN_ENV = "SCD_LUMINA_VQGAN"
+
+
+@dataclass(frozen=True)
+class LuminaLayout:
+    """Special token ids of Lumina-mGPT's image layout (Chameleon BPE ids)."""
+
+    bos: int = 0
+    sep: int = 8710              # <reserved08706>, end of the human turn
+    image_start: int = 8197      # <racm3:break>
+    eoi: int = 8196              # <eoss>
+    eol: int = 8803              # <reserved08799>, end of an image row
+    grid_token_base: int = 8804  # header token = base + number of 32-px patches
+    latent_per_header: int = 2   # latent rows per header unit (32 px / 16 px)
+    pad: int = 1                 # any id: padded slots are never attended to
+
+
+# --------------------------------------------------------------------------- conversion
+
+def convert_qk_norm_state_dict(state_dict: Mapping[str, torch.Tensor], num_heads: int,
+                               num_kv_heads: int) -> dict[str, torch.Tensor]:
+    """Rewrite Lumina's q/k-norm weights (mp, head_dim) to transformers' (heads, head_dim).
+
+    Each shard's gamma/beta applies to its contiguous block of heads, hence repeat_interleave.
+    """
+    out = dict(state_dict)
+    for key, w in state_dict.items():
+        m = re.search(r"self_attn\.(q|k)_norm\.(weight|bias)$", key)
+        if m is None:
+            continue
+        heads = num_heads if m.group(1) == "q" else num_kv_heads
+        if w.dim() != 2 or heads % w.shape[0] != 0:
+            raise ValueError(f"state_dict: {key} has shape {tuple(w.shape)}, not (mp, head_dim) with mp | {heads}")
+        out[key] = w.repeat_interleave(heads // w.shape[0], dim=0)
+    return out
+
+
+def _safetensors_files(folder: str) -> list[str]:
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index) as f:
+            names = sorted(set(json.load(f)["weight_map"].values()))
+        return [os.path.join(folder, n) for n in names]
+    single = os.path.join(folder, "model.safetensors")
+    return [single] if os.path.isfile(single) else []
+
+
+@torch.no_grad()
+def load_qk_norms(model, folder: str) -> int:
+    """Copy the converted q/k-norm tensors of a Lumina checkpoint folder into `model`.
+
+    Returns how many tensors were set; raises ValueError if a layer's norm is missing.
+    """
+    from safetensors import safe_open
+
+    cfg = model.config
+    params = dict(model.named_parameters())
+    wanted = {k for k in params if re.search(r"self_attn\.(q|k)_norm\.(weight|bias)$", k)}
+    found: dict[str, torch.Tensor] = {}
+    for path in _safetensors_files(folder):
+        with safe_open(path, framework="pt") as f:
+            for key in f.keys():
+                if key in wanted:
+                    found[key] = f.get_tensor(key)
+    missing = wanted - set(found)
+    if missing:
+        raise ValueError(f"{folder}: checkpoint lacks q/k-norm weights, e.g. {sorted(missing)[:3]}")
+    converted = convert_qk_norm_state_dict(found, cfg.num_attention_heads, cfg.num_key_value_heads)
+    for key, w in converted.items():
+        params[key].copy_(w.to(params[key].dtype))
+    return len(converted)
+
+
+# --------------------------------------------------------------------------- the KV cache
+
+class _Slots:
+    """Where the next forward writes: slot index per (row, fed token); shared by all layers."""
+
+    def __init__(self) -> None:
+        self.index: torch.Tensor | None = None   # [R, T] long
+        self.length = 0                           # highest written slot + 1 (informational)
+
+
+def _slot_cache(num_layers: int, capacity: int, slots: _Slots):
+    """A transformers `Cache` whose layers write key/value states at explicit slots."""
+    from transformers.cache_utils import Cache, CacheLayerMixin
+
+    class SlotLayer(CacheLayerMixin):
+        is_compileable = False
+        is_sliding = False
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.capacity = capacity
+
+        def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+            r, h, _, d = key_states.shape
+            kw = {"dtype": key_states.dtype, "device": key_states.device}
+            self.keys = torch.zeros(r, h, capacity, d, **kw)
+            self.values = torch.zeros(r, h, capacity, value_states.shape[-1], **kw)
+            self.device = key_states.device
+            self.is_initialized = True
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            idx = slots.index.to(self.device)
+            rows = torch.arange(idx.shape[0], device=self.device)[:, None]
+            self.keys[rows, :, idx] = key_states.transpose(1, 2)
+            self.values[rows, :, idx] = value_states.transpose(1, 2)
+            return self.keys, self.values
+
+        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+            return capacity, 0
+
+        def get_seq_length(self) -> int:
+            return slots.length
+
+        def get_max_length(self) -> int:
+            return capacity
+
+    return Cache(layers=[SlotLayer() for _ in range(num_layers)])
+
+
+# --------------------------------------------------------------------------- the model
+
+def _default_device_dtype(device, dtype) -> tuple[torch.device, torch.dtype]:
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    if dtype is None:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    return device, dtype
+
+
+class LuminaTokenModel:
+    """Lumina-mGPT behind the TokenModel contract (V = the image codebook, grid = latent H x W)."""
+
+    def __init__(self, model, encode: Callable[[str], list[int]], latent_hw: tuple[int, int],
+                 layout: LuminaLayout = LuminaLayout(), vqgan=None, image_size: int | None = None,
+                 prompt_template: str = PROMPT_TEMPLATE) -> None:
+        self.model = model.eval()
+        self.encode = encode
+        self.layout = layout
+        self.grid = (int(latent_hw[0]), int(latent_hw[1]))
+        self.image_size = image_size or 16 * self.grid[0]
+        self.prompt_template = prompt_template
+        self.vqgan = vqgan
+        self.default_settings = dict(DEFAULT_SETTINGS)
+        mapping = model.model.vocabulary_mapping.img2bpe
+        self.vocab_size = len(mapping)
+        if sorted(mapping) != list(range(self.vocab_size)):
+            raise ValueError("model: its vocabulary_map does not name image codes 0..V-1")
+        weight = model.lm_head.weight
+        self.code2bpe = torch.tensor([mapping[i] for i in range(self.vocab_size)], device=weight.device)
+        self.image_head = weight.detach()[self.code2bpe]          # [V, hidden]
+
+    @property
+    def device(self) -> torch.device:
+        return self.image_head.device
+
+    def header_ids(self) -> list[int]:
+        lay = self.layout
+        h, w = (n // lay.latent_per_header for n in self.grid)
+        return [lay.image_start, lay.grid_token_base + h, lay.grid_token_base + w]
+
+    def cond_ids(self, prompt: str) -> list[int]:
+        h, w = (16 * n for n in self.grid)                                 # pixels: 16 per latent
+        text = self.prompt_template.format(h=h, w=w, prompt=prompt)
+        return [self.layout.bos, *self.encode(text), self.layout.sep, *self.header_ids()]
+
+    def uncond_ids(self) -> list[int]:
+        return self.header_ids()
+
+    def image_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Hidden states -> logits over the image codes (bypasses the image-logit mask)."""
+        return (hidden @ self.image_head.T).float()
+
+    def start(self, prompts: Sequence[str], cfg_scale: float) -> "LuminaSession":
+        _check_prompts(prompts)
+        cfg = float(cfg_scale)
+        if not cfg == cfg or cfg < 0:
+            raise ValueError(f"cfg_scale: expected a finite number >= 0, got {cfg_scale!r}")
+        return LuminaSession(self, list(prompts), cfg)
+
+    def decode(self, tokens: torch.LongTensor) -> list:
+        if self.vqgan is None:
+            raise RuntimeError(
+                "Lumina-mGPT decode needs Meta's Chameleon VQGAN (vqgan.ckpt, license-gated): pass "
+                f"vqgan_path= to load_lumina, set {VQGAN_ENV}, or put vqgan.ckpt in the model folder")
+        from .lumina_vqgan import decode_codes, to_pil
+
+        tokens = _check_tokens(tokens, self.vocab_size, "tokens")
+        if tokens.shape[1] != self.grid[0] * self.grid[1]:
+            raise ValueError(f"tokens: expected [B, {self.grid[0] * self.grid[1]}], got {tuple(tokens.shape)}")
+        return to_pil(decode_codes(self.vqgan, tokens, self.grid))
+
+
+def _check_prompts(prompts) -> None:
+    if isinstance(prompts, str) or not isinstance(prompts, Sequence) or len(prompts) == 0:
+        raise ValueError(f"prompts: expected a non-empty list of strings, got {prompts!r}")
+    if not all(isinstance(p, str) for p in prompts):
+        raise ValueError("prompts: every prompt must be a string")
+
+
+def _check_tokens(tokens, vocab_size: int, name: str) -> torch.Tensor:
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype not in (torch.long, torch.int):
+        raise ValueError(f"{name}: expected an integer tensor [B, W]")
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
+        raise ValueError(f"{name}: token ids must lie in [0, {vocab_size})")
+    return tokens.long()
+
+
+@dataclass
+class _Feed:
+    ids: torch.Tensor        # [R, T] BPE ids
+    seq: torch.Tensor        # [R, T] generated sequence index per fed token, -1 for padding
+    out: torch.Tensor        # [B, W] index in T of the hidden state predicting the next code
+
+
+class LuminaSession:
+    """One batch being decoded; cond rows 0..B-1, uncond rows B..2B-1 when cfg_scale != 1."""
+
+    def __init__(self, tm: LuminaTokenModel, prompts: list[str], cfg_scale: float) -> None:
+        self.tm = tm
+        self.cfg = cfg_scale
+        self.B = len(prompts)
+        rows = [tm.cond_ids(p) for p in prompts]
+        if cfg_scale != 1.0:
+            rows += [tm.uncond_ids() for _ in prompts]
+        self.R = len(rows)
+        self.P = max(len(r) for r in rows)
+        dev = tm.device
+        self.plen = torch.tensor([len(r) for r in rows], device=dev)
+        h, w = tm.grid
+        self.seq_total = h * (w + 1)
+        self.capacity = self.P + self.seq_total + 1
+        self.scratch = self.capacity - 1
+        self.slots = _Slots()
+        self.cache = _slot_cache(tm.model.config.num_hidden_layers, self.capacity, self.slots)
+        self.first_logits = self._prefill(rows)
+
+    # -- helpers ----------------------------------------------------------------------
+    def _mix(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.R == self.B:
+            return logits
+        c, u = logits[: self.B], logits[self.B:]
+        return u + self.cfg * (c - u)
+
+    def _mask(self, q_slot: torch.Tensor) -> torch.Tensor:
+        """Additive 4-D mask [R, 1, T, capacity]: prompt slots of the row, plus P..q_slot."""
+        k = torch.arange(self.capacity, device=q_slot.device)
+        first = (self.P - self.plen)[:, None, None]
+        prompt = (k >= first) & (k < self.P)
+        gen = (k >= self.P) & (k <= q_slot[:, :, None])
+        own = k == q_slot[:, :, None]
+        allowed = (prompt & (k <= q_slot[:, :, None])) | gen | own
+        dtype = self.tm.image_head.dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=q_slot.device)
+        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        return mask[:, None]
+
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor, q_slot: torch.Tensor):
+        self.slots.index = slot
+        self.slots.length = max(self.slots.length, int(slot.max()) + 1)
+        out = self.tm.model.model(input_ids=ids, attention_mask=self._mask(q_slot), position_ids=pos,
+                                  cache=self.cache, use_cache=True)
+        return out.last_hidden_state
+
+    @torch.no_grad()
+    def _prefill(self, rows: list[list[int]]) -> torch.Tensor:
+        dev = self.tm.device
+        ids = torch.full((self.R, self.P), self.tm.layout.pad, dtype=torch.long, device=dev)
+        for r, row in enumerate(rows):
+            ids[r, self.P - len(row):] = torch.tensor(row, device=dev)
+        slot = torch.arange(self.P, device=dev).expand(self.R, -1)
+        pos = (slot - (self.P - self.plen)[:, None]).clamp(min=0)
+        hidden = self._forward(ids, pos, slot, slot)
+        return self._mix(self.tm.image_logits(hidden[:, -1]))
+
+    def _layout(self, tokens: torch.Tensor, start: torch.Tensor) -> _Feed:
+        """Codes at grid positions start[b]+j -> BPE ids with the end-of-row tokens inserted."""
+        dev = tokens.device
+        B, W = tokens.shape
+        gw = self.tm.grid[1]
+        g = start[:, None] + torch.arange(W, device=dev)                 # grid positions
+        s_tok = g + g // gw                                               # sequence index
+        is_end = (g % gw) == gw - 1
+        s0 = s_tok[:, 0]
+        s_last = s_tok[:, -1] + is_end[:, -1].long()
+        T = int((s_last - s0).max()) + 1
+        s = s0[:, None] + torch.arange(T, device=dev)                    # [B, T]
+        valid = s <= s_last[:, None]
+        eol = (s + 1) % (gw + 1) == 0
+        j = (s - s // (gw + 1)) - start[:, None]                         # window index of the code
+        code = torch.gather(tokens, 1, j.clamp(0, W - 1))
+        ids = torch.where(eol, torch.full_like(code, self.tm.layout.eol), self.tm.code2bpe.to(dev)[code])
+        ids = torch.where(valid, ids, torch.full_like(ids, self.tm.layout.pad))
+        seq = torch.where(valid, s, torch.full_like(s, -1))
+        out = s_tok - s0[:, None] + is_end.long()
+        return _Feed(ids, seq, out)
+
+    # -- the contract -----------------------------------------------------------------
+    @torch.no_grad()
+    def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
+        tokens = _check_tokens(tokens, self.tm.vocab_size, "tokens").to(self.tm.device)
+        if tokens.shape[0] != self.B or tokens.shape[1] < 1:
+            raise ValueError(f"tokens: expected [{self.B}, W>=1], got {tuple(tokens.shape)}")
+        start = torch.as_tensor(start, device=self.tm.device).long().reshape(-1)
+        n = self.tm.grid[0] * self.tm.grid[1]
+        if start.shape[0] != self.B or int(start.min()) < 0 or int((start + tokens.shape[1]).max()) > n:
+            raise ValueError(f"start: expected [{self.B}] positions with start + W <= {n}, got {start.tolist()}")
+        feed = self._layout(tokens, start)
+        reps = self.R // self.B
+        seq = feed.seq.repeat(reps, 1)
+        ids = feed.ids.repeat(reps, 1)
+        valid = seq >= 0
+        slot = torch.where(valid, self.P + seq, torch.full_like(seq, self.scratch))
+        pos = torch.where(valid, self.plen[:, None] + seq, torch.zeros_like(seq))
+        q_slot = torch.where(valid, slot, torch.full_like(seq, self.P - 1))
+        hidden = self._forward(ids, pos, slot, q_slot)
+        out = feed.out.repeat(reps, 1)
+        picked = torch.gather(hidden, 1, out[:, :, None].expand(-1, -1, hidden.shape[-1]))
+        return self._mix(self.tm.image_logits(picked))
+
+
+# --------------------------------------------------------------------------- loading
+
+def _size_from_name(name: str) -> int | None:
+    m = re.search(r"(?<!\d)(512|768|1024)(?!\d)", os.path.basename(os.path.normpath(name)) or name)
+    return int(m.group(1)) if m else None
+
+
+def _cached_hub_folder(repo_id: str) -> str | None:
+    """The local snapshot folder of a hub repo if its config is cached; never touches the network."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    path = try_to_load_from_cache(repo_id, "config.json")
+    return os.path.dirname(path) if isinstance(path, str) else None
+
+
+def resolve_folder(name_or_path: str) -> str:
+    """Registry name, hub id (cached locally) or local folder -> a local folder, else a clear error."""
+    if not isinstance(name_or_path, str) or not name_or_path.strip():
+        raise ValueError(f"name_or_path: expected a model name or folder, got {name_or_path!r}")
+    if os.path.isdir(name_or_path):
+        return name_or_path
+    repo = HUB_IDS.get(name_or_path, name_or_path if name_or_path.count("/") == 1 else None)
+    if repo is not None:
+        folder = _cached_hub_folder(repo)
+        if folder is not None:
+            return folder
+        raise FileNotFoundError(
+            f"name_or_path: Lumina-mGPT weights {repo!r} are not in the local Hugging Face cache and "
+            "nothing is downloaded here; fetch them first (huggingface-cli download "
+            f"{repo}) or pass a local folder")
+    raise FileNotFoundError(f"name_or_path: no such folder {name_or_path!r}")
+
+
+def _find_vqgan(folder: str, vqgan_path: str | None) -> tuple[str | None, str | None]:
+    candidates = [vqgan_path, os.environ.get(VQGAN_ENV)]
+    for sub in ("", "tokenizer", "image_tokenizer", "chameleon/tokenizer", "ckpts/chameleon/tokenizer"):
+        candidates.append(os.path.join(folder, sub, "vqgan.ckpt"))
+    for c in candidates:
+        if c and os.path.isdir(c):
+            c = os.path.join(c, "vqgan.ckpt")
+        if c and os.path.isfile(c):
+            yaml_path = os.path.join(os.path.dirname(c), "vqgan.yaml")
+            return c, yaml_path if os.path.isfile(yaml_path) else None
+    if vqgan_path:
+        raise FileNotFoundError(f"vqgan_path: no VQGAN checkpoint at {vqgan_path!r}")
+    return None, None
+
+
+def load_lumina(name_or_path: str, *, device=None, dtype=None, vqgan_path: str | None = None,
+                image_size: int | None = None, attn_implementation: str = "sdpa",
+                require_vqgan: bool = False, layout: LuminaLayout | None = None) -> LuminaTokenModel:
+    """Load Lumina-mGPT from a registry name, a cached hub id or a local folder.
+
+    The VQGAN decoder (Meta's `vqgan.ckpt`) is looked up from `vqgan_path`, the
+    SCD_LUMINA_VQGAN variable, or the model folder; without it tokens are generated but
+    `decode` raises (unless `require_vqgan=True`, which fails at load time).
+    """
+    from transformers import AutoTokenizer, ChameleonForConditionalGeneration
+
+    folder = resolve_folder(name_or_path)
+    size = image_size or _size_from_name(name_or_path) or _size_from_name(folder)
+    if size not in (512, 768, 1024) and not (isinstance(size, int) and size % 32 == 0 and size > 0):
+        raise ValueError(f"image_size: cannot tell the resolution of {name_or_path!r}; pass image_size=512/768/1024")
+    device, dtype = _default_device_dtype(device, dtype)
+    vq_ckpt, vq_yaml = _find_vqgan(folder, vqgan_path)
+    if require_vqgan and vq_ckpt is None:
+        raise FileNotFoundError(f"vqgan_path: Meta's vqgan.ckpt not found (set {VQGAN_ENV} or pass vqgan_path)")
+    model = ChameleonForConditionalGeneration.from_pretrained(
+        folder, dtype=dtype, ignore_mismatched_sizes=True, attn_implementation=attn_implementation)
+    load_qk_norms(model, folder)
+    model.to(device)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    vq = None
+    if vq_ckpt is not None:
+        from .lumina_vqgan import load_chameleon_vqgan
+        vq = load_chameleon_vqgan(vq_ckpt, vq_yaml, device=device, dtype=torch.float32)
+    latent = size // 16
+    return LuminaTokenModel(model, lambda text: tokenizer.encode(text, add_special_tokens=False),
+                            (latent, latent), layout=layout or LuminaLayout(), vqgan=vq, image_size=size)
+
+
+def availability(name: str) -> str | None:
+    """None when `name` can be loaded and decoded here; otherwise a one-line reason. Cheap."""
+    repo = HUB_IDS.get(name)
+    folder = name if os.path.isdir(name) else (_cached_hub_folder(repo) if repo else None)
+    if folder is None:
+        return f"weights not found locally ({repo or name} is not in the Hugging Face cache)"
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU (7B parameters)"
+    try:
+        vq, _ = _find_vqgan(folder, None)
+    except FileNotFoundError as exc:
+        return str(exc)
+    if vq is None:
+        return f"Chameleon VQGAN decoder (vqgan.ckpt) not found; set {VQGAN_ENV}"
+    return None
+
+
+def claims_folder(path: str) -> bool:
+    """A local Chameleon-type checkpoint folder whose name says Lumina."""
+    cfg = os.path.join(path, "config.json")
+    if not os.path.isfile(cfg) or "lumina" not in os.path.abspath(path).lower():
+        return False
+    try:
+        with open(cfg) as f:
+            return json.load(f).get("model_type") == "chameleon"
+    except (OSError, ValueError):
+        return False

@@ -1,0 +1,474 @@
+"""The embedded `tiny` models: emoji images (8x8 tokens) and clips (T x 8x8 tokens).
+
+Two networks, both trained by `scd_core.train` and shipped in `assets/tiny/`:
+
+* `VQLite`, a compact VQ tokenizer: 32x32 RGB -> 8x8 codes from a 512-entry cosine codebook.
+  Code 0 is reserved for *flat white* 4x4 patches: the encoder assigns it by rule (every
+  pixel of the patch >= 250/255), never by nearest-neighbour search, so a white background
+  is one token, as flat regions are few tokens in real tokenizers.
+* `TinyGPT`, a decoder-only transformer over [prompt token, image tokens]. The prompt token
+  is the mean embedding of the prompt's known words (a learned null vector for an empty
+  prompt, which is the unconditional branch of classifier-free guidance).
+
+`TinyModel` / `TinySession` put them behind the TokenModel contract with a static,
+position-indexed KV cache: `step` writes keys and values at positions start[b] + j of each
+row and masks attention by position, so forgetting positions >= start[b] costs nothing.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets" / "tiny"
+WHITE_LEVEL = 250 / 255
+BACKGROUND_CODE = 0
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+@dataclass
+class VQConfig:
+    image_size: int = 32
+    patch: int = 4
+    channels: int = 128
+    dec_channels: int = 128
+    enc_blocks: int = 2
+    dec_blocks: int = 3
+    codebook_size: int = 512
+    code_dim: int = 16
+    out_channels: int = 32
+
+
+class ResBlock(nn.Module):
+    def __init__(self, ch: int) -> None:
+        super().__init__()
+        self.n1, self.c1 = nn.GroupNorm(8, ch), nn.Conv2d(ch, ch, 3, padding=1)
+        self.n2, self.c2 = nn.GroupNorm(8, ch), nn.Conv2d(ch, ch, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.c1(F.silu(self.n1(x)))
+        return x + self.c2(F.silu(self.n2(h)))
+
+
+def flat_white_mask(x: torch.Tensor, patch: int) -> torch.Tensor:
+    """[B, 3, S, S] in [0, 1] -> bool [B, S/patch, S/patch]: every pixel of the patch is white."""
+    low = -F.max_pool2d(-x.amin(dim=1, keepdim=True), patch)
+    return low[:, 0] >= WHITE_LEVEL
+
+
+class VQLite(nn.Module):
+    """Compact VQ tokenizer; nearly all compute runs at the 8x8 token grid."""
+
+    def __init__(self, cfg: VQConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        c, d = cfg.channels, cfg.dec_channels
+        self.enc_in = nn.Conv2d(3, c, cfg.patch, stride=cfg.patch)
+        self.enc = nn.Sequential(*[ResBlock(c) for _ in range(cfg.enc_blocks)])
+        self.enc_out = nn.Sequential(nn.GroupNorm(8, c), nn.SiLU(), nn.Conv2d(c, cfg.code_dim, 1))
+        self.codebook = nn.Parameter(torch.randn(cfg.codebook_size, cfg.code_dim))
+        self.dec_in = nn.Conv2d(cfg.code_dim, d, 1)
+        self.dec = nn.Sequential(*[ResBlock(d) for _ in range(cfg.dec_blocks)])
+        self.dec_up = nn.Sequential(nn.GroupNorm(8, d), nn.SiLU(),
+                                    nn.Conv2d(d, cfg.out_channels * cfg.patch ** 2, 1), nn.PixelShuffle(cfg.patch))
+        self.dec_out = nn.Sequential(nn.Conv2d(cfg.out_channels, cfg.out_channels, 3, padding=1), nn.SiLU(),
+                                     nn.Conv2d(cfg.out_channels, 3, 3, padding=1))
+
+    @property
+    def grid(self) -> int:
+        return self.cfg.image_size // self.cfg.patch
+
+    def codes(self) -> torch.Tensor:
+        return F.normalize(self.codebook, dim=-1)
+
+    def encode_latent(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, 3, S, S] in [0, 1] -> unit-norm latents [B, h, w, D]."""
+        z = self.enc_out(self.enc(self.enc_in(x * 2 - 1)))
+        return F.normalize(z.permute(0, 2, 3, 1), dim=-1)
+
+    def quantize(self, z: torch.Tensor, white: torch.Tensor) -> torch.Tensor:
+        """Nearest code by cosine among codes 1..K-1; flat-white patches get code 0."""
+        sims = z @ self.codes()[1:].t()
+        idx = sims.argmax(dim=-1) + 1
+        return torch.where(white, torch.full_like(idx, BACKGROUND_CODE), idx)
+
+    @torch.no_grad()
+    def encode(self, x: torch.Tensor) -> torch.LongTensor:
+        """[B, 3, S, S] in [0, 1] -> codes [B, h*w] in raster order."""
+        idx = self.quantize(self.encode_latent(x), flat_white_mask(x, self.cfg.patch))
+        return idx.flatten(1)
+
+    def decode_codes(self, idx: torch.Tensor) -> torch.Tensor:
+        """codes [B, h*w] -> images [B, 3, S, S], roughly in [0, 1] (not clamped)."""
+        g = self.grid
+        zq = self.codes()[idx].view(idx.shape[0], g, g, -1)
+        return self.decode_latent(zq)
+
+    def decode_latent(self, zq: torch.Tensor) -> torch.Tensor:
+        h = self.dec(self.dec_in(zq.permute(0, 3, 1, 2)))
+        return (self.dec_out(self.dec_up(h)) + 1) / 2
+
+
+# --------------------------------------------------------------------------- prompts
+
+STOP_WORDS = {"&", "and", "of", "with", "the", "a", "an", "other"}
+
+
+def prompt_words(text: str) -> list[str]:
+    """Lower-case ASCII words of a prompt or emoji name; stop words dropped."""
+    text = text.lower().replace("\u2019", "'").replace("-", " ").replace("_", " ")
+    out = []
+    for w in re.findall(r"[a-z0-9']+", text):
+        w = w.strip("'")
+        if w and w not in STOP_WORDS:
+            out.append(w)
+    return out
+
+
+class WordVocab:
+    """Word -> id for the bag-of-words prompt; unknown words are ignored (a plural 's' is tried)."""
+
+    def __init__(self, words: Sequence[str]) -> None:
+        self.words = list(words)
+        self.index = {w: i for i, w in enumerate(self.words)}
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def ids(self, prompt: str) -> list[int]:
+        out = []
+        for w in prompt_words(prompt):
+            i = self.index.get(w)
+            if i is None and w.endswith("s"):
+                i = self.index.get(w[:-1])
+            if i is not None and i not in out:
+                out.append(i)
+        return out
+
+    def known(self, prompt: str) -> list[str]:
+        return [self.words[i] for i in self.ids(prompt)]
+
+
+# --------------------------------------------------------------------------- prior
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 512                 # image codes
+    grid: tuple[int, ...] = (8, 8)        # (H, W) or (T, H, W)
+    n_words: int = 2000
+    d_model: int = 256
+    n_layers: int = 4
+    n_heads: int = 4
+    dropout: float = 0.1
+
+    @property
+    def n_tokens(self) -> int:
+        return math.prod(self.grid)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        d = cfg.d_model
+        self.n_heads, self.dropout = cfg.n_heads, cfg.dropout
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        b, n, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, n, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        return q, k, v
+
+    def finish(self, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+        b, h, n, dh = att.shape
+        x = x + self.drop(self.proj(att.transpose(1, 2).reshape(b, n, h * dh)))
+        return x + self.drop(self.mlp(self.ln2(x)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.heads(x)
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                             dropout_p=self.dropout if self.training else 0.0)
+        return self.finish(x, att)
+
+    def forward_cached(self, x: torch.Tensor, pos: torch.Tensor, cache_k: torch.Tensor,
+                       cache_v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Write this window's keys/values at `pos` [B, W] and attend by position."""
+        q, k, v = self.heads(x)
+        rows = torch.arange(x.shape[0], device=x.device).unsqueeze(1)
+        cache_k[rows, :, pos] = k.transpose(1, 2)
+        cache_v[rows, :, pos] = v.transpose(1, 2)
+        att = F.scaled_dot_product_attention(q, cache_k, cache_v, attn_mask=mask)
+        return self.finish(x, att)
+
+
+class TinyGPT(nn.Module):
+    """Sequence: position 0 is the prompt token, position i >= 1 holds generated token i-1;
+    the output at position i predicts generated token i."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        d, n = cfg.d_model, cfg.n_tokens
+        self.word_emb = nn.Embedding(cfg.n_words, d)
+        self.null_prompt = nn.Parameter(torch.zeros(d))
+        self.tok_emb = nn.Embedding(cfg.vocab_size, d)
+        self.pos_emb = nn.Parameter(torch.zeros(n + 1, d))
+        self.axis_emb = nn.ParameterList([nn.Parameter(torch.zeros(size, d)) for size in cfg.grid])
+        self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layers)])
+        self.ln_f = nn.LayerNorm(d)
+        self.head = nn.Linear(d, cfg.vocab_size)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.apply(self._init)
+        for p in [self.pos_emb, self.null_prompt, *self.axis_emb]:
+            nn.init.normal_(p, std=0.02)
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+
+    def positions(self) -> torch.Tensor:
+        """[N+1, d]: a learned embedding per position plus one per grid axis (position 0: prompt)."""
+        table = self.pos_emb.clone()
+        coords = torch.cartesian_prod(*[torch.arange(s) for s in self.cfg.grid])
+        if coords.dim() == 1:
+            coords = coords.unsqueeze(1)
+        extra = sum(emb[coords[:, a]] for a, emb in enumerate(self.axis_emb))
+        table[1:] = table[1:] + extra
+        return table
+
+    def prompt_embedding(self, word_ids: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
+        """Mean word embedding of each row ([B, Lw] ids, bool mask); null vector when empty."""
+        emb = self.word_emb(word_ids) * word_mask.unsqueeze(-1)
+        count = word_mask.sum(1, keepdim=True)
+        mean = emb.sum(1) / count.clamp(min=1)
+        return torch.where(count > 0, mean, self.null_prompt.expand_as(mean))
+
+    def forward(self, word_ids: torch.Tensor, word_mask: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced logits [B, N, V] for tokens [B, N] (training)."""
+        pos = self.positions()
+        prompt = self.prompt_embedding(word_ids, word_mask).unsqueeze(1)
+        x = torch.cat([prompt, self.tok_emb(tokens[:, :-1])], 1) + pos[: tokens.shape[1]]
+        x = self.drop(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+
+# --------------------------------------------------------------------------- TokenModel
+
+class TinySession:
+    """Batch decoding state with a static position-indexed KV cache (see module docstring)."""
+
+    def __init__(self, model: "TinyModel", prompts: Sequence[str], cfg_scale: float) -> None:
+        self.model, self.gpt = model, model.gpt
+        self.batch = len(prompts)
+        self.cfg_scale = float(cfg_scale)
+        self.guided = self.cfg_scale != 1.0
+        rows = list(prompts) + ([""] * len(prompts) if self.guided else [])
+        word_ids, word_mask = model.encode_prompts(rows)
+        cfg = self.gpt.cfg
+        n_rows, length = len(rows), cfg.n_tokens + 1
+        dh = cfg.d_model // cfg.n_heads
+        p = next(self.gpt.parameters())
+        shape = (n_rows, cfg.n_heads, length, dh)
+        self.cache = [(torch.zeros(shape, dtype=p.dtype, device=p.device),
+                       torch.zeros(shape, dtype=p.dtype, device=p.device)) for _ in cfg_blocks(cfg)]
+        self.pos_table = self.gpt.positions().to(p.dtype)
+        self.key_pos = torch.arange(length, device=p.device)
+        with torch.inference_mode():
+            prompt = self.gpt.prompt_embedding(word_ids.to(p.device), word_mask.to(p.device)).to(p.dtype)
+            x = prompt.unsqueeze(1) + self.pos_table[:1]
+            pos = torch.zeros(n_rows, 1, dtype=torch.long, device=p.device)
+            self.first_logits = self._run(x, pos)[:, 0]
+
+    def _run(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        mask = (self.key_pos.view(1, 1, 1, -1) <= pos.view(pos.shape[0], 1, -1, 1))
+        for block, (ck, cv) in zip(self.gpt.blocks, self.cache):
+            x = block.forward_cached(x, pos, ck, cv, mask)
+        logits = self.gpt.head(self.gpt.ln_f(x)).float()
+        if self.guided:
+            cond, uncond = logits[: self.batch], logits[self.batch:]
+            logits = uncond + self.cfg_scale * (cond - uncond)
+        return logits
+
+    def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
+        n, v = self.gpt.cfg.n_tokens, self.gpt.cfg.vocab_size
+        if not torch.is_tensor(tokens) or tokens.dim() != 2 or tokens.shape[0] != self.batch:
+            raise ValueError(f"tokens: expected a tensor [B={self.batch}, W], got "
+                             f"{getattr(tokens, 'shape', type(tokens))}")
+        start = torch.as_tensor(start, device=tokens.device).reshape(-1)
+        if start.shape[0] != self.batch:
+            raise ValueError(f"start: expected {self.batch} entries, got {start.shape[0]}")
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= v):
+            raise ValueError(f"tokens: values must lie in [0, {v})")
+        if int(start.min()) < 0 or int(start.max()) > n:
+            raise ValueError(f"start: positions must lie in [0, {n}], got {start.tolist()}")
+        w = tokens.shape[1]
+        dev = self.pos_table.device
+        # Sequence position of generated position start+j is start+j+1; positions past the
+        # end of the grid (a window overhanging the last token) are computed but not kept.
+        seq_pos = (start.to(dev).view(-1, 1) + torch.arange(w, device=dev) + 1)
+        write_pos = seq_pos.clamp(max=n)
+        if self.guided:
+            tokens, write_pos = torch.cat([tokens, tokens]), torch.cat([write_pos, write_pos])
+        with torch.inference_mode():
+            x = self.gpt.tok_emb(tokens.to(dev)) + self.pos_table[write_pos]
+            logits = self._run(x, write_pos)
+        return logits
+
+
+def cfg_blocks(cfg: GPTConfig) -> range:
+    return range(cfg.n_layers)
+
+
+class TinyModel:
+    """The embedded emoji model behind the TokenModel contract."""
+
+    def __init__(self, vq: VQLite, gpt: TinyGPT, vocab: WordVocab, kind: str, name: str) -> None:
+        self.vq, self.gpt, self.vocab = vq.eval(), gpt.eval(), vocab
+        self.kind, self.name = kind, name
+        self.vocab_size = gpt.cfg.vocab_size
+        self.grid = tuple(gpt.cfg.grid)
+
+    def __repr__(self) -> str:
+        return f"TinyModel({self.name!r}, grid={self.grid}, vocab_size={self.vocab_size})"
+
+    def encode_prompts(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = [self.vocab.ids(p) for p in prompts]
+        width = max(1, max(len(i) for i in ids))
+        word_ids = torch.zeros(len(ids), width, dtype=torch.long)
+        mask = torch.zeros(len(ids), width, dtype=torch.bool)
+        for r, row in enumerate(ids):
+            word_ids[r, : len(row)] = torch.tensor(row, dtype=torch.long)
+            mask[r, : len(row)] = True
+        return word_ids, mask
+
+    def start(self, prompts: Sequence[str], cfg_scale: float = 1.0) -> TinySession:
+        if isinstance(prompts, str) or not isinstance(prompts, Sequence) or len(prompts) == 0:
+            raise ValueError("prompts: expected a non-empty list of strings")
+        if not all(isinstance(p, str) for p in prompts):
+            raise ValueError("prompts: every prompt must be a string")
+        if not isinstance(cfg_scale, (int, float)) or not math.isfinite(cfg_scale) or cfg_scale < 0:
+            raise ValueError(f"cfg_scale: expected a finite number >= 0, got {cfg_scale!r}")
+        return TinySession(self, prompts, cfg_scale)
+
+    @torch.inference_mode()
+    def decode_pixels(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [B, N] -> float pixels [B, *frames, 3, S, S] in [0, 1]."""
+        n = math.prod(self.grid)
+        if not torch.is_tensor(tokens) or tokens.dim() != 2 or tokens.shape[1] != n:
+            raise ValueError(f"tokens: expected a tensor [B, {n}], got {getattr(tokens, 'shape', type(tokens))}")
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
+            raise ValueError(f"tokens: values must lie in [0, {self.vocab_size})")
+        per = self.vq.grid ** 2
+        flat = tokens.reshape(-1, per).to(self.vq.codebook.device)
+        pix = self.vq.decode_codes(flat).float().clamp(0, 1)
+        frames = n // per
+        return pix.view(tokens.shape[0], *([frames] if self.kind == "video" else []), *pix.shape[1:])
+
+    def decode(self, tokens: torch.LongTensor) -> list:
+        """[B, N] -> B PIL RGB images (32x32), or for video B lists of T frames."""
+        from PIL import Image
+
+        pix = (self.decode_pixels(tokens) * 255).round().to(torch.uint8).cpu()
+
+        def to_pil(t: torch.Tensor) -> "Image.Image":
+            return Image.fromarray(t.permute(1, 2, 0).numpy(), "RGB")
+
+        if self.kind == "video":
+            return [[to_pil(f) for f in clip] for clip in pix]
+        return [to_pil(img) for img in pix]
+
+
+# --------------------------------------------------------------------------- loading
+
+VARIANTS = {"tiny": ("image", "image_prior"), "tiny-video": ("video", "video_prior")}
+
+
+def asset_files(folder: Path, prior: str) -> list[Path]:
+    return [folder / "config.json", folder / "vocab.json", folder / "vq.safetensors", folder / f"{prior}.safetensors"]
+
+
+def availability(name: str) -> str | None:
+    """None when the shipped weights of `name` are present; otherwise why not."""
+    if name not in VARIANTS:
+        return f"unknown tiny model {name!r}"
+    missing = [p.name for p in asset_files(ASSETS, VARIANTS[name][1]) if not p.exists()]
+    return f"missing assets/tiny/{', '.join(missing)}" if missing else None
+
+
+def claims_folder(path: str) -> bool:
+    cfg = Path(path) / "config.json"
+    if not cfg.exists():
+        return False
+    try:
+        return json.loads(cfg.read_text()).get("family") == "scd-tiny-emoji"
+    except (OSError, ValueError):
+        return False
+
+
+def default_threads() -> int:
+    """One torch thread on machines with <= 2 cores (two threads slow down many-fold when
+    another process shares them); two otherwise. A 64-token model gains little from more."""
+    return 1 if (os.cpu_count() or 1) <= 2 else 2
+
+
+def load_weights(module: nn.Module, path: Path, device: str | torch.device, dtype: torch.dtype) -> nn.Module:
+    from safetensors.torch import load_file
+
+    state = load_file(str(path))
+    module.load_state_dict({k: v.float() for k, v in state.items()})
+    return module.to(device=device, dtype=dtype).eval()
+
+
+def _load(kind: str, prior: str, name: str, folder: str | Path | None, device: str | torch.device,
+          dtype: torch.dtype | str, threads: int | None) -> TinyModel:
+    folder = Path(folder) if folder is not None else ASSETS
+    missing = [str(p) for p in asset_files(folder, prior) if not p.exists()]
+    if missing:
+        raise ValueError(f"model: the weights of {name!r} are missing ({', '.join(missing)})")
+    if isinstance(dtype, str):
+        if not hasattr(torch, dtype) or not isinstance(getattr(torch, dtype), torch.dtype):
+            raise ValueError(f"dtype: unknown torch dtype {dtype!r}")
+        dtype = getattr(torch, dtype)
+    if threads is not None:
+        if not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads: expected a positive int, got {threads!r}")
+        torch.set_num_threads(threads)
+    config = json.loads((folder / "config.json").read_text())
+    vocab = WordVocab(json.loads((folder / "vocab.json").read_text())["words"])
+    vq = load_weights(VQLite(VQConfig(**config["vq"])), folder / "vq.safetensors", device, torch.float32)
+    gcfg = dict(config[prior])
+    gcfg["grid"] = tuple(gcfg["grid"])
+    gpt = load_weights(TinyGPT(GPTConfig(**gcfg)), folder / f"{prior}.safetensors", device, dtype)
+    return TinyModel(vq, gpt, vocab, kind, name)
+
+
+def load_tiny(name_or_path: str = "tiny", *, device: str | torch.device = "cpu",
+              dtype: torch.dtype | str = torch.float32, threads: int | None = default_threads()) -> TinyModel:
+    """The embedded emoji image model: 32x32 images, 8x8 tokens, vocab 512.
+
+    `threads` sets torch's CPU thread count (None leaves it as it is)."""
+    folder = None if name_or_path in VARIANTS else name_or_path
+    return _load("image", "image_prior", "tiny", folder, device, dtype, threads)
+
+
+def load_tiny_video(name_or_path: str = "tiny-video", *, device: str | torch.device = "cpu",
+                    dtype: torch.dtype | str = torch.float32, threads: int | None = default_threads()) -> TinyModel:
+    """The embedded emoji clip model: T frames of 32x32, T x 8x8 tokens, vocab 512."""
+    folder = None if name_or_path in VARIANTS else name_or_path
+    return _load("video", "video_prior", "tiny-video", folder, device, dtype, threads)

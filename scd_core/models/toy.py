@@ -1,0 +1,214 @@
+"""Toy models behind the TokenModel contract.
+
+- `ToyModel`: an exactly enumerable model (tiny V and N). Its logits are a deterministic
+  function of (prompt, full prefix), drawn once from a seeded normal table over every
+  prefix, with real classifier-free guidance (a conditional table per prompt and one
+  unconditional table). `exact_joint` returns the exact law of the decoded sequence under
+  given sampling settings, for chi-square tests of the decoders.
+- `ToyGridModel`: a fast synthetic image-grid model with tunable entropy and spatial
+  correlation (the token to the left and above raise their own logits), with a small MLP
+  whose width sets the cost of a forward pass, for unit tests and the benchmark.
+"""
+from __future__ import annotations
+
+import zlib
+from typing import Sequence
+
+import torch
+from PIL import Image
+
+from scd_core.sampling import SamplingConfig, processed_probs
+
+
+def _prompt_seed(prompt: str, salt: int) -> int:
+    return zlib.crc32(prompt.encode()) ^ (salt * 0x9E3779B1 & 0xFFFFFFFF)
+
+
+def _guided(cond: torch.Tensor, uncond: torch.Tensor | None, cfg_scale: float) -> torch.Tensor:
+    """Classifier-free guidance: u + s (c - u); the conditional logits alone when s == 1."""
+    if uncond is None or cfg_scale == 1.0:
+        return cond
+    return uncond + cfg_scale * (cond - uncond)
+
+
+# ---------------------------------------------------------------------------------------
+# Exactly enumerable toy model
+
+
+class ToyModel:
+    """V^N sequences, logits ~ N(0, scale^2) per (prompt, prefix), seeded."""
+
+    def __init__(self, vocab_size: int = 3, grid: tuple[int, ...] = (2, 3), scale: float = 1.5, seed: int = 0):
+        if vocab_size < 2 or vocab_size ** _prod(grid) > 5_000_000:
+            raise ValueError("vocab_size/grid: need V >= 2 and V**N small enough to enumerate")
+        self.vocab_size, self.grid, self.scale, self.seed = vocab_size, tuple(grid), scale, seed
+        self.N = _prod(grid)
+        V, N = vocab_size, self.N
+        # prefix of length l with rank r (base-V number) has node id offset[l] + r
+        self.offset = [sum(V ** i for i in range(length)) for length in range(N + 2)]
+        self.num_nodes = self.offset[N + 1]
+        self._tables: dict[str, torch.Tensor] = {}
+
+    def table(self, prompt: str | None) -> torch.Tensor:
+        """[nodes, V] logits for every prefix; prompt None is the unconditional table."""
+        key = "\x00uncond" if prompt is None else prompt
+        if key not in self._tables:
+            g = torch.Generator().manual_seed(_prompt_seed(key, self.seed))
+            self._tables[key] = torch.randn(self.num_nodes, self.vocab_size, generator=g) * self.scale
+        return self._tables[key]
+
+    def guided_table(self, prompt: str, cfg_scale: float) -> torch.Tensor:
+        return _guided(self.table(prompt), self.table(None), cfg_scale)
+
+    def start(self, prompts: Sequence[str], cfg_scale: float) -> "ToySession":
+        return ToySession(self, list(prompts), cfg_scale)
+
+    def decode(self, tokens: torch.LongTensor) -> list:
+        """Tokens -> small greyscale images (one pixel per token)."""
+        H, W = (self.grid[-2], self.grid[-1]) if len(self.grid) >= 2 else (1, self.grid[0])
+        scale = 255 // max(self.vocab_size - 1, 1)
+        pixels = (tokens.clamp(min=0) * scale).to(torch.uint8).reshape(tokens.shape[0], -1, H, W)
+        out = [[Image.fromarray(frame.numpy(), "L") for frame in row] for row in pixels]
+        return [frames if len(self.grid) == 3 else frames[0] for frames in out]
+
+    def exact_joint(self, prompt: str, cfg_scale: float, sampling: SamplingConfig) -> torch.Tensor:
+        """[V**N] exact probability of every sequence (index = base-V number, position 0 first)."""
+        V, N = self.vocab_size, self.N
+        probs = processed_probs(self.guided_table(prompt, cfg_scale).double(), sampling).double()
+        joint = torch.ones(1, dtype=torch.float64)
+        for length in range(N):
+            nodes = probs[self.offset[length]: self.offset[length] + V ** length]   # [V^l, V]
+            joint = (joint.unsqueeze(1) * nodes).reshape(-1)
+        return joint
+
+    def sequence_index(self, tokens: torch.LongTensor) -> torch.LongTensor:
+        """[B, N] tokens -> [B] base-V index into `exact_joint`."""
+        weights = self.vocab_size ** torch.arange(self.N - 1, -1, -1)
+        return (tokens * weights).sum(1)
+
+
+class ToySession:
+    def __init__(self, model: ToyModel, prompts: list[str], cfg_scale: float):
+        self.model = model
+        self.tables = torch.stack([model.guided_table(p, cfg_scale) for p in dict.fromkeys(prompts)])
+        uniq = list(dict.fromkeys(prompts))
+        self.row_table = torch.tensor([uniq.index(p) for p in prompts])
+        B = len(prompts)
+        self.history = torch.zeros(B, model.N + 1, dtype=torch.long)
+        self.first_logits = self.tables[self.row_table, model.offset[0]]
+
+    def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
+        m, V = self.model, self.model.vocab_size
+        B, W = tokens.shape
+        pos = start.unsqueeze(1) + torch.arange(W)
+        self.history.scatter_(1, pos, tokens)
+        rank = torch.zeros(B, m.N + 2, dtype=torch.long)                 # rank[:, l] of prefix length l
+        for i in range(m.N):
+            rank[:, i + 1] = rank[:, i] * V + self.history[:, i]
+        length = pos + 1                                                   # prefix length predicted
+        offsets = torch.tensor(m.offset)[length]
+        nodes = offsets + rank.gather(1, length)
+        return self.tables[self.row_table.unsqueeze(1), nodes]
+
+
+def load_toy(name: str = "toy", vocab_size: int = 3, grid: tuple[int, ...] = (2, 3), scale: float = 1.5,
+             seed: int = 0, **_: object) -> ToyModel:
+    return ToyModel(vocab_size=vocab_size, grid=grid, scale=scale, seed=seed)
+
+
+# ---------------------------------------------------------------------------------------
+# Fast synthetic grid model
+
+
+class ToyGridModel:
+    """A synthetic (H, W) image-token model with realistic, tunable statistics.
+
+    logits(position) = MLP(embed(left) + embed(above) + embed(position) + embed(prompt)) / tau
+                       + corr * (onehot(left) + onehot(above))
+    `tau` sets the entropy, `corr` the spatial correlation (flat regions that continue),
+    `hidden` the cost of a forward pass. Weights are random but fixed by `seed`.
+    """
+
+    def __init__(self, vocab_size: int = 512, grid: tuple[int, int] = (16, 16), dim: int = 128,
+                 hidden: int = 1024, tau: float = 0.35, corr: float = 2.5, seed: int = 0,
+                 device: str | torch.device = "cpu"):
+        self.vocab_size, self.grid = vocab_size, tuple(grid)
+        self.N = _prod(grid)
+        self.tau, self.corr = tau, corr
+        g = torch.Generator().manual_seed(seed)
+        init = lambda *shape: (torch.randn(*shape, generator=g) / shape[0] ** 0.5).to(device)  # noqa: E731
+        self.embed_left = init(vocab_size + 1, dim)     # last row: "no neighbour"
+        self.embed_up = init(vocab_size + 1, dim)
+        self.embed_pos = init(self.N, dim)
+        self.w1, self.w2, self.w3 = init(dim, hidden), init(hidden, hidden), init(hidden, vocab_size)
+        self.palette = (torch.rand(vocab_size, 3, generator=g) * 255).to(torch.uint8)
+        self.device = torch.device(device)
+
+    def prompt_embedding(self, prompt: str) -> torch.Tensor:
+        g = torch.Generator().manual_seed(_prompt_seed(prompt, 7))
+        return (torch.randn(self.embed_pos.shape[1], generator=g) * 0.5).to(self.device)
+
+    def logits(self, history: torch.Tensor, positions: torch.Tensor, prompt_emb: torch.Tensor) -> torch.Tensor:
+        """history [B, N+1] tokens, positions [B, W] to predict -> logits [B, W, V]."""
+        H, W = self.grid
+        V = self.vocab_size
+        col = positions % W
+        left_pos, up_pos = positions - 1, positions - W
+        left = torch.where(col > 0, history.gather(1, left_pos.clamp(min=0)), V)
+        up = torch.where(up_pos >= 0, history.gather(1, up_pos.clamp(min=0)), V)
+        x = self.embed_left[left] + self.embed_up[up] + self.embed_pos[positions.clamp(max=self.N - 1)]
+        x = x + prompt_emb.unsqueeze(1)
+        h = torch.relu(x @ self.w1)
+        h = torch.relu(h @ self.w2)
+        out = (h @ self.w3) / self.tau
+        bonus = torch.zeros_like(out)
+        bonus.scatter_add_(-1, left.clamp(max=V - 1).unsqueeze(-1), (left < V).float().unsqueeze(-1) * self.corr)
+        bonus.scatter_add_(-1, up.clamp(max=V - 1).unsqueeze(-1), (up < V).float().unsqueeze(-1) * self.corr)
+        return out + bonus
+
+    def start(self, prompts: Sequence[str], cfg_scale: float) -> "ToyGridSession":
+        return ToyGridSession(self, list(prompts), cfg_scale)
+
+    def decode(self, tokens: torch.LongTensor) -> list:
+        """Tokens -> RGB images, one 4x4 block of the token's palette colour per token."""
+        H, W = self.grid
+        rgb = self.palette[tokens.clamp(min=0).cpu()].reshape(tokens.shape[0], H, W, 3)
+        rgb = rgb.repeat_interleave(4, 1).repeat_interleave(4, 2)
+        return [Image.fromarray(img.numpy(), "RGB") for img in rgb]
+
+
+class ToyGridSession:
+    def __init__(self, model: ToyGridModel, prompts: list[str], cfg_scale: float):
+        self.model, self.cfg_scale = model, cfg_scale
+        B = len(prompts)
+        cond = torch.stack([model.prompt_embedding(p) for p in prompts])
+        self.use_cfg = cfg_scale != 1.0
+        self.prompt_emb = torch.cat([cond, torch.zeros_like(cond)]) if self.use_cfg else cond
+        rows = 2 * B if self.use_cfg else B
+        self.history = torch.full((rows, model.N + 1), 0, dtype=torch.long, device=model.device)
+        first = model.logits(self.history, torch.zeros(rows, 1, dtype=torch.long, device=model.device), self.prompt_emb)
+        self.first_logits = self._guide(first)[:, 0]
+
+    def _guide(self, logits: torch.Tensor) -> torch.Tensor:
+        if not self.use_cfg:
+            return logits
+        cond, uncond = logits.chunk(2)
+        return _guided(cond, uncond, self.cfg_scale)
+
+    def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
+        if self.use_cfg:
+            tokens, start = torch.cat([tokens, tokens]), torch.cat([start, start])
+        pos = start.unsqueeze(1) + torch.arange(tokens.shape[1], device=tokens.device)
+        self.history.scatter_(1, pos, tokens)
+        return self._guide(self.model.logits(self.history, pos + 1, self.prompt_emb))
+
+
+def load_toy_grid(name: str = "toy-grid", device: str | None = None, **kwargs) -> ToyGridModel:
+    return ToyGridModel(device=device or "cpu", **kwargs)
+
+
+def _prod(shape: Sequence[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n

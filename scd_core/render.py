@@ -1,0 +1,462 @@
+"""Pictures of a decode: token-grid overlays, heat maps, live plots, GIF/MP4 export.
+
+Everything here reads the trace (`scd_core.trace.Iteration`) of row 0 of a run and a
+decoded image; nothing here touches the engine. Pixel work is numpy on whole arrays;
+the only Python loops run over frames or iterations, never over tokens.
+
+Token states, as drawn on the grid and named in the legend:
+- committed earlier: plain pixels;
+- accepted this iteration: green outline (drafts that passed `U < min(1, p/q)`);
+- rejected and resampled: orange fill, red outline (the first rejected draft, replaced by a
+  sample of `norm(max(0, p - q))`);
+- new sample: blue outline (the one token a plain AR step commits, or the bonus token after
+  a fully accepted window);
+- still draft: faded and hatched (drafted, not yet verified);
+- empty: flat grey (nothing drafted there yet).
+"""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from scd_core.trace import Iteration
+
+EMPTY, COMMITTED, ACCEPTED, RESAMPLED, NEW, DRAFT = range(6)
+
+# state -> (legend label, RGB colour, tint alpha, draw outline)
+STYLE: dict[int, tuple[str, tuple[int, int, int], float, bool]] = {
+    COMMITTED: ("committed earlier", (255, 255, 255), 0.0, False),
+    ACCEPTED: ("accepted this iteration", (22, 163, 74), 0.25, True),
+    RESAMPLED: ("rejected → resampled", (234, 88, 12), 0.45, True),
+    NEW: ("new sample (AR step / bonus)", (37, 99, 235), 0.25, True),
+    DRAFT: ("still draft", (100, 116, 139), 0.55, False),
+    EMPTY: ("empty", (200, 200, 200), 1.0, False),
+}
+OUTLINE = {ACCEPTED: (22, 163, 74), RESAMPLED: (220, 38, 38), NEW: (37, 99, 235)}
+LEGEND_ORDER = (COMMITTED, ACCEPTED, RESAMPLED, NEW, DRAFT, EMPTY)
+
+METRIC_HELP = {
+    "nfe": "NFE: model forward passes so far, the prefill included (a CFG pair counts once)",
+    "acceptance": "acceptance rate = accepted drafts / verified drafts (never above 1)",
+    "mean_len": "mean accepted length = tokens committed per forward pass (accepted drafts + 1)",
+    "compression": "step compression = AR NFE / this NFE (AR needs one pass per token)",
+    "speedup": "latency speed-up = AR wall time / this wall time, same process",
+}
+
+
+# ----------------------------------------------------------------------------- grid
+
+def grid3(grid: Sequence[int]) -> tuple[int, int, int]:
+    """(H, W) -> (1, H, W); (T, H, W) unchanged."""
+    g = tuple(int(x) for x in grid)
+    if len(g) == 2:
+        return (1, *g)
+    if len(g) == 3:
+        return g  # type: ignore[return-value]
+    raise ValueError(f"grid: expected (H, W) or (T, H, W), got {grid!r}")
+
+
+def token_states(it: Iteration, row: int = 0) -> np.ndarray:
+    """[N] int8 state of every generated position after iteration `it` (row `row`)."""
+    canvas = it.canvas[row].numpy()
+    n = canvas.shape[0]
+    nb, na = int(it.n_before[row]), int(it.n_after[row])
+    n_acc = min(int(it.accepted[row].sum()), max(na - nb, 0))
+    states = np.full(n, EMPTY, dtype=np.int8)
+    states[canvas >= 0] = DRAFT
+    states[:nb] = COMMITTED
+    states[nb:nb + n_acc] = ACCEPTED
+    states[nb + n_acc:na] = RESAMPLED if bool(it.resampled[row]) else NEW
+    return states
+
+
+def fill_empty(canvas, fill: int = 0):
+    """Replace the -1 (empty) positions of a canvas with a valid code so it can be decoded."""
+    return canvas.clamp(min=0) if fill == 0 else canvas.masked_fill(canvas < 0, fill)
+
+
+def decode_frames(model, canvas_row) -> list[np.ndarray]:
+    """Decode one canvas row [N] into a list of HxWx3 uint8 frames (one for an image)."""
+    out = model.decode(fill_empty(canvas_row.reshape(1, -1)))[0]
+    frames = out if isinstance(out, (list, tuple)) else [out]
+    return [to_rgb(f) for f in frames]
+
+
+def to_rgb(img) -> np.ndarray:
+    if isinstance(img, Image.Image):
+        return np.asarray(img.convert("RGB"))
+    arr = np.asarray(img)
+    if arr.ndim == 2:
+        arr = np.repeat(arr[..., None], 3, axis=2)
+    if arr.dtype != np.uint8:
+        arr = np.clip(arr * (255 if arr.max() <= 1.0 else 1), 0, 255).astype(np.uint8)
+    return arr[..., :3]
+
+
+# -------------------------------------------------------------------------- overlay
+
+def scale_for(h: int, w: int, target: int = 320) -> int:
+    """Integer nearest-neighbour factor that brings the longer side to about `target`."""
+    return max(1, int(round(target / max(h, w, 1))))
+
+
+def _cell_index(size: int, cells: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each pixel along an axis: its cell index and its distance to the cell's edge."""
+    idx = np.arange(size) * cells // size
+    starts = np.searchsorted(idx, np.arange(cells))
+    ends = np.append(starts[1:], size)
+    pos = np.arange(size)
+    edge = np.minimum(pos - starts[idx], ends[idx] - 1 - pos)
+    return idx, edge
+
+
+def overlay_frame(frame: np.ndarray, states: np.ndarray, scale: int) -> np.ndarray:
+    """Upscale one frame (nearest) and draw the token-state grid `states` [H, W] on it."""
+    img = np.repeat(np.repeat(frame, scale, axis=0), scale, axis=1).astype(np.float32)
+    ph, pw = img.shape[:2]
+    gh, gw = states.shape
+    ri, redge = _cell_index(ph, gh)
+    ci, cedge = _cell_index(pw, gw)
+    st = states[ri[:, None], ci[None, :]]
+    cell = min(ph // gh, pw // gw)
+    thick = max(1, cell // 12)
+    edge = np.minimum(redge[:, None], cedge[None, :])
+    for s, (_, colour, alpha, _) in STYLE.items():
+        if alpha > 0:
+            m = st == s
+            img[m] = (1 - alpha) * img[m] + alpha * np.asarray(colour, np.float32)
+    hatch = ((np.arange(ph)[:, None] + np.arange(pw)[None, :]) % max(4, cell // 4)) == 0
+    img[(st == DRAFT) & hatch] = (71, 85, 105)
+    if cell >= 6:   # faint grid lines so single tokens can be told apart
+        img[edge == 0] *= 0.85
+    for s, colour in OUTLINE.items():
+        img[(st == s) & (edge < thick)] = colour
+    return img.astype(np.uint8)
+
+
+def tile_frames(frames: Sequence[np.ndarray], cols: int | None = None, gap: int = 6) -> np.ndarray:
+    """Lay frames out on a white sheet, `cols` per row (a single frame is returned as is)."""
+    if len(frames) == 1:
+        return frames[0]
+    cols = cols or min(len(frames), 4)
+    rows = math.ceil(len(frames) / cols)
+    h, w = frames[0].shape[:2]
+    sheet = np.full((rows * h + (rows - 1) * gap, cols * w + (cols - 1) * gap, 3), 255, np.uint8)
+    for i, f in enumerate(frames):
+        r, c = divmod(i, cols)
+        sheet[r * (h + gap):r * (h + gap) + h, c * (w + gap):c * (w + gap) + w] = f
+    return sheet
+
+
+def render_iteration(model, it: Iteration, row: int = 0, target: int = 320,
+                     overlay: bool = True) -> np.ndarray:
+    """The picture of one iteration: decoded canvas (committed + drafts) with the grid overlay."""
+    T, H, W = grid3(model.grid)
+    frames = decode_frames(model, it.canvas[row])
+    states = token_states(it, row).reshape(T, H, W)
+    frame_target = target if T == 1 else max(96, target // 2)
+    scale = scale_for(*frames[0].shape[:2], target=frame_target)
+    if overlay:
+        drawn = [overlay_frame(f, states[t], scale) for t, f in enumerate(frames)]
+    else:
+        drawn = [np.repeat(np.repeat(f, scale, 0), scale, 1) for f in frames]
+    return tile_frames(drawn)
+
+
+def upscale(frame: np.ndarray, target: int = 320) -> np.ndarray:
+    s = scale_for(*frame.shape[:2], target=target)
+    return np.repeat(np.repeat(frame, s, axis=0), s, axis=1)
+
+
+def legend_html() -> str:
+    """The colour legend of the token grid, as an HTML strip (kept on screen)."""
+    items = []
+    for s in LEGEND_ORDER:
+        label, colour, _, outline = STYLE[s]
+        border = OUTLINE.get(s, (120, 120, 120))
+        bg = "repeating-linear-gradient(45deg,#64748b 0 2px,#cbd5e1 2px 6px)" if s == DRAFT \
+            else f"rgb{colour}"
+        items.append(
+            f'<span style="display:inline-flex;align-items:center;margin-right:14px;white-space:nowrap">'
+            f'<span style="display:inline-block;width:16px;height:16px;margin-right:5px;'
+            f'background:{bg};border:{3 if outline else 1}px solid rgb{border}"></span>{label}</span>')
+    return f'<div id="scd-legend" style="font-size:0.9em;line-height:1.9">{"".join(items)}</div>'
+
+
+def legend_strip(width: int) -> np.ndarray:
+    """The legend drawn as pixels, appended under exported frames."""
+    font = ImageFont.load_default(size=11)
+    entries = [(STYLE[s][0], STYLE[s][1], OUTLINE.get(s, (120, 120, 120))) for s in LEGEND_ORDER]
+    lines, line, x = [], [], 4
+    for e in entries:
+        w = 18 + int(font.getlength(e[0])) + 10
+        if line and x + w > width:
+            lines.append(line)
+            line, x = [], 4
+        line.append((x, e))
+        x += w
+    lines.append(line)
+    img = Image.new("RGB", (width, 18 * len(lines) + 4), "white")
+    draw = ImageDraw.Draw(img)
+    for r, ln in enumerate(lines):
+        y = 4 + 18 * r
+        for x0, (label, colour, border) in ln:
+            draw.rectangle([x0, y, x0 + 12, y + 12], fill=colour, outline=border, width=2)
+            draw.text((x0 + 16, y), label, fill="black", font=font)
+    return np.asarray(img)
+
+
+# ---------------------------------------------------------------------- trace stats
+
+@dataclass
+class TraceStats:
+    """Per-iteration numbers of row 0, accumulated as iterations arrive (O(N) each)."""
+
+    grid: tuple[int, ...]
+    method: str = ""
+    index: list[int] = field(default_factory=list)
+    nfe: list[int] = field(default_factory=list)
+    committed: list[int] = field(default_factory=list)   # cumulative tokens committed
+    accepted: list[int] = field(default_factory=list)    # accepted drafts this pass
+    verified: list[int] = field(default_factory=list)    # verified drafts this pass
+    new_kind: list[str] = field(default_factory=list)    # "resampled" / "bonus" / "sample" / ""
+    wall: list[float] = field(default_factory=list)
+    committed_at: np.ndarray | None = None                # [N] iteration that committed it
+    streak: np.ndarray | None = None                      # [N] current unchanged-draft run
+    stability: np.ndarray | None = None                   # [N] longest unchanged-draft run
+    _prev: np.ndarray | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return int(np.prod(self.grid))
+
+    def add(self, it: Iteration, row: int = 0) -> None:
+        n = self.num_tokens
+        if self.committed_at is None:
+            self.committed_at = np.full(n, -1, np.int64)
+            self.streak = np.zeros(n, np.int64)
+            self.stability = np.zeros(n, np.int64)
+        nb, na = int(it.n_before[row]), int(it.n_after[row])
+        self.method = it.method
+        self.index.append(it.index)
+        self.nfe.append(int(it.nfe))
+        self.committed.append(na)
+        self.accepted.append(int(it.accepted[row].sum()))
+        self.verified.append(int(it.verified[row].sum()))
+        self.new_kind.append("" if na <= nb else "resampled" if bool(it.resampled[row])
+                             else "bonus" if bool(it.bonus[row]) else "sample")
+        self.wall.append(float(it.wall_time))
+        self.committed_at[nb:na] = it.index
+        self._track_drafts(it.canvas[row].numpy(), na)
+
+    def _track_drafts(self, canvas: np.ndarray, n_after: int) -> None:
+        is_draft = (np.arange(canvas.shape[0]) >= n_after) & (canvas >= 0)
+        prev = self._prev if self._prev is not None else np.full_like(canvas, -2)
+        same = is_draft & (canvas == prev)
+        self.streak = np.where(is_draft, np.where(same, self.streak + 1, 1), 0)
+        self.stability = np.maximum(self.stability, self.streak)
+        self._prev = np.where(is_draft, canvas, -2)
+
+    @property
+    def acceptance_rate(self) -> float:
+        v = sum(self.verified)
+        return sum(self.accepted) / v if v else 0.0
+
+    @property
+    def running_acceptance(self) -> np.ndarray:
+        acc, ver = np.cumsum(self.accepted), np.cumsum(self.verified)
+        return np.where(ver > 0, acc / np.maximum(ver, 1), np.nan)
+
+    @property
+    def mean_accepted_length(self) -> float:
+        steps = np.diff([0] + self.committed)
+        active = int((steps > 0).sum())
+        return float(steps.sum()) / active if active else 0.0
+
+    @property
+    def done(self) -> bool:
+        return bool(self.committed) and self.committed[-1] >= self.num_tokens
+
+
+# --------------------------------------------------------------------------- charts
+
+METHOD_COLOURS = {"ar": "#64748b", "sjd": "#f59e0b", "scd-mc": "#16a34a", "scd-gumbel": "#7c3aed"}
+METHOD_LABELS = {"ar": "AR", "sjd": "SJD", "scd-mc": "SCD (maximal coupling)",
+                 "scd-gumbel": "SCD (Gumbel coupling)"}
+
+
+def _figure(data: list[dict], title: str, x: str, y: str, height: int = 280, **layout):
+    """A plotly Figure from plain dicts (many times faster than the graph_objects builders)."""
+    import plotly.graph_objects as go
+
+    axis = dict(gridcolor="#e5e7eb", zerolinecolor="#cbd5e1", linecolor="#94a3b8")
+    base = dict(title=dict(text=title, font=dict(size=14)), height=height,
+                margin=dict(l=50, r=10, t=40, b=40), plot_bgcolor="white", paper_bgcolor="white",
+                xaxis=dict(title=dict(text=x), **axis), yaxis=dict(title=dict(text=y), **axis),
+                legend=dict(orientation="h", y=-0.25, font=dict(size=10)), hovermode="closest")
+    for key, value in layout.items():
+        base[key] = {**base[key], **value} if isinstance(base.get(key), dict) else value
+    return go.Figure(dict(data=data, layout=base), skip_invalid=True)
+
+
+def committed_vs_nfe_figure(curves: dict[str, tuple[list[int], list[int]]], num_tokens: int,
+                            current: str | None = None):
+    """Tokens committed against forward passes: the AR diagonal, then one curve per method."""
+    data = [dict(type="scatter", x=[0, num_tokens], y=[0, num_tokens], mode="lines",
+                 name="AR (1 token / pass)", line=dict(color="#94a3b8", dash="dash"),
+                 hovertemplate="AR diagonal: one token per forward pass<br>NFE %{x} → %{y} "
+                               "tokens<extra></extra>")]
+    for method, (nfe, committed) in curves.items():
+        label = METHOD_LABELS.get(method, method)
+        data.append(dict(
+            type="scatter", x=[0, *nfe], y=[0, *committed], mode="lines+markers", name=label,
+            marker=dict(size=3), line=dict(color=METHOD_COLOURS.get(method),
+                                           width=3 if method == current else 1.5, shape="hv"),
+            customdata=[0.0] + [num_tokens / x if x else 0.0 for x in nfe],
+            hovertemplate=(f"{label}<br>NFE %{{x}} (forward passes, prefill included)"
+                           "<br>%{y} tokens committed<br>tokens per NFE so far: "
+                           "%{customdata:.2f}<extra></extra>")))
+    return _figure(data, "Tokens committed vs forward passes (NFE)", "NFE", "tokens committed",
+                   xaxis=dict(range=[0, num_tokens * 1.02]),
+                   yaxis=dict(range=[0, num_tokens * 1.05]))
+
+
+def accepted_length_figure(stats: TraceStats):
+    """Per forward pass: accepted drafts (green) + the resampled/bonus/AR token on top."""
+    new = np.clip(np.diff([0, *stats.committed]) - np.asarray(stats.accepted, int), 0, None)
+    colour = [f"rgb{STYLE[RESAMPLED][1] if k == 'resampled' else STYLE[NEW][1]}"
+              for k in stats.new_kind]
+    data = [dict(type="bar", x=stats.index, y=stats.accepted, name="accepted drafts",
+                 marker=dict(color="rgb(22,163,74)"),
+                 hovertemplate="pass %{x}: %{y} drafts accepted (U < min(1, p/q))"
+                               "<extra></extra>"),
+            dict(type="bar", x=stats.index, y=new.tolist(),
+                 name="+1 resampled / bonus / AR token", marker=dict(color=colour),
+                 customdata=stats.new_kind,
+                 hovertemplate="pass %{x}: +%{y} %{customdata} token<extra></extra>")]
+    return _figure(data, f"Tokens committed per pass (mean accepted length "
+                         f"{stats.mean_accepted_length:.2f})", "iteration (forward pass)", "tokens",
+                   barmode="stack", bargap=0.1)
+
+
+def acceptance_figure(stats: TraceStats):
+    """Running acceptance rate: accepted drafts / verified drafts so far."""
+    rate = stats.running_acceptance
+    data = [dict(type="scatter", x=stats.index, y=[None if np.isnan(r) else float(r) for r in rate],
+                 mode="lines", line=dict(color=METHOD_COLOURS.get(stats.method, "#16a34a"), width=2),
+                 name="acceptance rate",
+                 hovertemplate="pass %{x}: acceptance rate %{y:.3f}<br>= accepted drafts / "
+                               "verified drafts so far (≤ 1)<extra></extra>")]
+    return _figure(data, f"Running acceptance rate ({stats.acceptance_rate:.3f})",
+                   "iteration (forward pass)", "accepted / verified", yaxis=dict(range=[0, 1.02]))
+
+
+def _tile_maps(values: np.ndarray, grid: tuple[int, ...]) -> np.ndarray:
+    """[N] -> [H, T*W + gaps] float map, frames side by side, NaN columns between them."""
+    T, H, W = grid3(grid)
+    v = values.reshape(T, H, W).astype(np.float64)
+    if T == 1:
+        return v[0]
+    gap = np.full((T, H, 1), np.nan)
+    return np.concatenate(np.concatenate([v, gap], axis=2), axis=1)[:, :-1]
+
+
+def heatmap_figure(values: np.ndarray, grid: tuple[int, ...], title: str, hover: str,
+                   colorscale: str = "Viridis", missing: float | None = None):
+    z = _tile_maps(values, grid)
+    if missing is not None:
+        z = np.where(z == missing, np.nan, z)
+    rows = [[None if np.isnan(v) else float(v) for v in r] for r in z]
+    data = [dict(type="heatmap", z=rows, colorscale=colorscale, hoverongaps=False,
+                 hovertemplate=hover + "<extra></extra>", colorbar=dict(thickness=10))]
+    return _figure(data, title, "", "", height=300,
+                   xaxis=dict(showticklabels=False, showgrid=False, constrain="domain"),
+                   yaxis=dict(autorange="reversed", scaleanchor="x", showticklabels=False,
+                              showgrid=False, constrain="domain"))
+
+
+def committed_at_figure(stats: TraceStats):
+    """'Accepted at iteration k' map: which forward pass committed each token."""
+    vals = stats.committed_at if stats.committed_at is not None else np.full(stats.num_tokens, -1)
+    return heatmap_figure(vals, stats.grid, "Committed at iteration k",
+                          "row %{y}, column %{x}<br>committed by forward pass %{z}",
+                          missing=-1)
+
+
+def stability_figure(stats: TraceStats):
+    """Draft-stability map: the longest run of passes a position's draft stayed unchanged."""
+    vals = stats.stability if stats.stability is not None else np.zeros(stats.num_tokens)
+    return heatmap_figure(vals, stats.grid, "Draft stability (passes a draft stayed unchanged)",
+                          "row %{y}, column %{x}<br>draft unchanged for %{z} consecutive passes"
+                          "<br>(0: never drafted)", colorscale="Magma")
+
+
+# --------------------------------------------------------------------------- export
+
+def _even16(frame: np.ndarray) -> np.ndarray:
+    """Pad a frame with white to sides that are multiples of 16 (H.264 macro blocks)."""
+    h, w = frame.shape[:2]
+    H, W = -(-h // 16) * 16, -(-w // 16) * 16
+    if (H, W) == (h, w):
+        return frame
+    out = np.full((H, W, 3), 255, np.uint8)
+    out[:h, :w] = frame
+    return out
+
+
+def write_mp4(frames: Sequence[np.ndarray], path: str, fps: float = 8) -> str:
+    """H.264 / yuv420p MP4 (browser-playable) with imageio-ffmpeg's bundled ffmpeg."""
+    import imageio.v2 as imageio
+
+    padded = [_even16(f) for f in frames]
+    writer = imageio.get_writer(path, fps=fps, codec="libx264", pixelformat="yuv420p",
+                                macro_block_size=16, quality=8,
+                                ffmpeg_log_level="error")
+    try:
+        for f in padded:
+            writer.append_data(f)
+    finally:
+        writer.close()
+    return path
+
+
+def write_gif(frames: Sequence[np.ndarray], path: str, fps: float = 8) -> str:
+    images = [Image.fromarray(f) for f in frames]
+    images[0].save(path, save_all=True, append_images=images[1:], loop=0,
+                   duration=max(20, int(1000 / fps)), optimize=False)
+    return path
+
+
+def export_clip(frames: Sequence[np.ndarray], stem: str, fps: float = 8,
+                folder: str | None = None, target: int = 256) -> tuple[str, str]:
+    """A finished video clip as (mp4, gif), frames upscaled (nearest) to about `target` px."""
+    folder = folder or tempfile.mkdtemp(prefix="scd_")
+    big = [upscale(to_rgb(f), target) for f in frames]
+    return (write_mp4(big, os.path.join(folder, f"{stem}.mp4"), fps),
+            write_gif(big, os.path.join(folder, f"{stem}.gif"), fps))
+
+
+def pick_frames(count: int, limit: int = 200) -> list[int]:
+    """Indices of at most `limit` iterations, evenly spread, first and last included."""
+    if count <= limit:
+        return list(range(count))
+    return sorted(set(np.linspace(0, count - 1, limit).round().astype(int).tolist()))
+
+
+def export_decoding(model, iterations: Sequence[Iteration], stem: str, fps: float = 10,
+                    folder: str | None = None, limit: int = 200) -> tuple[str, str]:
+    """The decoding itself (one frame per iteration, with overlay and legend) as (mp4, gif)."""
+    folder = folder or tempfile.mkdtemp(prefix="scd_")
+    frames = []
+    for i in pick_frames(len(iterations), limit):
+        pic = render_iteration(model, iterations[i])
+        frames.append(np.concatenate([pic, legend_strip(pic.shape[1])], axis=0))
+    frames.append(frames[-1])  # hold the final picture a little longer
+    return (write_mp4(frames, os.path.join(folder, f"{stem}.mp4"), fps),
+            write_gif(frames, os.path.join(folder, f"{stem}.gif"), fps))

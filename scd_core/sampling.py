@@ -1,0 +1,58 @@
+"""Logits -> the one processed distribution p per position (exactness rule 1).
+
+Classifier-free guidance is applied by the model behind the `Session` contract; here come
+temperature, top-k and top-p, then softmax. Verification, drafting, residuals and the AR
+baseline all call `processed_probs`, so they all sample the same p.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    temperature: float = 1.0   # 0 means greedy
+    top_k: int = 0             # 0 means no top-k filtering
+    top_p: float = 1.0         # 1.0 means no nucleus filtering
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0 or self.top_k == 1
+
+
+def validate_sampling(temperature: float, top_k: int, top_p: float) -> SamplingConfig:
+    """Check the sampling arguments; a ValueError names the argument and its range."""
+    if not isinstance(temperature, (int, float)) or not temperature >= 0 or temperature == float("inf"):
+        raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ValueError(f"top_k must be an integer >= 0 (0 disables top-k), got {top_k!r}")
+    if not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] (1 disables top-p), got {top_p!r}")
+    return SamplingConfig(float(temperature), int(top_k), float(top_p))
+
+
+def processed_probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
+    """[..., V] guided logits -> [..., V] float32 probabilities p (temperature, top-k, top-p)."""
+    logits = logits.float()
+    if cfg.greedy:
+        return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+    logits = logits / cfg.temperature
+    if 0 < cfg.top_k < logits.shape[-1]:
+        kth = logits.topk(cfg.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = logits.softmax(-1)
+    if cfg.top_p < 1:
+        probs = _nucleus(probs, cfg.top_p)
+    return probs
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose mass reaches top_p, renormalised."""
+    sorted_p, order = probs.sort(-1, descending=True)
+    mass_before = sorted_p.cumsum(-1) - sorted_p
+    keep_sorted = mass_before < top_p
+    keep = torch.zeros_like(keep_sorted).scatter_(-1, order, keep_sorted)
+    kept = probs * keep
+    return kept / kept.sum(-1, keepdim=True)

@@ -1,0 +1,156 @@
+"""Train a tiny prior (decoder-only transformer over prompt words and VQ tokens).
+
+    python -m scd_core.train.prior --kind image --tokens data/tokens --ckpt checkpoints/image_prior
+    python -m scd_core.train.prior --kind video --tokens data/tokens --ckpt checkpoints/video_prior
+
+Condition dropout for classifier-free guidance: every prompt word is dropped with
+probability 0.15 and the whole prompt with probability 0.1 (the empty prompt is the
+unconditional branch). Skin-tone variants are sampled at their data weight (0.2). Images
+use a random one of the 9 placements per sample. Held-out NLL (nats/token, full prompts,
+unshifted) is printed every `--eval-every` steps. Resumes from `--ckpt`; deterministic given
+`--seed` and the thread count.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from scd_core.models.tiny import GPTConfig, TinyGPT
+from scd_core.train.common import cosine_lr, load_checkpoint, save_checkpoint, set_threads
+
+WORD_DROP, PROMPT_DROP = 0.15, 0.10
+
+
+def load_tokens(folder: str | Path, kind: str) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    path = Path(folder) / f"{kind}.safetensors"
+    if not path.exists():
+        raise ValueError(f"tokens: no {path}; run python -m scd_core.train.tokens")
+    data = load_file(str(path))
+    data["tokens"] = data["tokens"].long()
+    if data["tokens"].dim() == 2:
+        data["tokens"] = data["tokens"].unsqueeze(1)     # [N, placements=1, L]
+    data["word_ids"] = data["word_ids"].long()
+    return data
+
+
+def grid_of(kind: str, length: int) -> tuple[int, ...]:
+    return (8, 8) if kind == "image" else (length // 64, 8, 8)
+
+
+def sample_batch(data: dict, rows: torch.Tensor, batch: int, gen: torch.Generator):
+    """Tokens [B, L], word ids [B, Lw] and the word mask after condition dropout."""
+    pick = rows[torch.multinomial(data["weights"][rows], batch, replacement=True, generator=gen)]
+    variant = torch.randint(data["tokens"].shape[1], (batch,), generator=gen)
+    tokens = data["tokens"][pick, variant]
+    ids = data["word_ids"][pick]
+    present = torch.arange(ids.shape[1]).unsqueeze(0) < data["word_lens"][pick].unsqueeze(1)
+    keep_word = torch.rand(ids.shape, generator=gen) >= WORD_DROP
+    keep_prompt = torch.rand(batch, 1, generator=gen) >= PROMPT_DROP
+    return tokens, ids, present & keep_word & keep_prompt
+
+
+@torch.no_grad()
+def held_out_nll(model: TinyGPT, data: dict, rows: torch.Tensor, batch: int = 64) -> float:
+    model.eval()
+    total, count = 0.0, 0
+    for k in range(0, len(rows), batch):
+        r = rows[k:k + batch]
+        tokens = data["tokens"][r, 0]
+        ids = data["word_ids"][r]
+        mask = torch.arange(ids.shape[1]).unsqueeze(0) < data["word_lens"][r].unsqueeze(1)
+        logits = model(ids, mask, tokens)
+        total += F.cross_entropy(logits.flatten(0, 1), tokens.flatten(), reduction="sum").item()
+        count += tokens.numel()
+    model.train()
+    return total / count
+
+
+def make_optimizer(model: TinyGPT, lr: float) -> torch.optim.AdamW:
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "emb" not in n]
+    other = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "emb" not in n)]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kind", choices=["image", "video"], default="image")
+    ap.add_argument("--tokens", default="data/tokens")
+    ap.add_argument("--ckpt", default=None, help="default checkpoints/<kind>_prior")
+    ap.add_argument("--steps", type=int, default=4000)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--d-model", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--dropout", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--eval-every", type=int, default=250)
+    ap.add_argument("--ckpt-minutes", type=float, default=3.0)
+    ap.add_argument("--max-minutes", type=float, default=0.0)
+    ap.add_argument("--fresh", action="store_true")
+    args = ap.parse_args(argv)
+    set_threads(args.threads)
+    torch.manual_seed(args.seed)
+    ckpt = args.ckpt or f"checkpoints/{args.kind}_prior"
+
+    data = load_tokens(args.tokens, args.kind)
+    vocab = json.loads((Path(args.tokens) / "vocab.json").read_text())["words"]
+    train_rows = (~data["val"]).nonzero().flatten()
+    val_rows = data["val"].nonzero().flatten()
+    cfg = GPTConfig(vocab_size=512, grid=grid_of(args.kind, data["tokens"].shape[-1]), n_words=len(vocab),
+                    d_model=args.d_model, n_layers=args.layers, n_heads=args.heads, dropout=args.dropout)
+    model = TinyGPT(cfg)
+    opt = make_optimizer(model, args.lr)
+    gen = torch.Generator().manual_seed(args.seed)
+    step = 0
+    if Path(ckpt + ".safetensors").exists() and not args.fresh:
+        step = load_checkpoint(ckpt, model, opt, gen)["step"]
+        print(f"resumed from {ckpt} at step {step}", flush=True)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"{args.kind} prior: {n_params / 1e6:.2f} M params, grid {cfg.grid}, {len(train_rows)} train / "
+          f"{len(val_rows)} held-out sequences", flush=True)
+    info = {"config": asdict(cfg), "args": vars(args)}
+    t0 = last_ckpt = time.time()
+    running = None
+    model.train()
+    while step < args.steps:
+        for g in opt.param_groups:
+            g["lr"] = cosine_lr(step, args.steps, args.lr, warmup=200)
+        tokens, ids, mask = sample_batch(data, train_rows, args.batch, gen)
+        logits = model(ids, mask, tokens)
+        loss = F.cross_entropy(logits.flatten(0, 1), tokens.flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        running = loss.item() if running is None else 0.98 * running + 0.02 * loss.item()
+        if step % 50 == 0:
+            print(f"step {step} train_nll {running:.4f} lr {opt.param_groups[0]['lr']:.2e} "
+                  f"({time.time() - t0:.0f} s)", flush=True)
+        if step % args.eval_every == 0 or step == args.steps:
+            info["val_nll"] = round(held_out_nll(model, data, val_rows), 4)
+            info["train_nll"] = round(running, 4)
+            print(f"eval step {step}: held-out nll {info['val_nll']:.4f} nats/token", flush=True)
+        out_of_time = args.max_minutes and time.time() - t0 > 60 * args.max_minutes
+        if time.time() - last_ckpt > 60 * args.ckpt_minutes or step == args.steps or out_of_time:
+            save_checkpoint(ckpt, model, opt, gen, step, info)
+            last_ckpt = time.time()
+        if out_of_time:
+            print("time limit reached", flush=True)
+            break
+    print(f"done at step {step} in {time.time() - t0:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Train the VQ-lite tokenizer of the tiny models.
+
+    python -m scd_core.train.tokenizer --data data/emoji32 --ckpt checkpoints/vq --steps 4000
+
+Loss: MSE + 0.5 L1 on pixels, codebook + 0.25 commitment on unit-norm latents (cosine
+codebook), straight-through estimator, dead codes restarted from batch latents every 100
+steps. Flat-white patches take the reserved code 0 (see `scd_core.models.tiny`). Half of
+each batch is shifted/zoomed/rotated on white so that video frames stay in distribution.
+Resumes from `--ckpt` when it exists; deterministic given `--seed`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict
+
+import torch
+import torch.nn.functional as F
+
+from scd_core.models.tiny import VQConfig, VQLite, flat_white_mask
+from scd_core.train.augment import random_affine
+from scd_core.train.common import cosine_lr, load_checkpoint, save_checkpoint, set_threads
+from scd_core.train.data import load_dataset
+
+
+def images_to_tensor(images) -> torch.Tensor:
+    return torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255
+
+
+def vq_losses(model: VQLite, x: torch.Tensor) -> tuple[torch.Tensor, dict, torch.Tensor]:
+    """Total loss, its parts, and the codes used (for dead-code bookkeeping)."""
+    z = model.encode_latent(x)
+    white = flat_white_mask(x, model.cfg.patch)
+    idx = model.quantize(z.detach(), white)
+    e = model.codes()[idx]
+    keep = (~white).unsqueeze(-1).float()
+    n_keep = keep.sum().clamp(min=1) * z.shape[-1]
+    codebook = (((z.detach() - e) ** 2) * keep).sum() / n_keep
+    commit = (((z - e.detach()) ** 2) * keep).sum() / n_keep
+    zq = torch.where(white.unsqueeze(-1), e, z + (e - z).detach())
+    rec = model.decode_latent(zq)
+    mse = F.mse_loss(rec, x)
+    l1 = F.l1_loss(rec, x)
+    loss = mse + 0.5 * l1 + codebook + 0.25 * commit
+    return loss, {"mse": mse.item(), "l1": l1.item(), "cb": codebook.item()}, (idx, z.detach(), white)
+
+
+@torch.no_grad()
+def restart_dead_codes(model: VQLite, usage: torch.Tensor, z: torch.Tensor, white: torch.Tensor,
+                       gen: torch.Generator) -> int:
+    """Re-seed codes 1..K-1 unused since the last restart with latents of the current batch."""
+    dead = (usage[1:] == 0).nonzero().flatten() + 1
+    pool = z[~white]
+    if len(dead) == 0 or len(pool) == 0:
+        return 0
+    pick = torch.randint(len(pool), (len(dead),), generator=gen)
+    noise = 0.01 * torch.randn(len(dead), z.shape[-1], generator=gen)
+    model.codebook.data[dead] = pool[pick] + noise
+    return len(dead)
+
+
+@torch.no_grad()
+def evaluate(model: VQLite, val: torch.Tensor, train_sample: torch.Tensor) -> dict:
+    """Held-out PSNR (clamped output) and codebook use on training images."""
+    model.eval()
+    rec = model.decode_codes(model.encode(val)).clamp(0, 1)
+    mse = ((rec - val) ** 2).flatten(1).mean(1)
+    psnr = (10 * torch.log10(1 / mse.clamp(min=1e-10))).mean().item()
+    codes = torch.cat([model.encode(train_sample[i:i + 512]) for i in range(0, len(train_sample), 512)])
+    counts = torch.bincount(codes.flatten(), minlength=model.cfg.codebook_size).float()
+    p = counts / counts.sum()
+    ppl = torch.exp(-(p[p > 0] * p[p > 0].log()).sum()).item()
+    model.train()
+    return {"val_psnr": round(psnr, 3), "codes_used": int((counts > 0).sum()),
+            "code_frac": round((counts > 0).float().mean().item(), 4), "perplexity": round(ppl, 1),
+            "background_frac": round(p[0].item(), 3)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default="data/emoji32")
+    ap.add_argument("--ckpt", default="checkpoints/vq")
+    ap.add_argument("--steps", type=int, default=4000)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--eval-every", type=int, default=200)
+    ap.add_argument("--ckpt-minutes", type=float, default=3.0)
+    ap.add_argument("--max-minutes", type=float, default=0.0, help="stop (with a checkpoint) after this long; 0: no limit")
+    ap.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
+    args = ap.parse_args(argv)
+    set_threads(args.threads)
+    torch.manual_seed(args.seed)
+
+    images, meta = load_dataset(args.data)
+    x_all = images_to_tensor(images)
+    is_val = torch.tensor([m["split"] == "val" for m in meta])
+    train, val = x_all[~is_val], x_all[is_val]
+    weights = torch.tensor([m["weight"] for m in meta])[~is_val]
+
+    cfg = VQConfig(image_size=x_all.shape[-1])
+    model = VQLite(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=0.0)
+    gen = torch.Generator().manual_seed(args.seed)
+    step = 0
+    ckpt = args.ckpt
+    from pathlib import Path
+    if Path(ckpt + ".safetensors").exists() and not args.fresh:
+        step = load_checkpoint(ckpt, model, opt, gen)["step"]
+        print(f"resumed from {ckpt} at step {step}", flush=True)
+    info = {"config": asdict(cfg), "args": vars(args)}
+    usage = torch.zeros(cfg.codebook_size)
+    t0 = last_ckpt = time.time()
+    model.train()
+    while step < args.steps:
+        for g in opt.param_groups:
+            g["lr"] = cosine_lr(step, args.steps, args.lr)
+        batch = train[torch.multinomial(weights, args.batch, replacement=True, generator=gen)]
+        x = random_affine(batch, gen)
+        loss, parts, (idx, z, white) = vq_losses(model, x)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        usage += torch.bincount(idx.flatten(), minlength=cfg.codebook_size).float()
+        step += 1
+        if step % 100 == 0:
+            n = restart_dead_codes(model, usage, z, white, gen) if step < 0.8 * args.steps else 0
+            usage.zero_()
+            print(f"step {step} loss {loss.item():.4f} mse {parts['mse']:.5f} restarted {n} "
+                  f"({time.time() - t0:.0f} s)", flush=True)
+        if step % args.eval_every == 0 or step == args.steps:
+            ev = evaluate(model, val, train[::3])
+            info["eval"] = ev
+            print(f"eval step {step}: {json.dumps(ev)}", flush=True)
+        out_of_time = args.max_minutes and time.time() - t0 > 60 * args.max_minutes
+        if time.time() - last_ckpt > 60 * args.ckpt_minutes or step == args.steps or out_of_time:
+            save_checkpoint(ckpt, model, opt, gen, step, info)
+            last_ckpt = time.time()
+        if out_of_time:
+            print("time limit reached", flush=True)
+            break
+    print(f"done at step {step} in {time.time() - t0:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
