@@ -432,3 +432,14 @@ def test_full_size_configs_have_the_published_sizes():
     assert (cfg.grid, cfg.prefix_len, cfg.seq_len, cfg.hd) == ((3, 40, 64), 5120, 12800, 128)
     with pytest.raises(ValueError, match="name"):
         cosmos.full_size_config("cosmos-12b")
+
+
+def test_timing_recipe_runs_on_a_tiny_config():
+    ms = cosmos.time_forward(TINY_V2W, windows=(1, 4), device="cpu", dtype=torch.float32, repeats=1)
+    assert set(ms) == {1, 4} and all(v > 0 for v in ms.values())
+
+
+def test_session_exposes_the_conditioning_tokens():
+    model = tiny_model()
+    s = start(model, batch=2)
+    assert s.prefix_tokens.shape == (2, model.cfg.prefix_len) and torch.equal(s.prefix_tokens, model.last_prefix)

@@ -51,7 +51,7 @@ GPU timing recipe (not run in the CPU tests), one forward of the full-size 4B at
             for _ in range(10): net(tok, pos, cache)
             torch.cuda.synchronize(); print(L, (time.perf_counter() - t0) / 10 * 1e3, "ms")
 
-(`time_forward(...)` below runs exactly this.)
+(`time_forward(...)` below runs exactly this; `python -m scd_core.models.cosmos --time` prints it.)
 """
 from __future__ import annotations
 
@@ -389,11 +389,12 @@ def random_model(cfg: CosmosConfig, device: str | torch.device = "cpu",
     return net.eval()
 
 
-def time_forward(name: str = "cosmos-1-ar-4b", windows: Sequence[int] = (1, 32, 64, 128),
+def time_forward(name: str | CosmosConfig = "cosmos-1-ar-4b", windows: Sequence[int] = (1, 32, 64, 128),
                  device: str = "cuda", dtype: torch.dtype = torch.bfloat16, repeats: int = 10) -> dict[int, float]:
-    """Milliseconds per forward of the random full-size model at each window L (GPU recipe)."""
+    """Milliseconds per forward of a random full-size model (or of a given config) at each
+    window L, after a prefill of the conditioning prefix (GPU recipe)."""
     import time
-    cfg = full_size_config(name)
+    cfg = name if isinstance(name, CosmosConfig) else full_size_config(name)
     net = random_model(cfg, device=device, dtype=dtype)
     cache = KVCache.allocate(cfg, 1, cfg.seq_len + max(windows), device, dtype)
     if cfg.cross_attention:
@@ -563,6 +564,9 @@ class CosmosSession:
         self.model = model
         net, cfg = model.net, model.cfg
         b = prefix.shape[0]
+        # Optional, outside the contract: the conditioning tokens in raster order, so an
+        # engine can seed 'repeat-frame' drafts of generated frame 0 from the last given frame.
+        self.prefix_tokens = prefix.detach().long()
         self.base = cfg.offset + cfg.prefix_len              # sequence index of generated 0
         self.cache = KVCache.allocate(cfg, b, cfg.seq_len + 1, model.device, model.dtype)
         if cfg.cross_attention:
@@ -744,3 +748,26 @@ def load_cosmos(name_or_path: str, device: str | torch.device | None = None,
         text = load_t5(t5_path, torch.device(t5_device or device), t5_dtype)
     name = name_or_path if name_or_path in HUB_IDS else os.path.basename(os.path.normpath(name_or_path))
     return CosmosVideoModel(net, tokenizer, text, name=name, device=device, dtype=dtype)
+
+
+def _main(argv: Sequence[str] | None = None) -> None:
+    """`python -m scd_core.models.cosmos --time`: the GPU forward-timing recipe."""
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--time", action="store_true", help="time one forward of a random full-size model")
+    ap.add_argument("--model", default="cosmos-1-ar-4b", choices=list(HUB_IDS))
+    ap.add_argument("--windows", default="1,32,64,128")
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args(argv)
+    if not args.time:
+        for name in HUB_IDS:
+            print(f"{name}: {availability(name) or 'available'}")
+        return
+    dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
+    windows = [int(w) for w in args.windows.split(",")]
+    for L, ms in time_forward(args.model, windows, device=args.device, dtype=dtype).items():
+        print(f"{args.model} L={L:4d}: {ms:8.2f} ms per forward")
+
+
+if __name__ == "__main__":
+    _main()
