@@ -219,11 +219,11 @@ def test_loader_converts_a_lumina_folder(tmp_path, tm):
 
 
 def test_missing_weights_are_reported_clearly(tmp_path):
-    with pytest.raises(FileNotFoundError, match="not in the local Hugging Face cache"):
+    with pytest.raises(FileNotFoundError, match="weights not found locally"):
         lumina.load_lumina("lumina-mgpt-7b-768", device="cpu")
-    with pytest.raises(FileNotFoundError, match="no such folder"):
+    with pytest.raises(FileNotFoundError, match="no folder"):
         lumina.load_lumina(str(tmp_path / "nope"), device="cpu")
-    with pytest.raises(ValueError, match="name_or_path"):
+    with pytest.raises(ValueError, match="model"):
         lumina.load_lumina("", device="cpu")
     assert "not found locally" in lumina.availability("lumina-mgpt-7b-512")
     assert not lumina.claims_folder(str(tmp_path))

@@ -26,6 +26,8 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
+from ._hf import cached_snapshot, pick_device_dtype, resolve_weights
+
 HUB_IDS = {
     "lumina-mgpt-7b-512": "Alpha-VLLM/Lumina-mGPT-7B-512",
     "lumina-mgpt-7b-768": "Alpha-VLLM/Lumina-mGPT-7B-768",
@@ -159,15 +161,6 @@ def _slot_cache(num_layers: int, capacity: int, slots: _Slots):
 
 
 # --------------------------------------------------------------------------- the model
-
-def _default_device_dtype(device, dtype) -> tuple[torch.device, torch.dtype]:
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(device)
-    if dtype is None:
-        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    return device, dtype
-
 
 class LuminaTokenModel:
     """Lumina-mGPT behind the TokenModel contract (V = the image codebook, grid = latent H x W)."""
@@ -367,32 +360,9 @@ def _size_from_name(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _cached_hub_folder(repo_id: str) -> str | None:
-    """The local snapshot folder of a hub repo if its config is cached; never touches the network."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return None
-    path = try_to_load_from_cache(repo_id, "config.json")
-    return os.path.dirname(path) if isinstance(path, str) else None
-
-
 def resolve_folder(name_or_path: str) -> str:
-    """Registry name, hub id (cached locally) or local folder -> a local folder, else a clear error."""
-    if not isinstance(name_or_path, str) or not name_or_path.strip():
-        raise ValueError(f"name_or_path: expected a model name or folder, got {name_or_path!r}")
-    if os.path.isdir(name_or_path):
-        return name_or_path
-    repo = HUB_IDS.get(name_or_path, name_or_path if name_or_path.count("/") == 1 else None)
-    if repo is not None:
-        folder = _cached_hub_folder(repo)
-        if folder is not None:
-            return folder
-        raise FileNotFoundError(
-            f"name_or_path: Lumina-mGPT weights {repo!r} are not in the local Hugging Face cache and "
-            "nothing is downloaded here; fetch them first (huggingface-cli download "
-            f"{repo}) or pass a local folder")
-    raise FileNotFoundError(f"name_or_path: no such folder {name_or_path!r}")
+    """Registry name, cached hub id or local folder -> a local folder (WeightsNotFoundError otherwise)."""
+    return resolve_weights(name_or_path, HUB_IDS.get(name_or_path) if isinstance(name_or_path, str) else None)
 
 
 def _find_vqgan(folder: str, vqgan_path: str | None) -> tuple[str | None, str | None]:
@@ -425,7 +395,7 @@ def load_lumina(name_or_path: str, *, device=None, dtype=None, vqgan_path: str |
     size = image_size or _size_from_name(name_or_path) or _size_from_name(folder)
     if size not in (512, 768, 1024) and not (isinstance(size, int) and size % 32 == 0 and size > 0):
         raise ValueError(f"image_size: cannot tell the resolution of {name_or_path!r}; pass image_size=512/768/1024")
-    device, dtype = _default_device_dtype(device, dtype)
+    device, dtype = pick_device_dtype(device, dtype)
     vq_ckpt, vq_yaml = _find_vqgan(folder, vqgan_path)
     if require_vqgan and vq_ckpt is None:
         raise FileNotFoundError(f"vqgan_path: Meta's vqgan.ckpt not found (set {VQGAN_ENV} or pass vqgan_path)")
@@ -446,7 +416,7 @@ def load_lumina(name_or_path: str, *, device=None, dtype=None, vqgan_path: str |
 def availability(name: str) -> str | None:
     """None when `name` can be loaded and decoded here; otherwise a one-line reason. Cheap."""
     repo = HUB_IDS.get(name)
-    folder = name if os.path.isdir(name) else (_cached_hub_folder(repo) if repo else None)
+    folder = name if os.path.isdir(name) else (cached_snapshot(repo) if repo else None)
     if folder is None:
         return f"weights not found locally ({repo or name} is not in the Hugging Face cache)"
     if not torch.cuda.is_available():
