@@ -1,0 +1,139 @@
+"""Engine behaviour: greedy equivalence, determinism, invariants, batching, bad input."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import scd_core
+from scd_core.sampling import processed_probs, validate_sampling
+
+METHODS = ["ar", "sjd", "scd-mc", "scd-gumbel"]
+SPECULATIVE = METHODS[1:]
+
+
+@pytest.fixture(scope="module")
+def grid():
+    return scd_core.load_model("toy-grid", grid=(8, 8), vocab_size=64, hidden=64)
+
+
+@pytest.mark.parametrize("init", ["random", "repeat-above"])
+@pytest.mark.parametrize("cfg_scale", [1.0, 3.0])
+def test_greedy_every_method_returns_ar_tokens(grid, init, cfg_scale):
+    prompts = ["a cat", "a dog", "a red apple"]
+    ar = scd_core.generate(grid, prompts, method="ar", top_k=1, cfg_scale=cfg_scale, seed=0)
+    for method in SPECULATIVE:
+        for window in (2, 5, 16):
+            run = scd_core.generate(grid, prompts, method=method, window=window, top_k=1,
+                                    cfg_scale=cfg_scale, init=init, seed=window)
+            assert torch.equal(run.tokens, ar.tokens), (method, window)
+    zero_temp = scd_core.generate(grid, prompts, method="scd-gumbel", temperature=0, cfg_scale=cfg_scale)
+    assert torch.equal(zero_temp.tokens, ar.tokens)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_same_seed_same_tokens_other_seed_other_tokens(grid, method):
+    a = scd_core.generate(grid, ["a cat", "a dog"], method=method, window=8, seed=3, top_k=20)
+    b = scd_core.generate(grid, ["a cat", "a dog"], method=method, window=8, seed=3, top_k=20)
+    c = scd_core.generate(grid, ["a cat", "a dog"], method=method, window=8, seed=4, top_k=20)
+    assert torch.equal(a.tokens, b.tokens) and a.nfe == b.nfe
+    assert not torch.equal(a.tokens, c.tokens)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("init", ["random", "repeat-above"])
+def test_trace_invariants(grid, method, init):
+    L = 6
+    run = scd_core.generate(grid, ["a", "b", "c", "d"], method=method, window=L, seed=1, init=init,
+                            top_k=30, cfg_scale=2.0)
+    N = grid.N
+    assert run.tokens.shape == (4, N) and (run.tokens >= 0).all() and (run.tokens < grid.vocab_size).all()
+    assert run.nfe == len(run.iterations)                    # the prefill included
+    assert [it.nfe for it in run.iterations] == list(range(1, run.nfe + 1))
+    window = 1 if method == "ar" else L
+    for it in run.iterations[1:]:
+        active = it.n_before < N
+        assert ((it.committed >= 1) | ~active).all() and (it.committed <= window).all()
+        assert (it.committed[~active] == 0).all()
+        assert (it.num_accepted <= it.num_verified).all()
+        assert (it.accepted & ~it.verified).sum() == 0
+        # committed tokens are the tokens at their positions in the final result
+        for b in range(4):
+            c = int(it.committed[b])
+            n0 = int(it.n_before[b])
+            assert torch.equal(it.committed_tokens[b, :c], run.tokens[b, n0:n0 + c])
+        ok = it.accept_prob[~it.accept_prob.isnan()]
+        assert ((ok >= 0) & (ok <= 1)).all()
+    assert torch.equal(run.iterations[-1].canvas, run.tokens)
+    assert 0 <= run.acceptance_rate <= 1
+    assert run.step_compression == pytest.approx(N / run.nfe)
+    assert run.wall_time >= run.step_time > 0
+
+
+def test_rows_advance_by_their_own_accepted_length(grid):
+    run = scd_core.generate(grid, [f"prompt {i}" for i in range(6)], method="scd-mc", window=12, seed=0, top_k=50)
+    differs = [it for it in run.iterations[1:] if len(set(it.committed[it.n_before < grid.N].tolist())) > 1]
+    assert differs, "rows never committed different counts in one pass"
+    assert (run.row_nfe < run.nfe).any()                    # some row finished before the slowest
+
+
+def test_batch_row_alone_equals_single_row_under_greedy(grid):
+    batch = scd_core.generate(grid, ["x", "a longer prompt"], method="scd-mc", window=8, top_k=1)
+    single = scd_core.generate(grid, ["a longer prompt"], method="scd-mc", window=8, top_k=1)
+    assert torch.equal(batch.tokens[1], single.tokens[0])
+
+
+def test_coupling_raises_draft_stability_and_acceptance(grid):
+    kw = dict(window=16, top_k=40, cfg_scale=2.0)
+    prompts = [f"p{i}" for i in range(8)]
+    sjd = scd_core.generate(grid, prompts, method="sjd", seed=0, **kw)
+    for method in ("scd-mc", "scd-gumbel"):
+        scd = scd_core.generate(grid, prompts, method=method, seed=0, **kw)
+        assert scd.draft_stability > sjd.draft_stability
+        assert scd.acceptance_rate > sjd.acceptance_rate
+
+
+def test_stream_yields_the_same_records_generate_collects(grid):
+    records = list(scd_core.stream(grid, ["a cat"], method="sjd", window=4, seed=9))
+    run = scd_core.generate(grid, ["a cat"], method="sjd", window=4, seed=9)
+    assert len(records) == run.nfe and records[0].index == 0
+    assert torch.equal(records[-1].canvas, run.tokens)
+    assert len(run.images) == 1 and run.images[0].size == (32, 32)
+
+
+def test_processed_probs_filters():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    top2 = processed_probs(logits, validate_sampling(1.0, 2, 1.0))
+    assert (top2[0, 2:] == 0).all() and top2.sum().item() == pytest.approx(1.0)
+    nucleus = processed_probs(logits, validate_sampling(1.0, 0, 0.5))
+    assert nucleus[0].tolist() == [1.0, 0.0, 0.0, 0.0]       # the top token alone has mass >= 0.5
+    nucleus = processed_probs(logits, validate_sampling(1.0, 0, 0.8))
+    assert (nucleus[0, :2] > 0).all() and (nucleus[0, 2:] == 0).all()
+    greedy = processed_probs(logits, validate_sampling(0.0, 0, 1.0))
+    assert greedy[0].tolist() == [1.0, 0.0, 0.0, 0.0]
+    cold = processed_probs(logits, validate_sampling(0.5, 0, 1.0))
+    assert cold[0, 0] > processed_probs(logits, validate_sampling(1.0, 0, 1.0))[0, 0]
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    (dict(method="beam"), "method"), (dict(window=1), "window"), (dict(window=0), "window"),
+    (dict(window=5000), "window"), (dict(window=2.5), "window"), (dict(init="zeros"), "init"),
+    (dict(init="repeat-frame"), "init"), (dict(seed=-1), "seed"), (dict(seed="1"), "seed"),
+    (dict(temperature=-0.1), "temperature"), (dict(temperature=float("nan")), "temperature"),
+    (dict(top_k=-1), "top_k"), (dict(top_k=1.5), "top_k"), (dict(top_p=0.0), "top_p"),
+    (dict(top_p=1.5), "top_p"), (dict(cfg_scale=-1), "cfg_scale"),
+])
+def test_bad_arguments_name_themselves(grid, kwargs, name):
+    args = dict(method="sjd", window=4) | kwargs
+    with pytest.raises(ValueError, match=name):
+        scd_core.generate(grid, ["a cat"], **args)
+
+
+@pytest.mark.parametrize("prompts", [[], "a cat", [1, 2], None])
+def test_bad_prompts(grid, prompts):
+    with pytest.raises(ValueError, match="prompts"):
+        scd_core.generate(grid, prompts)
+
+
+def test_unknown_model_name():
+    with pytest.raises(ValueError, match="unknown model"):
+        scd_core.load_model("no-such-model")

@@ -1,0 +1,181 @@
+"""scd_core.render: token states, overlays, trace statistics, plots and GIF/MP4 export.
+
+Hand-built Iteration records pin the state rules; runs of the real engine on the fast
+synthetic models check that the pictures and statistics agree with the trace's own metrics.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import scd_core
+from scd_core import render as R
+from scd_core.trace import Iteration, Run
+
+
+def make_iteration(n_before: int, n_after: int, accepted: int, drafts: int, N: int = 16,
+                   window: int = 5, resampled: bool = False, index: int = 1) -> Iteration:
+    """A one-row record: `accepted` drafts accepted, then one new token, `drafts` drafts after."""
+    D = window - 1
+    canvas = torch.full((1, N), -1, dtype=torch.long)
+    canvas[0, :n_after] = 7
+    canvas[0, n_after:n_after + drafts] = 3
+    acc = torch.zeros(1, D, dtype=torch.bool)
+    acc[0, :accepted] = True
+    ver = acc.clone()
+    if accepted < D:
+        ver[0, accepted] = True
+    return Iteration(
+        index=index, method="sjd", n_before=torch.tensor([n_before]), n_after=torch.tensor([n_after]),
+        start=torch.tensor([max(n_before - 1, 0)]), window_positions=torch.zeros(1, window, dtype=torch.long),
+        window_tokens=torch.zeros(1, window, dtype=torch.long), verified=ver, accepted=acc,
+        accept_prob=torch.full((1, D), 0.5), first_rejection=torch.tensor([accepted if resampled else -1]),
+        committed_tokens=torch.full((1, D + 1), -1), resampled=torch.tensor([resampled]),
+        bonus=torch.tensor([not resampled]), drafts_after=torch.full((1, D), -1),
+        draft_new=torch.zeros(1, D, dtype=torch.bool), unchanged=torch.tensor([0]), canvas=canvas,
+        nfe=index + 1, wall_time=0.1, step_time=0.05)
+
+
+@pytest.fixture(scope="module")
+def toy_grid():
+    return scd_core.load_model("toy-grid")
+
+
+@pytest.fixture(scope="module")
+def sjd_iterations(toy_grid):
+    return list(scd_core.stream(toy_grid, ["red apple"], method="sjd", window=8, seed=1))
+
+
+def test_token_states_mark_each_kind_of_position():
+    it = make_iteration(n_before=4, n_after=7, accepted=2, drafts=3, resampled=True)
+    states = R.token_states(it)
+    assert states.tolist() == [R.COMMITTED] * 4 + [R.ACCEPTED] * 2 + [R.RESAMPLED] + \
+        [R.DRAFT] * 3 + [R.EMPTY] * 6
+
+
+def test_token_states_bonus_token_is_a_new_sample():
+    it = make_iteration(n_before=2, n_after=7, accepted=4, drafts=0, resampled=False)
+    states = R.token_states(it)
+    assert (states[2:6] == R.ACCEPTED).all() and states[6] == R.NEW and (states[7:] == R.EMPTY).all()
+
+
+def test_overlay_upscales_and_colours_cells():
+    frame = np.full((8, 8, 3), 255, np.uint8)           # a 4x4 grid of 2x2-pixel tokens
+    states = np.array([[R.COMMITTED, R.ACCEPTED, R.RESAMPLED, R.DRAFT]] + [[R.EMPTY] * 4] * 3)
+    out = R.overlay_frame(frame, states, scale=10)
+    assert out.shape == (80, 80, 3) and out.dtype == np.uint8
+    centre = lambda r, c: out[r * 20 + 10, c * 20 + 10]
+    assert tuple(centre(0, 0)) == (255, 255, 255)                   # committed: untouched
+    assert centre(0, 1)[1] > centre(0, 1)[0] and centre(0, 1)[1] > centre(0, 1)[2]  # green tint
+    assert centre(0, 2)[0] > centre(0, 2)[2]                        # orange
+    assert tuple(out[0, 25]) == R.OUTLINE[R.ACCEPTED]               # outline on the edge
+    assert tuple(centre(1, 1)) == R.STYLE[R.EMPTY][1]               # empty: flat grey
+
+
+def test_render_iteration_of_an_image_model(toy_grid, sjd_iterations):
+    pic = R.render_iteration(toy_grid, sjd_iterations[len(sjd_iterations) // 2])
+    assert pic.dtype == np.uint8 and pic.ndim == 3 and pic.shape[2] == 3
+    assert 256 <= pic.shape[0] <= 384 and pic.shape[0] == pic.shape[1]   # 64 px upscaled
+
+
+def test_render_iteration_of_a_video_model_tiles_the_frames():
+    model = scd_core.load_model("toy", vocab_size=3, grid=(3, 2, 2))
+    its = list(scd_core.stream(model, ["x"], method="scd-mc", window=4, seed=0))
+    pic = R.render_iteration(model, its[1])
+    frame = R.render_iteration(model, its[1], overlay=False)
+    assert pic.shape == frame.shape and pic.shape[1] > 2.5 * pic.shape[0]   # 3 frames in a row
+
+
+def test_trace_stats_agree_with_the_run_metrics(toy_grid, sjd_iterations):
+    stats = R.TraceStats(tuple(toy_grid.grid))
+    for it in sjd_iterations:
+        stats.add(it)
+    run = Run.from_iterations(sjd_iterations, decode=toy_grid.decode)
+    assert stats.done and stats.committed[-1] == run.num_tokens
+    assert stats.nfe[-1] == run.nfe == len(sjd_iterations)
+    assert stats.acceptance_rate == pytest.approx(run.acceptance_rate)
+    assert stats.mean_accepted_length == pytest.approx(run.mean_accepted_length)
+    rate = stats.running_acceptance
+    assert np.nanmax(rate) <= 1.0
+    # every position was committed by exactly one pass, in raster order
+    assert (stats.committed_at >= 0).all() and (np.diff(stats.committed_at) >= 0).all()
+    assert stats.stability.max() >= 1
+
+
+def test_draft_stability_is_higher_with_coupling(toy_grid):
+    """The quantity SCD raises: maximal coupling keeps drafts that SJD redraws."""
+    def longest(method):
+        stats = R.TraceStats(tuple(toy_grid.grid))
+        for it in scd_core.stream(toy_grid, ["fox"], method=method, window=16, seed=3):
+            stats.add(it)
+        return stats.stability.mean()
+    assert longest("scd-mc") >= longest("sjd")
+
+
+def test_figures_are_plotly_with_hover_definitions(toy_grid, sjd_iterations):
+    import plotly.graph_objects as go
+
+    stats = R.TraceStats(tuple(toy_grid.grid))
+    for it in sjd_iterations:
+        stats.add(it)
+    figs = [R.committed_vs_nfe_figure({"sjd": (stats.nfe, stats.committed)}, stats.num_tokens, "sjd"),
+            R.accepted_length_figure(stats), R.acceptance_figure(stats),
+            R.committed_at_figure(stats), R.stability_figure(stats)]
+    assert all(isinstance(f, go.Figure) for f in figs)
+    curve = figs[0]
+    assert curve.data[0].x == (0, stats.num_tokens)             # the AR diagonal
+    assert "forward passes" in curve.data[1].hovertemplate
+    assert "verified" in figs[2].data[0].hovertemplate
+    assert figs[3].data[0].type == "heatmap"
+
+
+def test_legend_names_every_state():
+    html = R.legend_html()
+    for s in R.LEGEND_ORDER:
+        assert R.STYLE[s][0] in html
+    strip = R.legend_strip(320)
+    assert strip.shape[1] == 320 and strip.dtype == np.uint8
+
+
+def test_export_clip_writes_h264_mp4_and_gif(tmp_path):
+    import imageio.v3 as iio
+
+    frames = [np.full((32, 32, 3), 40 * t, np.uint8) for t in range(5)]
+    mp4, gif = R.export_clip(frames, "clip", fps=4, folder=str(tmp_path))
+    video = iio.imread(mp4)
+    assert video.shape[0] == 5 and video.shape[1] % 16 == 0 and video.shape[2] % 16 == 0
+    meta = iio.immeta(mp4, plugin="pyav") if _has_pyav() else {}
+    if meta:
+        assert meta.get("codec") in ("h264", "libx264")
+    with Image.open(gif) as im:
+        assert im.n_frames == 5 and im.size == (256, 256)
+
+
+def test_export_pads_odd_sizes_to_multiples_of_16(tmp_path):
+    import imageio.v3 as iio
+
+    frames = [np.zeros((30, 50, 3), np.uint8)] * 3
+    video = iio.imread(R.write_mp4(frames, str(tmp_path / "odd.mp4")))
+    assert video.shape[1:3] == (32, 64)
+
+
+def test_export_decoding_one_frame_per_iteration(toy_grid, sjd_iterations, tmp_path):
+    mp4, gif = R.export_decoding(toy_grid, sjd_iterations, "run", folder=str(tmp_path))
+    with Image.open(gif) as im:
+        assert im.n_frames == len(sjd_iterations) + 1       # the last one held
+
+
+def test_pick_frames_keeps_ends():
+    idx = R.pick_frames(1000, limit=50)
+    assert idx[0] == 0 and idx[-1] == 999 and len(idx) <= 50
+    assert R.pick_frames(7) == list(range(7))
+
+
+def _has_pyav() -> bool:
+    try:
+        import av  # noqa: F401
+        return True
+    except ImportError:
+        return False
