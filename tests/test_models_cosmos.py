@@ -443,3 +443,17 @@ def test_session_exposes_the_conditioning_tokens():
     model = tiny_model()
     s = start(model, batch=2)
     assert s.prefix_tokens.shape == (2, model.cfg.prefix_len) and torch.equal(s.prefix_tokens, model.last_prefix)
+
+
+def test_registry_name_resolves_in_the_checkpoints_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "Cosmos-1.0-Autoregressive-4B"
+    folder.mkdir()
+    torch.save(synthetic_checkpoint(TINY), folder / "model.pt")
+    monkeypatch.setenv(cosmos.CHECKPOINTS_ENV, str(tmp_path))
+    assert cosmos.find_checkpoint("cosmos-1-ar-4b") == str(folder / "model.pt")
+    assert "tokenizer not found" in cosmos.availability("cosmos-1-ar-4b")
+    save_tokenizer(tmp_path / cosmos.TOKENIZER_FOLDER)
+    reason = cosmos.availability("cosmos-1-ar-4b")
+    assert reason is None if torch.cuda.is_available() else "CUDA" in reason
+    model = cosmos.load_cosmos("cosmos-1-ar-4b", device="cpu", config=TINY)
+    assert model.grid == (3, 4, 5)

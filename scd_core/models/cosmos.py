@@ -74,6 +74,7 @@ TOKENIZER_HUB_ID = "nvidia/Cosmos-1.0-Tokenizer-DV8x16x16"
 TOKENIZER_FOLDER = "Cosmos-1.0-Tokenizer-DV8x16x16"
 T5_HUB_ID = "google-t5/t5-11b"
 CHECKPOINT_FILES = ("model.pt", "model.safetensors", "model.pth")
+CHECKPOINTS_ENV = "SCD_COSMOS_CHECKPOINTS"   # a folder laid out as NVIDIA's checkpoints/ (optional)
 NUM_INPUT_FRAMES = 9          # supported context lengths are 1 and 9; we use 9 (2 latent frames)
 T5_MAX_LENGTH = 512
 
@@ -498,6 +499,11 @@ def find_checkpoint(name_or_path: str) -> str | None:
                 return os.path.join(name_or_path, f)
         return None
     repo = HUB_IDS.get(name_or_path, name_or_path)
+    root = os.environ.get(CHECKPOINTS_ENV)
+    if root and name_or_path in HUB_IDS:                     # NVIDIA's checkpoints/ layout
+        found = find_checkpoint(os.path.join(root, repo.split("/")[-1]))
+        if found:
+            return found
     for f in CHECKPOINT_FILES:
         found = _hub_cached(repo, f)
         if found:
@@ -724,7 +730,9 @@ def load_cosmos(name_or_path: str, device: str | torch.device | None = None,
                 config: CosmosConfig | None = None, t5_device: str | torch.device | None = None,
                 t5_dtype: torch.dtype = torch.float32) -> CosmosVideoModel:
     """Load a Cosmos-1 AR model: a registry name, a hub id (local HF cache only), a folder
-    holding model.pt, or the file. The variant (base / Video2World) is read from the weights.
+    holding model.pt, or the file. A registry name is also looked up in $SCD_COSMOS_CHECKPOINTS
+    (NVIDIA's layout: <dir>/Cosmos-1.0-Autoregressive-4B/model.pt beside
+    <dir>/Cosmos-1.0-Tokenizer-DV8x16x16/). The variant (base / Video2World) is read from the weights.
     The DV tokenizer is taken from `tokenizer_path`, beside the checkpoint, or the HF cache.
     `config` supplies what the tensors do not tell (latent shape, heads, RoPE theta); the
     default is the published layout (640x1024 -> 5x40x64)."""
