@@ -32,8 +32,8 @@ EMPTY, COMMITTED, ACCEPTED, RESAMPLED, NEW, DRAFT = range(6)
 # state -> (legend label, RGB colour, tint alpha, draw outline)
 STYLE: dict[int, tuple[str, tuple[int, int, int], float, bool]] = {
     COMMITTED: ("committed earlier", (255, 255, 255), 0.0, False),
-    ACCEPTED: ("accepted this iteration", (22, 163, 74), 0.25, True),
-    RESAMPLED: ("rejected → resampled", (234, 88, 12), 0.45, True),
+    ACCEPTED: ("accepted this iteration", (22, 163, 74), 0.35, True),
+    RESAMPLED: ("rejected -> resampled", (234, 88, 12), 0.45, True),
     NEW: ("new sample (AR step / bonus)", (37, 99, 235), 0.25, True),
     DRAFT: ("still draft", (100, 116, 139), 0.55, False),
     EMPTY: ("empty", (200, 200, 200), 1.0, False),
@@ -125,7 +125,7 @@ def overlay_frame(frame: np.ndarray, states: np.ndarray, scale: int) -> np.ndarr
     ci, cedge = _cell_index(pw, gw)
     st = states[ri[:, None], ci[None, :]]
     cell = min(ph // gh, pw // gw)
-    thick = max(1, cell // 12)
+    thick = max(2, cell // 8) if cell >= 8 else 1
     edge = np.minimum(redge[:, None], cedge[None, :])
     for s, (_, colour, alpha, _) in STYLE.items():
         if alpha > 0:
@@ -426,10 +426,14 @@ def write_mp4(frames: Sequence[np.ndarray], path: str, fps: float = 8) -> str:
     return path
 
 
-def write_gif(frames: Sequence[np.ndarray], path: str, fps: float = 8) -> str:
+def write_gif(frames: Sequence[np.ndarray], path: str, fps: float = 8,
+              hold_last: float = 0.0) -> str:
+    """Looping GIF; the last frame stays `hold_last` extra seconds."""
     images = [Image.fromarray(f) for f in frames]
+    step = max(20, int(1000 / fps))
+    durations = [step] * (len(images) - 1) + [step + int(1000 * hold_last)]
     images[0].save(path, save_all=True, append_images=images[1:], loop=0,
-                   duration=max(20, int(1000 / fps)), optimize=False)
+                   duration=durations, optimize=False)
     return path
 
 
@@ -457,6 +461,6 @@ def export_decoding(model, iterations: Sequence[Iteration], stem: str, fps: floa
     for i in pick_frames(len(iterations), limit):
         pic = render_iteration(model, iterations[i])
         frames.append(np.concatenate([pic, legend_strip(pic.shape[1])], axis=0))
-    frames.append(frames[-1])  # hold the final picture a little longer
-    return (write_mp4(frames, os.path.join(folder, f"{stem}.mp4"), fps),
-            write_gif(frames, os.path.join(folder, f"{stem}.gif"), fps))
+    held = frames + [frames[-1]] * int(fps)     # hold the final picture for a second
+    return (write_mp4(held, os.path.join(folder, f"{stem}.mp4"), fps),
+            write_gif(frames, os.path.join(folder, f"{stem}.gif"), fps, hold_last=1.0))

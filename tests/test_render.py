@@ -162,9 +162,12 @@ def test_export_pads_odd_sizes_to_multiples_of_16(tmp_path):
 
 
 def test_export_decoding_one_frame_per_iteration(toy_grid, sjd_iterations, tmp_path):
+    import imageio.v3 as iio
+
     mp4, gif = R.export_decoding(toy_grid, sjd_iterations, "run", folder=str(tmp_path))
     with Image.open(gif) as im:
-        assert im.n_frames == len(sjd_iterations) + 1       # the last one held
+        assert im.n_frames == len(sjd_iterations)
+    assert iio.imread(mp4).shape[0] == len(sjd_iterations) + 10     # the last held 1 s at 10 fps
 
 
 def test_pick_frames_keeps_ends():
