@@ -455,5 +455,8 @@ def test_registry_name_resolves_in_the_checkpoints_folder(tmp_path, monkeypatch)
     save_tokenizer(tmp_path / cosmos.TOKENIZER_FOLDER)
     reason = cosmos.availability("cosmos-1-ar-4b")
     assert reason is None if torch.cuda.is_available() else "CUDA" in reason
-    model = cosmos.load_cosmos("cosmos-1-ar-4b", device="cpu", config=TINY)
+    import scd_core
+    model = scd_core.load_model("cosmos-1-ar-4b", device="cpu", config=TINY)
     assert model.grid == (3, 4, 5)
+    by_folder = scd_core.load_model(str(folder), device="cpu", config=TINY)   # a folder is claimed
+    assert isinstance(by_folder, cosmos.CosmosVideoModel)
