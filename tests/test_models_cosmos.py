@@ -460,3 +460,20 @@ def test_registry_name_resolves_in_the_checkpoints_folder(tmp_path, monkeypatch)
     assert model.grid == (3, 4, 5)
     by_folder = scd_core.load_model(str(folder), device="cpu", config=TINY)   # a folder is claimed
     assert isinstance(by_folder, cosmos.CosmosVideoModel)
+
+
+def test_clip_preparation_follows_the_published_recipe(tmp_path):
+    path = write_clip(tmp_path / "c.mp4", frames=12, h=96, w=128)
+    frames = dv.read_frames(path, max_frames=9)
+    assert frames.shape == (9, 96, 128, 3) and frames.dtype == torch.uint8
+    clip = dv.prepare_clip(frames, 9, (64, 80))
+    assert clip.shape == (3, 33, 64, 80)
+    assert float(clip.min()) >= -1.0 and float(clip.max()) <= 1.0
+    assert torch.equal(clip[:, 8], clip[:, 32])                  # the 9th frame repeated to 33
+    short = write_clip(tmp_path / "short.mp4", frames=4)
+    with pytest.raises(ValueError, match="fewer"):
+        dv.prepare_clip(dv.read_frames(short, 9), 9, (64, 80))
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(b"not a video")
+    with pytest.raises(ValueError, match="prompts"):
+        dv.read_frames(str(bad), 9)

@@ -666,7 +666,7 @@ class CosmosVideoModel:
         """Video paths -> prefix tokens [B, prefix_len] (9 frames -> 2 latent frames)."""
         if self.tokenizer is None:
             raise ValueError("prompts: this model was loaded without the DV tokenizer; use start_tokens()")
-        clips = [dv.prepare_clip(dv.read_frames(p), NUM_INPUT_FRAMES, self.cfg.pixel_size,
+        clips = [dv.prepare_clip(dv.read_frames(p, NUM_INPUT_FRAMES), NUM_INPUT_FRAMES, self.cfg.pixel_size,
                                  self.tokenizer.pixel_chunk) for p in paths]
         latents = torch.cat([self.tokenizer.encode(clip[None]) for clip in clips])   # a row at a time
         expected = tuple(self.cfg.latent_shape)

@@ -104,8 +104,8 @@ def clip_to_frames(clip: torch.Tensor) -> list[list]:
     return [[Image.fromarray(frame) for frame in row] for row in u8]
 
 
-def read_frames(path: str) -> torch.Tensor:
-    """Frames of a video (or one image) as uint8 [T, H, W, 3]."""
+def read_frames(path: str, max_frames: int | None = None) -> torch.Tensor:
+    """The first `max_frames` frames of a video (or one image) as uint8 [T, H, W, 3]."""
     if not isinstance(path, str) or not os.path.isfile(path):
         raise ValueError(f"prompts: video file not found: {path!r}")
     ext = os.path.splitext(path)[1].lower()
@@ -117,10 +117,21 @@ def read_frames(path: str) -> torch.Tensor:
         raise ValueError(f"prompts: {path!r} is neither a video ({', '.join(VIDEO_EXTENSIONS)}) "
                          f"nor an image ({', '.join(IMAGE_EXTENSIONS)})")
     import imageio.v3 as iio
-    frames = iio.imread(path, index=None)
-    if frames.ndim == 3:
-        frames = frames[None]
-    return torch.from_numpy(frames[..., :3].copy())
+    import numpy as np
+    frames = []
+    try:
+        for frame in iio.imiter(path):
+            frames.append(np.asarray(frame))
+            if max_frames is not None and len(frames) >= max_frames:
+                break
+    except Exception as exc:                     # a corrupt or unsupported file
+        raise ValueError(f"prompts: cannot read video {path!r}: {exc}") from exc
+    if not frames:
+        raise ValueError(f"prompts: video {path!r} has no frames")
+    video = np.stack(frames)
+    if video.ndim == 3:                          # grayscale frames
+        video = np.repeat(video[..., None], 3, axis=-1)
+    return torch.from_numpy(video[..., :3].copy())
 
 
 def prepare_clip(frames: torch.Tensor, num_input_frames: int, size: tuple[int, int],
