@@ -640,6 +640,8 @@ class CosmosVideoModel:
         """Start from conditioning tokens [B, prefix_len] (and T5 states [B, 512, 1024])."""
         if prefix.ndim != 2 or prefix.shape[1] != self.cfg.prefix_len:
             raise ValueError(f"prefix: expected [B, {self.cfg.prefix_len}], got {tuple(prefix.shape)}")
+        if bool((prefix < 0).any()) or bool((prefix >= self.vocab_size).any()):
+            raise ValueError(f"prefix: token ids must lie in [0, {self.vocab_size})")
         self.last_prefix = prefix.detach().cpu().long()
         return CosmosSession(self, prefix.long(), context)
 
