@@ -1,0 +1,205 @@
+"""The Gradio app: its generator functions called directly, then the app served in-process
+on 127.0.0.1 and driven with gradio_client (streaming, cancellation, bad input).
+
+Everything runs on the fast synthetic `toy-grid` model (16x16 tokens, V = 512).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import gradio as gr
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+from gradio_client import Client
+
+import app
+
+GOOD = dict(model="toy-grid", method="scd-mc", window=16, init="random", temperature=1.0,
+            top_k=0, top_p=1.0, cfg_scale=1.0, seed=0, prompt="red apple")
+
+
+def args(**override):
+    d = {**GOOD, **override}
+    return [d["model"], d["method"], d["window"], d["init"], d["temperature"], d["top_k"],
+            d["top_p"], d["cfg_scale"], d["seed"], d["prompt"]]
+
+
+def race_args(greedy=False, **override):
+    a = args(**override)
+    return [a[0], *a[2:], greedy]
+
+
+# ------------------------------------------------------------------ generator functions
+
+def test_generate_stream_updates_image_plots_and_summary():
+    updates = list(app.generate_stream(*args(), {}))
+    assert len(updates) >= 2                              # the prefill, ..., the final pass
+    assert all(app.live_image in u and app.status in u for u in updates)
+    final = updates[-1]
+    img = final[app.live_image]
+    assert img.dtype == np.uint8 and img.shape == (320, 320, 3)   # 64 px upscaled x5
+    for plot in (app.chart_committed, app.chart_length, app.chart_rate, app.heat_committed,
+                 app.heat_stability):
+        assert isinstance(final[plot], go.Figure)
+    assert "done" in final[app.status] and "step compression" in final[app.summary]
+    run = final[app.last_run]
+    assert run["model"] == "toy-grid" and len(run["iterations"]) == run["iterations"][-1].nfe
+    assert final[app.history_state]["scd-mc"]["committed"][-1] == 256
+
+
+def test_history_keeps_other_methods_curves_and_gives_a_latency_speedup():
+    history = list(app.generate_stream(*args(method="ar"), {}))[-1][app.history_state]
+    final = list(app.generate_stream(*args(method="sjd"), history))[-1]
+    names = [t.name for t in final[app.chart_committed].data]
+    assert any(n.startswith("AR (1 token") for n in names)            # the diagonal
+    assert "AR" in names and "SJD" in names                             # both runs' curves
+    assert "run AR once" not in final[app.summary]                      # speed-up measured
+
+
+def test_generate_stream_is_throttled():
+    """AR on toy-grid is 256 forward passes; the page gets far fewer pictures than that."""
+    updates = list(app.generate_stream(*args(method="ar"), {}))
+    final = updates[-1][app.last_run]["iterations"]
+    assert len(final) == 256 and len(updates) < 256
+
+
+def test_race_in_greedy_mode_gives_identical_tokens():
+    updates = list(app.race_stream(*race_args(greedy=True), ))
+    table = updates[-1][app.race_summary]
+    assert [row[0] for row in table] == [app.METHOD_NAMES[m] for m in app.RACE_ORDER]
+    assert all(row[-1] == "yes" for row in table)
+    assert table[0][1] == 256 and all(row[1] < 256 for row in table[1:])     # NFE
+    assert all(row[3] > 1 for row in table[1:])                             # step compression
+    assert "the same" in updates[-1][app.race_note]
+    for m in app.RACE_ORDER:
+        assert updates[-1][app.race_images[m]].shape == (320, 320, 3)
+
+
+def test_race_with_sampling_says_samples_differ_but_law_does_not():
+    final = list(app.race_stream(*race_args(greedy=False)))[-1]
+    assert "different sample from the same distribution" in final[app.race_note]
+    for row in final[app.race_summary][1:]:
+        assert 0 <= row[5] <= 1                                             # acceptance rate
+
+
+@pytest.mark.parametrize("override, words", [
+    (dict(prompt=""), "prompt"),
+    (dict(prompt="   "), "prompt"),
+    (dict(prompt="x" * 10_000), "10,000 characters"),
+    (dict(window=0), "Window L"),
+    (dict(window=100_000), "Window L"),
+    (dict(window=2.5), "Window L"),
+    (dict(top_p=0), "Top-p"),
+    (dict(temperature=-1), "Temperature"),
+    (dict(temperature=None), "Temperature"),
+    (dict(top_k=-3), "Top-k"),
+    (dict(cfg_scale=-1), "CFG"),
+    (dict(seed=-1), "Seed"),
+    (dict(model="no-such-model"), "Unknown model"),
+    (dict(method="beam"), "Unknown method"),
+    (dict(init="repeat-frame"), "video"),
+    (dict(init="zeros"), "draft init"),
+])
+def test_bad_input_is_a_clear_gr_error(override, words):
+    with pytest.raises(gr.Error) as err:
+        next(app.generate_stream(*args(**override), {}))
+    assert words.lower() in str(err.value.message).lower()
+
+
+def test_unavailable_model_is_listed_with_its_reason_and_refused():
+    choices = dict((v, k) for k, v in app.model_choices())
+    assert "toy-grid" in choices and "tiny" in choices and "tiny-video" in choices
+    missing = [n for n in choices if app.availability(n) is not None]
+    if not missing:
+        pytest.skip("every model is available here")
+    name = missing[0]
+    assert "unavailable" in choices[name]
+    with pytest.raises(gr.Error, match="unavailable"):
+        next(app.generate_stream(*args(model=name), {}))
+
+
+def test_model_change_never_crashes_and_sets_defaults():
+    for name in app.model_names():
+        info, window, init, *_ = app.on_model_change(name)
+        assert name in info and window >= 2 and init in dict((v, k) for k, v in app.INITS)
+
+
+def test_replay_and_export_of_the_last_run():
+    run = list(app.generate_stream(*args(method="sjd"), {}))[-1][app.last_run]
+    img, text = app.replay_view(3, run)
+    assert img.shape == (320, 320, 3) and "iteration 3" in text
+    mp4, files = app.export_run(run)
+    assert mp4.endswith(".mp4") and os.path.getsize(mp4) > 0 and files[1].endswith(".gif")
+    with pytest.raises(gr.Error, match="generate"):
+        app.replay_view(0, None)
+
+
+def test_video_model_run_gets_an_mp4_and_a_gif():
+    """The video path of final_media, with a toy video model standing in for tiny-video."""
+    import scd_core
+
+    model = scd_core.load_model("toy", vocab_size=3, grid=(3, 2, 2))
+    its = list(scd_core.stream(model, ["x"], method="sjd", window=4, seed=0))
+    s = app.Settings("tiny-video", "sjd", 4, "random", 1.0, 0, 1.0, 1.0, 0, "x")
+    mp4, gif = app.final_media(model, s, its)
+    assert mp4.endswith(".mp4") and gif.endswith(".gif") and os.path.getsize(mp4) > 0
+
+
+# --------------------------------------------------------------- served, gradio_client
+
+@pytest.fixture(scope="module")
+def client():
+    app.demo.queue(max_size=16, default_concurrency_limit=1).launch(
+        server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    try:
+        yield Client(app.demo.local_url, verbose=False)
+    finally:
+        app.demo.close()
+
+
+def test_served_run_streams_several_updates_and_a_final_png(client):
+    job = client.submit(*args(), api_name="/generate")
+    updates = list(job)
+    assert len(updates) > 1
+    final_image = updates[-1][0]
+    assert final_image and os.path.exists(final_image) and final_image.endswith(".png")
+    assert updates[-1][2]["type"] == "plotly"
+
+
+def test_served_cancel_stops_the_run(client, monkeypatch):
+    """The server-side decoding stops: no forward pass is pulled after the cancel settles."""
+    pulled = []
+    real_stream = app.scd_core.stream
+
+    def counting_stream(*a, **k):
+        for it in real_stream(*a, **k):
+            pulled.append(it.index)
+            yield it
+
+    monkeypatch.setattr(app.scd_core, "stream", counting_stream)
+    job = client.submit(*race_args(), api_name="/race")         # the longest event
+    deadline = time.time() + 60
+    while len(job.outputs()) < 1 and time.time() < deadline:
+        time.sleep(0.05)
+    assert job.outputs(), "the race never streamed an update"
+    assert job.cancel()
+    time.sleep(1.0)
+    seen, passes = len(job.outputs()), len(pulled)
+    time.sleep(1.5)
+    assert len(job.outputs()) == seen                             # nothing more arrives
+    assert len(pulled) == passes < 256 + 3 * 16                   # engine stopped early
+    assert job.status().code.name == "CANCELLED"
+    t = time.time()                                               # the slot is free again
+    client.predict(*args(method="scd-gumbel"), api_name="/generate")
+    assert time.time() - t < 60
+
+
+def test_served_bad_input_errors_then_serves_the_next_request(client):
+    with pytest.raises(Exception, match="prompt"):
+        client.predict(*args(prompt=""), api_name="/generate")
+    with pytest.raises(Exception, match="Top-p"):
+        client.predict(*args(top_p=0), api_name="/generate")
+    out = client.predict(*args(), api_name="/generate")
+    assert out[0] and os.path.exists(out[0])
