@@ -216,3 +216,56 @@ def test_claims_folder(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "janus"}')
     assert janus_mod.claims_folder(str(tmp_path))
     assert not janus_mod.claims_folder(str(tmp_path / "nothing"))
+
+
+def tiny_processor():
+    """A JanusProcessor around a word-level tokenizer ("w0".."w99"), with a chat template."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import JanusImageProcessor, JanusProcessor, PreTrainedTokenizerFast
+    vocab = {"<pad>": PAD, "<bos>": BOS, "<eos>": EOS, "[UNK]": 3, "User:": 4, "Assistant:": 5}
+    vocab.update({f"w{i}": 10 + i for i in range(100)})
+    vocab.update({"<image_placeholder>": 299, "<begin_of_image>": BOI, "<end_of_image>": 297})
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="[UNK]",
+        extra_special_tokens={"image_token": "<image_placeholder>", "boi_token": "<begin_of_image>",
+                              "eoi_token": "<end_of_image>"})
+    template = ("{% for m in messages %}User: {{ m['content'][0]['text'] }} {% endfor %}"
+                "{% if add_generation_prompt %}Assistant:{% endif %}")
+    return JanusProcessor(JanusImageProcessor(), tok, chat_template=template, num_image_tokens=16)
+
+
+def test_load_from_folder_with_processor(tmp_path):
+    """The real-checkpoint path minus the weights: save a tiny model and processor, load them
+    by folder through the registry, and run the processor's prompt template and postprocess."""
+    import scd_core
+    model = tiny_janus()
+    model.generation_config.generation_kwargs = {"boi_token_id": BOI}
+    model.generation_config.bos_token_id, model.generation_config.pad_token_id = BOS, PAD
+    model.save_pretrained(tmp_path)
+    tiny_processor().save_pretrained(tmp_path)
+    assert janus_mod.claims_folder(str(tmp_path)) and janus_mod.availability(str(tmp_path)) is None
+    tm = scd_core.load_model(str(tmp_path), device="cpu", dtype="float32")
+    assert isinstance(tm, janus_mod.JanusTokenModel) and tm.boi_token_id == BOI
+    assert tm.encode_prompt("w1 w2") == [BOS, 4, 11, 12, 5, BOI]
+    assert tm.unconditional_ids(tm.encode_prompt("w1 w2")) == [BOS, PAD, PAD, PAD, PAD, BOI]
+    run = scd_core.generate(tm, ["w1 w2", "w3"], method="sjd", window=4, seed=0, top_k=1,
+                            cfg_scale=5.0)
+    for b, prompt in enumerate(["w1 w2", "w3"]):
+        gc = transformers.GenerationConfig(do_sample=False, guidance_scale=5.0, bos_token_id=BOS,
+                                           pad_token_id=PAD, eos_token_id=EOS,
+                                           generation_kwargs={"boi_token_id": BOI})
+        ids = torch.tensor([tm.encode_prompt(prompt)])
+        ref = tm.model.generate(ids, attention_mask=torch.ones_like(ids), generation_mode="image",
+                                generation_config=gc)
+        assert torch.equal(run.tokens[b], ref[0])
+    assert run.images[0].size == (8, 8) and run.images[0].mode == "RGB"
+
+
+def test_processor_postprocess_matches_plain_conversion():
+    import numpy as np
+    image = torch.rand(8, 8, 3) * 2 - 1
+    via_processor = janus_mod._to_pil(image, tiny_processor())
+    plain = janus_mod._to_pil(image, None)
+    assert np.abs(np.asarray(via_processor, dtype=int) - np.asarray(plain, dtype=int)).max() <= 1

@@ -117,8 +117,8 @@ class JanusTokenModel:
             text = proc.apply_chat_template(messages, add_generation_prompt=True)
         else:
             text = SFT_TEMPLATE.format(prompt=prompt)
-        out = proc(text=[text], generation_mode="image", return_tensors="pt")
-        return out["input_ids"][0].tolist()
+        ids = proc(text=[text], generation_mode="image", return_tensors="pt")["input_ids"][0].tolist()
+        return ids if ids[:1] == [self.bos_token_id] else [self.bos_token_id] + ids
 
     def unconditional_ids(self, ids: list[int]) -> list[int]:
         """The CFG row: every token except BOS and image-start replaced by pad (as in `generate`)."""
@@ -202,11 +202,12 @@ def _tokenizer_id(processor, attr: str) -> int | None:
 
 
 def _to_pil(image: torch.Tensor, processor=None):
-    """One [H, W, 3] image in [-1, 1] -> PIL, with the processor's postprocess when present."""
+    """One [H, W, 3] image in [-1, 1] -> PIL, with the processor's postprocess when present
+    (given channels-first: its PIL backend mis-reads channels-last arrays in transformers 5.24)."""
     if processor is not None and hasattr(processor, "postprocess"):
-        out = processor.postprocess([image], return_tensors="PIL.Image.Image")
-        pil = out["pixel_values"] if isinstance(out, dict) else out
-        return pil[0] if isinstance(pil, list) else pil
+        out = processor.postprocess([image.permute(2, 0, 1)], return_tensors="PIL.Image.Image")
+        pil = out["pixel_values"] if hasattr(out, "keys") else out
+        return pil[0] if isinstance(pil, (list, tuple)) else pil
     from PIL import Image
 
     array = ((image * 0.5 + 0.5) * 255.0).clamp(0, 255).to(torch.uint8).numpy()
