@@ -156,7 +156,7 @@ class Attention(nn.Module):
         k = apply_rotary(k.view(r, t, c.kv_heads, c.head_dim), freqs).transpose(1, 2)
         v = v.view(r, t, c.kv_heads, c.head_dim).transpose(1, 2)
         if cache is not None:
-            k, v = cache.write(k, v, slots)
+            k, v = cache.write(k, v, slots, mask.shape[-1])
         rep = c.n_head // c.kv_heads
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -214,11 +214,12 @@ class StaticKV:
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
 
-    def write(self, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor):
+    def write(self, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor, view: int):
+        """Write at `slots` [R, T]; return the keys/values of slots [0, view)."""
         rows = torch.arange(k.shape[0], device=k.device)[:, None]
         self.k[rows, :, slots] = k.transpose(1, 2)
         self.v[rows, :, slots] = v.transpose(1, 2)
-        return self.k, self.v
+        return self.k[:, :, :view], self.v[:, :, :view]
 
 
 class Transformer(nn.Module):
@@ -254,7 +255,8 @@ class Transformer(nn.Module):
         """Run embeddings h [R, T, dim] at absolute positions [R, T] -> logits [R, T, V] (float).
 
         `mask` [R, 1, T, S] is boolean (True = attend). With a cache, keys/values are written at
-        slot = position and S is the cache length; without one, S = T.
+        slot = position and attention sees slots [0, S) (S = furthest position + 1 suffices);
+        without one, S = T.
         """
         if self.freqs_cis.device != h.device:
             self.freqs_cis = self.freqs_cis.to(h.device)
@@ -634,10 +636,14 @@ class LlamaGenSession:
         return u + self.cfg_scale * (c - u)
 
     def _mask(self, q_pos: torch.Tensor) -> torch.Tensor:
-        """[R, 1, T, S]: causal by position; condition slots per the text mask; self always."""
-        k = torch.arange(self.length, device=q_pos.device)
+        """[R, 1, T, S]: causal by position; condition slots per the text mask; self always.
+
+        S = furthest query position + 1: later slots are invisible to every query anyway.
+        """
+        view = int(q_pos.max()) + 1
+        k = torch.arange(view, device=q_pos.device)
         causal = k <= q_pos[:, :, None]
-        cond_ok = torch.ones(self.R, self.length, dtype=torch.bool, device=q_pos.device)
+        cond_ok = torch.ones(self.R, view, dtype=torch.bool, device=q_pos.device)
         cond_ok[:, : self.cls] = self.cond_mask
         own = k == q_pos[:, :, None]
         return ((causal & cond_ok[:, None, :]) | own)[:, None]

@@ -117,6 +117,7 @@ class _Slots:
     def __init__(self) -> None:
         self.index: torch.Tensor | None = None   # [R, T] long
         self.length = 0                           # highest written slot + 1 (informational)
+        self.view = 0                             # keys returned to attention: slots [0, view)
 
 
 def _slot_cache(num_layers: int, capacity: int, slots: _Slots):
@@ -146,7 +147,7 @@ def _slot_cache(num_layers: int, capacity: int, slots: _Slots):
             rows = torch.arange(idx.shape[0], device=self.device)[:, None]
             self.keys[rows, :, idx] = key_states.transpose(1, 2)
             self.values[rows, :, idx] = value_states.transpose(1, 2)
-            return self.keys, self.values
+            return self.keys[:, :, : slots.view], self.values[:, :, : slots.view]
 
         def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
             return capacity, 0
@@ -277,8 +278,12 @@ class LuminaSession:
         return u + self.cfg * (c - u)
 
     def _mask(self, q_slot: torch.Tensor) -> torch.Tensor:
-        """Additive 4-D mask [R, 1, T, capacity]: prompt slots of the row, plus P..q_slot."""
-        k = torch.arange(self.capacity, device=q_slot.device)
+        """Additive 4-D mask [R, 1, T, view]: prompt slots of the row, plus P..q_slot.
+
+        Only slots up to the furthest query are handed to attention (`view`): later slots are
+        invisible to every query of this forward anyway.
+        """
+        k = torch.arange(int(q_slot.max()) + 1, device=q_slot.device)
         first = (self.P - self.plen)[:, None, None]
         prompt = (k >= first) & (k < self.P)
         gen = (k >= self.P) & (k <= q_slot[:, :, None])
@@ -292,6 +297,7 @@ class LuminaSession:
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor, q_slot: torch.Tensor):
         self.slots.index = slot
         self.slots.length = max(self.slots.length, int(slot.max()) + 1)
+        self.slots.view = int(q_slot.max()) + 1
         out = self.tm.model.model(input_ids=ids, attention_mask=self._mask(q_slot), position_ids=pos,
                                   cache=self.cache, use_cache=True)
         return out.last_hidden_state
