@@ -134,13 +134,13 @@ class JanusTokenModel:
 
     @torch.no_grad()
     def decode(self, tokens: torch.LongTensor) -> list:
-        """[B, N] image codes -> B PIL images, via `decode_image_tokens` and postprocess."""
+        """[B, N] image codes -> B PIL images, via `decode_image_tokens`."""
         tokens = check_tokens(tokens, self.vocab_size, "tokens")
         n = self.grid[0] * self.grid[1]
         if tokens.shape[1] != n:
             raise ValueError(f"tokens: expected [B, {n}] image codes, got {list(tokens.shape)}")
         pixels = self.model.decode_image_tokens(tokens.to(self.device)).float().cpu()  # [B, H, W, 3]
-        return [_to_pil(img, self.processor) for img in pixels]
+        return [_to_pil(img) for img in pixels]
 
 
 class JanusSession:
@@ -201,14 +201,12 @@ def _tokenizer_id(processor, attr: str) -> int | None:
     return tok.convert_tokens_to_ids(text) if text else None
 
 
-def _to_pil(image: torch.Tensor, processor=None):
-    """One [H, W, 3] image in [-1, 1] -> PIL, with the processor's postprocess when present
-    (given channels-first: its PIL backend mis-reads channels-last arrays in transformers 5.24)."""
-    if processor is not None and hasattr(processor, "postprocess"):
-        out = processor.postprocess([image.permute(2, 0, 1)], return_tensors="PIL.Image.Image")
-        pil = out["pixel_values"] if hasattr(out, "keys") else out
-        return pil[0] if isinstance(pil, (list, tuple)) else pil
+def _to_pil(image: torch.Tensor):
+    """One [H, W, 3] image in [-1, 1] -> PIL, as DeepSeek's own Janus generation script does
+    (`clip((x + 1) / 2 * 255)`, then uint8). The processor's `postprocess` would instead undo
+    the understanding-side normalisation of its config, and its PIL backend in transformers
+    5.24 mis-reads channels-last arrays."""
     from PIL import Image
 
-    array = ((image * 0.5 + 0.5) * 255.0).clamp(0, 255).to(torch.uint8).numpy()
+    array = ((image + 1.0) / 2.0 * 255.0).clamp(0, 255).to(torch.uint8).numpy()
     return Image.fromarray(array)
