@@ -146,6 +146,16 @@ def test_contract_attributes(tm):
     assert tm.default_settings["window"] == 64
 
 
+def test_real_layout_prompt_and_header(tm):
+    """Lumina-mGPT 768 px: <bos> template <sep=8710> <racm3:break=8197> <h=8828> <w=8828>."""
+    real = LuminaTokenModel(tm.model, lambda text: [ord(c) for c in text], (48, 48))
+    assert real.grid == (48, 48) and real.image_size == 768
+    assert real.header_ids() == [8197, 8828, 8828] == real.uncond_ids()
+    ids = real.cond_ids("a cat")
+    text = "Generate an image of 768x768 according to the following prompt:\na cat"
+    assert ids == [0, *[ord(c) for c in text], 8710, 8197, 8828, 8828]
+
+
 # ------------------------------------------------------------------ q/k-norm conversion
 
 def lumina_style(sd: dict, mp: int = 1) -> dict:

@@ -695,8 +695,8 @@ def locate_files(name_or_path: str, gpt_ckpt: str | None = None,
         vq = vq_ckpt or (_find_file(folder, [vq_name]) if folder else None) or _cached_file(vq_name)
         if gpt is None:
             raise WeightsNotFoundError(
-                f"name_or_path: LlamaGen weights not found locally ({gpt_name} is neither in ${DIR_ENV} nor in "
-                f"the Hugging Face cache of {HUB_REPO}); download it there or pass a folder / gpt_ckpt=")
+                f"name_or_path: LlamaGen weights not found locally ({gpt_name} + {vq_name} of {HUB_REPO}: "
+                f"put them in ${DIR_ENV} or the Hugging Face cache, or pass a folder)")
     elif os.path.isdir(name_or_path):
         c2i_files = glob.glob(os.path.join(name_or_path, "c2i_*"))
         t2i_files = glob.glob(os.path.join(name_or_path, "t2i_*"))

@@ -18,6 +18,7 @@ What this adapter hides from the engine:
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -415,8 +416,12 @@ def load_lumina(name_or_path: str, *, device=None, dtype=None, vqgan_path: str |
         from .lumina_vqgan import load_chameleon_vqgan
         vq = load_chameleon_vqgan(vq_ckpt, vq_yaml, device=device, dtype=torch.float32)
     latent = size // 16
+    layout = layout or LuminaLayout()
+    if tokenizer.bos_token_id is not None and tokenizer.bos_token_id != layout.bos:
+        layout = dataclasses.replace(layout, bos=int(tokenizer.bos_token_id))
+    # As xllmx's Tokenizer.encode: no special tokens, BOS prepended by the adapter.
     return LuminaTokenModel(model, lambda text: tokenizer.encode(text, add_special_tokens=False),
-                            (latent, latent), layout=layout or LuminaLayout(), vqgan=vq, image_size=size)
+                            (latent, latent), layout=layout, vqgan=vq, image_size=size)
 
 
 def availability(name: str) -> str | None:
