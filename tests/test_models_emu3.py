@@ -122,7 +122,7 @@ def greedy_via_session(tm, prompts, cfg_scale):
     return torch.cat(out, 1)
 
 
-def library_greedy(tm, prompt, cfg_scale):
+def library_greedy(tm, prompt, cfg_scale, ids=None, neg=None):
     """transformers' own loop: EOL/EOF/EOI/EOS forced as in the Emu3 docs, negative-prompt CFG."""
     visual = [code_to_bpe(i) for i in range(K)]
 
@@ -133,7 +133,8 @@ def library_greedy(tm, prompt, cfg_scale):
         return {H * (W + 1) + 1: [EOF], H * (W + 1) + 2: [EOI], H * (W + 1) + 3: [EOS]}.get(
             offset, [PAD] if offset > H * (W + 1) + 3 else visual)
 
-    ids, neg = torch.tensor([encode(prompt)]), torch.tensor([encode(NEG)])
+    ids = torch.tensor([ids or encode(prompt)])
+    neg = torch.tensor([neg or encode(NEG)])
     kwargs = dict(negative_prompt_ids=neg, negative_prompt_attention_mask=torch.ones_like(neg)) \
         if cfg_scale != 1.0 else {}
     out = tm.model.generate(ids, attention_mask=torch.ones_like(ids), prefix_allowed_tokens_fn=allowed,
@@ -195,3 +196,41 @@ def test_loader_reports_missing_weights(tmp_path):
 def test_claims_folder(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "emu3"}')
     assert emu3_mod.claims_folder(str(tmp_path))
+
+
+def tiny_processor():
+    """An Emu3Processor around a word-level tokenizer sharing the tiny model's vocabulary map."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import Emu3ImageProcessor, Emu3Processor, PreTrainedTokenizerFast
+    vocab = {"<pad>": PAD, "<bos>": BOS, "<eos>": EOS, "<|image start|>": BOI, "<|image end|>": EOI,
+             "<|image token|>": WRAP, "<|extra_200|>": EOL, "<|extra_201|>": EOF, "<image>": 8,
+             "[UNK]": 9, f"{H}*{W}": 10}
+    vocab.update({f"w{i}": 21 + i for i in range(50)})
+    vocab.update({f"<|visual token{i:06d}|>": code_to_bpe(i) for i in range(K)})
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="[UNK]",
+        extra_special_tokens={"image_token": "<image>", "boi_token": "<|image start|>",
+                              "eoi_token": "<|image end|>", "image_wrapper_token": "<|image token|>",
+                              "eof_token": "<|extra_201|>"})
+    return Emu3Processor(Emu3ImageProcessor(image_mean=[0.5] * 3, image_std=[0.5] * 3), tok)
+
+
+def test_load_from_folder_with_processor(tmp_path):
+    """The real-checkpoint path minus the weights: a tiny model and processor saved to a folder,
+    loaded by folder through the registry; the grid comes from image_area and ratio."""
+    import scd_core
+    tiny_emu3().save_pretrained(tmp_path)
+    tiny_processor().save_pretrained(tmp_path)
+    assert emu3_mod.claims_folder(str(tmp_path)) and emu3_mod.availability(str(tmp_path)) is None
+    tm = scd_core.load_model(str(tmp_path), device="cpu", dtype="float32", image_area=768, ratio="4:3")
+    assert isinstance(tm, emu3_mod.Emu3TokenModel) and tm.grid == (H, W)
+    assert tm.encode_prompt("w1 w2") == [BOS, 22, 23, BOI, 10, WRAP]
+    prompts = ["w1 w2", "w3"]
+    run = scd_core.generate(tm, prompts, method="scd-mc", window=4, seed=0, top_k=1, cfg_scale=3.0)
+    neg = tm.encode_prompt(tm.negative_prompt)
+    for b, p in enumerate(prompts):
+        ref = library_greedy(tm, p, 3.0, ids=tm.encode_prompt(p + tm.positive_suffix), neg=neg)
+        assert torch.equal(run.tokens[b], ref)
+    assert run.images[0].size == (2 * W, 2 * H) and run.images[0].mode == "RGB"

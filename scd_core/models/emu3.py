@@ -227,8 +227,8 @@ def _to_pil(image: torch.Tensor, processor=None):
     """One [3, H, W] image in [-1, 1] -> PIL, with the processor's postprocess when present."""
     if processor is not None and hasattr(processor, "postprocess"):
         out = processor.postprocess([image], return_tensors="PIL.Image.Image")
-        pil = out["pixel_values"] if isinstance(out, dict) else out
-        return pil[0] if isinstance(pil, list) else pil
+        pil = out["pixel_values"] if hasattr(out, "keys") else out
+        return pil[0] if isinstance(pil, (list, tuple)) else pil
     from PIL import Image
 
     array = ((image.permute(1, 2, 0) * 0.5 + 0.5) * 255.0).clamp(0, 255).to(torch.uint8).numpy()
