@@ -291,15 +291,17 @@ METHOD_LABELS = {"ar": "AR", "sjd": "SJD", "scd-mc": "SCD (maximal coupling)",
                  "scd-gumbel": "SCD (Gumbel coupling)"}
 
 
-def _figure(data: list[dict], title: str, x: str, y: str, height: int = 280, **layout):
+def _figure(data: list[dict], title: str, x: str, y: str, height: int = 300, **layout):
     """A plotly Figure from plain dicts (many times faster than the graph_objects builders)."""
     import plotly.graph_objects as go
 
     axis = dict(gridcolor="#e5e7eb", zerolinecolor="#cbd5e1", linecolor="#94a3b8")
     base = dict(title=dict(text=title, font=dict(size=14)), height=height,
-                margin=dict(l=50, r=10, t=40, b=40), plot_bgcolor="white", paper_bgcolor="white",
-                xaxis=dict(title=dict(text=x), **axis), yaxis=dict(title=dict(text=y), **axis),
-                legend=dict(orientation="h", y=-0.25, font=dict(size=10)), hovermode="closest")
+                margin=dict(l=50, r=10, t=40, b=80), plot_bgcolor="white", paper_bgcolor="white",
+                xaxis=dict(title=dict(text=x, standoff=4), **axis),
+                yaxis=dict(title=dict(text=y), **axis),
+                legend=dict(orientation="h", x=0, y=-0.3, yanchor="top", font=dict(size=10)),
+                hovermode="closest")
     for key, value in layout.items():
         base[key] = {**base[key], **value} if isinstance(base.get(key), dict) else value
     return go.Figure(dict(data=data, layout=base), skip_invalid=True)
@@ -323,7 +325,7 @@ def committed_vs_nfe_figure(curves: dict[str, tuple[list[int], list[int]]], num_
                            "<br>%{y} tokens committed<br>tokens per NFE so far: "
                            "%{customdata:.2f}<extra></extra>")))
     return _figure(data, "Tokens committed vs forward passes (NFE)", "NFE", "tokens committed",
-                   xaxis=dict(range=[0, num_tokens * 1.02]),
+                   height=360, xaxis=dict(range=[0, num_tokens * 1.02]),
                    yaxis=dict(range=[0, num_tokens * 1.05]))
 
 
@@ -375,7 +377,7 @@ def heatmap_figure(values: np.ndarray, grid: tuple[int, ...], title: str, hover:
     rows = [[None if np.isnan(v) else float(v) for v in r] for r in z]
     data = [dict(type="heatmap", z=rows, colorscale=colorscale, hoverongaps=False,
                  hovertemplate=hover + "<extra></extra>", colorbar=dict(thickness=10))]
-    return _figure(data, title, "", "", height=300,
+    return _figure(data, title, "", "", height=300, margin=dict(b=20),
                    xaxis=dict(showticklabels=False, showgrid=False, constrain="domain"),
                    yaxis=dict(autorange="reversed", scaleanchor="x", showticklabels=False,
                               showgrid=False, constrain="domain"))
