@@ -132,6 +132,8 @@ def test_contract_and_defaults(c2i, t2i):
     assert c2i.grid == (GRID, GRID) and c2i.vocab_size == V
     assert c2i.default_settings == {"cfg_scale": 4.0, "top_k": 2000, "top_p": 1.0, "temperature": 1.0, "window": 32}
     assert t2i.default_settings["cfg_scale"] == 7.5 and t2i.default_settings["top_k"] == 1000
+    assert c2i.example_prompts == ["0", "1", "2", "3"]   # the sample ids exceed the tiny model's 10 classes
+    assert len(t2i.example_prompts) == 3
 
 
 def test_decode_shape(c2i):

@@ -44,6 +44,15 @@ DEFAULT_SETTINGS = {
     "c2i": {"cfg_scale": 4.0, "top_k": 2000, "top_p": 1.0, "temperature": 1.0, "window": 32},
     "t2i": {"cfg_scale": 7.5, "top_k": 1000, "top_p": 1.0, "temperature": 1.0, "window": 32},
 }
+# The class ids of LlamaGen's sample_c2i.py (golden retriever, otter, red panda, geyser, macaw,
+# valley, balloon, arctic fox) and prompts of its sample_t2i.py.
+EXAMPLE_PROMPTS = {
+    "c2i": ["207", "360", "387", "974", "88", "979", "417", "279"],
+    "t2i": ["A blue Porsche 356 parked in front of a yellow brick wall.",
+            "A photo of an astronaut riding a horse in the forest. There is a river in front of them "
+            "with water lilies.",
+            "A map of the United States made out of sushi. It is on a table next to a glass of red wine."],
+}
 # (n_layer, n_head, dim) of the published GPT sizes.
 GPT_SIZES = {
     "GPT-B": (12, 12, 768), "GPT-L": (24, 16, 1024), "GPT-XL": (36, 20, 1280),
@@ -532,6 +541,10 @@ class LlamaGenTokenModel:
         self.vocab_size = self.cfg.vocab_size
         self.grid = (self.cfg.grid_size, self.cfg.grid_size)
         self.default_settings = dict(DEFAULT_SETTINGS[self.cfg.model_type])
+        self.example_prompts = [p for p in EXAMPLE_PROMPTS[self.cfg.model_type]
+                                if self.cfg.model_type == "t2i" or int(p) < self.cfg.num_classes]
+        if not self.example_prompts:
+            self.example_prompts = [str(i) for i in range(min(4, self.cfg.num_classes))]
         if self.cfg.model_type == "t2i" and text_encoder is None:
             raise ValueError("text_encoder: a t2i LlamaGen needs a text encoder (FLAN-T5-XL)")
 
