@@ -92,6 +92,8 @@ def test_smaller_start_forgets(tm):
     s.step(torch.randint(0, V_IMG, (2, 2)), torch.full((2,), 6))     # more garbage at 6..7
     out = s.step(good[:, 3:], torch.full((2,), 3))                   # re-feed from 3
     torch.testing.assert_close(out, ref[:, 3:], atol=1e-4, rtol=0)
+    # rows that agree on their start leave no holes: the cache is as long as a clean run's
+    assert s.cache.get_seq_length() == clean.cache.get_seq_length()
 
 
 def test_rows_at_different_starts_match_single_rows(tm):
