@@ -190,6 +190,8 @@ def test_loader_reports_missing_weights(tmp_path):
         emu3_mod.load_emu3("emu3-gen")
     with pytest.raises(WeightsNotFoundError, match="no folder"):
         emu3_mod.load_emu3(str(tmp_path / "missing"))
+    with pytest.raises(WeightsNotFoundError, match="not found locally.*BAAI"):
+        emu3_mod.load_emu3("BAAI/Emu3-Gen-hf")                    # a hub id that is not cached: no download attempt
     assert "not found locally" in emu3_mod.availability("emu3-gen")
 
 

@@ -211,6 +211,8 @@ def test_loader_reports_missing_weights(tmp_path):
         janus_mod.load_janus("janus-pro-1b")
     with pytest.raises(WeightsNotFoundError, match="no folder"):
         janus_mod.load_janus(str(tmp_path / "missing"))
+    with pytest.raises(WeightsNotFoundError, match="not found locally.*deepseek-community"):
+        janus_mod.load_janus("deepseek-community/Janus-Pro-7B")                    # a hub id that is not cached: no download attempt
     assert "not found locally" in janus_mod.availability("janus-pro-7b")
 
 
