@@ -19,9 +19,15 @@ _MASK32 = 0xFFFFFFFF
 
 
 def sample(p: torch.Tensor, generator: torch.Generator) -> torch.LongTensor:
-    """One draw from each distribution in p [..., V] (exponential race: argmax p / E)."""
-    e = torch.empty_like(p).exponential_(generator=generator)
-    return (p / e).argmax(-1)
+    """One draw from each distribution in p [..., V], by inverse CDF (one uniform per draw).
+
+    The CDF is accumulated in float64; `right=True` lands only on tokens of positive mass
+    (cdf[i-1] <= u * total < cdf[i]); the clamp covers u * total rounding up to total.
+    """
+    cdf = p.double().cumsum(-1)
+    u = torch.rand(p.shape[:-1] + (1,), generator=generator, device=p.device, dtype=torch.float64)
+    index = torch.searchsorted(cdf, u * cdf[..., -1:], right=True).clamp_(max=p.shape[-1] - 1)
+    return index.squeeze(-1)
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -46,44 +52,51 @@ def mrs(p: torch.Tensor, q: torch.Tensor, x: torch.LongTensor, generator: torch.
     return kept, tokens, accept_prob
 
 
-def _mul32(h: torch.Tensor, c: int) -> torch.Tensor:
-    """(h * c) mod 2**32 for 0 <= h < 2**32 without int64 overflow."""
-    hi, lo = h >> 16, h & 0xFFFF
-    return ((((hi * c) & 0xFFFF) << 16) + lo * c) & _MASK32
+def _mix32(h: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer avalanche mix (xorshift-multiply, three rounds) on int64 tensors.
 
-
-def _fmix32(h: torch.Tensor) -> torch.Tensor:
-    """MurmurHash3's 32-bit finaliser: a bijective avalanche mix of 32-bit values."""
+    The multipliers are odd and below 2**31, so products of 32-bit values never overflow
+    int64, and each round is a bijection of 32-bit values.
+    """
     h = h & _MASK32
     h = h ^ (h >> 16)
-    h = _mul32(h, 0x85EBCA6B)
-    h = h ^ (h >> 13)
-    h = _mul32(h, 0xC2B2AE35)
-    return h ^ (h >> 16)
+    h = (h * 0x7FEB352D) & _MASK32
+    h = h ^ (h >> 15)
+    h = (h * 0x2C1B3C6D) & _MASK32
+    h = h ^ (h >> 12)
+    h = (h * 0x297A2D39) & _MASK32
+    return h ^ (h >> 15)
 
 
 def _key(seed: int, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """A 32-bit hash of (seed, row, position), broadcast over rows/positions."""
-    s = torch.tensor([seed & _MASK32, (seed >> 32) & _MASK32], dtype=torch.long, device=positions.device)
-    h = _fmix32(s[0] ^ 0x9E3779B9)
-    h = _fmix32(h ^ s[1])
-    h = _fmix32(h ^ rows)
-    return _fmix32(h ^ positions)
+    h = _mix32(torch.tensor(seed & _MASK32, device=positions.device) ^ 0x1B873593)
+    h = _mix32(h ^ ((seed >> 32) & _MASK32))
+    h = _mix32(h ^ rows)
+    return _mix32(h ^ positions)
+
+
+_TOKEN_HASH: dict[tuple[int, str], torch.Tensor] = {}
+
+
+def _token_hash(vocab: int, device: torch.device) -> torch.Tensor:
+    key = (vocab, str(device))
+    if key not in _TOKEN_HASH:
+        _TOKEN_HASH[key] = _mix32(torch.arange(vocab, device=device, dtype=torch.long) + 0x632BE5AB)
+    return _TOKEN_HASH[key]
 
 
 def gumbel_noise(seed: int, rows: torch.LongTensor, positions: torch.LongTensor, vocab: int) -> torch.Tensor:
     """Gumbel(0, 1) noise [..., V] fixed per (seed, row, absolute position, token).
 
-    `rows` and `positions` broadcast to the leading shape. Two 32-bit hashes per entry give
-    a 53-bit uniform in (0, 1), so ties in argmax(log p + G) have probability ~0.
+    `rows` and `positions` broadcast to the leading shape. Each entry is a 24-bit uniform
+    (the resolution of float32, the precision p itself is computed in) from a counter-based
+    hash: no table is stored and the same position always gets the same noise.
     """
     key = _key(seed, rows, positions).unsqueeze(-1)
-    token = torch.arange(vocab, device=positions.device, dtype=torch.long)
-    h = _fmix32(key ^ _fmix32(token + 0x632BE5AB))
-    a = _fmix32(h ^ 0x68E31DA4) >> 5          # 27 bits
-    b = _fmix32(h ^ 0xB5297A4D) >> 6          # 26 bits
-    u = (a.double() * 67108864.0 + b.double() + 0.5) / 9007199254740992.0
-    return -torch.log(-torch.log(u)).float()
+    h = _mix32(key ^ _token_hash(vocab, positions.device))
+    u = ((h >> 8).float() + 0.5) * (1.0 / 16777216.0)
+    return -torch.log(-torch.log(u))
 
 
 def gumbel_argmax(p: torch.Tensor, noise: torch.Tensor) -> torch.LongTensor:

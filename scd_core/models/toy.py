@@ -123,18 +123,19 @@ def load_toy(name: str = "toy", vocab_size: int = 3, grid: tuple[int, ...] = (2,
 class ToyGridModel:
     """A synthetic (H, W) image-token model with realistic, tunable statistics.
 
-    logits(position) = MLP(embed(left) + embed(above) + embed(position) + embed(prompt)) / tau
+    logits(position) = MLP(context * (embed(left) + embed(above)) + embed(position) + embed(prompt)) / tau
                        + corr * (onehot(left) + onehot(above))
-    `tau` sets the entropy, `corr` the spatial correlation (flat regions that continue),
+    `tau` sets the entropy, `context` how much a token depends on its neighbours, `corr` the
+    spatial correlation (flat regions that continue),
     `hidden` the cost of a forward pass. Weights are random but fixed by `seed`.
     """
 
     def __init__(self, vocab_size: int = 512, grid: tuple[int, int] = (16, 16), dim: int = 128,
-                 hidden: int = 1024, tau: float = 0.35, corr: float = 2.5, seed: int = 0,
+                 hidden: int = 2048, tau: float = 0.3, corr: float = 1.0, context: float = 6.0, seed: int = 0,
                  device: str | torch.device = "cpu"):
         self.vocab_size, self.grid = vocab_size, tuple(grid)
         self.N = _prod(grid)
-        self.tau, self.corr = tau, corr
+        self.tau, self.corr, self.context = tau, corr, context
         g = torch.Generator().manual_seed(seed)
         init = lambda *shape: (torch.randn(*shape, generator=g) / shape[0] ** 0.5).to(device)  # noqa: E731
         self.embed_left = init(vocab_size + 1, dim)     # last row: "no neighbour"
@@ -156,7 +157,7 @@ class ToyGridModel:
         left_pos, up_pos = positions - 1, positions - W
         left = torch.where(col > 0, history.gather(1, left_pos.clamp(min=0)), V)
         up = torch.where(up_pos >= 0, history.gather(1, up_pos.clamp(min=0)), V)
-        x = self.embed_left[left] + self.embed_up[up] + self.embed_pos[positions.clamp(max=self.N - 1)]
+        x = self.context * (self.embed_left[left] + self.embed_up[up]) + self.embed_pos[positions.clamp(max=self.N - 1)]
         x = x + prompt_emb.unsqueeze(1)
         h = torch.relu(x @ self.w1)
         h = torch.relu(h @ self.w2)
