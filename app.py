@@ -39,7 +39,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 METHODS = [("AR", "ar"), ("SJD", "sjd"), ("SCD maximal coupling", "scd-mc"),
            ("SCD Gumbel coupling", "scd-gumbel")]
 METHOD_NAMES = dict((v, k) for k, v in METHODS)
-INITS = [("random (uniform over the vocabulary)", "random"),
+INITS = [("random (uniform)", "random"),
          ("repeat the token above", "repeat-above"),
          ("repeat the previous frame (video)", "repeat-frame")]
 HIDDEN_MODELS = {"toy"}              # the enumerable exactness-test model: 5 tokens, nothing to see
@@ -110,6 +110,8 @@ def model_choices() -> list[tuple[str, str]]:
     out = []
     for name in model_names():
         reason = availability(name)
+        if reason is not None and len(reason) > 60:
+            reason = reason[:57].rstrip() + "…"
         out.append((name if reason is None else f"{name} (unavailable: {reason})", name))
     return out
 
@@ -118,11 +120,29 @@ def default_model() -> str:
     return "tiny" if availability("tiny") is None else "toy-grid"
 
 
+def peek_model(name: str):
+    """The model if it is loaded already or cheap to load (embedded), else None."""
+    if name in _models:
+        return _models[name]
+    entry = REGISTRY.get(name)
+    if entry is None or entry.needs_weights or availability(name) is not None:
+        return None
+    try:
+        return get_model(name)
+    except Exception:   # shown later, with the reason, when the user presses Generate
+        return None
+
+
 def model_defaults(name: str) -> dict:
+    """App defaults for the model, overridden by its adapter's `default_settings`."""
     base = DEFAULTS.get(name, REAL_DEFAULTS if REGISTRY.get(name) and REGISTRY[name].needs_weights
                         else DEFAULTS["toy-grid"])
-    cached = _models.get(name)
-    return {**base, **getattr(cached, "default_settings", {})}
+    own = getattr(peek_model(name), "default_settings", None) or {}
+    return {**base, **{k: v for k, v in own.items() if k in base}}
+
+
+def model_examples(name: str) -> list[str]:
+    return list(getattr(peek_model(name), "example_prompts", None) or EXAMPLES)[:12]
 
 
 def model_info(name: str) -> str:
@@ -432,7 +452,8 @@ def on_model_change(name: str):
     d = model_defaults(name)
     init = d["init"] if d["init"] != "repeat-frame" or is_video(name) else "random"
     return (model_info(name), d["window"], init, d["temperature"], d["top_k"], d["top_p"],
-            d["cfg_scale"], gr.Row(visible=is_video(name)))
+            d["cfg_scale"], gr.Row(visible=is_video(name)),
+            gr.Dataset(samples=[[p] for p in model_examples(name)]))
 
 
 # ----------------------------------------------------------------------------- layout
@@ -475,7 +496,8 @@ with gr.Blocks(title="Speculative coupled decoding") as demo:
             model_md = gr.Markdown(model_info(default_model()), elem_id="model-info")
             prompt_tb = gr.Textbox("red apple", label="Prompt", lines=1, max_lines=3,
                                    elem_id="prompt")
-            gr.Examples(EXAMPLES, inputs=prompt_tb, label="Example prompts")
+            examples = gr.Examples([[p] for p in model_examples(default_model())],
+                                   inputs=prompt_tb, label="Example prompts")
             method_rd = gr.Radio(METHODS, value="scd-mc", label="Method", elem_id="method")
             d0 = model_defaults(default_model())
             with gr.Row():
@@ -577,7 +599,8 @@ with gr.Blocks(title="Speculative coupled decoding") as demo:
                                 time_limit=900)
     stop_btn.click(None, None, None, cancels=[gen_event, race_event])
     model_dd.change(on_model_change, model_dd,
-                    [model_md, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, clip_row],
+                    [model_md, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, clip_row,
+                     examples.dataset],
                     api_visibility="private")
     replay_slider.release(replay_view, [replay_slider, last_run], [replay_image, replay_text],
                           api_name="replay")
