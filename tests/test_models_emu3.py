@@ -236,3 +236,13 @@ def test_load_from_folder_with_processor(tmp_path):
         ref = library_greedy(tm, p, 3.0, ids=tm.encode_prompt(p + tm.positive_suffix), neg=neg)
         assert torch.equal(run.tokens[b], ref)
     assert run.images[0].size == (2 * W, 2 * H) and run.images[0].mode == "RGB"
+
+
+def test_bad_grid_arguments():
+    model = tiny_emu3()
+    with pytest.raises(ValueError, match="ratio"):
+        emu3_mod.Emu3TokenModel(model, tiny_processor(), ratio="square")
+    with pytest.raises(ValueError, match="image_area"):
+        emu3_mod.Emu3TokenModel(model, tiny_processor(), image_area=-5)
+    with pytest.raises(ValueError, match="processor"):
+        emu3_mod.Emu3TokenModel(model, None, encode=encode)

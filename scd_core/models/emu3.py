@@ -90,12 +90,13 @@ class Emu3TokenModel:
         if processor is None and (encode is None or grid is None):
             raise ValueError("processor: pass an Emu3Processor, or both `encode` and `grid`")
         self.model, self.processor, self.name = model, processor, name
-        self._encode, self.ratio = encode, ratio
-        self.image_area = image_area
+        self._encode, self.ratio = encode, _check_ratio(ratio)
+        self.image_area = _check_area(image_area)
         self.negative_prompt, self.positive_suffix = negative_prompt, positive_suffix
         self.grid = tuple(int(x) for x in (grid or self._grid_from_processor()))
         if len(self.grid) != 2 or min(self.grid) < 1:
-            raise ValueError(f"grid: expected (H, W) with positive sizes, got {grid!r}")
+            raise ValueError(f"grid: expected (H, W) with positive sizes, got {self.grid!r} "
+                             "(is image_area too small?)")
         mapping = model.vocabulary_mapping
         self.eol_token_id = int(mapping.eol_token_id)
         img2bpe = mapping.img2bpe
@@ -221,6 +222,21 @@ class Emu3Session:
         hidden = self._forward(ids, mask, position_ids)
         picked = torch.gather(hidden, 1, pick.repeat(reps, 1)[..., None].expand(-1, -1, hidden.shape[-1]))
         return self._logits(picked)
+
+
+def _check_ratio(ratio: str) -> str:
+    parts = ratio.split(":") if isinstance(ratio, str) else []
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"ratio: expected 'W:H' with positive integers, e.g. '1:1' or '16:9', got {ratio!r}")
+    return ratio
+
+
+def _check_area(image_area: int | None) -> int | None:
+    if image_area is None:
+        return None
+    if isinstance(image_area, bool) or not isinstance(image_area, int) or image_area < 1:
+        raise ValueError(f"image_area: expected a positive integer number of pixels, got {image_area!r}")
+    return image_area
 
 
 def _to_pil(image: torch.Tensor, processor=None):

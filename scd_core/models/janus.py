@@ -69,7 +69,7 @@ def load_janus(name_or_path: str, device: str | torch.device | None = None,
 class JanusTokenModel:
     """A `JanusForConditionalGeneration` as a TokenModel over its image-token grid.
 
-    `processor` is a `JanusProcessor` (prompt template, tokenizer, postprocess). Tests and
+    `processor` is a `JanusProcessor` (chat template and tokenizer). Tests and
     custom setups may instead pass `encode(prompt) -> list[int]` giving the full prompt
     ids (BOS ... image-start), with the special ids if the model's generation config lacks them.
     """
