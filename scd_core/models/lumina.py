@@ -22,12 +22,12 @@ import dataclasses
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 import torch
 
-from ._hf import cached_snapshot, pick_device_dtype, resolve_weights
+from ._hf import cached_snapshot, check_prompts, pick_device_dtype, resolve_weights
 
 HUB_IDS = {
     "lumina-mgpt-7b-512": "Alpha-VLLM/Lumina-mGPT-7B-512",
@@ -208,11 +208,11 @@ class LuminaTokenModel:
         return (hidden @ self.image_head.T).float()
 
     def start(self, prompts: Sequence[str], cfg_scale: float) -> "LuminaSession":
-        _check_prompts(prompts)
+        prompts = check_prompts(prompts)
         cfg = float(cfg_scale)
         if not cfg == cfg or cfg < 0:
             raise ValueError(f"cfg_scale: expected a finite number >= 0, got {cfg_scale!r}")
-        return LuminaSession(self, list(prompts), cfg)
+        return LuminaSession(self, prompts, cfg)
 
     def decode(self, tokens: torch.LongTensor) -> list:
         if self.vqgan is None:
@@ -225,13 +225,6 @@ class LuminaTokenModel:
         if tokens.shape[1] != self.grid[0] * self.grid[1]:
             raise ValueError(f"tokens: expected [B, {self.grid[0] * self.grid[1]}], got {tuple(tokens.shape)}")
         return to_pil(decode_codes(self.vqgan, tokens, self.grid))
-
-
-def _check_prompts(prompts) -> None:
-    if isinstance(prompts, str) or not isinstance(prompts, Sequence) or len(prompts) == 0:
-        raise ValueError(f"prompts: expected a non-empty list of strings, got {prompts!r}")
-    if not all(isinstance(p, str) for p in prompts):
-        raise ValueError("prompts: every prompt must be a string")
 
 
 def _check_tokens(tokens, vocab_size: int, name: str) -> torch.Tensor:
