@@ -275,3 +275,20 @@ def test_generate_runs_on_the_tiny_model(c2i, t2i):
         run = scd_core.generate(tm, prompts, method="scd-mc", window=4, seed=0, top_k=8, cfg_scale=4.0)
         assert run.tokens.shape == (2, GRID * GRID) and int(run.tokens.max()) < V
         assert len(run.images) == 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("kind", ["c2i", "t2i"])
+def test_cuda_bf16_matches_cpu_float32(c2i, t2i, kind):
+    import copy
+    tm, prompts = (c2i, ["1", "9"]) if kind == "c2i" else (t2i, ["a dog", "the quick brown fox jumps"])
+    gpu = LlamaGenTokenModel(copy.deepcopy(tm.gpt).to("cuda", torch.bfloat16), copy.deepcopy(tm.vq).to("cuda"),
+                             tm.text_encoder)
+    hist = torch.tensor([[4, 5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 0, 1]])
+    out = []
+    for model in (tm, gpu):
+        s = model.start(prompts, 3.0)
+        s.step(hist, torch.tensor([0, 0]))
+        out.append(s.step(torch.tensor([[2, 3, 4], [5, 6, 7]]), torch.tensor([2, 5])).float().cpu())
+    torch.testing.assert_close(out[1], out[0], atol=0.1, rtol=0.05)
+    assert len(gpu.decode(torch.zeros(2, GRID * GRID, dtype=torch.long))) == 2

@@ -353,3 +353,18 @@ def test_generate_runs_on_the_tiny_model(tm):
                             top_k=8, cfg_scale=3.0)
     assert run.tokens.shape == (2, GRID[0] * GRID[1])
     assert int(run.tokens.max()) < N_CODES
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_bf16_matches_cpu_float32(tm):
+    import copy
+    gpu = LuminaTokenModel(copy.deepcopy(tm.model).to("cuda", torch.bfloat16), encode, GRID,
+                           layout=LAYOUT, prompt_template="{prompt}")
+    prompts, window, starts = ["a dog", "the quick brown fox"], torch.tensor([[2, 3, 4], [5, 6, 7]]), [2, 5]
+    hist = torch.tensor([[4, 5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 0, 1]])
+    out = []
+    for model in (tm, gpu):
+        s = model.start(prompts, 3.0)
+        s.step(hist, torch.tensor([0, 0]))
+        out.append(s.step(window, torch.tensor(starts)).float().cpu())
+    torch.testing.assert_close(out[1], out[0], atol=0.1, rtol=0.05)
