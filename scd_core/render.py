@@ -154,13 +154,28 @@ def tile_frames(frames: Sequence[np.ndarray], cols: int | None = None, gap: int 
     return sheet
 
 
+def shrink(frame: np.ndarray, target: int) -> np.ndarray:
+    """Box-filter a large frame down by an integer factor to about `target` (or leave it)."""
+    h, w = frame.shape[:2]
+    f = max(h, w) // target
+    if f < 2:
+        return frame
+    h2, w2 = h // f, w // f
+    blocks = frame[:h2 * f, :w2 * f].reshape(h2, f, w2, f, -1).astype(np.float32)
+    return blocks.mean(axis=(1, 3)).round().astype(np.uint8)
+
+
 def render_iteration(model, it: Iteration, row: int = 0, target: int = 320,
                      overlay: bool = True) -> np.ndarray:
-    """The picture of one iteration: decoded canvas (committed + drafts) with the grid overlay."""
+    """The picture of one iteration: decoded canvas (committed + drafts) with the grid overlay.
+
+    Small images are upscaled (nearest) to about `target` px, large ones box-filtered down
+    so that streaming a picture per iteration stays cheap.
+    """
     T, H, W = grid3(model.grid)
-    frames = decode_frames(model, it.canvas[row])
-    states = token_states(it, row).reshape(T, H, W)
     frame_target = target if T == 1 else max(96, target // 2)
+    frames = [shrink(f, frame_target) for f in decode_frames(model, it.canvas[row])]
+    states = token_states(it, row).reshape(T, H, W)
     scale = scale_for(*frames[0].shape[:2], target=frame_target)
     if overlay:
         drawn = [overlay_frame(f, states[t], scale) for t, f in enumerate(frames)]

@@ -147,6 +147,22 @@ def test_video_model_run_gets_an_mp4_and_a_gif():
     assert mp4.endswith(".mp4") and gif.endswith(".gif") and os.path.getsize(mp4) > 0
 
 
+def test_video_model_streams_tiled_frames_then_mp4_and_gif(monkeypatch):
+    """The whole video path of the app, a toy clip model standing in for tiny-video."""
+    import scd_core
+
+    model = scd_core.load_model("toy", vocab_size=3, grid=(3, 2, 2))
+    monkeypatch.setitem(app._models, "tiny-video", model)
+    monkeypatch.setattr(app, "availability", lambda name: None)
+    updates = list(app.generate_stream(*args(model="tiny-video", init="repeat-frame", window=4,
+                                             prompt="x"), {}))
+    final = updates[-1]
+    h, w, _ = final[app.live_image].shape
+    assert w > 2.5 * h                                     # three frames side by side
+    assert final[app.clip_video].endswith(".mp4") and final[app.clip_gif].endswith(".gif")
+    assert os.path.getsize(final[app.clip_video]) > 0
+
+
 # --------------------------------------------------------------- served, gradio_client
 
 @pytest.fixture(scope="module")

@@ -88,6 +88,14 @@ def test_render_iteration_of_a_video_model_tiles_the_frames():
     assert pic.shape == frame.shape and pic.shape[1] > 2.5 * pic.shape[0]   # 3 frames in a row
 
 
+def test_large_frames_are_box_filtered_down_for_streaming():
+    frame = np.zeros((1024, 768, 3), np.uint8)
+    frame[:, 384:] = 200
+    small = R.shrink(frame, 320)
+    assert small.shape == (341, 256, 3) and small[0, 0, 0] == 0 and small[0, -1, 0] == 200
+    assert R.shrink(frame[:400, :400], 320).shape == (400, 400, 3)     # under 2x: untouched
+
+
 def test_trace_stats_agree_with_the_run_metrics(toy_grid, sjd_iterations):
     stats = R.TraceStats(tuple(toy_grid.grid))
     for it in sjd_iterations:
