@@ -10,7 +10,6 @@ This file is the UI only: decoding is `scd_core.stream`, pictures and plots are
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, replace
@@ -28,11 +27,11 @@ try:  # ZeroGPU on Hugging Face Spaces; a no-op decorator everywhere else
     import spaces
 
     def gpu(duration: int):
+        """Hold a (Zero)GPU for at most `duration` seconds per call."""
         return spaces.GPU(duration=duration)
-except ImportError:  # pragma: no cover - depends on the environment
-    spaces = None
-
+except ImportError:
     def gpu(duration: int):
+        """No `spaces` package: a no-op."""
         return lambda fn: fn
 
 
