@@ -280,6 +280,18 @@ def status_line(s: Settings, stats: R.TraceStats, wall: float, done: bool) -> st
             f"mean accepted length {stats.mean_accepted_length:.2f}")
 
 
+def prompt_note(model, prompt: str) -> str:
+    """For bag-of-words models (the embedded ones): which prompt words the model knows."""
+    known = getattr(getattr(model, "vocab", None), "known", None)
+    if known is None:
+        return ""
+    words = known(prompt)
+    if not words:
+        return ("None of the prompt's words is in the model's vocabulary: this is an "
+                "unconditional sample. Try an example prompt.\n\n")
+    return f"Prompt words the model knows: {', '.join(words)}.\n\n"
+
+
 def summary_markdown(s: Settings, stats: R.TraceStats, wall: float, history: dict) -> str:
     total, nfe = stats.num_tokens, stats.nfe[-1]
     ar = history.get("ar")
@@ -338,7 +350,8 @@ def generate_stream(model_name, method, window, init, temperature, top_k, top_p,
         if done:
             history[s.method] = {"nfe": stats.nfe, "committed": stats.committed, "wall": wall}
             mp4, gif = final_media(model, s, iterations)
-            out |= {summary: summary_markdown(s, stats, wall, history), history_state: history,
+            out |= {summary: prompt_note(model, s.prompt) + summary_markdown(s, stats, wall, history),
+                    history_state: history,
                     last_run: {"model": s.model, "method": s.method, "iterations": iterations},
                     replay_slider: gr.Slider(minimum=0, maximum=len(iterations) - 1,
                                              value=len(iterations) - 1, step=1, interactive=True),
@@ -568,6 +581,7 @@ with gr.Blocks(title="Speculative coupled decoding") as demo:
                                                    interactive=False, elem_id=f"race-{m}",
                                                    min_width=120)
                                        for m in RACE_ORDER}
+                    gr.HTML(R.legend_html().replace('id="scd-legend"', 'id="race-legend"'))
                     race_status = gr.Markdown(elem_id="race-status")
                     race_note = gr.Markdown(elem_id="race-note")
                     race_summary = gr.Dataframe(headers=RACE_HEADERS, label="Race summary",
