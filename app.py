@@ -443,7 +443,7 @@ def replay_view(index, run: dict | None):
     text = (f"iteration {i} of {len(its) - 1} · NFE {it.nfe} · committed {nb} → {na} "
             f"(+{na - nb}: {int(it.accepted[0].sum())} accepted drafts"
             f"{', 1 resampled' if bool(it.resampled[0]) else ''})")
-    return R.render_iteration(model, it), text
+    return R.render_iteration(model, it), text, R.accept_prob_figure(it, tuple(model.grid))
 
 
 @gpu(duration=120)
@@ -562,12 +562,15 @@ with gr.Blocks(title="Speculative coupled decoding") as demo:
                         with gr.Row():
                             replay_image = gr.Image(label="Replay", format="png",
                                                     interactive=False, elem_id="replay-image")
+                            replay_probs = gr.Plot(label="Acceptance probabilities",
+                                                   elem_id="replay-probs")
+                        replay_text = gr.Markdown()
+                        with gr.Row():
                             with gr.Column():
-                                replay_text = gr.Markdown()
                                 export_btn = gr.Button("Export the decoding as GIF + MP4",
                                                        elem_id="export")
-                                export_video = gr.Video(label="Decoding", interactive=False)
                                 export_files = gr.File(label="Downloads", file_count="multiple")
+                            export_video = gr.Video(label="Decoding", interactive=False)
                 with gr.Tab("Race", id="tab-race"):
                     gr.Markdown("One click runs **AR, SJD, SCD-MC and SCD-Gumbel** on the same "
                                 "prompt and seed, one forward pass each per tick. With sampling, "
@@ -615,7 +618,8 @@ with gr.Blocks(title="Speculative coupled decoding") as demo:
                     [model_md, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, clip_row,
                      examples.dataset],
                     api_visibility="private")
-    replay_slider.release(replay_view, [replay_slider, last_run], [replay_image, replay_text],
+    replay_slider.release(replay_view, [replay_slider, last_run],
+                          [replay_image, replay_text, replay_probs],
                           api_name="replay")
     export_btn.click(export_run, last_run, [export_video, export_files], api_name="export",
                      concurrency_limit=1, concurrency_id="gpu", time_limit=300)

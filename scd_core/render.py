@@ -414,6 +414,19 @@ def stability_figure(stats: TraceStats):
                           "<br>(0: never drafted)", colorscale="Magma")
 
 
+def accept_prob_figure(it: Iteration, grid: tuple[int, ...], row: int = 0):
+    """min(1, p/q) of every draft fed in this pass, drawn at its position on the grid."""
+    n = int(np.prod(grid))
+    probs = it.accept_prob[row].float().numpy()
+    pos = int(it.n_before[row]) + np.arange(probs.shape[0])
+    keep = pos < n
+    vals = np.full(n, np.nan)
+    vals[pos[keep]] = probs[keep]
+    return heatmap_figure(vals, grid, f"Acceptance probability min(1, p/q), pass {it.index}",
+                          "row %{y}, column %{x}<br>min(1, p/q) = %{z:.3f}",
+                          colorscale="RdYlGn").update_traces(zmin=0, zmax=1)
+
+
 # --------------------------------------------------------------------------- export
 
 def _even16(frame: np.ndarray) -> np.ndarray:

@@ -128,8 +128,11 @@ def test_model_change_never_crashes_and_sets_defaults():
 
 def test_replay_and_export_of_the_last_run():
     run = list(app.generate_stream(*args(method="sjd"), {}))[-1][app.last_run]
-    img, text = app.replay_view(3, run)
+    img, text, probs = app.replay_view(3, run)
     assert img.shape == (320, 320, 3) and "iteration 3" in text
+    z = np.array(probs.data[0].z, dtype=float)
+    fed = run["iterations"][3].accept_prob[0]
+    assert np.isfinite(z).sum() == int(fed.isfinite().sum()) and np.nanmax(z) <= 1
     mp4, files = app.export_run(run)
     assert mp4.endswith(".mp4") and os.path.getsize(mp4) > 0 and files[1].endswith(".gif")
     with pytest.raises(gr.Error, match="generate"):
