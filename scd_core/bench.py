@@ -60,9 +60,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--device", default=None, help="cpu or cuda (default: the model's choice)")
     ap.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    ap.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra loader argument, e.g. vocab_size=16384 or grid=24,24 (repeatable)")
     ap.add_argument("--csv", type=Path, default=None, help="write the table as CSV here")
     ap.add_argument("--max-prompts", type=int, default=None)
     return ap.parse_args(argv)
+
+
+def parse_model_args(items: list[str]) -> dict:
+    """KEY=VALUE strings -> loader kwargs: integers, floats, comma-separated integer tuples."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--model-arg: expected KEY=VALUE, got {item!r}")
+        for convert in (int, float, lambda v: tuple(int(x) for x in v.split(","))):
+            try:
+                out[key] = convert(value)
+                break
+            except ValueError:
+                continue
+        else:
+            out[key] = value
+    return out
 
 
 def sampling_settings(model, args: argparse.Namespace) -> dict:
@@ -126,6 +146,7 @@ def benchmark(args: argparse.Namespace) -> list[Row]:
     if args.threads:
         torch.set_num_threads(args.threads)
     load_kwargs = {k: v for k, v in (("device", args.device), ("dtype", args.dtype)) if v is not None}
+    load_kwargs.update(parse_model_args(args.model_arg))
     model = scd_core.load_model(args.model, **load_kwargs)
     settings = sampling_settings(model, args)
     prompts = load_prompts(model, args)

@@ -24,7 +24,7 @@ def sample(p: torch.Tensor, generator: torch.Generator) -> torch.LongTensor:
     The CDF is accumulated in float64; `right=True` lands only on tokens of positive mass
     (cdf[i-1] <= u * total < cdf[i]); the clamp covers u * total rounding up to total.
     """
-    cdf = p.double().cumsum(-1)
+    cdf = p.cumsum(-1, dtype=torch.float64)
     u = torch.rand(p.shape[:-1] + (1,), generator=generator, device=p.device, dtype=torch.float64)
     index = torch.searchsorted(cdf, u * cdf[..., -1:], right=True).clamp_(max=p.shape[-1] - 1)
     return index.squeeze(-1)
@@ -37,17 +37,25 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > 0, r / mass.clamp(min=torch.finfo(r.dtype).tiny), p)
 
 
-def mrs(p: torch.Tensor, q: torch.Tensor, x: torch.LongTensor, generator: torch.Generator):
-    """Modified rejection sampling of x ~ q towards p, over any leading shape [...].
+def accept_test(p: torch.Tensor, q: torch.Tensor, x: torch.LongTensor, generator: torch.Generator):
+    """The speculative-sampling test over any leading shape [...]: U < min(1, p(x)/q(x)).
 
-    Returns (kept [...], tokens [...], accept_prob [...]): kept is `U < min(1, p(x)/q(x))`,
-    tokens is x where kept and a residual sample elsewhere.
+    Returns (kept [...], accept_prob [...]).
     """
     px = p.gather(-1, x.unsqueeze(-1)).squeeze(-1)
     qx = q.gather(-1, x.unsqueeze(-1)).squeeze(-1)
     accept_prob = (px / qx).clamp(max=1.0)
     u = torch.rand(accept_prob.shape, generator=generator, device=p.device)
-    kept = u < accept_prob
+    return u < accept_prob, accept_prob
+
+
+def mrs(p: torch.Tensor, q: torch.Tensor, x: torch.LongTensor, generator: torch.Generator):
+    """Modified rejection sampling of x ~ q towards p, over any leading shape [...].
+
+    Returns (kept [...], tokens [...], accept_prob [...]): tokens is x where kept and a
+    residual sample elsewhere, distributed as p and equal to x w.p. 1 - TV(p, q).
+    """
+    kept, accept_prob = accept_test(p, q, x, generator)
     tokens = torch.where(kept, x, sample(residual(p, q), generator))
     return kept, tokens, accept_prob
 

@@ -157,14 +157,14 @@ class _Decoder:
         slot = torch.arange(self.L, device=self.device)
         drafts = self.drafts
         verified_region = slot[: self.D] < m.unsqueeze(1)        # [B, D] drafts fed this pass
-        kept, mrs_tokens, accept_prob = self._verify(p[:, : self.D], drafts)
-        kept &= verified_region
+        kept, accept_prob = self._verify(p[:, : self.D], drafts)
+        coupled = self._mrs_redraft(p, drafts, kept)             # SCD-MC only, else None
+        kept = kept & verified_region
         k = (~kept).long().cumsum(1).eq(0).sum(1)                # first rejection (m if none)
         rejected = k < m
         fresh = self._sample_target(p, self.n.unsqueeze(1) + slot)  # [B, L] draws from p
-        redraft = self._redraft(fresh, mrs_tokens, m)
-        last = torch.where(rejected, _take(mrs_tokens, k.clamp(max=self.D - 1)) if self.D else fresh[:, 0],
-                           _take(fresh, k))
+        redraft = self._redraft(fresh, coupled, m)
+        last = torch.where(rejected, self._residual_at(p, drafts, k, coupled), _take(fresh, k))
         bonus = ~rejected & (self.n + m < self.N)
         c = k + (rejected | bonus).long()                        # tokens committed this pass
         committed = torch.cat([drafts, last.unsqueeze(1)], 1)      # [B, D + 1]
@@ -243,11 +243,28 @@ class _Decoder:
         return processed_probs(logits, self.cfg.sampling)
 
     def _verify(self, p: torch.Tensor, drafts: torch.Tensor):
-        """Modified rejection sampling of every draft slot at once (no break)."""
+        """The acceptance test of every draft slot at once; returns (kept, min(1, p/q))."""
+        return coupling.accept_test(p, self.q, drafts.clamp(min=0), self.generator)
+
+    def _resample(self, p: torch.Tensor, q: torch.Tensor) -> torch.LongTensor:
+        """A draw from the residual norm(max(0, p - q)) (rule 2)."""
+        return coupling.sample(coupling.residual(p, q), self.generator)
+
+    def _mrs_redraft(self, p: torch.Tensor, drafts: torch.Tensor, kept: torch.Tensor):
+        """SCD-MC: modified rejection sampling of every slot (no break): keep, or residual."""
+        if self.cfg.method != "scd-mc" or self.D == 0:
+            return None
+        return torch.where(kept, drafts, self._resample(p[:, : self.D], self.q))
+
+    def _residual_at(self, p: torch.Tensor, drafts: torch.Tensor, k: torch.Tensor, coupled):
+        """The residual sample at each row's first rejected slot k (garbage where none)."""
         if self.D == 0:
-            empty = torch.zeros(self.B, 0, device=self.device)
-            return empty.bool(), empty.long(), empty
-        return coupling.mrs(p, self.q, drafts.clamp(min=0), self.generator)
+            return drafts.new_zeros(self.B)
+        kc = k.clamp(max=self.D - 1)
+        if coupled is not None:
+            return _take(coupled, kc)
+        index = kc.view(-1, 1, 1).expand(-1, 1, self.V)
+        return self._resample(p.gather(1, index)[:, 0], self.q.gather(1, index)[:, 0])
 
     def _sample_target(self, p: torch.Tensor, positions: torch.Tensor) -> torch.LongTensor:
         """Draw from p [B, S, V] at absolute positions [B, S]: Gumbel-coupled for SCD-Gumbel."""
@@ -256,17 +273,17 @@ class _Decoder:
             return coupling.gumbel_argmax(p, noise)
         return coupling.sample(p, self.generator)
 
-    def _redraft(self, fresh: torch.Tensor, mrs_tokens: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    def _redraft(self, fresh: torch.Tensor, coupled: torch.Tensor | None, m: torch.Tensor) -> torch.Tensor:
         """Next drafts for slots 0..L-1 (used after the first rejection), all with q = p.
 
         SCD-MC keeps the MRS output where a draft was fed (the maximal coupling of this
         pass's p with the previous q); the slot after the last fed draft has no previous
         draft and takes a fresh draw. SJD and SCD-Gumbel take `fresh` everywhere.
         """
-        if self.cfg.method != "scd-mc" or self.D == 0:
+        if coupled is None:
             return fresh
         slot = torch.arange(self.D, device=self.device)
-        coupled = torch.where(slot < m.unsqueeze(1), mrs_tokens, fresh[:, : self.D])
+        coupled = torch.where(slot < m.unsqueeze(1), coupled, fresh[:, : self.D])
         return torch.cat([coupled, fresh[:, self.D:]], 1)
 
     def _commit(self, committed: torch.Tensor, c: torch.Tensor) -> None:

@@ -40,7 +40,7 @@ def processed_probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
         return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
     logits = logits / cfg.temperature
     if 0 < cfg.top_k < logits.shape[-1]:
-        kth = logits.topk(cfg.top_k, dim=-1).values[..., -1:]
+        kth = logits.topk(cfg.top_k, dim=-1, sorted=False).values.amin(-1, keepdim=True)
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = logits.softmax(-1)
     if cfg.top_p < 1:

@@ -89,9 +89,8 @@ def test_wide_window_covers_the_whole_grid(toy):
 class _FreshSampleAtRejection(decoding._Decoder):
     """Cosmos reference SJD bug: commit a fresh sample of p at the first rejection."""
 
-    def _verify(self, p, drafts):
-        kept, _, accept_prob = super()._verify(p, drafts)
-        return kept, scd_core.coupling.sample(p, self.generator), accept_prob
+    def _resample(self, p, q):
+        return scd_core.coupling.sample(p, self.generator)
 
 
 class _KeepOldQForKeptDrafts(decoding._Decoder):

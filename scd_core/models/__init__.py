@@ -32,6 +32,7 @@ def _builtin_entries() -> list[ModelEntry]:
     return [
         e("toy", "toy", "load_toy", "image", "exactly enumerable toy model (V=3, N=5)", False),
         e("toy-grid", "toy", "load_toy_grid", "image", "fast synthetic grid model with tunable entropy", False),
+        e("random-logits", "toy", "load_random_logits", "image", "instant random logits: times the engine alone", False),
         e("tiny", "tiny", "load_tiny", "image", "embedded emoji model (32x32, 8x8 tokens)", False),
         e("tiny-video", "tiny", "load_tiny_video", "video", "embedded emoji clip model", False),
         e("janus-pro-1b", "janus", "load_janus", "image", "Janus-Pro 1B (deepseek-community/Janus-Pro-1B)", True),

@@ -213,3 +213,41 @@ def _prod(shape: Sequence[int]) -> int:
     for s in shape:
         n *= int(s)
     return n
+
+
+# ---------------------------------------------------------------------------------------
+# Instant model: the engine's own cost at any size
+
+
+class RandomLogitsModel:
+    """Seeded random logits at no model cost, to time the engine alone at a model's sizes
+    (e.g. Janus-Pro: vocab_size=16384, grid=(24, 24), window 32 or 64)."""
+
+    def __init__(self, vocab_size: int = 16384, grid: tuple[int, ...] = (24, 24), scale: float = 3.0,
+                 device: str | torch.device = "cpu"):
+        self.vocab_size, self.grid, self.scale = vocab_size, tuple(grid), scale
+        self.device = torch.device(device)
+
+    def start(self, prompts: Sequence[str], cfg_scale: float) -> "RandomLogitsSession":
+        return RandomLogitsSession(self, len(prompts))
+
+    def decode(self, tokens: torch.LongTensor) -> list:
+        return [None] * tokens.shape[0]
+
+
+class RandomLogitsSession:
+    def __init__(self, model: RandomLogitsModel, batch: int):
+        self.model = model
+        self.generator = torch.Generator(device=model.device).manual_seed(0)
+        self.first_logits = self._logits(batch, 1)[:, 0]
+
+    def _logits(self, batch: int, width: int) -> torch.Tensor:
+        shape = (batch, width, self.model.vocab_size)
+        return torch.randn(shape, generator=self.generator, device=self.model.device) * self.model.scale
+
+    def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
+        return self._logits(*tokens.shape)
+
+
+def load_random_logits(name: str = "random-logits", device: str | None = None, **kwargs) -> RandomLogitsModel:
+    return RandomLogitsModel(device=device or "cpu", **kwargs)
