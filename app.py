@@ -383,8 +383,11 @@ RACE_HEADERS = ["method", "NFE", "wall (s)", "step compression", "latency speed-
 
 @gpu(duration=240)
 def race_stream(model_name, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
-                greedy):
-    """AR, SJD, SCD-MC and SCD-Gumbel in lockstep: each tick is one forward pass of each."""
+                greedy, history=None):
+    """AR, SJD, SCD-MC and SCD-Gumbel in lockstep: each tick is one forward pass of each.
+
+    The finished curves also go into the session history, so the Generate tab's chart shows
+    them next to later runs."""
     s = check_inputs(model_name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale,
                      seed, prompt)
     if greedy:
@@ -395,6 +398,7 @@ def race_stream(model_name, window, init, temperature, top_k, top_p, cfg_scale, 
     stats = {m: R.TraceStats(tuple(model.grid)) for m in RACE_ORDER}
     wall, last, tokens = dict.fromkeys(RACE_ORDER, 0.0), {}, {}
     pic_due, plot_due = Throttle(IMAGE_EVERY), Throttle(PLOT_EVERY)
+    pictures: dict[str, tuple[int, np.ndarray]] = {}     # method -> (iteration drawn, picture)
     active = list(RACE_ORDER)
     while active:
         for m in list(active):
@@ -411,7 +415,10 @@ def race_stream(model_name, window, init, temperature, top_k, top_p, cfg_scale, 
         done = not active
         if not pic_due(done):
             continue
-        out = {race_images[m]: R.render_iteration(model, last[m]) for m in RACE_ORDER}
+        for m in RACE_ORDER:     # draw only the panels that moved since the last update
+            if pictures.get(m, (-1,))[0] != last[m].index:
+                pictures[m] = (last[m].index, R.render_iteration(model, last[m]))
+        out = {race_images[m]: pictures[m][1] for m in RACE_ORDER}
         out[race_status] = " · ".join(
             f"**{METHOD_NAMES[m]}**: NFE {stats[m].nfe[-1]}, {stats[m].committed[-1]}/"
             f"{stats[m].num_tokens}" + (" ✓" if stats[m].done else "") for m in RACE_ORDER)
@@ -420,6 +427,9 @@ def race_stream(model_name, window, init, temperature, top_k, top_p, cfg_scale, 
             out[race_chart] = R.committed_vs_nfe_figure(curves, stats["ar"].num_tokens)
         if done:
             out[race_summary] = race_table(tokens, stats, wall)
+            out[history_state] = {"_model": s.model, **{
+                m: {"nfe": stats[m].nfe, "committed": stats[m].committed, "wall": wall[m]}
+                for m in RACE_ORDER}}
             same = all(torch.equal(tokens[m], tokens["ar"]) for m in RACE_ORDER)
             out[race_note] = (
                 f"Greedy (temperature 0): every method returned **{'the same' if same else 'DIFFERENT'}"
@@ -607,10 +617,10 @@ with gr.Blocks(title="Speculative coupled decoding") as demo:
                               api_name="generate", concurrency_limit=1, concurrency_id="gpu",
                               time_limit=600)
     race_inputs = [model_dd, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, seed_nb,
-                   prompt_tb, greedy_cb]
+                   prompt_tb, greedy_cb, history_state]
     race_event = race_btn.click(race_stream, race_inputs,
                                 [*race_images.values(), race_status, race_chart, race_summary,
-                                 race_note],
+                                 race_note, history_state],
                                 api_name="race", concurrency_limit=1, concurrency_id="gpu",
                                 time_limit=900)
     stop_btn.click(None, None, None, cancels=[gen_event, race_event])

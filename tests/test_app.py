@@ -73,6 +73,8 @@ def test_race_in_greedy_mode_gives_identical_tokens():
     assert table[0][1] == 256 and all(row[1] < 256 for row in table[1:])     # NFE
     assert all(row[3] > 1 for row in table[1:])                             # step compression
     assert "the same" in updates[-1][app.race_note]
+    history = updates[-1][app.history_state]
+    assert set(history) == {"_model", *app.RACE_ORDER}          # curves for the Generate tab
     for m in app.RACE_ORDER:
         assert updates[-1][app.race_images[m]].shape == (320, 320, 3)
 
