@@ -335,14 +335,27 @@ def cfg_blocks(cfg: GPTConfig) -> range:
     return range(cfg.n_layers)
 
 
+IMAGE_PROMPTS = ["grinning face", "red heart", "red apple", "cat face", "dog face", "flag france",
+                 "flag japan", "sun", "pile poo", "ghost", "rocket", "four leaf clover", "basketball",
+                 "birthday cake", "fire", "snowman"]
+VIDEO_PROMPTS = ["grinning face moving left", "red heart zooming in", "cat face bouncing", "sun moving right",
+                 "basketball moving down", "flag japan tilting left", "red apple zooming out", "ghost moving up"]
+
+
 class TinyModel:
-    """The embedded emoji model behind the TokenModel contract."""
+    """The embedded emoji model behind the TokenModel contract.
+
+    `default_settings` are the sampling settings the model was tuned for (top-k 100 of 512,
+    CFG 3); `example_prompts` are prompts it renders recognisably."""
+
+    default_settings = {"top_k": 100, "top_p": 1.0, "temperature": 1.0, "cfg_scale": 3.0}
 
     def __init__(self, vq: VQLite, gpt: TinyGPT, vocab: WordVocab, kind: str, name: str) -> None:
         self.vq, self.gpt, self.vocab = vq.eval(), gpt.eval(), vocab
         self.kind, self.name = kind, name
         self.vocab_size = gpt.cfg.vocab_size
         self.grid = tuple(gpt.cfg.grid)
+        self.example_prompts = list(VIDEO_PROMPTS if kind == "video" else IMAGE_PROMPTS)
 
     def __repr__(self) -> str:
         return f"TinyModel({self.name!r}, grid={self.grid}, vocab_size={self.vocab_size})"

@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--eval-every", type=int, default=250)
+    ap.add_argument("--max-eval", type=int, default=160, help="held-out sequences used for the NLL")
     ap.add_argument("--ckpt-minutes", type=float, default=3.0)
     ap.add_argument("--max-minutes", type=float, default=0.0)
     ap.add_argument("--fresh", action="store_true")
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     data = load_tokens(args.tokens, args.kind)
     vocab = json.loads((Path(args.tokens) / "vocab.json").read_text())["words"]
     train_rows = (~data["val"]).nonzero().flatten()
-    val_rows = data["val"].nonzero().flatten()
+    val_rows = data["val"].nonzero().flatten()[: args.max_eval]
     cfg = GPTConfig(vocab_size=512, grid=grid_of(args.kind, data["tokens"].shape[-1]), n_words=len(vocab),
                     d_model=args.d_model, n_layers=args.layers, n_heads=args.heads, dropout=args.dropout)
     model = TinyGPT(cfg)

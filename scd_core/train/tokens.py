@@ -27,7 +27,7 @@ from scd_core.train.data import load_dataset
 from scd_core.train.tokenizer import images_to_tensor
 
 SHIFTS = [(0, 0)] + [(dx, dy) for dy in (-2, 0, 2) for dx in (-2, 0, 2) if (dx, dy) != (0, 0)]
-BASE_SCALE = 0.6   # clip emoji span about 0.6 * 28/32 of the frame, leaving room to move
+BASE_SCALE = 0.8   # clip emoji span about 0.8 * 28/32 of the frame (the tokenizer saw 0.75-1.15)
 
 
 def motion_path(motion: str, frames: int) -> list[tuple[float, float, float, float]]:
@@ -37,7 +37,7 @@ def motion_path(motion: str, frames: int) -> list[tuple[float, float, float, flo
         u = t / (frames - 1)
         dx = dy = angle = 0.0
         scale = BASE_SCALE
-        span = 14.0
+        span = 10.0
         if motion == "moving left":
             dx = span / 2 - span * u
         elif motion == "moving right":
@@ -47,11 +47,11 @@ def motion_path(motion: str, frames: int) -> list[tuple[float, float, float, flo
         elif motion == "moving down":
             dy = -span / 2 + span * u
         elif motion == "zooming in":
-            scale = 0.4 + 0.5 * u
+            scale = 0.55 + 0.45 * u
         elif motion == "zooming out":
-            scale = 0.9 - 0.5 * u
+            scale = 1.0 - 0.45 * u
         elif motion == "bouncing":
-            dy = 6 - 12 * abs(math.sin(math.pi * t / 4))
+            dy = 4 - 8 * abs(math.sin(math.pi * t / 4))
         elif motion == "tilting left":
             angle = -24 * u
         elif motion == "tilting right":
@@ -109,10 +109,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--motions-per-emoji", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--what", choices=["image", "video", "all"], default="all")
     args = ap.parse_args(argv)
     set_threads(args.threads)
-    from safetensors.torch import save_file
-
     t0 = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -128,19 +127,34 @@ def main(argv: list[str] | None = None) -> None:
     vocab = WordVocab(words)
     (out / "vocab.json").write_text(json.dumps({"words": words}, indent=0))
 
+    if args.what in ("image", "all"):
+        write_images(vq, images, meta, vocab, out, t0)
+    if args.what in ("video", "all"):
+        write_clips(vq, bigs, meta, clips, prompts_vid, vocab, out, args.frames, t0)
+
+
+def write_images(vq: VQLite, images, meta: list[dict], vocab: WordVocab, out: Path, t0: float) -> None:
+    from safetensors.torch import save_file
+
+    prompts_img = [m["prompt"] for m in meta]
     x = images_to_tensor(images)
     img_tokens = torch.stack([encode_all(vq, shift_white(x, dx, dy)) for dx, dy in SHIFTS], 1)
     ids, lens = pad_word_ids([vocab.ids(p) for p in prompts_img])
     save_file({"tokens": img_tokens.to(torch.int16), "word_ids": ids, "word_lens": lens,
                "weights": torch.tensor([m["weight"] for m in meta]),
                "val": torch.tensor([m["split"] == "val" for m in meta])}, str(out / "image.safetensors"))
-    print(f"images: {tuple(img_tokens.shape)}, vocab {len(words)} words ({time.time() - t0:.0f} s)", flush=True)
+    print(f"images: {tuple(img_tokens.shape)}, vocab {len(vocab)} words ({time.time() - t0:.0f} s)", flush=True)
+
+
+def write_clips(vq: VQLite, bigs, meta: list[dict], clips: list, prompts_vid: list[str], vocab: WordVocab,
+                out: Path, frames_per_clip: int, t0: float) -> None:
+    from safetensors.torch import save_file
 
     xb = images_to_tensor(bigs)
     vid = []
     for k in range(0, len(clips), 256):
-        frames = torch.cat([render_clip(xb[i], motion, args.frames) for i, motion in clips[k:k + 256]])
-        vid.append(encode_all(vq, frames).view(-1, args.frames * vq.grid ** 2))
+        frames = torch.cat([render_clip(xb[i], motion, frames_per_clip) for i, motion in clips[k:k + 256]])
+        vid.append(encode_all(vq, frames).view(-1, frames_per_clip * vq.grid ** 2))
     vid_tokens = torch.cat(vid)
     ids, lens = pad_word_ids([vocab.ids(p) for p in prompts_vid])
     save_file({"tokens": vid_tokens.to(torch.int16), "word_ids": ids, "word_lens": lens,
