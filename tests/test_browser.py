@@ -84,3 +84,18 @@ def test_bad_input_shows_an_error_and_the_page_keeps_working(page):
         "() => { const s = document.querySelector('#status')?.innerText || '';"
         " return s.startsWith('SJD') && s.includes('done'); }", timeout=120_000)
     assert "256/256 tokens" in _status(page)
+
+
+def test_stop_button_cancels_a_race(page):
+    page.get_by_role("tab", name="Race").click()
+    page.locator("#race").click()
+    page.wait_for_function(
+        "() => (document.querySelector('#race-status')?.innerText || '').includes('NFE')",
+        timeout=60_000)
+    page.locator("#stop").click()
+    page.wait_for_timeout(1500)
+    frozen = page.locator("#race-status").inner_text()
+    page.wait_for_timeout(2000)
+    assert page.locator("#race-status").inner_text() == frozen          # no more updates
+    assert "Gumbel" not in page.locator("#race-summary").inner_text()   # never finished
+    assert frozen.startswith("AR: NFE") and "AR: NFE 256," not in frozen  # AR was cut short
