@@ -125,6 +125,7 @@ class _Decoder:
         self.generator = torch.Generator(device=self.device).manual_seed(self.cfg.seed)
         B, N, D = self.B, self.N, self.D
         self.rows = torch.arange(B, device=self.device)
+        self.slots = torch.arange(self.L, device=self.device)    # slot indices 0..L-1, reused
         self.tokens = torch.full((B, N), -1, dtype=torch.long, device=self.device)
         self.n = torch.zeros(B, dtype=torch.long, device=self.device)
         self.drafts = torch.full((B, D), -1, dtype=torch.long, device=self.device)
@@ -154,7 +155,7 @@ class _Decoder:
         self._fill_drafts()
         fed, start, off, m = self._build_window()
         p = self._forward(fed, start, off)                       # [B, L, V]: p for position n + i
-        slot = torch.arange(self.L, device=self.device)
+        slot = self.slots
         drafts = self.drafts
         verified_region = slot[: self.D] < m.unsqueeze(1)        # [B, D] drafts fed this pass
         kept, accept_prob = self._verify(p[:, : self.D], drafts)
@@ -181,7 +182,7 @@ class _Decoder:
 
     def _fill_drafts(self) -> None:
         """Fill empty draft slots (inside the grid) with the init scheme and its exact q."""
-        pos = self.n.unsqueeze(1) + torch.arange(self.D, device=self.device)
+        pos = self.n.unsqueeze(1) + self.slots[: self.D]
         empty = (self.drafts < 0) & (pos < self.N)
         if not bool(empty.any()):
             return
@@ -223,7 +224,7 @@ class _Decoder:
         start = torch.minimum(self.n - 1, torch.full_like(self.n, self.N - W))
         off = self.n - 1 - start                                  # committed tokens re-fed after the last one
         m = W - 1 - off                                           # drafts fed
-        pos = start.unsqueeze(1) + torch.arange(W, device=self.device)
+        pos = start.unsqueeze(1) + self.slots[:W]
         rel = pos - self.n.unsqueeze(1)
         from_tokens = self.tokens.gather(1, pos.clamp(0, self.N - 1))
         from_drafts = self.drafts.gather(1, rel.clamp(0, max(self.D - 1, 0))) if self.D else from_tokens
@@ -238,8 +239,9 @@ class _Decoder:
         self.step_time += time.perf_counter() - t
         self.nfe += 1
         W = fed.shape[1]
-        idx = (off.unsqueeze(1) + torch.arange(self.L, device=self.device)).clamp(max=W - 1)
-        logits = logits.gather(1, idx.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+        if W < self.L or bool(off.any()):                        # a row re-fed committed tokens
+            idx = (off.unsqueeze(1) + self.slots).clamp(max=W - 1)
+            logits = logits.gather(1, idx.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
         return processed_probs(logits, self.cfg.sampling)
 
     def _verify(self, p: torch.Tensor, drafts: torch.Tensor):
@@ -282,13 +284,13 @@ class _Decoder:
         """
         if coupled is None:
             return fresh
-        slot = torch.arange(self.D, device=self.device)
+        slot = self.slots[: self.D]
         coupled = torch.where(slot < m.unsqueeze(1), coupled, fresh[:, : self.D])
         return torch.cat([coupled, fresh[:, self.D:]], 1)
 
     def _commit(self, committed: torch.Tensor, c: torch.Tensor) -> None:
         """Write the committed tokens (-1 padded) after each row's prefix; advance n."""
-        pos = self.n.unsqueeze(1) + torch.arange(committed.shape[1], device=self.device)
+        pos = self.n.unsqueeze(1) + self.slots[: committed.shape[1]]
         write = committed >= 0
         index = torch.where(write, pos, 0)                      # padding rewrites position 0 with itself
         self.tokens.scatter_(1, index, torch.where(write, committed, self.tokens[:, :1]))
@@ -299,7 +301,7 @@ class _Decoder:
         """Shift the redrafted slots after the commit; q <- this pass's p for every one."""
         if self.D == 0:
             return torch.zeros(self.B, 0, dtype=torch.bool, device=self.device), torch.zeros_like(self.n)
-        src = c.unsqueeze(1) + torch.arange(self.D, device=self.device)   # old slot index
+        src = c.unsqueeze(1) + self.slots[: self.D]   # old slot index
         n_old = self.n - c
         valid = (src <= m.unsqueeze(1)) & (n_old.unsqueeze(1) + src < self.N)
         src_c = src.clamp(max=self.L - 1)
@@ -320,13 +322,13 @@ class _Decoder:
         B, D = self.B, self.D
         canvas = self.tokens.clone()
         if D:
-            pos = self.n.unsqueeze(1) + torch.arange(D, device=self.device)
+            pos = self.n.unsqueeze(1) + self.slots[:D]
             ok = (self.drafts >= 0) & (pos < self.N)
             canvas.scatter_(1, torch.where(ok, pos, 0), torch.where(ok, self.drafts, canvas[:, :1].expand(-1, D)))
         W = fed.shape[1]
         record = Iteration(
             index=self.index, method=self.cfg.method, n_before=n_before.cpu(), n_after=self.n.cpu(),
-            start=start.cpu(), window_positions=(start.unsqueeze(1) + torch.arange(W, device=self.device)).cpu(),
+            start=start.cpu(), window_positions=(start.unsqueeze(1) + self.slots[:W]).cpu(),
             window_tokens=fed.cpu(), verified=verified.cpu(), accepted=accepted.cpu(),
             accept_prob=accept_prob.cpu(), first_rejection=torch.where(rejected, k, -1).cpu(),
             committed_tokens=committed.cpu(), resampled=rejected.cpu(), bonus=bonus.cpu(),

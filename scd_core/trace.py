@@ -3,8 +3,8 @@
 Every metric has exactly one definition, here:
 - acceptance rate = accepted drafts / verified drafts (a draft is verified once, when
   everything before it in its window was accepted), so it never exceeds 1;
-- mean accepted length = tokens committed per forward pass of an active row, the
-  residual or bonus token included (gpt-fast's "accepted + 1");
+- mean accepted length = accepted drafts per speculative forward pass of an active row
+  (the tokens committed per pass are one more: the residual or bonus token);
 - step compression = AR's NFE / this NFE, where AR's NFE is N (prefill + N - 1 steps);
 - latency speed-up = AR wall time / this wall time, measured in the same process.
 """
@@ -125,10 +125,13 @@ class Run:
 
     @property
     def mean_accepted_length(self) -> float:
-        """Tokens committed per forward pass, averaged over passes in which a row was active."""
-        active = sum(int((it.n_before < self.num_tokens).sum()) for it in self.iterations)
-        committed = sum(int(it.committed.sum()) for it in self.iterations)
-        return committed / active if active else 0.0
+        """Accepted drafts per speculative forward pass of an active row (prefill excluded).
+
+        The tokens committed per pass are this plus one (the residual or bonus token), except
+        in a row's last pass at the end of the grid. AR accepts no drafts: 0.
+        """
+        passes = sum(int((it.n_before < self.num_tokens).sum()) for it in self.iterations[1:])
+        return self.accepted_drafts / passes if passes else 0.0
 
     @property
     def step_compression(self) -> float:
