@@ -132,3 +132,15 @@ def test_fresh_sample_at_rejection_is_detected(toy):
 
 def test_old_q_for_kept_drafts_is_detected(toy):
     assert _biased_pvalue(_KeepOldQForKeptDrafts, toy, "scd-mc") < ALPHA
+
+
+class _GumbelRowsReused(decoding._Decoder):
+    """Lumina reference SCD-Gumbel bug: noise indexed by window slot, not absolute position,
+    so tokens at different positions share one Gumbel vector."""
+
+    def _sample_target(self, p, positions):
+        return super()._sample_target(p, positions - self.n.unsqueeze(1))
+
+
+def test_reused_gumbel_rows_are_detected(toy):
+    assert _biased_pvalue(_GumbelRowsReused, toy, "scd-gumbel") < ALPHA
