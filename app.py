@@ -599,10 +599,9 @@ with gr.Blocks(title="Speculative coupled decoding") as demo:
                     race_note = gr.Markdown(elem_id="race-note")
                     race_summary = gr.Dataframe(headers=RACE_HEADERS, label="Race summary",
                                                 interactive=False, elem_id="race-summary")
-                    gr.Markdown("*step compression* = AR NFE / NFE · *latency speed-up* = AR "
-                                "wall time / wall time (engine time, same process) · "
-                                "*acceptance rate* = accepted / verified drafts · *mean accepted "
-                                "length* = tokens committed per forward pass")
+                    gr.Markdown(" · ".join(R.METRIC_HELP[k] for k in
+                                           ("compression", "speedup", "acceptance", "mean_len"))
+                                + " (wall: engine time of each method, same process)")
                     race_chart = gr.Plot(label="Tokens vs NFE", elem_id="race-chart")
                 with gr.Tab("How it works", id="tab-explain"):
                     gr.Markdown(EXPLAIN)

@@ -44,7 +44,8 @@ LEGEND_ORDER = (COMMITTED, ACCEPTED, RESAMPLED, NEW, DRAFT, EMPTY)
 METRIC_HELP = {
     "nfe": "NFE: model forward passes so far, the prefill included (a CFG pair counts once)",
     "acceptance": "acceptance rate = accepted drafts / verified drafts (never above 1)",
-    "mean_len": "mean accepted length = tokens committed per forward pass (accepted drafts + 1)",
+    "mean_len": "mean accepted length = accepted drafts per forward pass (prefill excluded); "
+                "each pass commits one token more (the residual or bonus token)",
     "compression": "step compression = AR NFE / this NFE (AR needs one pass per token)",
     "speedup": "latency speed-up = AR wall time / this wall time, same process",
 }
@@ -290,9 +291,9 @@ class TraceStats:
 
     @property
     def mean_accepted_length(self) -> float:
-        steps = np.diff([0] + self.committed)
-        active = int((steps > 0).sum())
-        return float(steps.sum()) / active if active else 0.0
+        """Accepted drafts per speculative pass (prefill excluded), as `Run` defines it."""
+        passes = sum(1 for n in self.committed[:-1] if n < self.num_tokens)
+        return sum(self.accepted[1:]) / passes if passes else 0.0
 
     @property
     def done(self) -> bool:
