@@ -397,7 +397,7 @@ def race_stream(model_name, window, init, temperature, top_k, top_p, cfg_scale, 
             for m in RACE_ORDER}
     stats = {m: R.TraceStats(tuple(model.grid)) for m in RACE_ORDER}
     wall, last, tokens = dict.fromkeys(RACE_ORDER, 0.0), {}, {}
-    pic_due, plot_due = Throttle(IMAGE_EVERY), Throttle(PLOT_EVERY)
+    pic_due, plot_due = Throttle(2 * IMAGE_EVERY), Throttle(PLOT_EVERY)   # four pictures a tick
     pictures: dict[str, tuple[int, np.ndarray]] = {}     # method -> (iteration drawn, picture)
     active = list(RACE_ORDER)
     while active:
