@@ -60,9 +60,12 @@ def test_history_keeps_other_methods_curves_and_gives_a_latency_speedup():
 
 def test_generate_stream_is_throttled():
     """AR on toy-grid is 256 forward passes; the page gets far fewer pictures than that."""
+    t = time.perf_counter()
     updates = list(app.generate_stream(*args(method="ar"), {}))
+    elapsed = time.perf_counter() - t
     final = updates[-1][app.last_run]["iterations"]
     assert len(final) == 256 and len(updates) < 256
+    assert len(updates) <= elapsed / app.IMAGE_EVERY + 2          # at most ~20 a second
 
 
 def test_race_in_greedy_mode_gives_identical_tokens():
