@@ -2,7 +2,18 @@
 one single-token forward, and what share of an iteration the engine itself takes.
 
     python scripts/gpu_timing.py --out $OUT/gpu_timing.json          # one H100/H200: ~3-4 min
-    python scripts/gpu_timing.py --tiny --device cpu                  # plumbing check, seconds
+    python scripts/gpu_timing.py --tiny                               # CPU plumbing check, ~15 s
+
+On the project's H200 machine (its image has torch 2.11 and transformers 5.17; the Lumina
+adapter's slot cache needs transformers 5.24, with 5.17 its forward fails on a mask of the wrong
+length), carry transformers 5.24's pure-Python wheel (nothing else: the machine's huggingface_hub,
+tokenizers, safetensors and regex satisfy its pins). Here, once:
+    echo /.whl/ >> .git/info/exclude
+    python -m pip download --no-deps -d .whl transformers==5.24.0
+then one device call with carry [".whl"] and timeout_s 540:
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/transformers-5.24.0-*.whl &&
+      export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 &&
+      python3 scripts/gpu_timing.py --out $OUT/gpu_timing.json 2>&1 | tee $OUT/gpu_timing.log
 
 For each model (Janus-Pro-7B, Lumina-mGPT-7B-768, Cosmos-1.0-AR-4B) the published config is
 built with random weights, directly on the GPU in bf16 (no checkpoint, no download), and
@@ -435,7 +446,8 @@ def environment(device: torch.device, dtype: torch.dtype, tiny: bool) -> dict:
         env["gpu"] = torch.cuda.get_device_name(device)
     if _version(transformers.__version__) < TESTED_TRANSFORMERS:
         env["warning"] = (f"transformers {transformers.__version__} is older than the "
-                          f"{'.'.join(map(str, TESTED_TRANSFORMERS))} the adapters are tested with")
+                          f"{'.'.join(map(str, TESTED_TRANSFORMERS))} the adapters are tested with "
+                          "(Lumina's forward fails on 5.17); carry the newer wheel, see this script's docstring")
         print(f"warning: {env['warning']}", file=sys.stderr)
     return env
 
