@@ -175,7 +175,10 @@ def render_iteration(model, it: Iteration, row: int = 0, target: int = 320,
     """
     T, H, W = grid3(model.grid)
     frame_target = target if T == 1 else max(96, target // 2)
-    frames = [shrink(f, frame_target) for f in decode_frames(model, it.canvas[row])]
+    decoded = decode_frames(model, it.canvas[row])
+    if len(decoded) != T:   # a temporal tokenizer: show one decoded frame per token frame
+        decoded = [decoded[t * len(decoded) // T] for t in range(T)]
+    frames = [shrink(f, frame_target) for f in decoded]
     states = token_states(it, row).reshape(T, H, W)
     scale = scale_for(*frames[0].shape[:2], target=frame_target)
     if overlay:

@@ -96,6 +96,23 @@ def test_large_frames_are_box_filtered_down_for_streaming():
     assert R.shrink(frame[:400, :400], 320).shape == (400, 400, 3)     # under 2x: untouched
 
 
+def test_temporal_tokenizer_shows_one_decoded_frame_per_token_frame():
+    """A video tokenizer may decode T token frames into more pixel frames (Cosmos: 5 -> 33)."""
+    class Temporal:
+        grid = (2, 2, 2)
+        vocab_size = 3
+
+        def decode(self, tokens):
+            return [[Image.new("RGB", (8, 8), (40 * t, 0, 0)) for t in range(5)]
+                    for _ in tokens]
+
+    it = make_iteration(n_before=2, n_after=4, accepted=1, drafts=2, N=8)
+    pic = R.render_iteration(Temporal(), it, overlay=False)
+    frame = pic.shape[0]
+    assert pic.shape[1] > 2 * frame - 10                       # two frames side by side
+    assert pic[frame // 2, frame // 2, 0] == 0 and pic[frame // 2, -frame // 2, 0] == 80
+
+
 def test_trace_stats_agree_with_the_run_metrics(toy_grid, sjd_iterations):
     stats = R.TraceStats(tuple(toy_grid.grid))
     for it in sjd_iterations:
