@@ -58,10 +58,12 @@ REAL_DEFAULTS = dict(window=32, init="random", temperature=1.0, top_k=1000, top_
 
 # ------------------------------------------------------------------------- device, models
 
-def pick_device() -> tuple[str, torch.dtype]:
+def pick_device() -> tuple[str, torch.dtype | None]:
+    """CUDA with bfloat16 for the real models when a GPU is present; else the CPU, where
+    each adapter keeps its own default dtype."""
     if torch.cuda.is_available():
         return "cuda", torch.bfloat16
-    return "cpu", torch.float32
+    return "cpu", None
 
 
 DEVICE, REAL_DTYPE = pick_device()
@@ -71,7 +73,7 @@ def device_note() -> str:
     if DEVICE == "cuda":
         name = torch.cuda.get_device_name(0) if torch.cuda.is_initialized() else "GPU"
         return f"Engine: **CUDA** ({name}); real models in bfloat16, embedded models in float32."
-    return ("Engine: **CPU** (no GPU found), float32. The embedded models run in seconds; "
+    return ("Engine: **CPU** (no GPU found). The embedded models run in seconds here; "
             "the large models need a GPU.")
 
 
@@ -83,15 +85,24 @@ def get_model(name: str):
     """Load a model once per process (lazily, on first use) and keep it."""
     with _models_lock:
         if name not in _models:
-            dtype = REAL_DTYPE if REGISTRY[name].needs_weights else torch.float32
+            dtype = REAL_DTYPE if REGISTRY[name].needs_weights else None   # embedded: float32
             _models[name] = _load(name, dtype)
         return _models[name]
 
 
-def _load(name: str, dtype: torch.dtype):
+def model_or_error(name: str):
+    """get_model for an event handler: a failed load becomes a message on the page."""
+    try:
+        return get_model(name)
+    except Exception as exc:
+        raise gr.Error(f"Could not load model {name!r}: {exc}")
+
+
+def _load(name: str, dtype: torch.dtype | None):
     """Ask for the device (and dtype) when the loader accepts them; load_model raises
     TypeError for unexpected keywords."""
-    for kwargs in (dict(device=DEVICE, dtype=dtype), dict(device=DEVICE), {}):
+    first = dict(device=DEVICE, dtype=dtype) if dtype is not None else dict(device=DEVICE)
+    for kwargs in (first, dict(device=DEVICE), {}):
         try:
             return scd_core.load_model(name, **kwargs)
         except TypeError:
@@ -324,7 +335,7 @@ def generate_stream(model_name, method, window, init, temperature, top_k, top_p,
     """Decode one sample and stream every iteration (throttled) to the page."""
     s = check_inputs(model_name, method, window, init, temperature, top_k, top_p, cfg_scale,
                      seed, prompt)
-    model = get_model(s.model)
+    model = model_or_error(s.model)
     history = dict(history or {})
     if history.get("_model") != s.model:
         history = {"_model": s.model}
@@ -392,7 +403,7 @@ def race_stream(model_name, window, init, temperature, top_k, top_p, cfg_scale, 
                      seed, prompt)
     if greedy:
         s = replace(s, temperature=0.0)
-    model = get_model(s.model)
+    model = model_or_error(s.model)
     gens = {m: timed(scd_core.stream(model, [s.prompt], **s.engine_kwargs(method=m)))
             for m in RACE_ORDER}
     stats = {m: R.TraceStats(tuple(model.grid)) for m in RACE_ORDER}
@@ -448,7 +459,7 @@ def replay_view(index, run: dict | None):
     its = run["iterations"]
     i = int(min(max(_integer(index, "Iteration"), 0), len(its) - 1))
     it = its[i]
-    model = get_model(run["model"])
+    model = model_or_error(run["model"])
     nb, na = int(it.n_before[0]), int(it.n_after[0])
     text = (f"iteration {i} of {len(its) - 1} · NFE {it.nfe} · committed {nb} → {na} "
             f"(+{na - nb}: {int(it.accepted[0].sum())} accepted drafts"
@@ -460,7 +471,7 @@ def replay_view(index, run: dict | None):
 def export_run(run: dict | None):
     if not run or not run.get("iterations"):
         raise gr.Error("Nothing to export yet: generate an image first.")
-    model = get_model(run["model"])
+    model = model_or_error(run["model"])
     mp4, gif = R.export_decoding(model, run["iterations"], f"{run['model']}-{run['method']}-decoding")
     return mp4, [mp4, gif]
 

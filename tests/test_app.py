@@ -252,3 +252,13 @@ def test_served_bad_input_errors_then_serves_the_next_request(client):
         client.predict(*args(top_p=0), api_name="/generate")
     out = client.predict(*args(), api_name="/generate")
     assert out[0] and os.path.exists(out[0])
+
+
+def test_a_model_that_fails_to_load_is_a_clear_error(monkeypatch):
+    def broken(name, **kwargs):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(app.scd_core, "load_model", broken)
+    monkeypatch.delitem(app._models, "toy-grid", raising=False)
+    with pytest.raises(gr.Error, match="Could not load model 'toy-grid': CUDA out of memory"):
+        next(app.generate_stream(*args(), {}))
