@@ -1,0 +1,225 @@
+"""The embedded tiny models: shipped weights, the Session contract, training code, exactness.
+
+CPU only, offline. The exactness test compares per-position token histograms of SJD and
+SCD against AR on the real image model under a reduced setting (top-k 8, CFG 3), with many
+batch rows, by a two-sample chi-square test per position (Bonferroni over positions).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from scipy import stats
+
+import scd_core
+from scd_core.models import tiny
+from scd_core.models.tiny import GPTConfig, TinyGPT, TinyModel, VQConfig, VQLite, WordVocab
+
+FONT = Path("/usr/share/fonts/truetype/noto/NotoColorEmoji.ttf")
+EMOJI_TEST = Path("/usr/share/unicode/emoji/emoji-test.txt")
+
+
+@pytest.fixture(scope="module")
+def image_model() -> TinyModel:
+    return scd_core.load_model("tiny")
+
+
+@pytest.fixture(scope="module")
+def video_model() -> TinyModel:
+    return scd_core.load_model("tiny-video")
+
+
+def random_model(grid=(8, 8), seed: int = 0) -> TinyModel:
+    """A randomly initialised small model, for contract tests independent of the weights."""
+    torch.manual_seed(seed)
+    vq = VQLite(VQConfig(channels=32, dec_channels=32, out_channels=8, enc_blocks=1, dec_blocks=1))
+    gpt = TinyGPT(GPTConfig(grid=grid, n_words=5, d_model=32, n_layers=2, n_heads=2, dropout=0.0))
+    kind = "video" if len(grid) == 3 else "image"
+    return TinyModel(vq, gpt, WordVocab(["cat", "dog", "face", "red", "apple"]), kind, "random")
+
+
+# --------------------------------------------------------------------------- shipped weights
+
+def test_shipped_weights_load_offline(image_model, video_model):
+    assert tiny.availability("tiny") is None and tiny.availability("tiny-video") is None
+    assert image_model.vocab_size == 512 and image_model.grid == (8, 8)
+    assert video_model.vocab_size == 512 and len(video_model.grid) == 3 and video_model.grid[1:] == (8, 8)
+    assert 6 <= video_model.grid[0] <= 8
+    total = sum(p.stat().st_size for p in tiny.ASSETS.glob("*.safetensors"))
+    assert total <= 25e6
+    config = json.loads((tiny.ASSETS / "config.json").read_text())
+    assert config["family"] == "scd-tiny-emoji"
+    assert (tiny.ASSETS / "NOTICE").exists()
+
+
+def test_decode_shapes(image_model, video_model):
+    images = image_model.decode(torch.zeros(3, 64, dtype=torch.long))
+    assert len(images) == 3 and all(im.size == (32, 32) and im.mode == "RGB" for im in images)
+    t = video_model.grid[0]
+    clips = video_model.decode(torch.zeros(2, t * 64, dtype=torch.long))
+    assert len(clips) == 2 and all(len(c) == t for c in clips)
+    assert all(f.size == (32, 32) and f.mode == "RGB" for c in clips for f in c)
+
+
+def test_background_code_decodes_to_white(image_model):
+    pix = image_model.decode_pixels(torch.zeros(1, 64, dtype=torch.long))
+    assert pix.mean().item() > 0.97
+
+
+def test_generate_image_model(image_model):
+    run = scd_core.generate(image_model, ["grinning face", "red heart"], method="scd-mc", window=16,
+                            seed=0, top_k=100, cfg_scale=3.0)
+    assert run.tokens.shape == (2, 64) and run.tokens.min() >= 0 and run.tokens.max() < 512
+    assert 1 < run.nfe < 64 + 1
+    assert len(run.images) == 2 and run.images[0].size == (32, 32)
+
+
+def test_generate_video_model(video_model):
+    run = scd_core.generate(video_model, ["cat face moving left"], method="scd-gumbel", window=16,
+                            seed=0, top_k=100, cfg_scale=3.0)
+    n = math.prod(video_model.grid)
+    assert run.tokens.shape == (1, n)
+    assert len(run.images) == 1 and len(run.images[0]) == video_model.grid[0]
+
+
+def test_prompts_map_to_known_words(image_model):
+    assert image_model.vocab.known("Flag: France!") == ["flag", "france"]
+    assert image_model.vocab.known("cats") == ["cat"]          # plural falls back
+    assert image_model.vocab.ids("qwertyuiop") == []           # unknown: unconditional
+
+
+# --------------------------------------------------------------------------- Session contract
+
+def feed_sequential(model: TinyModel, prompts, tokens, cfg_scale):
+    session = model.start(prompts, cfg_scale)
+    out = [session.first_logits]
+    for j in range(tokens.shape[1] - 1):
+        out.append(session.step(tokens[:, j:j + 1], torch.full((len(prompts),), j))[:, 0])
+    return torch.stack(out, 1)
+
+
+@pytest.mark.parametrize("cfg_scale", [1.0, 3.0])
+def test_window_step_equals_sequential_steps(cfg_scale):
+    model = random_model()
+    prompts = ["cat face", "red apple"]
+    tokens = torch.randint(512, (2, 64), generator=torch.Generator().manual_seed(1))
+    ref = feed_sequential(model, prompts, tokens, cfg_scale)
+    session = model.start(prompts, cfg_scale)
+    # Row 0 feeds positions 0..9 at once, row 1 positions 0..4: different starts per row.
+    out0 = session.step(tokens[:, :10], torch.tensor([0, 0]))
+    torch.testing.assert_close(out0, ref[:, 1:11], atol=1e-4, rtol=1e-4)
+    out1 = session.step(tokens[:, 10:20], torch.tensor([10, 10]))
+    torch.testing.assert_close(out1, ref[:, 11:21], atol=1e-4, rtol=1e-4)
+
+
+def test_step_forgets_positions_at_and_after_start():
+    model = random_model()
+    g = torch.Generator().manual_seed(2)
+    tokens = torch.randint(512, (2, 64), generator=g)
+    ref = feed_sequential(model, ["dog", ""], tokens, 3.0)
+    session = model.start(["dog", ""], 3.0)
+    session.step(tokens[:, :12], torch.tensor([0, 0]))
+    garbage = torch.randint(512, (2, 12), generator=g)
+    session.step(garbage, torch.tensor([6, 3]))              # rows at different positions
+    out = session.step(torch.stack([tokens[0, 6:14], tokens[1, 3:11]]), torch.tensor([6, 3]))
+    torch.testing.assert_close(out[0], ref[0, 7:15], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(out[1], ref[1, 4:12], atol=1e-4, rtol=1e-4)
+
+
+def test_cfg_mixes_conditional_and_unconditional_rows():
+    model = random_model()
+    tokens = torch.randint(512, (1, 8), generator=torch.Generator().manual_seed(3))
+    cond = model.start(["cat"], 1.0)
+    uncond = model.start([""], 1.0)
+    guided = model.start(["cat"], 2.5)
+    assert guided.first_logits.shape == (1, 512)
+    torch.testing.assert_close(guided.first_logits,
+                               uncond.first_logits + 2.5 * (cond.first_logits - uncond.first_logits), atol=1e-4, rtol=1e-4)
+    c, u, m = (s.step(tokens, torch.tensor([0])) for s in (cond, uncond, guided))
+    torch.testing.assert_close(m, u + 2.5 * (c - u), atol=1e-4, rtol=1e-4)
+    assert len(cond.cache[0][0]) == 1 and len(guided.cache[0][0]) == 2   # no uncond rows at scale 1
+
+
+def test_video_grid_session_shapes():
+    model = random_model(grid=(3, 8, 8))
+    session = model.start(["cat"], 3.0)
+    out = session.step(torch.zeros(1, 16, dtype=torch.long), torch.tensor([100]))
+    assert out.shape == (1, 16, 512)
+
+
+def test_bad_input_raises_value_error():
+    model = random_model()
+    with pytest.raises(ValueError, match="prompts"):
+        model.start("cat", 1.0)
+    with pytest.raises(ValueError, match="cfg_scale"):
+        model.start(["cat"], float("nan"))
+    session = model.start(["cat", "dog"], 1.0)
+    with pytest.raises(ValueError, match="tokens"):
+        session.step(torch.zeros(1, 4, dtype=torch.long), torch.tensor([0]))
+    with pytest.raises(ValueError, match="tokens"):
+        session.step(torch.full((2, 4), 512), torch.tensor([0, 0]))
+    with pytest.raises(ValueError, match="start"):
+        session.step(torch.zeros(2, 4, dtype=torch.long), torch.tensor([-1, 0]))
+    with pytest.raises(ValueError, match="tokens"):
+        model.decode(torch.zeros(1, 10, dtype=torch.long))
+    with pytest.raises(ValueError, match="model"):
+        tiny.load_tiny("/nonexistent/folder")
+
+
+# --------------------------------------------------------------------------- training code
+
+@pytest.mark.skipif(not (FONT.exists() and EMOJI_TEST.exists()), reason="needs fonts-noto-color-emoji and unicode-data")
+def test_one_step_training_runs(tmp_path):
+    from safetensors.torch import load_file
+
+    from scd_core.train import data, prior, tokenizer, tokens
+
+    entries = data.read_emoji_test(str(EMOJI_TEST))
+    held = [e for e in entries if data.is_held_out(e.name)][:2]
+    picked = held + [e for e in entries if not data.is_held_out(e.name)][:6]
+    images, bigs, kept = data.render_all(picked, 32, str(FONT))
+    assert images.shape == (8, 32, 32, 3) and bigs.shape == (8, 96, 96, 3)
+    assert {e.split for e in kept} == {"train", "val"}
+    data.save_dataset(tmp_path / "d", images, bigs, kept)
+    vq = str(tmp_path / "vq")
+    common = ["--threads", "1", "--eval-every", "1"]
+    tokenizer.main(["--data", str(tmp_path / "d"), "--ckpt", vq, "--steps", "1", "--batch", "4"] + common)
+    first = load_file(vq + ".safetensors")
+    tokenizer.main(["--data", str(tmp_path / "d"), "--ckpt", vq + "_again", "--steps", "1", "--batch", "4"] + common)
+    again = load_file(vq + "_again.safetensors")
+    assert all(torch.equal(first[k], again[k]) for k in first)              # deterministic given the seed
+    tokenizer.main(["--data", str(tmp_path / "d"), "--ckpt", vq, "--steps", "2", "--batch", "4"] + common)
+    assert json.loads(Path(vq + ".json").read_text())["step"] == 2         # resumed, not restarted
+    tokens.main(["--data", str(tmp_path / "d"), "--vq", vq, "--out", str(tmp_path / "t"), "--frames", "6"])
+    for kind in ("image", "video"):
+        ckpt = str(tmp_path / f"{kind}_prior")
+        prior.main(["--kind", kind, "--tokens", str(tmp_path / "t"), "--ckpt", ckpt, "--steps", "1",
+                    "--batch", "2", "--d-model", "32", "--layers", "1", "--heads", "2"] + common)
+        record = json.loads(Path(ckpt + ".json").read_text())
+        assert record["step"] == 1 and math.isfinite(record["val_nll"])
+
+
+# --------------------------------------------------------------------------- exactness on the real model
+
+def two_sample_pvalue(a: torch.Tensor, b: torch.Tensor, vocab: int) -> float:
+    """Chi-square test of homogeneity of two samples of category indices."""
+    table = torch.stack([torch.bincount(a, minlength=vocab), torch.bincount(b, minlength=vocab)]).double()
+    table = table[:, table.sum(0) > 0]
+    if table.shape[1] < 2:
+        return 1.0
+    return float(stats.chi2_contingency(table.numpy(), correction=False)[1])
+
+
+def test_sjd_and_scd_match_ar_per_position_histograms(image_model):
+    rows, positions = 240, list(range(0, 64, 3))
+    settings = dict(window=16, top_k=8, cfg_scale=3.0, temperature=1.0)
+    prompts = ["grinning face"] * rows
+    ar = scd_core.generate(image_model, prompts, method="ar", seed=11, **settings).tokens
+    alpha = 1e-3 / len(positions)
+    for method, seed in (("sjd", 12), ("scd-mc", 13), ("scd-gumbel", 14)):
+        other = scd_core.generate(image_model, prompts, method=method, seed=seed, **settings).tokens
+        pvals = [two_sample_pvalue(ar[:, j], other[:, j], 512) for j in positions]
+        assert min(pvals) > alpha, (method, min(pvals))
