@@ -48,12 +48,19 @@ IMAGE_EVERY = 0.05                   # at most ~20 picture updates a second
 PLOT_EVERY = 0.25                    # plots are heavier in the browser: ~4 a second
 EXAMPLES = ["red apple", "grinning face", "red heart", "flag france", "cat face",
             "yellow star", "blue circle", "fox"]
+# pace: slow motion, seconds per forward pass on screen (the embedded models are too fast to
+# watch otherwise); the real models are slow enough at full speed.
 DEFAULTS = {
-    "toy-grid": dict(window=16, init="random", temperature=1.0, top_k=0, top_p=1.0, cfg_scale=1.0),
-    "tiny": dict(window=16, init="random", temperature=1.0, top_k=100, top_p=1.0, cfg_scale=3.0),
-    "tiny-video": dict(window=32, init="random", temperature=1.0, top_k=100, top_p=1.0, cfg_scale=3.0),
+    "toy-grid": dict(window=16, init="random", temperature=1.0, top_k=0, top_p=1.0, cfg_scale=1.0,
+                     pace=0.05),
+    "tiny": dict(window=16, init="random", temperature=1.0, top_k=100, top_p=1.0, cfg_scale=3.0,
+                 pace=0.15),
+    "tiny-video": dict(window=32, init="random", temperature=1.0, top_k=100, top_p=1.0,
+                       cfg_scale=3.0, pace=0.05),
 }
-REAL_DEFAULTS = dict(window=32, init="random", temperature=1.0, top_k=1000, top_p=1.0, cfg_scale=5.0)
+REAL_DEFAULTS = dict(window=32, init="random", temperature=1.0, top_k=1000, top_p=1.0,
+                     cfg_scale=5.0, pace=0.0)
+MAX_PACE = 2.0
 
 
 # ------------------------------------------------------------------------- device, models
@@ -266,17 +273,34 @@ def timed(gen: Iterator) -> Iterator[tuple[object, float]]:
 
 
 class Throttle:
-    """True at most once every `every` seconds (the first call always passes)."""
+    """Which iterations reach the page, and when.
 
-    def __init__(self, every: float) -> None:
-        self.every, self.last = every, -1e9
+    Full speed (pace 0): True at most once every `every` seconds (the first and the forced
+    calls always pass). Slow motion (pace > 0): always True, after sleeping so that calls are
+    at least max(pace, every) seconds apart: every iteration is shown.
+    """
+
+    def __init__(self, every: float, pace: float = 0.0) -> None:
+        self.every, self.pace, self.last = every, pace, -1e9
 
     def __call__(self, force: bool = False) -> bool:
         now = time.perf_counter()
+        if self.pace > 0:
+            time.sleep(max(0.0, self.last + max(self.pace, self.every) - now))
+            self.last = time.perf_counter()
+            return True
         if force or now - self.last >= self.every:
             self.last = now
             return True
         return False
+
+
+def check_pace(pace) -> float:
+    pace = _number(pace, "Slow motion")
+    if not 0 <= pace <= MAX_PACE:
+        raise gr.Error(f"Slow motion must be between 0 (full speed) and {MAX_PACE} seconds per "
+                       f"forward pass; got {pace}.")
+    return pace
 
 
 # ---------------------------------------------------------------------------- one run
@@ -331,16 +355,18 @@ def final_media(model, s: Settings, iterations: list) -> tuple[str | None, str |
 
 @gpu(duration=120)
 def generate_stream(model_name, method, window, init, temperature, top_k, top_p, cfg_scale,
-                    seed, prompt, history):
-    """Decode one sample and stream every iteration (throttled) to the page."""
+                    seed, prompt, pace=0.0, history=None):
+    """Decode one sample and stream its iterations to the page (all of them in slow motion,
+    else at most ~20 a second)."""
     s = check_inputs(model_name, method, window, init, temperature, top_k, top_p, cfg_scale,
                      seed, prompt)
+    pace = check_pace(pace)
     model = model_or_error(s.model)
     history = dict(history or {})
     if history.get("_model") != s.model:
         history = {"_model": s.model}
     stats, iterations, wall = R.TraceStats(tuple(model.grid)), [], 0.0
-    pic_due, plot_due = Throttle(IMAGE_EVERY), Throttle(PLOT_EVERY)
+    pic_due, plot_due = Throttle(IMAGE_EVERY, pace), Throttle(PLOT_EVERY)
     gen = scd_core.stream(model, [s.prompt], **s.engine_kwargs())
     for it, dt in timed(gen):
         iterations.append(it)
@@ -394,13 +420,14 @@ RACE_HEADERS = ["method", "NFE", "wall (s)", "step compression", "latency speed-
 
 @gpu(duration=240)
 def race_stream(model_name, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
-                greedy, history=None):
+                greedy=False, pace=0.0, history=None):
     """AR, SJD, SCD-MC and SCD-Gumbel in lockstep: each tick is one forward pass of each.
 
     The finished curves also go into the session history, so the Generate tab's chart shows
     them next to later runs."""
     s = check_inputs(model_name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale,
                      seed, prompt)
+    pace = check_pace(pace)
     if greedy:
         s = replace(s, temperature=0.0)
     model = model_or_error(s.model)
@@ -408,7 +435,7 @@ def race_stream(model_name, window, init, temperature, top_k, top_p, cfg_scale, 
             for m in RACE_ORDER}
     stats = {m: R.TraceStats(tuple(model.grid)) for m in RACE_ORDER}
     wall, last, tokens = dict.fromkeys(RACE_ORDER, 0.0), {}, {}
-    pic_due, plot_due = Throttle(2 * IMAGE_EVERY), Throttle(PLOT_EVERY)   # four pictures a tick
+    pic_due, plot_due = Throttle(2 * IMAGE_EVERY, pace), Throttle(PLOT_EVERY)  # 4 pictures a tick
     pictures: dict[str, tuple[int, np.ndarray]] = {}     # method -> (iteration drawn, picture)
     active = list(RACE_ORDER)
     while active:
@@ -485,7 +512,7 @@ def on_model_change(name: str):
     d = model_defaults(name)
     init = d["init"] if d["init"] != "repeat-frame" or is_video(name) else "random"
     return (model_info(name), d["window"], init, d["temperature"], d["top_k"], d["top_p"],
-            d["cfg_scale"], gr.Row(visible=is_video(name)),
+            d["cfg_scale"], d["pace"], gr.Row(visible=is_video(name)),
             gr.Dataset(samples=[[p] for p in model_examples(name)]))
 
 
@@ -547,7 +574,10 @@ with gr.Blocks(title="Speculative coupled decoding") as demo:
                                     elem_id="top-p")
                 cfg_nb = gr.Number(d0["cfg_scale"], label="CFG scale", info="1 = no guidance",
                                    elem_id="cfg")
-            seed_nb = gr.Number(0, label="Seed", precision=0, elem_id="seed")
+            with gr.Row():
+                seed_nb = gr.Number(0, label="Seed", precision=0, elem_id="seed")
+                pace_nb = gr.Number(d0["pace"], label="Slow motion", elem_id="pace",
+                                    info="s per forward pass on screen; 0 = full speed")
             with gr.Row():
                 gen_btn = gr.Button("Generate", variant="primary", elem_id="generate")
                 race_btn = gr.Button("Race all methods", elem_id="race")
@@ -623,11 +653,11 @@ with gr.Blocks(title="Speculative coupled decoding") as demo:
     gen_outputs = [live_image, status, chart_committed, chart_length, chart_rate,
                    heat_committed, heat_stability, summary, history_state, last_run,
                    replay_slider, clip_video, clip_gif]
-    gen_event = gen_btn.click(generate_stream, controls + [history_state], gen_outputs,
+    gen_event = gen_btn.click(generate_stream, controls + [pace_nb, history_state], gen_outputs,
                               api_name="generate", concurrency_limit=1, concurrency_id="gpu",
                               time_limit=600)
     race_inputs = [model_dd, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, seed_nb,
-                   prompt_tb, greedy_cb, history_state]
+                   prompt_tb, greedy_cb, pace_nb, history_state]
     race_event = race_btn.click(race_stream, race_inputs,
                                 [*race_images.values(), race_status, race_chart, race_summary,
                                  race_note, history_state],
@@ -635,7 +665,8 @@ with gr.Blocks(title="Speculative coupled decoding") as demo:
                                 time_limit=900)
     stop_btn.click(None, None, None, cancels=[gen_event, race_event])
     model_dd.change(on_model_change, model_dd,
-                    [model_md, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, clip_row,
+                    [model_md, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, pace_nb,
+                     clip_row,
                      examples.dataset],
                     api_visibility="private")
     replay_slider.release(replay_view, [replay_slider, last_run],

@@ -17,18 +17,19 @@ from gradio_client import Client
 import app
 
 GOOD = dict(model="toy-grid", method="scd-mc", window=16, init="random", temperature=1.0,
-            top_k=0, top_p=1.0, cfg_scale=1.0, seed=0, prompt="red apple")
+            top_k=0, top_p=1.0, cfg_scale=1.0, seed=0, prompt="red apple", pace=0.0)
 
 
 def args(**override):
+    """The Generate event's inputs, in the page's order (the session state comes after)."""
     d = {**GOOD, **override}
     return [d["model"], d["method"], d["window"], d["init"], d["temperature"], d["top_k"],
-            d["top_p"], d["cfg_scale"], d["seed"], d["prompt"]]
+            d["top_p"], d["cfg_scale"], d["seed"], d["prompt"], d["pace"]]
 
 
 def race_args(greedy=False, **override):
     a = args(**override)
-    return [a[0], *a[2:], greedy]
+    return [a[0], *a[2:10], greedy, a[10]]
 
 
 # ------------------------------------------------------------------ generator functions
@@ -66,6 +67,15 @@ def test_generate_stream_is_throttled():
     final = updates[-1][app.last_run]["iterations"]
     assert len(final) == 256 and len(updates) < 256
     assert len(updates) <= elapsed / app.IMAGE_EVERY + 2          # at most ~20 a second
+
+
+def test_slow_motion_shows_every_iteration_at_the_chosen_pace():
+    t = time.perf_counter()
+    updates = list(app.generate_stream(*args(method="sjd", pace=0.06), {}))
+    elapsed = time.perf_counter() - t
+    passes = len(updates[-1][app.last_run]["iterations"])
+    assert len(updates) == passes                                 # every iteration shown
+    assert elapsed >= 0.06 * (passes - 1)
 
 
 def test_race_in_greedy_mode_gives_identical_tokens():
@@ -106,6 +116,8 @@ def test_race_with_sampling_says_samples_differ_but_law_does_not():
     (dict(method="beam"), "Unknown method"),
     (dict(init="repeat-frame"), "video"),
     (dict(init="zeros"), "draft init"),
+    (dict(pace=-1), "Slow motion"),
+    (dict(pace=60), "Slow motion"),
 ])
 def test_bad_input_is_a_clear_gr_error(override, words):
     with pytest.raises(gr.Error) as err:
