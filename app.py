@@ -604,9 +604,9 @@ with gr.Blocks(title="Speculative coupled decoding") as demo:
                         heat_stability = gr.Plot(label="Draft stability", elem_id="heat-stability")
                     with gr.Row(visible=is_video(default_model())) as clip_row:
                         clip_video = gr.Video(label="Finished clip (MP4)", elem_id="clip-video",
-                                              interactive=False)
+                                              interactive=False, height=300)
                         clip_gif = gr.Image(label="Finished clip (GIF)", type="filepath",
-                                            interactive=False, elem_id="clip-gif")
+                                            interactive=False, elem_id="clip-gif", height=300)
                     with gr.Accordion("Replay and export the last run", open=False):
                         replay_slider = gr.Slider(0, 1, value=0, step=1, label="Iteration",
                                                   interactive=True, elem_id="replay-slider")
@@ -621,7 +621,8 @@ with gr.Blocks(title="Speculative coupled decoding") as demo:
                                 export_btn = gr.Button("Export the decoding as GIF + MP4",
                                                        elem_id="export")
                                 export_files = gr.File(label="Downloads", file_count="multiple")
-                            export_video = gr.Video(label="Decoding", interactive=False)
+                            export_video = gr.Video(label="Decoding", interactive=False,
+                                                    height=400)
                 with gr.Tab("Race", id="tab-race"):
                     gr.Markdown("One click runs **AR, SJD, SCD-MC and SCD-Gumbel** on the same "
                                 "prompt and seed, one forward pass each per tick. With sampling, "

@@ -378,14 +378,19 @@ def acceptance_figure(stats: TraceStats):
                    "iteration (forward pass)", "accepted / verified", yaxis=dict(range=[0, 1.02]))
 
 
-def _tile_maps(values: np.ndarray, grid: tuple[int, ...]) -> np.ndarray:
-    """[N] -> [H, T*W + gaps] float map, frames side by side, NaN columns between them."""
+def _tile_maps(values: np.ndarray, grid: tuple[int, ...], cols: int = 4) -> np.ndarray:
+    """[N] -> one float map with the frames laid out like `tile_frames` (NaN gaps)."""
     T, H, W = grid3(grid)
     v = values.reshape(T, H, W).astype(np.float64)
     if T == 1:
         return v[0]
-    gap = np.full((T, H, 1), np.nan)
-    return np.concatenate(np.concatenate([v, gap], axis=2), axis=1)[:, :-1]
+    cols = min(T, cols)
+    rows = -(-T // cols)
+    sheet = np.full((rows * (H + 1) - 1, cols * (W + 1) - 1), np.nan)
+    for t in range(T):
+        r, c = divmod(t, cols)
+        sheet[r * (H + 1):r * (H + 1) + H, c * (W + 1):c * (W + 1) + W] = v[t]
+    return sheet
 
 
 def heatmap_figure(values: np.ndarray, grid: tuple[int, ...], title: str, hover: str,

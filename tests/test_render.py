@@ -156,6 +156,13 @@ def test_figures_are_plotly_with_hover_definitions(toy_grid, sjd_iterations):
     assert figs[3].data[0].type == "heatmap"
 
 
+def test_video_maps_are_tiled_like_the_frames():
+    grid = (6, 2, 3)                                   # 6 frames -> 2 rows of 4 (2 empty)
+    z = R._tile_maps(np.arange(36), grid)
+    assert z.shape == (2 * 3 - 1, 4 * 4 - 1)
+    assert z[0, 0] == 0 and z[0, 4] == 6 and z[3, 0] == 24 and np.isnan(z[2]).all()
+
+
 def test_legend_names_every_state():
     html = R.legend_html()
     for s in R.LEGEND_ORDER:
