@@ -537,8 +537,24 @@ to the previous ones, so they stop flickering and get accepted more often.
   position**: the same noise at every iteration, so the draft changes only when p does.
 
 Plain SJD redraws independently each time, so drafts flicker (low *draft stability*).
-The maps show where tokens got committed (fast forwarding shows up as same-coloured runs)
-and how long each draft stood still.
+
+### Reading the views
+- **The picture**: the committed tokens and the current drafts, decoded together. Plain
+  cells were committed earlier; **green** outlines are drafts accepted by this pass;
+  **orange/red** is the first rejected draft, replaced by a residual sample; **blue** is the
+  one token sampled from p (an AR step, or the bonus after a fully accepted window);
+  **hatched** cells are still drafts; **grey** cells hold nothing yet.
+- **Tokens vs NFE**: AR climbs the dashed diagonal, one token per forward pass; a speculative
+  method climbs in steps, and its slope is the tokens it commits per pass.
+- **Committed at iteration k**: the pass that committed each token. Long runs of one colour
+  are several tokens accepted in one pass (CLLM's "fast forwarding").
+- **Draft stability**: the longest run of passes in which a position's draft kept the same
+  token (CLLM's "stationary tokens"). Coupling raises it; that is where SCD's gain comes from.
+- **Replay**: step through every recorded pass, with the acceptance probability
+  `min(1, p/q)` of each draft it verified.
+- **Race**: the four methods on the same prompt and seed. With sampling they draw different
+  images from the same distribution; in greedy mode (temperature 0) every method returns
+  exactly AR's tokens.
 """
 
 METRICS_MD = " · ".join(f"*{v}*" for v in R.METRIC_HELP.values())

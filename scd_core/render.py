@@ -342,7 +342,8 @@ def committed_vs_nfe_figure(curves: dict[str, tuple[list[int], list[int]]], num_
             customdata=[0.0] + [num_tokens / x if x else 0.0 for x in nfe],
             hovertemplate=(f"{label}<br>NFE %{{x}} (forward passes, prefill included)"
                            "<br>%{y} tokens committed<br>tokens per NFE so far: "
-                           "%{customdata:.2f}<extra></extra>")))
+                           "%{customdata:.2f}<br>(at the end: step compression = AR NFE / NFE)"
+                           "<extra></extra>")))
     return _figure(data, "Tokens committed vs forward passes (NFE)", "NFE", "tokens committed",
                    height=360, xaxis=dict(range=[0, num_tokens * 1.02]),
                    yaxis=dict(range=[0, num_tokens * 1.05]))
@@ -355,7 +356,8 @@ def accepted_length_figure(stats: TraceStats):
               for k in stats.new_kind]
     data = [dict(type="bar", x=stats.index, y=stats.accepted, name="accepted drafts",
                  marker=dict(color="rgb(22,163,74)"),
-                 hovertemplate="pass %{x}: %{y} drafts accepted (U < min(1, p/q))"
+                 hovertemplate="pass %{x}: %{y} drafts accepted (U < min(1, p/q))<br>"
+                               "mean accepted length = accepted drafts per pass"
                                "<extra></extra>"),
             dict(type="bar", x=stats.index, y=new.tolist(),
                  name="+1 resampled / bonus / AR token", marker=dict(color=colour),
