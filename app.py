@@ -696,7 +696,8 @@ demo.queue(max_size=16, default_concurrency_limit=1)
 
 
 def main() -> None:
-    torch.set_num_threads(int(os.environ.get("SCD_THREADS", "1")))
+    if os.environ.get("SCD_THREADS"):   # else the embedded models' own choice (1 on <= 2 cores)
+        torch.set_num_threads(int(os.environ["SCD_THREADS"]))
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                 theme=gr.themes.Soft())
 
