@@ -132,11 +132,15 @@ def test_trace_stats_agree_with_the_run_metrics(toy_grid, sjd_iterations):
 def test_draft_stability_is_higher_with_coupling(toy_grid):
     """The quantity SCD raises: maximal coupling keeps drafts that SJD redraws."""
     def longest(method):
-        stats = R.TraceStats(tuple(toy_grid.grid))
-        for it in scd_core.stream(toy_grid, ["fox"], method=method, window=16, seed=3):
-            stats.add(it)
-        return stats.stability.mean()
-    assert longest("scd-mc") >= longest("sjd")
+        means = []
+        for seed in (3, 4):
+            stats = R.TraceStats(tuple(toy_grid.grid))
+            for it in scd_core.stream(toy_grid, ["fox"], method=method, window=16, seed=seed):
+                stats.add(it)
+            means.append(stats.stability.mean())
+        return np.mean(means)
+    sjd = longest("sjd")
+    assert longest("scd-mc") > 1.1 * sjd and longest("scd-gumbel") > 1.1 * sjd
 
 
 def test_figures_are_plotly_with_hover_definitions(toy_grid, sjd_iterations):
