@@ -109,14 +109,14 @@ class _Decoder:
         self.D = self.L - 1
         self.stride = _copy_stride(model.grid, cfg.init)
         self.nfe, self.index = 0, 0
-        self.t0 = time.perf_counter()
+        self.busy = 0.0            # seconds spent inside prefill/iterate: the run's wall time
         self.step_time = 0.0
 
     # -- setup -------------------------------------------------------------------------
 
     def prefill(self, prompts: list[str]) -> Iteration:
         """Start the session (one forward pass) and commit position 0 from its logits."""
-        t = time.perf_counter()
+        self.entered = t = time.perf_counter()
         self.session = self.model.start(prompts, self.cfg.cfg_scale)
         first = self.session.first_logits
         self._sync(first)
@@ -152,6 +152,7 @@ class _Decoder:
     # -- one iteration -----------------------------------------------------------------
 
     def iterate(self) -> Iteration:
+        self.entered = time.perf_counter()
         self._fill_drafts()
         fed, start, off, m = self._build_window()
         p = self._forward(fed, start, off)                       # [B, L, V]: p for position n + i
@@ -334,7 +335,8 @@ class _Decoder:
             committed_tokens=committed.cpu(), resampled=rejected.cpu(), bonus=bonus.cpu(),
             drafts_after=self.drafts.cpu(), draft_new=(~carried & (self.drafts >= 0)).cpu(),
             unchanged=unchanged.cpu(), canvas=canvas.cpu(), nfe=self.nfe,
-            wall_time=time.perf_counter() - self.t0, step_time=self.step_time)
+            wall_time=self.busy + time.perf_counter() - self.entered, step_time=self.step_time)
+        self.busy = record.wall_time
         self.index += 1
         return record
 

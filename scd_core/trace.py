@@ -43,7 +43,8 @@ class Iteration:
     unchanged: torch.LongTensor         # [B] drafts kept with the same token as in this pass's window
     canvas: torch.LongTensor            # [B, N] committed tokens, then the next drafts, -1 elsewhere
     nfe: int                            # cumulative forward passes, prefill included
-    wall_time: float                    # cumulative seconds since the run started
+    wall_time: float                    # cumulative seconds spent decoding (a consumer's time between
+                                        # records of `stream` is not counted)
     step_time: float                    # cumulative seconds spent inside Session.step / start
 
     @property
