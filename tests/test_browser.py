@@ -98,4 +98,4 @@ def test_stop_button_cancels_a_race(page):
     page.wait_for_timeout(2000)
     assert page.locator("#race-status").inner_text() == frozen          # no more updates
     assert "Gumbel" not in page.locator("#race-summary").inner_text()   # never finished
-    assert frozen.startswith("AR: NFE") and "AR: NFE 256," not in frozen  # AR was cut short
+    assert "AR: NFE" in frozen and "AR: NFE 256," not in frozen          # AR was cut short
