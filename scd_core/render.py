@@ -166,6 +166,22 @@ def shrink(frame: np.ndarray, target: int) -> np.ndarray:
     return blocks.mean(axis=(1, 3)).round().astype(np.uint8)
 
 
+def token_frame_picks(model, n_decoded: int, T: int, frame_tokens: int) -> list[int]:
+    """Which of `n_decoded` pixel frames to show for each of the T generated token frames.
+
+    A causal temporal tokenizer (Cosmos DV: 1 + 8k pixel frames for 1 + k latent frames)
+    decodes the conditioning latent frames in front of the generated ones. When the model
+    exposes them (`last_prefix` [B, P * H * W], as Cosmos does), each generated token frame
+    shows the last pixel frame of its chunk; otherwise the frames are spread evenly.
+    """
+    prefix = getattr(model, "last_prefix", None)
+    p = int(prefix.shape[-1]) // frame_tokens if hasattr(prefix, "shape") and frame_tokens else 0
+    if p > 0 and (n_decoded - 1) % (p + T - 1) == 0:
+        r = (n_decoded - 1) // (p + T - 1)
+        return [r * (p + t) for t in range(T)]
+    return [t * n_decoded // T for t in range(T)]
+
+
 def render_iteration(model, it: Iteration, row: int = 0, target: int = 320,
                      overlay: bool = True) -> np.ndarray:
     """The picture of one iteration: decoded canvas (committed + drafts) with the grid overlay.
@@ -177,7 +193,7 @@ def render_iteration(model, it: Iteration, row: int = 0, target: int = 320,
     frame_target = target if T == 1 else max(96, target // 2)
     decoded = decode_frames(model, it.canvas[row])
     if len(decoded) != T:   # a temporal tokenizer: show one decoded frame per token frame
-        decoded = [decoded[t * len(decoded) // T] for t in range(T)]
+        decoded = [decoded[i] for i in token_frame_picks(model, len(decoded), T, H * W)]
     frames = [shrink(f, frame_target) for f in decoded]
     states = token_states(it, row).reshape(T, H, W)
     scale = scale_for(*frames[0].shape[:2], target=frame_target)
