@@ -9,7 +9,9 @@ This file is the UI only: decoding is `scd_core.stream`, pictures and plots are
 """
 from __future__ import annotations
 
+import functools
 import os
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, replace
@@ -60,6 +62,10 @@ DEFAULTS = {
 }
 REAL_DEFAULTS = dict(window=32, init="random", temperature=1.0, top_k=1000, top_p=1.0,
                      cfg_scale=5.0, pace=0.0)
+# models whose prompt is a clip to continue (Cosmos): no guidance, drafts copy the last frame
+CLIP_DEFAULTS = dict(window=128, init="repeat-frame", temperature=1.0, top_k=0, top_p=0.8,
+                     cfg_scale=1.0, pace=0.0)
+CLIP_FRAMES = 12                     # frames of each generated example clip
 MAX_PACE = 2.0
 
 
@@ -89,7 +95,10 @@ _models_lock = threading.Lock()
 
 
 def get_model(name: str):
-    """Load a model once per process (lazily, on first use) and keep it."""
+    """Load a model once per process (lazily, on first use) and keep it.
+
+    `_models` is also the seam for tests and embedders: a model put there under a registry
+    name is used as is (and counts as available)."""
     with _models_lock:
         if name not in _models:
             dtype = REAL_DTYPE if REGISTRY[name].needs_weights else None   # embedded: float32
@@ -150,16 +159,48 @@ def peek_model(name: str):
         return None
 
 
+def takes_clip(name: str) -> bool:
+    """Whether the model's prompts are video clips to continue (the Cosmos family): said by
+    the loaded adapter's `prompt_kind`, else by its registry entry."""
+    kind = getattr(_models.get(name), "prompt_kind", None)
+    if kind is not None:
+        return kind == "video"
+    entry = REGISTRY.get(name)
+    return entry is not None and entry.module == "cosmos"
+
+
 def model_defaults(name: str) -> dict:
     """App defaults for the model, overridden by its adapter's `default_settings`."""
-    base = DEFAULTS.get(name, REAL_DEFAULTS if REGISTRY.get(name) and REGISTRY[name].needs_weights
-                        else DEFAULTS["toy-grid"])
+    real = REAL_DEFAULTS if REGISTRY.get(name) and REGISTRY[name].needs_weights else None
+    base = DEFAULTS.get(name, CLIP_DEFAULTS if takes_clip(name) else real or DEFAULTS["toy-grid"])
     own = getattr(peek_model(name), "default_settings", None) or {}
     return {**base, **{k: v for k, v in own.items() if k in base}}
 
 
 def model_examples(name: str) -> list[str]:
     return list(getattr(peek_model(name), "example_prompts", None) or EXAMPLES)[:12]
+
+
+@functools.lru_cache(maxsize=1)
+def example_clips() -> tuple[str, ...]:
+    """Two short synthetic clips for the picker, written once per process to a temp folder
+    (a disc crossing a gradient; a growing ring): nothing to ship, nothing to download."""
+    folder = tempfile.mkdtemp(prefix="scd_clips_")
+    yy, xx = np.mgrid[0:96, 0:128].astype(np.float32)
+    paths = []
+    for name, colour in (("red-ball", (220, 40, 40)), ("blue-ring", (40, 90, 220))):
+        frames = []
+        for t in range(CLIP_FRAMES):
+            img = np.stack([40 + xx, 80 + yy, 160 + 0 * xx], -1)
+            if name == "red-ball":
+                mask = (xx - 16 - 8 * t) ** 2 + (yy - 48) ** 2 < 14 ** 2
+            else:
+                r = np.hypot(xx - 64, yy - 48)
+                mask = abs(r - 6 - 3 * t) < 4
+            img[mask] = colour
+            frames.append(np.clip(img, 0, 255).astype(np.uint8))
+        paths.append(R.write_mp4(frames, os.path.join(folder, f"{name}.mp4"), fps=8))
+    return tuple(paths)
 
 
 def model_info(name: str) -> str:
@@ -209,14 +250,60 @@ def _integer(value, name: str) -> int:
     return int(x)
 
 
+def check_model(model) -> None:
+    if model not in REGISTRY or model in HIDDEN_MODELS:
+        raise gr.Error(f"Unknown model {model!r}. Choose one of: {', '.join(model_names())}.")
+    reason = None if model in _models else availability(model)
+    if reason is not None:
+        raise gr.Error(f"Model {model!r} is unavailable here: {reason}")
+
+
+def clip_path(clip) -> str:
+    """The prompt clip (a path from gr.Video, or a file dict) checked to be a readable video."""
+    path = clip.get("path") if isinstance(clip, dict) else clip
+    if path is None or path == "":
+        raise gr.Error("Prompt clip: pick one of the example clips or upload a short video "
+                       "(MP4) for the model to continue.")
+    if not isinstance(path, str):
+        raise gr.Error(f"Prompt clip: expected a video file, got {type(path).__name__}.")
+    if not os.path.isfile(path):
+        raise gr.Error(f"Prompt clip: file not found: {os.path.basename(path)!r}. "
+                       "Pick an example clip or upload the video again.")
+    if "|" in path:
+        raise gr.Error("Prompt clip: the file name must not contain '|'; rename it and upload again.")
+    import imageio.v3 as iio
+    try:
+        frames = iio.imiter(path)
+        first = next(frames, None)
+        frames.close()
+    except Exception as exc:
+        raise gr.Error(f"Prompt clip: cannot read {os.path.basename(path)!r} as a video "
+                       f"({type(exc).__name__}). Upload an MP4 or WebM clip.")
+    if first is None:
+        raise gr.Error(f"Prompt clip: {os.path.basename(path)!r} has no frames.")
+    return path
+
+
+def resolve_prompt(model, prompt, clip=None, clip_text="") -> str:
+    """The engine's prompt: the text box, or for a clip model 'clip.mp4' / 'clip.mp4|text'
+    (the text only for Video2World; the adapter says so if the model takes none)."""
+    check_model(model)
+    if not takes_clip(model):
+        return prompt
+    if clip_text is not None and not isinstance(clip_text, str):
+        raise gr.Error("Clip text must be text.")
+    text = (clip_text or "").strip()
+    if len(text) > MAX_PROMPT_CHARS:
+        raise gr.Error(f"Clip text is {len(text):,} characters long; the limit is "
+                       f"{MAX_PROMPT_CHARS}. Please shorten it.")
+    path = clip_path(clip)
+    return f"{path}|{text}" if text else path
+
+
 def check_inputs(model, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
                  prompt) -> Settings:
     """Every control checked with a message a user can act on (raises gr.Error)."""
-    if model not in REGISTRY or model in HIDDEN_MODELS:
-        raise gr.Error(f"Unknown model {model!r}. Choose one of: {', '.join(model_names())}.")
-    reason = availability(model)
-    if reason is not None:
-        raise gr.Error(f"Model {model!r} is unavailable here: {reason}")
+    check_model(model)
     if method not in METHOD_NAMES:
         raise gr.Error(f"Unknown method {method!r}. Choose one of: {', '.join(METHOD_NAMES)}.")
     prompt = (prompt or "").strip() if isinstance(prompt, str) or prompt is None else None
@@ -224,7 +311,7 @@ def check_inputs(model, method, window, init, temperature, top_k, top_p, cfg_sca
         raise gr.Error("The prompt must be text.")
     if not prompt:
         raise gr.Error("Please type a prompt (or click one of the examples).")
-    if len(prompt) > MAX_PROMPT_CHARS:
+    if len(prompt) > MAX_PROMPT_CHARS and not takes_clip(model):  # a clip prompt: checked
         raise gr.Error(f"The prompt is {len(prompt):,} characters long; the limit is "
                        f"{MAX_PROMPT_CHARS}. Please shorten it.")
     window = _integer(window, "Window L")
@@ -355,9 +442,10 @@ def final_media(model, s: Settings, iterations: list) -> tuple[str | None, str |
 
 @gpu(duration=120)
 def generate_stream(model_name, method, window, init, temperature, top_k, top_p, cfg_scale,
-                    seed, prompt, pace=0.0, history=None):
+                    seed, prompt, pace=0.0, history=None, clip=None, clip_text=""):
     """Decode one sample and stream its iterations to the page (all of them in slow motion,
-    else at most ~20 a second)."""
+    else at most ~20 a second). For a clip model the prompt is `clip` (+ `clip_text`)."""
+    prompt = resolve_prompt(model_name, prompt, clip, clip_text)
     s = check_inputs(model_name, method, window, init, temperature, top_k, top_p, cfg_scale,
                      seed, prompt)
     pace = check_pace(pace)
@@ -392,7 +480,7 @@ def generate_stream(model_name, method, window, init, temperature, top_k, top_p,
                     last_run: {"model": s.model, "method": s.method, "iterations": iterations},
                     replay_slider: gr.Slider(minimum=0, maximum=len(iterations) - 1,
                                              value=len(iterations) - 1, step=1, interactive=True),
-                    clip_video: mp4, clip_gif: gif}
+                    clip_video: mp4, clip_gif: gif, clip_files: [mp4, gif] if mp4 else None}
         yield out
 
 
@@ -420,11 +508,12 @@ RACE_HEADERS = ["method", "NFE", "wall (s)", "step compression", "latency speed-
 
 @gpu(duration=240)
 def race_stream(model_name, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
-                greedy=False, pace=0.0, history=None):
+                greedy=False, pace=0.0, history=None, clip=None, clip_text=""):
     """AR, SJD, SCD-MC and SCD-Gumbel in lockstep: each tick is one forward pass of each.
 
     The finished curves also go into the session history, so the Generate tab's chart shows
     them next to later runs."""
+    prompt = resolve_prompt(model_name, prompt, clip, clip_text)
     s = check_inputs(model_name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale,
                      seed, prompt)
     pace = check_pace(pace)
@@ -511,9 +600,11 @@ def on_model_change(name: str):
     """Show what the model is (or why it is unavailable) and load its default settings."""
     d = model_defaults(name)
     init = d["init"] if d["init"] != "repeat-frame" or is_video(name) else "random"
+    clip = takes_clip(name)
     return (model_info(name), d["window"], init, d["temperature"], d["top_k"], d["top_p"],
             d["cfg_scale"], d["pace"], gr.Row(visible=is_video(name)),
-            gr.Dataset(samples=[[p] for p in model_examples(name)]))
+            gr.Dataset(samples=[[p] for p in model_examples(name)]),
+            gr.Column(visible=not clip), gr.Column(visible=clip))
 
 
 # ----------------------------------------------------------------------------- layout
@@ -570,10 +661,20 @@ with gr.Blocks(title="Speculative coupled decoding") as demo:
             model_dd = gr.Dropdown(model_choices(), value=default_model(), label="Model",
                                    elem_id="model")
             model_md = gr.Markdown(model_info(default_model()), elem_id="model-info")
-            prompt_tb = gr.Textbox("red apple", label="Prompt", lines=1, max_lines=3,
-                                   elem_id="prompt")
-            examples = gr.Examples([[p] for p in model_examples(default_model())],
-                                   inputs=prompt_tb, label="Example prompts")
+            with gr.Column(visible=not takes_clip(default_model())) as text_box:
+                prompt_tb = gr.Textbox("red apple", label="Prompt", lines=1, max_lines=3,
+                                       elem_id="prompt")
+                examples = gr.Examples([[p] for p in model_examples(default_model())],
+                                       inputs=prompt_tb, label="Example prompts")
+            with gr.Column(visible=takes_clip(default_model())) as clip_box:
+                clip_in = gr.Video(label="Prompt clip: the model continues it", sources=["upload"],
+                                   format=None, include_audio=True, elem_id="prompt-clip",
+                                   height=200)
+                clip_text_tb = gr.Textbox("", label="Clip text (Video2World only)", lines=1,
+                                          max_lines=3, elem_id="clip-text",
+                                          info="optional; leave empty for the 4B base model")
+                gr.Examples([[p] for p in example_clips()], inputs=clip_in,
+                            label="Example clips")
             method_rd = gr.Radio(METHODS, value="scd-mc", label="Method", elem_id="method")
             d0 = model_defaults(default_model())
             with gr.Row():
@@ -623,6 +724,9 @@ with gr.Blocks(title="Speculative coupled decoding") as demo:
                                               interactive=False, height=300)
                         clip_gif = gr.Image(label="Finished clip (GIF)", type="filepath",
                                             interactive=False, elem_id="clip-gif", height=300)
+                        clip_files = gr.File(label="Download the clip (MP4, GIF)",
+                                             file_count="multiple", interactive=False,
+                                             elem_id="clip-files", height=300)
                     with gr.Accordion("Replay and export the last run", open=False):
                         replay_slider = gr.Slider(0, 1, value=0, step=1, label="Iteration",
                                                   interactive=True, elem_id="replay-slider")
@@ -669,12 +773,14 @@ with gr.Blocks(title="Speculative coupled decoding") as demo:
                 seed_nb, prompt_tb]
     gen_outputs = [live_image, status, chart_committed, chart_length, chart_rate,
                    heat_committed, heat_stability, summary, history_state, last_run,
-                   replay_slider, clip_video, clip_gif]
-    gen_event = gen_btn.click(generate_stream, controls + [pace_nb, history_state], gen_outputs,
+                   replay_slider, clip_video, clip_gif, clip_files]
+    clip_inputs = [clip_in, clip_text_tb]
+    gen_event = gen_btn.click(generate_stream, controls + [pace_nb, history_state] + clip_inputs,
+                              gen_outputs,
                               api_name="generate", concurrency_limit=1, concurrency_id="gpu",
                               time_limit=600)
     race_inputs = [model_dd, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, seed_nb,
-                   prompt_tb, greedy_cb, pace_nb, history_state]
+                   prompt_tb, greedy_cb, pace_nb, history_state] + clip_inputs
     race_event = race_btn.click(race_stream, race_inputs,
                                 [*race_images.values(), race_status, race_chart, race_summary,
                                  race_note, history_state],
@@ -684,7 +790,7 @@ with gr.Blocks(title="Speculative coupled decoding") as demo:
     model_dd.change(on_model_change, model_dd,
                     [model_md, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, pace_nb,
                      clip_row,
-                     examples.dataset],
+                     examples.dataset, text_box, clip_box],
                     api_visibility="private")
     replay_slider.release(replay_view, [replay_slider, last_run],
                           [replay_image, replay_text, replay_probs],
