@@ -140,3 +140,16 @@ def test_served_bad_clip_is_an_error_then_a_clip_gives_an_mp4(served_model):
         assert [os.path.splitext(f)[1] for f in out[-1]] == [".mp4", ".gif"]   # downloads
     finally:
         app.demo.close()
+
+
+def test_live_picture_shows_the_generated_frames_not_the_given_ones(served_model):
+    """33 decoded frames = 2 given latent frames + 3 generated; each generated latent frame
+    (8 pixel frames) is shown by its last pixel frame: 16, 24, 32."""
+    model, clip, _ = served_model
+    model.start([clip])
+    assert app.R.token_frame_picks(model, 33, 3, 4 * 5) == [16, 24, 32]
+
+    class NoPrefix:
+        pass
+
+    assert app.R.token_frame_picks(NoPrefix(), 33, 3, 20) == [0, 11, 22]   # spread evenly
