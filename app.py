@@ -207,7 +207,7 @@ def model_info(name: str) -> str:
     entry = REGISTRY.get(name)
     if entry is None:
         return f"Unknown model {name!r}."
-    reason = availability(name)
+    reason = None if name in _models else availability(name)
     state = "ready" if reason is None else f"**unavailable here:** {reason}"
     return f"`{name}` ({entry.kind}): {entry.description}. {state}"
 
