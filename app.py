@@ -66,6 +66,7 @@ REAL_DEFAULTS = dict(window=32, init="random", temperature=1.0, top_k=1000, top_
 CLIP_DEFAULTS = dict(window=128, init="repeat-frame", temperature=1.0, top_k=0, top_p=0.8,
                      cfg_scale=1.0, pace=0.0)
 CLIP_FRAMES = 12                     # frames of each generated example clip
+MAX_CLIP_UPLOAD = "50mb"             # a prompt clip is short: only its first frames are read
 MAX_PACE = 2.0
 
 
@@ -805,7 +806,7 @@ def main() -> None:
     if os.environ.get("SCD_THREADS"):   # else the embedded models' own choice (1 on <= 2 cores)
         torch.set_num_threads(int(os.environ["SCD_THREADS"]))
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
-                theme=gr.themes.Soft())
+                theme=gr.themes.Soft(), max_file_size=MAX_CLIP_UPLOAD)
 
 
 if __name__ == "__main__":
