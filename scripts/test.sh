@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the tests need into .venv and run them (the README's test command).
 #   - torch's CPU build first (an unpinned torch would pull a multi-GB CUDA build);
-#   - Debian's chromium (browser test) and fonts-noto-color-emoji (data test) when run as root;
+#   - Debian's chromium (browser test), fonts-noto-color-emoji and unicode-data (emoji data
+#     test) when run as root;
 #   - then pytest. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +11,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=""
   command -v chromium >/dev/null || missing="$missing chromium"
   [ -f /usr/share/fonts/truetype/noto/NotoColorEmoji.ttf ] || missing="$missing fonts-noto-color-emoji"
+  [ -f /usr/share/unicode/emoji/emoji-test.txt ] || missing="$missing unicode-data"
   if [ -n "$missing" ]; then
     echo "== apt-get install$missing"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
