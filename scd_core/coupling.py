@@ -76,12 +76,11 @@ def _mix32(h: torch.Tensor) -> torch.Tensor:
     return h ^ (h >> 15)
 
 
-def _key(seed: int, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """A 32-bit hash of (seed, row, position), broadcast over rows/positions."""
-    h = _mix32(torch.tensor(seed & _MASK32, device=positions.device) ^ 0x1B873593)
+def row_keys(seed: int, rows: torch.Tensor) -> torch.Tensor:
+    """A 32-bit key per (seed, row); position keys derive from it (see `gumbel_noise`)."""
+    h = _mix32(torch.tensor(seed & _MASK32, device=rows.device) ^ 0x1B873593)
     h = _mix32(h ^ ((seed >> 32) & _MASK32))
-    h = _mix32(h ^ rows)
-    return _mix32(h ^ positions)
+    return _mix32(h ^ rows)
 
 
 _TOKEN_HASH: dict[tuple[int, str], torch.Tensor] = {}
@@ -101,7 +100,12 @@ def gumbel_noise(seed: int, rows: torch.LongTensor, positions: torch.LongTensor,
     (the resolution of float32, the precision p itself is computed in) from a counter-based
     hash: no table is stored and the same position always gets the same noise.
     """
-    key = _key(seed, rows, positions).unsqueeze(-1)
+    return gumbel_noise_for_keys(row_keys(seed, rows), positions, vocab)
+
+
+def gumbel_noise_for_keys(keys: torch.Tensor, positions: torch.LongTensor, vocab: int) -> torch.Tensor:
+    """`gumbel_noise` from precomputed `row_keys` (broadcast against positions)."""
+    key = _mix32(keys ^ positions).unsqueeze(-1)
     h = _mix32(key ^ _token_hash(vocab, positions.device))
     u = ((h >> 8).float() + 0.5) * (1.0 / 16777216.0)
     return -torch.log(-torch.log(u))

@@ -126,6 +126,7 @@ class _Decoder:
         B, N, D = self.B, self.N, self.D
         self.rows = torch.arange(B, device=self.device)
         self.slots = torch.arange(self.L, device=self.device)    # slot indices 0..L-1, reused
+        self.gumbel_keys = coupling.row_keys(self.cfg.seed, self.rows).unsqueeze(1)   # [B, 1]
         self.tokens = torch.full((B, N), -1, dtype=torch.long, device=self.device)
         self.n = torch.zeros(B, dtype=torch.long, device=self.device)
         self.drafts = torch.full((B, D), -1, dtype=torch.long, device=self.device)
@@ -266,13 +267,12 @@ class _Decoder:
         kc = k.clamp(max=self.D - 1)
         if coupled is not None:
             return _take(coupled, kc)
-        index = kc.view(-1, 1, 1).expand(-1, 1, self.V)
-        return self._resample(p.gather(1, index)[:, 0], self.q.gather(1, index)[:, 0])
+        return self._resample(p[self.rows, kc], self.q[self.rows, kc])
 
     def _sample_target(self, p: torch.Tensor, positions: torch.Tensor) -> torch.LongTensor:
         """Draw from p [B, S, V] at absolute positions [B, S]: Gumbel-coupled for SCD-Gumbel."""
         if self.cfg.method == "scd-gumbel":
-            noise = coupling.gumbel_noise(self.cfg.seed, self.rows.unsqueeze(1), positions, self.V)
+            noise = coupling.gumbel_noise_for_keys(self.gumbel_keys, positions, self.V)
             return coupling.gumbel_argmax(p, noise)
         return coupling.sample(p, self.generator)
 

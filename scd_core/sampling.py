@@ -38,7 +38,8 @@ def processed_probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     logits = logits.float()
     if cfg.greedy:
         return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
-    logits = logits / cfg.temperature
+    if cfg.temperature != 1.0:
+        logits = logits / cfg.temperature
     if 0 < cfg.top_k < logits.shape[-1]:
         kth = logits.topk(cfg.top_k, dim=-1, sorted=False).values.amin(-1, keepdim=True)
         logits = logits.masked_fill(logits < kth, float("-inf"))
