@@ -755,7 +755,7 @@ with gr.Blocks(title="Speculative coupled decoding") as demo:
                     with gr.Row():
                         race_images = {m: gr.Image(label=METHOD_NAMES[m], format="png",
                                                    interactive=False, elem_id=f"race-{m}",
-                                                   min_width=120)
+                                                   min_width=120, height=190)
                                        for m in RACE_ORDER}
                     gr.HTML(R.legend_html().replace('id="scd-legend"', 'id="race-legend"'))
                     race_status = gr.Markdown(elem_id="race-status")
