@@ -23,7 +23,9 @@ FILTERS = {"none": {}, "top-k": {"top_k": 2}, "top-p": {"top_p": 0.7}, "temp-0.7
 CFG = {"cfg-off": 1.0, "cfg-on": 2.5}
 BATCH_CASES = list(itertools.product(METHODS, ["random", "repeat-above"], CFG, FILTERS))
 VIDEO_CASES = [(m, "repeat-frame") for m in METHODS[1:]]
-SINGLE_ROW_CASES = list(itertools.product(METHODS, ["random", "repeat-above"]))
+SINGLE_ROW_SETTINGS = {"cfg-on, top-k": (2.0, {"top_k": 2}),
+                       "cfg-off, top-p, temp-0.7": (1.0, {"top_p": 0.8, "temperature": 0.7})}
+SINGLE_ROW_CASES = list(itertools.product(METHODS, ["random", "repeat-above"], SINGLE_ROW_SETTINGS))
 NUM_TESTS = len(BATCH_CASES) + len(VIDEO_CASES) + len(SINGLE_ROW_CASES)
 ALPHA = 1e-4 / NUM_TESTS
 PROMPTS = ("a red apple", "a cat")
@@ -65,14 +67,16 @@ def test_video_grid_with_repeat_frame(method, init):
         assert p > ALPHA, f"{method}/{init}: chi-square p = {p:.3g}"
 
 
-@pytest.mark.parametrize("method,init", SINGLE_ROW_CASES)
-def test_single_row_calls_sample_the_exact_joint(method, init):
+@pytest.mark.parametrize("method,init,setting", SINGLE_ROW_CASES)
+def test_single_row_calls_sample_the_exact_joint(method, init, setting):
     """B = 1: 2,500 separate calls (seeds 0..2499) on a 2 x 2 grid (81 sequences)."""
     small = ToyModel(vocab_size=3, grid=(2, 2), scale=1.5, seed=1)
+    cfg_scale, sampling = SINGLE_ROW_SETTINGS[setting]
     tokens = torch.cat([scd_core.generate(small, [PROMPTS[0]], method=method, window=3, seed=s,
-                                          cfg_scale=2.0, init=init, top_k=2).tokens for s in range(2500)])
-    (p,) = joint_pvalues(small, tokens, [PROMPTS[0]] * len(tokens), 2.0, {"top_k": 2})
-    assert p > ALPHA, f"{method}/{init} at B=1: chi-square p = {p:.3g}"
+                                          cfg_scale=cfg_scale, init=init, **sampling).tokens
+                        for s in range(2500)])
+    (p,) = joint_pvalues(small, tokens, [PROMPTS[0]] * len(tokens), cfg_scale, sampling)
+    assert p > ALPHA, f"{method}/{init}/{setting} at B=1: chi-square p = {p:.3g}"
 
 
 def test_wide_window_covers_the_whole_grid(toy):
