@@ -143,7 +143,7 @@ class _Decoder:
                             verified=torch.zeros(B, D, dtype=torch.bool, device=self.device),
                             accepted=torch.zeros(B, D, dtype=torch.bool, device=self.device),
                             accept_prob=torch.full((B, D), float("nan"), device=self.device),
-                            k=torch.zeros_like(self.n), bonus=torch.zeros_like(self.n, dtype=torch.bool),
+                            bonus=torch.zeros_like(self.n, dtype=torch.bool),
                             carried=torch.zeros(B, D, dtype=torch.bool, device=self.device),
                             unchanged=torch.zeros_like(self.n))
 
@@ -180,7 +180,7 @@ class _Decoder:
         accepted = slot[: self.D].unsqueeze(0) < k.unsqueeze(1)
         accept_prob = accept_prob.masked_fill(~verified_region, float("nan"))
         return self._record(n_before, start, fed, committed, rejected, verified, accepted,
-                            accept_prob, k, bonus, carried, unchanged)
+                            accept_prob, bonus, carried, unchanged)
 
     def _fill_drafts(self) -> None:
         """Fill empty draft slots (inside the grid) with the init scheme and its exact q."""
@@ -222,9 +222,16 @@ class _Decoder:
         W = min(L, the most tokens any row still needs); a row needing fewer starts earlier
         (start = N - W) and re-feeds committed tokens, so that it never runs past the grid.
         """
-        W = int(min(self.L, int((self.N - self.n).max())))
-        start = torch.minimum(self.n - 1, torch.full_like(self.n, self.N - W))
-        off = self.n - 1 - start                                  # committed tokens re-fed after the last one
+        n_min, n_max = torch.aminmax(self.n)
+        n_min, n_max = int(n_min), int(n_max)
+        W = min(self.L, self.N - n_min)
+        last = self.n - 1
+        if n_max - 1 <= self.N - W:                               # no row near the end: the usual case
+            fed = torch.cat([self.tokens.gather(1, last.unsqueeze(1)), self.drafts[:, : W - 1]], 1)
+            off = torch.zeros_like(self.n)
+            return fed, last, off, off + (W - 1)
+        start = last.clamp(max=self.N - W)
+        off = last - start                                        # committed tokens re-fed after the last one
         m = W - 1 - off                                           # drafts fed
         pos = start.unsqueeze(1) + self.slots[:W]
         rel = pos - self.n.unsqueeze(1)
@@ -318,24 +325,18 @@ class _Decoder:
         if t.is_cuda:
             torch.cuda.synchronize(t.device)
 
-    def _record(self, n_before, start, fed, committed, rejected, verified, accepted, accept_prob, k,
+    def _record(self, n_before, start, fed, committed, rejected, verified, accepted, accept_prob,
                 bonus, carried, unchanged) -> Iteration:
-        B, D = self.B, self.D
-        canvas = self.tokens.clone()
-        if D:
-            pos = self.n.unsqueeze(1) + self.slots[:D]
-            ok = (self.drafts >= 0) & (pos < self.N)
-            canvas.scatter_(1, torch.where(ok, pos, 0), torch.where(ok, self.drafts, canvas[:, :1].expand(-1, D)))
-        W = fed.shape[1]
+        """The trace record of this pass (on the host; on a CPU without copies: nothing the
+        record holds is modified in place afterwards)."""
+        host = (lambda t: t) if self.device.type == "cpu" else (lambda t: t.cpu())
         record = Iteration(
-            index=self.index, method=self.cfg.method, n_before=n_before.cpu(), n_after=self.n.cpu(),
-            start=start.cpu(), window_positions=(start.unsqueeze(1) + self.slots[:W]).cpu(),
-            window_tokens=fed.cpu(), verified=verified.cpu(), accepted=accepted.cpu(),
-            accept_prob=accept_prob.cpu(), first_rejection=torch.where(rejected, k, -1).cpu(),
-            committed_tokens=committed.cpu(), resampled=rejected.cpu(), bonus=bonus.cpu(),
-            drafts_after=self.drafts.cpu(), draft_new=(~carried & (self.drafts >= 0)).cpu(),
-            unchanged=unchanged.cpu(), canvas=canvas.cpu(), nfe=self.nfe,
-            wall_time=self.busy + time.perf_counter() - self.entered, step_time=self.step_time)
+            index=self.index, method=self.cfg.method, n_before=host(n_before), n_after=host(self.n),
+            start=host(start), window_tokens=host(fed), verified=host(verified), accepted=host(accepted),
+            accept_prob=host(accept_prob), committed_tokens=host(committed), resampled=host(rejected),
+            bonus=host(bonus), drafts_after=host(self.drafts), carried=host(carried),
+            unchanged=host(unchanged), tokens_after=host(self.tokens.clone()),
+            nfe=self.nfe, wall_time=self.busy + time.perf_counter() - self.entered, step_time=self.step_time)
         self.busy = record.wall_time
         self.index += 1
         return record

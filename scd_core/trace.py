@@ -29,23 +29,47 @@ class Iteration:
     n_before: torch.LongTensor          # [B] tokens committed before this pass
     n_after: torch.LongTensor           # [B] tokens committed after it
     start: torch.LongTensor             # [B] position of the first fed token (-1: prefill)
-    window_positions: torch.LongTensor  # [B, W] generated positions fed this pass
     window_tokens: torch.LongTensor     # [B, W] the tokens fed (committed, then drafts)
     verified: torch.BoolTensor          # [B, D] slot i was tested against p
     accepted: torch.BoolTensor          # [B, D] slot i was accepted (a prefix of `verified`)
     accept_prob: torch.Tensor           # [B, D] min(1, p/q) of each draft fed (NaN: none)
-    first_rejection: torch.LongTensor   # [B] slot of the first rejection, -1 if none
     committed_tokens: torch.LongTensor  # [B, D + 1] tokens committed this pass (-1 padded)
     resampled: torch.BoolTensor         # [B] the last committed token came from the residual
     bonus: torch.BoolTensor             # [B] the last committed token is the bonus sample
     drafts_after: torch.LongTensor      # [B, D] next iteration's drafts (-1: none), slot i at n_after + i
-    draft_new: torch.BoolTensor         # [B, D] the draft in that slot was created by the init scheme
-    unchanged: torch.LongTensor         # [B] drafts kept with the same token as in this pass's window
-    canvas: torch.LongTensor            # [B, N] committed tokens, then the next drafts, -1 elsewhere
+    carried: torch.BoolTensor           # [B, D] that draft was fed this pass and is still a draft
+    unchanged: torch.LongTensor         # [B] carried drafts with the same token as in this pass's window
+    tokens_after: torch.LongTensor      # [B, N] committed tokens after this pass, -1 elsewhere
     nfe: int                            # cumulative forward passes, prefill included
     wall_time: float                    # cumulative seconds spent decoding (a consumer's time between
                                         # records of `stream` is not counted)
     step_time: float                    # cumulative seconds spent inside Session.step / start
+
+    @property
+    def window_positions(self) -> torch.LongTensor:
+        """[B, W] generated positions fed this pass."""
+        return self.start.unsqueeze(1) + torch.arange(self.window_tokens.shape[1])
+
+    @property
+    def first_rejection(self) -> torch.LongTensor:
+        """[B] slot of the first rejection, -1 if none."""
+        return torch.where(self.resampled, self.accepted.sum(1), -1)
+
+    @property
+    def draft_new(self) -> torch.BoolTensor:
+        """[B, D] the draft in that slot was drawn fresh (not fed this pass)."""
+        return (self.drafts_after >= 0) & ~self.carried
+
+    @property
+    def canvas(self) -> torch.LongTensor:
+        """[B, N] committed tokens, then the next drafts, -1 elsewhere."""
+        canvas = self.tokens_after.clone()
+        D = self.drafts_after.shape[1]
+        if D:
+            pos = self.n_after.unsqueeze(1) + torch.arange(D)
+            ok = (self.drafts_after >= 0) & (pos < canvas.shape[1])
+            canvas.scatter_(1, torch.where(ok, pos, 0), torch.where(ok, self.drafts_after, canvas[:, :1]))
+        return canvas
 
     @property
     def committed(self) -> torch.LongTensor:
@@ -83,7 +107,7 @@ class Run:
     def from_iterations(cls, iterations: list[Iteration], decode=None) -> "Run":
         """Assemble a Run from the records `scd_core.stream` yielded (the last one closes it)."""
         last = iterations[-1]
-        return cls(tokens=last.canvas, nfe=last.nfe, wall_time=last.wall_time,
+        return cls(tokens=last.tokens_after, nfe=last.nfe, wall_time=last.wall_time,
                    step_time=last.step_time, iterations=list(iterations), method=last.method,
                    window=int(last.verified.shape[1]) + 1, _decode=decode)
 

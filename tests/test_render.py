@@ -19,9 +19,10 @@ def make_iteration(n_before: int, n_after: int, accepted: int, drafts: int, N: i
                    window: int = 5, resampled: bool = False, index: int = 1) -> Iteration:
     """A one-row record: `accepted` drafts accepted, then one new token, `drafts` drafts after."""
     D = window - 1
-    canvas = torch.full((1, N), -1, dtype=torch.long)
-    canvas[0, :n_after] = 7
-    canvas[0, n_after:n_after + drafts] = 3
+    tokens_after = torch.full((1, N), -1, dtype=torch.long)
+    tokens_after[0, :n_after] = 7
+    drafts_after = torch.full((1, D), -1)
+    drafts_after[0, :drafts] = 3
     acc = torch.zeros(1, D, dtype=torch.bool)
     acc[0, :accepted] = True
     ver = acc.clone()
@@ -29,12 +30,12 @@ def make_iteration(n_before: int, n_after: int, accepted: int, drafts: int, N: i
         ver[0, accepted] = True
     return Iteration(
         index=index, method="sjd", n_before=torch.tensor([n_before]), n_after=torch.tensor([n_after]),
-        start=torch.tensor([max(n_before - 1, 0)]), window_positions=torch.zeros(1, window, dtype=torch.long),
+        start=torch.tensor([max(n_before - 1, 0)]),
         window_tokens=torch.zeros(1, window, dtype=torch.long), verified=ver, accepted=acc,
-        accept_prob=torch.full((1, D), 0.5), first_rejection=torch.tensor([accepted if resampled else -1]),
+        accept_prob=torch.full((1, D), 0.5),
         committed_tokens=torch.full((1, D + 1), -1), resampled=torch.tensor([resampled]),
-        bonus=torch.tensor([not resampled]), drafts_after=torch.full((1, D), -1),
-        draft_new=torch.zeros(1, D, dtype=torch.bool), unchanged=torch.tensor([0]), canvas=canvas,
+        bonus=torch.tensor([not resampled]), drafts_after=drafts_after,
+        carried=torch.zeros(1, D, dtype=torch.bool), unchanged=torch.tensor([0]), tokens_after=tokens_after,
         nfe=index + 1, wall_time=0.1, step_time=0.05)
 
 
