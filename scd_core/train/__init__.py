@@ -1,6 +1,22 @@
 """Training commands of the embedded `tiny` models (data, tokenizer, priors, export).
 
 Every step is a command (`python -m scd_core.train.<step> --help`), deterministic given its
-seed, resumable from its checkpoint, and printing progress. Nothing here runs at import time
-of `scd_core`, and nothing here is needed to *use* the shipped weights.
+seed and thread count, resumable from its checkpoint, and printing progress. Nothing here
+runs at import time of `scd_core`, and nothing here is needed to *use* the shipped weights.
+
+How the shipped weights in assets/tiny were made (2 shared CPU cores, 1 thread each):
+
+    python -m scd_core.train.data --out data/emoji32                        # ~10-25 s
+    # the tokenizer's cosine horizon was shortened twice while it ran (CPU contention):
+    python -m scd_core.train.tokenizer --steps 3400   # stopped at its step-538 checkpoint
+    python -m scd_core.train.tokenizer --steps 1500   # resumed; stopped at step 769
+    python -m scd_core.train.tokenizer --steps 1100   # resumed to the end (~19 min in all)
+    cp checkpoints/vq.safetensors checkpoints/vq_final.safetensors; cp checkpoints/vq.json checkpoints/vq_final.json
+    python -m scd_core.train.tokens --vq checkpoints/vq_final --what image  # 45 s
+    python -m scd_core.train.tokens --vq checkpoints/vq_final --what video  # 104 s
+    python -m scd_core.train.prior --kind image --steps 2600 --batch 64 --lr 1.5e-3      # 72 min
+    python -m scd_core.train.prior --kind video --steps 1200 --batch 16 --lr 1.5e-3 \
+        --d-model 192 --heads 3                                                       # 73 min
+    python -m scd_core.train.export --vq checkpoints/vq_final
+    python -m scd_core.train.samples --model tiny; python -m scd_core.train.samples --model tiny-video
 """
