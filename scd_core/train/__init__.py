@@ -17,6 +17,10 @@ How the shipped weights in assets/tiny were made (2 shared CPU cores, 1 thread e
     python -m scd_core.train.prior --kind image --steps 2600 --batch 64 --lr 1.5e-3      # 72 min
     python -m scd_core.train.prior --kind video --steps 1200 --batch 16 --lr 1.5e-3 \
         --d-model 192 --heads 3                                                       # 73 min
+    # then the video prior was resumed on an idle machine (2 threads): first with --steps 3000
+    # (steps 1200 -> 1310, stopped: too short a horizon), then to the end (19 min):
+    python -m scd_core.train.prior --kind video --steps 2000 --batch 16 --lr 1.5e-3 \
+        --d-model 192 --heads 3 --threads 2          # held-out NLL 1.831 (step 1200) -> 1.696
     python -m scd_core.train.export --vq checkpoints/vq_final
     python -m scd_core.train.samples --model tiny; python -m scd_core.train.samples --model tiny-video
 """
