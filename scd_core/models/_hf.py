@@ -246,3 +246,13 @@ class RowSlots:
             crop_to(cache, keep)
             self.valid = self.valid[:, :keep]
             self.off = self.off[:, :keep]
+
+
+def load_pretrained(folder: str, model_cls, processor_cls, device, dtype, family: str):
+    """(model on `device` in eval mode, processor) from a local folder, never downloading."""
+    try:
+        processor = processor_cls.from_pretrained(folder, local_files_only=True)
+        model = model_cls.from_pretrained(folder, dtype=dtype, local_files_only=True)
+    except OSError as exc:
+        raise WeightsNotFoundError(f"model: could not load {family} from {folder!r}: {exc}") from exc
+    return model.to(device).eval(), processor

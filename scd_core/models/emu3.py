@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ._hf import (RowSlots, WeightsNotFoundError, cached_snapshot, check_cfg, check_prompts,
+from ._hf import (RowSlots, cached_snapshot, load_pretrained, check_cfg, check_prompts,
                   check_step, check_tokens, config_model_type, download_hint, left_pad,
                   pick_device_dtype, resolve_weights)
 
@@ -63,12 +63,7 @@ def load_emu3(name_or_path: str, device: str | torch.device | None = None,
     dev, dt = pick_device_dtype(device, dtype)
     from transformers import Emu3ForConditionalGeneration, Emu3Processor
 
-    try:
-        processor = Emu3Processor.from_pretrained(folder, local_files_only=True)
-        model = Emu3ForConditionalGeneration.from_pretrained(folder, dtype=dt, local_files_only=True)
-    except OSError as exc:
-        raise WeightsNotFoundError(f"model: could not load Emu3 from {folder!r}: {exc}") from exc
-    model = model.to(dev).eval()
+    model, processor = load_pretrained(folder, Emu3ForConditionalGeneration, Emu3Processor, dev, dt, "Emu3")
     return Emu3TokenModel(model, processor, image_area=image_area, ratio=ratio,
                           name=name_or_path, **kwargs)
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ._hf import (RowSlots, WeightsNotFoundError, cached_snapshot, check_cfg, check_prompts,
+from ._hf import (RowSlots, cached_snapshot, load_pretrained, check_cfg, check_prompts,
                   check_step, check_tokens, config_model_type, download_hint, left_pad,
                   pick_device_dtype, resolve_weights)
 
@@ -57,12 +57,7 @@ def load_janus(name_or_path: str, device: str | torch.device | None = None,
     dev, dt = pick_device_dtype(device, dtype)
     from transformers import JanusForConditionalGeneration, JanusProcessor
 
-    try:
-        processor = JanusProcessor.from_pretrained(folder, local_files_only=True)
-        model = JanusForConditionalGeneration.from_pretrained(folder, dtype=dt, local_files_only=True)
-    except OSError as exc:
-        raise WeightsNotFoundError(f"model: could not load Janus from {folder!r}: {exc}") from exc
-    model = model.to(dev).eval()
+    model, processor = load_pretrained(folder, JanusForConditionalGeneration, JanusProcessor, dev, dt, "Janus")
     return JanusTokenModel(model, processor, name=name_or_path, **kwargs)
 
 
