@@ -78,3 +78,24 @@ def model_tensors(path: str | Path) -> dict[str, torch.Tensor]:
 
     tensors = load_file(str(Path(path).with_suffix(".safetensors")))
     return {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}
+
+
+class CheckpointClock:
+    """When to save (every `every_minutes`, at the last step, at the time limit) and when to stop."""
+
+    def __init__(self, every_minutes: float, max_minutes: float):
+        self.every, self.limit = 60 * every_minutes, 60 * max_minutes
+        self.t0 = self.last = time.time()
+
+    def elapsed(self) -> float:
+        return time.time() - self.t0
+
+    def save_if_due(self, save, step: int, last_step: int) -> bool:
+        """Call `save()` when a checkpoint is due; True when the time limit has been reached."""
+        out_of_time = bool(self.limit) and self.elapsed() > self.limit
+        if time.time() - self.last > self.every or step == last_step or out_of_time:
+            save()
+            self.last = time.time()
+        if out_of_time:
+            print("time limit reached", flush=True)
+        return out_of_time

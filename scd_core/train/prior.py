@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from scd_core.models.tiny import GPTConfig, TinyGPT
-from scd_core.train.common import cosine_lr, load_checkpoint, save_checkpoint, set_threads
+from scd_core.train.common import CheckpointClock, cosine_lr, load_checkpoint, save_checkpoint, set_threads
 
 WORD_DROP, PROMPT_DROP = 0.15, 0.10
 
@@ -121,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.kind} prior: {n_params / 1e6:.2f} M params, grid {cfg.grid}, {len(train_rows)} train / "
           f"{len(val_rows)} held-out sequences", flush=True)
     info = {"config": asdict(cfg), "args": vars(args)}
-    t0 = last_ckpt = time.time()
+    clock = CheckpointClock(args.ckpt_minutes, args.max_minutes)
     running = None
     model.train()
     while step < args.steps:
@@ -138,19 +137,14 @@ def main(argv: list[str] | None = None) -> None:
         running = loss.item() if running is None else 0.98 * running + 0.02 * loss.item()
         if step % 50 == 0:
             print(f"step {step} train_nll {running:.4f} lr {opt.param_groups[0]['lr']:.2e} "
-                  f"({time.time() - t0:.0f} s)", flush=True)
+                  f"({clock.elapsed():.0f} s)", flush=True)
         if step % args.eval_every == 0 or step == args.steps:
             info["val_nll"] = round(held_out_nll(model, data, val_rows), 4)
             info["train_nll"] = round(running, 4)
             print(f"eval step {step}: held-out nll {info['val_nll']:.4f} nats/token", flush=True)
-        out_of_time = args.max_minutes and time.time() - t0 > 60 * args.max_minutes
-        if time.time() - last_ckpt > 60 * args.ckpt_minutes or step == args.steps or out_of_time:
-            save_checkpoint(ckpt, model, opt, gen, step, info)
-            last_ckpt = time.time()
-        if out_of_time:
-            print("time limit reached", flush=True)
+        if clock.save_if_due(lambda: save_checkpoint(ckpt, model, opt, gen, step, info), step, args.steps):
             break
-    print(f"done at step {step} in {time.time() - t0:.0f} s", flush=True)
+    print(f"done at step {step} in {clock.elapsed():.0f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from dataclasses import asdict
 
 import torch
@@ -20,7 +19,7 @@ import torch.nn.functional as F
 
 from scd_core.models.tiny import VQConfig, VQLite, flat_white_mask
 from scd_core.train.augment import random_affine
-from scd_core.train.common import cosine_lr, load_checkpoint, save_checkpoint, set_threads
+from scd_core.train.common import CheckpointClock, cosine_lr, load_checkpoint, save_checkpoint, set_threads
 from scd_core.train.data import load_dataset
 
 
@@ -112,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"resumed from {ckpt} at step {step}", flush=True)
     info = {"config": asdict(cfg), "args": vars(args)}
     usage = torch.zeros(cfg.codebook_size)
-    t0 = last_ckpt = time.time()
+    clock = CheckpointClock(args.ckpt_minutes, args.max_minutes)
     model.train()
     while step < args.steps:
         for g in opt.param_groups:
@@ -129,19 +128,14 @@ def main(argv: list[str] | None = None) -> None:
             n = restart_dead_codes(model, usage, z, white, gen) if step < 0.8 * args.steps else 0
             usage.zero_()
             print(f"step {step} loss {loss.item():.4f} mse {parts['mse']:.5f} restarted {n} "
-                  f"({time.time() - t0:.0f} s)", flush=True)
+                  f"({clock.elapsed():.0f} s)", flush=True)
         if step % args.eval_every == 0 or step == args.steps:
             ev = evaluate(model, val, train[::3])
             info["eval"] = ev
             print(f"eval step {step}: {json.dumps(ev)}", flush=True)
-        out_of_time = args.max_minutes and time.time() - t0 > 60 * args.max_minutes
-        if time.time() - last_ckpt > 60 * args.ckpt_minutes or step == args.steps or out_of_time:
-            save_checkpoint(ckpt, model, opt, gen, step, info)
-            last_ckpt = time.time()
-        if out_of_time:
-            print("time limit reached", flush=True)
+        if clock.save_if_due(lambda: save_checkpoint(ckpt, model, opt, gen, step, info), step, args.steps):
             break
-    print(f"done at step {step} in {time.time() - t0:.0f} s", flush=True)
+    print(f"done at step {step} in {clock.elapsed():.0f} s", flush=True)
 
 
 if __name__ == "__main__":
