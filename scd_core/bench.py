@@ -6,7 +6,8 @@
 Every row averages over prompts x seeds. Latency speed-up divides AR's mean wall time by
 the method's, both measured here; engine share is the time the engine spends outside
 `Session.step` per forward pass, as a fraction of the forward time (the paper reports
-1.66 ms of 36.41 ms, 4.6%, for its vectorised MRS on Janus-Pro-7B).
+1.66 ms of 36.41 ms, 4.6%, for its vectorised MRS on Janus-Pro-7B), and as a fraction of
+the run's whole wall time (engine + forward).
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ import scd_core
 
 DEFAULT_PROMPTS = ["grinning face", "red apple", "cat face", "flag france", "rocket", "red heart"]
 COLUMNS = ["method", "window", "init", "nfe", "step_compression", "mean_accepted_length", "acceptance_rate",
-           "draft_stability", "wall_s", "latency_speedup", "engine_ms_per_iter", "engine_share"]
+           "draft_stability", "wall_s", "latency_speedup", "engine_ms_per_iter", "engine_share",
+           "engine_wall_share"]
 
 
 @dataclass
@@ -41,6 +43,7 @@ class Row:
     latency_speedup: float
     engine_ms_per_iter: float
     engine_share: float
+    engine_wall_share: float
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -127,18 +130,20 @@ def summarise(method: str, window: int, init: str, runs: list[scd_core.Run], ar_
     return Row(method, window, init, mean([r.nfe for r in runs]), mean([r.step_compression for r in runs]),
                mean([r.mean_accepted_length for r in runs]), mean([r.acceptance_rate for r in runs]),
                mean([r.draft_stability for r in runs]), wall, ar_wall / wall if wall else float("nan"),
-               1000 * engine / iters, engine / step if step else float("nan"))
+               1000 * engine / iters, engine / step if step else float("nan"),
+               engine / (engine + step) if engine + step else float("nan"))
 
 
 def markdown(rows: list[Row]) -> str:
     header = ["method", "L", "init", "NFE", "step compr.", "mean acc. len", "acc. rate", "draft stab.",
-              "wall s", "latency speed-up", "engine ms/iter", "engine/forward"]
+              "wall s", "latency speed-up", "engine ms/iter", "engine/forward",
+              "engine/wall"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
         lines.append(f"| {r.method} | {r.window} | {r.init} | {r.nfe:.1f} | {r.step_compression:.2f}x | "
                      f"{r.mean_accepted_length:.2f} | {r.acceptance_rate:.3f} | {r.draft_stability:.3f} | "
                      f"{r.wall_s:.3f} | {r.latency_speedup:.2f}x | {r.engine_ms_per_iter:.2f} | "
-                     f"{100 * r.engine_share:.1f}% |")
+                     f"{100 * r.engine_share:.1f}% | {100 * r.engine_wall_share:.1f}% |")
     return "\n".join(lines)
 
 

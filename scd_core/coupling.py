@@ -37,6 +37,15 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > 0, r / mass.clamp(min=torch.finfo(r.dtype).tiny), p)
 
 
+def sample_residual(p: torch.Tensor, q: torch.Tensor, generator: torch.Generator) -> torch.LongTensor:
+    """One draw from each residual norm(max(0, p - q)), or from p where it has no mass.
+
+    `sample` takes unnormalised weights, so the residual is not divided by its mass.
+    """
+    r = (p - q).clamp_(min=0)
+    return sample(torch.where(r.sum(-1, keepdim=True) > 0, r, p), generator)
+
+
 def accept_test(p: torch.Tensor, q: torch.Tensor, x: torch.LongTensor, generator: torch.Generator):
     """The speculative-sampling test over any leading shape [...]: U < min(1, p(x)/q(x)).
 
@@ -66,14 +75,15 @@ def _mix32(h: torch.Tensor) -> torch.Tensor:
     The multipliers are odd and below 2**31, so products of 32-bit values never overflow
     int64, and each round is a bijection of 32-bit values.
     """
-    h = h & _MASK32
-    h = h ^ (h >> 16)
-    h = (h * 0x7FEB352D) & _MASK32
-    h = h ^ (h >> 15)
-    h = (h * 0x2C1B3C6D) & _MASK32
-    h = h ^ (h >> 12)
-    h = (h * 0x297A2D39) & _MASK32
-    return h ^ (h >> 15)
+    h = h & _MASK32                          # a new tensor: the rest works in place on it
+    h ^= h >> 16
+    h.mul_(0x7FEB352D).bitwise_and_(_MASK32)
+    h ^= h >> 15
+    h.mul_(0x2C1B3C6D).bitwise_and_(_MASK32)
+    h ^= h >> 12
+    h.mul_(0x297A2D39).bitwise_and_(_MASK32)
+    h ^= h >> 15
+    return h
 
 
 def row_keys(seed: int, rows: torch.Tensor) -> torch.Tensor:
@@ -105,12 +115,33 @@ def gumbel_noise(seed: int, rows: torch.LongTensor, positions: torch.LongTensor,
 
 def gumbel_noise_for_keys(keys: torch.Tensor, positions: torch.LongTensor, vocab: int) -> torch.Tensor:
     """`gumbel_noise` from precomputed `row_keys` (broadcast against positions)."""
-    key = _mix32(keys ^ positions).unsqueeze(-1)
-    h = _mix32(key ^ _token_hash(vocab, positions.device))
-    u = ((h >> 8).float() + 0.5) * (1.0 / 16777216.0)
-    return -torch.log(-torch.log(u))
+    return -exponential_noise_for_keys(keys, positions, vocab).log()
+
+
+def exponential_noise_for_keys(keys: torch.Tensor, positions: torch.LongTensor, vocab: int) -> torch.Tensor:
+    """E = exp(-G) = -log(u) for the same hashed uniforms u as `gumbel_noise_for_keys`.
+
+    argmax(p / E) = argmax(log p + G): the same Gumbel-max draw with two logarithms fewer.
+    """
+    return exponential_noise_at(position_keys(keys, positions), vocab)
+
+
+def position_keys(keys: torch.Tensor, positions: torch.LongTensor) -> torch.Tensor:
+    """The 32-bit key of each (row key, absolute position): the counter the noise hashes."""
+    return _mix32(keys ^ positions)
+
+
+def exponential_noise_at(position_key: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Exponential(1) noise [..., V] from `position_keys` [...]: one hash per token."""
+    h = _mix32(position_key.unsqueeze(-1) ^ _token_hash(vocab, position_key.device))
+    return (h >> 8).float().add_(0.5).mul_(1.0 / 16777216.0).log_().neg_()
 
 
 def gumbel_argmax(p: torch.Tensor, noise: torch.Tensor) -> torch.LongTensor:
     """argmax(log p + G): a draw from p, coupled across calls that share G."""
     return (p.log() + noise).argmax(-1)
+
+
+def exponential_argmax(p: torch.Tensor, noise: torch.Tensor) -> torch.LongTensor:
+    """argmax(p / E) with E = exp(-G): the Gumbel-max draw of `gumbel_argmax`."""
+    return (p / noise).argmax(-1)

@@ -20,6 +20,9 @@ import torch
 class Iteration:
     """One forward pass and what the engine did with it. Tensors are on the CPU.
 
+    The engine builds records under `torch.inference_mode()`: read them freely, and clone
+    one before changing it in place (`Run.tokens` is already an ordinary tensor).
+
     Index conventions: B rows; W tokens fed this pass; D = window - 1 draft slots.
     Draft slot i of row b is generated position `n_before[b] + i`.
     """
@@ -107,7 +110,7 @@ class Run:
     def from_iterations(cls, iterations: list[Iteration], decode=None) -> "Run":
         """Assemble a Run from the records `scd_core.stream` yielded (the last one closes it)."""
         last = iterations[-1]
-        return cls(tokens=last.tokens_after, nfe=last.nfe, wall_time=last.wall_time,
+        return cls(tokens=last.tokens_after.clone(), nfe=last.nfe, wall_time=last.wall_time,
                    step_time=last.step_time, iterations=list(iterations), method=last.method,
                    window=int(last.verified.shape[1]) + 1, _decode=decode)
 

@@ -137,3 +137,13 @@ def test_bad_prompts(grid, prompts):
 def test_unknown_model_name():
     with pytest.raises(ValueError, match="unknown model"):
         scd_core.load_model("no-such-model")
+
+
+def test_run_tokens_are_an_ordinary_tensor_and_autograd_is_left_as_it_was(grid):
+    run = scd_core.generate(grid, ["a"], method="scd-mc", window=8, seed=0)
+    assert not run.tokens.is_inference() and torch.is_grad_enabled()
+    run.tokens[0, 0] = 7                                   # a user may edit the result in place
+    assert int(run.tokens[0, 0]) == 7
+    records = scd_core.stream(grid, ["a"], method="sjd", window=8, seed=0)
+    next(records)
+    assert not torch.is_inference_mode_enabled()           # not leaked into the consumer between records
