@@ -200,6 +200,27 @@ def test_one_step_training_runs(tmp_path):
                     "--batch", "2", "--d-model", "32", "--layers", "1", "--heads", "2"] + common)
         record = json.loads(Path(ckpt + ".json").read_text())
         assert record["step"] == 1 and math.isfinite(record["val_nll"])
+    warm = str(tmp_path / "video_warm")
+    prior.main(["--kind", "video", "--tokens", str(tmp_path / "t"), "--ckpt", warm, "--steps", "1",
+                "--batch", "2", "--d-model", "32", "--layers", "1", "--heads", "2",
+                "--init-from", str(tmp_path / "image_prior")] + common)
+    assert json.loads(Path(warm + ".json").read_text())["step"] == 1
+
+
+def test_video_prior_warm_start_gives_every_frame_the_image_prior():
+    from scd_core.models.tiny import GPTConfig, TinyGPT
+    from scd_core.train.prior import warm_start_from_image_prior
+
+    image = TinyGPT(GPTConfig(vocab_size=16, grid=(2, 3), n_words=5, d_model=8, n_layers=1, n_heads=2))
+    video = TinyGPT(GPTConfig(vocab_size=16, grid=(4, 2, 3), n_words=5, d_model=8, n_layers=1, n_heads=2))
+    warm_start_from_image_prior(video, image.state_dict())
+    frames = video.positions()[1:].view(4, 6, 8) - video.axis_emb[0].detach().view(4, 1, 8)
+    assert torch.allclose(frames, image.positions()[1:].expand(4, 6, 8).detach())
+    assert torch.equal(video.blocks[0].qkv.weight, image.blocks[0].qkv.weight)
+    assert torch.equal(video.tok_emb.weight, image.tok_emb.weight)
+    with pytest.raises(ValueError, match="init-from"):
+        warm_start_from_image_prior(TinyGPT(GPTConfig(vocab_size=16, grid=(4, 2, 3), n_words=5, d_model=16,
+                                                      n_layers=1, n_heads=2)), image.state_dict())
 
 
 # --------------------------------------------------------------------------- exactness on the real model

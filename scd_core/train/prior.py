@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from scd_core.models.tiny import GPTConfig, TinyGPT
-from scd_core.train.common import CheckpointClock, cosine_lr, load_checkpoint, save_checkpoint, set_threads
+from scd_core.train.common import (CheckpointClock, cosine_lr, load_checkpoint, model_tensors, save_checkpoint,
+                                   set_threads)
 
 WORD_DROP, PROMPT_DROP = 0.15, 0.10
 
@@ -72,6 +73,26 @@ def held_out_nll(model: TinyGPT, data: dict, rows: torch.Tensor, batch: int = 64
     return total / count
 
 
+def warm_start_from_image_prior(model: TinyGPT, image_weights: dict[str, torch.Tensor]) -> None:
+    """Start a video prior from a trained image prior of the same width.
+
+    Every weight of matching shape is copied; each frame gets the image prior's position
+    embeddings (frame t, token i <- image token i) and its row/column axis embeddings, so
+    that every frame starts as a good image model and training only has to learn time.
+    """
+    own = model.state_dict()
+    if own["tok_emb.weight"].shape != image_weights["tok_emb.weight"].shape:
+        raise ValueError("init-from: the image prior's width differs from --d-model")
+    frame = image_weights["pos_emb"].shape[0] - 1
+    T = model.cfg.grid[0]
+    new = {k: v for k, v in image_weights.items() if k in own and own[k].shape == v.shape}
+    new["pos_emb"] = torch.cat([image_weights["pos_emb"][:1], image_weights["pos_emb"][1:].repeat(T, 1)])
+    new["axis_emb.1"], new["axis_emb.2"] = image_weights["axis_emb.0"], image_weights["axis_emb.1"]
+    if new["pos_emb"].shape != own["pos_emb"].shape or frame != own["axis_emb.1"].shape[0] * own["axis_emb.2"].shape[0]:
+        raise ValueError("init-from: the image prior's grid does not match one video frame")
+    model.load_state_dict(new, strict=False)
+
+
 def make_optimizer(model: TinyGPT, lr: float) -> torch.optim.AdamW:
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "emb" not in n]
     other = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "emb" not in n)]
@@ -98,6 +119,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ckpt-minutes", type=float, default=3.0)
     ap.add_argument("--max-minutes", type=float, default=0.0)
     ap.add_argument("--fresh", action="store_true")
+    ap.add_argument("--init-from", default=None,
+                    help="video only: start a new run from this image prior checkpoint (same width)")
     args = ap.parse_args(argv)
     set_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -116,6 +139,11 @@ def main(argv: list[str] | None = None) -> None:
     if Path(ckpt + ".safetensors").exists() and not args.fresh:
         step = load_checkpoint(ckpt, model, opt, gen)["step"]
         print(f"resumed from {ckpt} at step {step}", flush=True)
+    elif args.init_from:
+        if args.kind != "video":
+            raise SystemExit("--init-from: only a video prior starts from an image prior")
+        warm_start_from_image_prior(model, model_tensors(args.init_from))
+        print(f"started from the image prior {args.init_from}", flush=True)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"{args.kind} prior: {n_params / 1e6:.2f} M params, grid {cfg.grid}, {len(train_rows)} train / "
           f"{len(val_rows)} held-out sequences", flush=True)
