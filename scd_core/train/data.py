@@ -90,7 +90,7 @@ def read_emoji_test(path: str = EMOJI_TEST_PATH) -> list[EmojiEntry]:
     return entries
 
 
-def render_glyph(emoji: str, font) -> "Image.Image | None":
+def render_glyph(emoji: str, font):
     """The emoji's colour glyph cropped to its box, on white; None when the font lacks it."""
     from PIL import Image, ImageDraw
 
