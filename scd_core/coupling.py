@@ -24,9 +24,14 @@ def sample(p: torch.Tensor, generator: torch.Generator) -> torch.LongTensor:
     The CDF is accumulated in float64; `right=True` lands only on tokens of positive mass
     (cdf[i-1] <= u * total < cdf[i]); the clamp covers u * total rounding up to total.
     """
+    u = torch.rand(p.shape[:-1], generator=generator, device=p.device, dtype=torch.float64)
+    return sample_with(p, u)
+
+
+def sample_with(p: torch.Tensor, u: torch.Tensor) -> torch.LongTensor:
+    """`sample` with the uniforms given: u [...] in [0, 1), float64, one per distribution."""
     cdf = p.cumsum(-1, dtype=torch.float64)
-    u = torch.rand(p.shape[:-1] + (1,), generator=generator, device=p.device, dtype=torch.float64)
-    index = torch.searchsorted(cdf, u * cdf[..., -1:], right=True).clamp_(max=p.shape[-1] - 1)
+    index = torch.searchsorted(cdf, u.unsqueeze(-1) * cdf[..., -1:], right=True).clamp_(max=p.shape[-1] - 1)
     return index.squeeze(-1)
 
 
@@ -37,13 +42,11 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > 0, r / mass.clamp(min=torch.finfo(r.dtype).tiny), p)
 
 
-def sample_residual(p: torch.Tensor, q: torch.Tensor, generator: torch.Generator) -> torch.LongTensor:
-    """One draw from each residual norm(max(0, p - q)), or from p where it has no mass.
-
-    `sample` takes unnormalised weights, so the residual is not divided by its mass.
-    """
+def residual_weights(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """max(0, p - q), or p where that has no mass: `residual` without the division, for
+    `sample`, which takes unnormalised weights."""
     r = (p - q).clamp_(min=0)
-    return sample(torch.where(r.sum(-1, keepdim=True) > 0, r, p), generator)
+    return torch.where(r.sum(-1, keepdim=True) > 0, r, p)
 
 
 def accept_test(p: torch.Tensor, q: torch.Tensor, x: torch.LongTensor, generator: torch.Generator):
@@ -51,10 +54,13 @@ def accept_test(p: torch.Tensor, q: torch.Tensor, x: torch.LongTensor, generator
 
     Returns (kept [...], accept_prob [...]).
     """
-    px = p.gather(-1, x.unsqueeze(-1)).squeeze(-1)
-    qx = q.gather(-1, x.unsqueeze(-1)).squeeze(-1)
-    accept_prob = (px / qx).clamp(max=1.0)
-    u = torch.rand(accept_prob.shape, generator=generator, device=p.device)
+    return accept_test_with(p, q, x, torch.rand(x.shape, generator=generator, device=p.device))
+
+
+def accept_test_with(p: torch.Tensor, q: torch.Tensor, x: torch.LongTensor, u: torch.Tensor):
+    """`accept_test` with the uniforms given (u [...] in [0, 1))."""
+    x = x.unsqueeze(-1)
+    accept_prob = (p.gather(-1, x) / q.gather(-1, x)).clamp_(max=1.0).squeeze(-1)
     return u < accept_prob, accept_prob
 
 

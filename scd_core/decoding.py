@@ -112,6 +112,7 @@ class _Decoder:
         self.L = cfg.window
         self.D = self.L - 1
         self.stride = _copy_stride(model.grid, cfg.init)
+        self.gumbel = cfg.method == "scd-gumbel"
         self.nfe, self.index = 0, 0
         self.busy = 0.0            # seconds spent inside prefill/iterate: the run's wall time
         self.step_time = 0.0
@@ -134,32 +135,35 @@ class _Decoder:
         self.draft_row = self.slot_row[:, :D]                     # [1, D]
         self.no_offset = torch.zeros(B, dtype=torch.long, device=self.device)
         self.all_fed = torch.full((B,), D, dtype=torch.long, device=self.device)
-        if self.cfg.method == "scd-gumbel":   # each position's hash key, computed once per run
-            keys = coupling.row_keys(self.cfg.seed, self.rows).unsqueeze(1)
-            self.position_keys = coupling.position_keys(keys, torch.arange(N + self.L, device=self.device))
         # committed tokens, plus one spare column that absorbs writes past the grid's end
         self.buffer = torch.full((B, N + 1), -1, dtype=torch.long, device=self.device)
         self.tokens = self.buffer[:, :N]
         self.n = torch.zeros(B, dtype=torch.long, device=self.device)
         self.drafts = torch.full((B, D), -1, dtype=torch.long, device=self.device)
         self.q = torch.zeros(B, D, self.V, device=self.device)
+        if self.gumbel:   # each position's hash key, computed once per run; noise cached per block
+            keys = coupling.row_keys(self.cfg.seed, self.rows).unsqueeze(1)
+            self.position_keys = coupling.position_keys(keys, torch.arange(N + 3 * self.L, device=self.device))
+            self.block_low = -3 * self.L                          # no block yet
+        self.n_min = self.n_max = 0
         p0 = processed_probs(first, self.cfg.sampling).unsqueeze(1)
         token0 = self._sample_target(p0, self.n.unsqueeze(1))[:, 0]
+        self.init_u = torch.rand((B, D), generator=self.generator, device=self.device, dtype=torch.float64)
         self.tokens[:, 0] = token0
         self.nfe = 1
         n_before = self.n
         self.n = self.n + 1
-        no_draft = torch.zeros(B, D, dtype=torch.bool, device=self.device)
+        self.empty = (self.draft_row + 1 < N).expand(B, D)         # draft slots to fill: all in the grid
         return self._record(n_before, start=torch.full_like(self.n, -1),
                             fed=torch.zeros(B, 0, dtype=torch.long, device=self.device),
-                            committed=token0.unsqueeze(1), rejected=torch.zeros_like(self.n, dtype=torch.bool),
-                            verified=no_draft, accepted=no_draft,
-                            accept_prob=torch.full((B, D), float("nan"), device=self.device),
-                            bonus=torch.zeros_like(self.n, dtype=torch.bool), carried=no_draft,
-                            unchanged=torch.zeros_like(self.n))
+                            k=torch.zeros_like(self.n), committed=token0.unsqueeze(1),
+                            rejected=torch.zeros_like(self.n, dtype=torch.bool),
+                            accept_prob=torch.full((B, D), float("nan"), device=self.device))
 
     def finished(self) -> bool:
-        return bool((self.n >= self.N).all())
+        n_min, n_max = torch.aminmax(self.n)
+        self.n_min, self.n_max = int(n_min), int(n_max)     # for the next window
+        return self.n_min >= self.N
 
     # -- one iteration -----------------------------------------------------------------
 
@@ -170,27 +174,34 @@ class _Decoder:
         self._fill_drafts()
         fed, start, off, m = self._build_window()
         p = self._forward(fed, start, off)                       # [B, L, V]: p for position n + i
-        drafts = self.drafts
-        kept, accept_prob = self._verify(p[:, : self.D], drafts)
-        coupled = self._mrs_redraft(p, drafts, kept)             # SCD-MC only, else None
-        k = torch.minimum(kept.cumprod(1).sum(1), m)             # first rejection (m if none)
-        rejected = k < m
-        fresh = self._sample_target(p, self.n.unsqueeze(1) + self.slots)   # [B, L] draws from p
-        redraft = self._redraft(fresh, coupled, m)
-        last = torch.where(rejected, self._residual_at(p, drafts, k, coupled), _take(fresh, k))
-        bonus = ~rejected & (self.n + m < self.N)
-        c = k + (rejected | bonus)                               # tokens committed this pass
-        committed = self._committed(drafts, last, k, c)
-        n_before = self.n
-        self._commit(committed)
-        self.n = n_before + c
-        carried, unchanged = self._carry_drafts(redraft, p, c, m, drafts)
-        verified = self.draft_row < (k + rejected).unsqueeze(1)
-        accepted = self.draft_row < k.unsqueeze(1)
+        drafts, D = self.drafts, self.D
+        # every uniform of this pass in one call: accept tests, samples, next pass's init
+        u = torch.rand((self.B, 3 * D + self.L), generator=self.generator, device=self.device, dtype=torch.float64)
+        self.init_u = u[:, 2 * D + self.L:]
+        kept, accept_prob = self._verify(p[:, :D], drafts, u[:, :D])
+        # per-row counts as [B, 1] columns: k = first rejection (m if none), m = drafts fed
+        m_col = m.unsqueeze(1)
+        k_col = kept.cumprod(1).sum(1, keepdim=True)
         if not self.full:
-            accept_prob = accept_prob.masked_fill(self.draft_row >= m.unsqueeze(1), float("nan"))
-        return self._record(n_before, start, fed, committed, rejected, verified, accepted,
-                            accept_prob, bonus, carried, unchanged)
+            k_col = torch.minimum(k_col, m_col)
+        rejected = k_col < m_col
+        draws = self._draws(p, u[:, D: 2 * D + self.L])          # [B, D + L]: residual draws, then p draws
+        residual_draws, fresh = draws[:, :D], draws[:, D:]
+        coupled = torch.where(kept, drafts, residual_draws) if self.cfg.method == "scd-mc" else None   # MRS
+        redraft = self._redraft(fresh, coupled, m_col)
+        # the residual draw at the first rejection, else the bonus: the p draw at slot k (= m)
+        last = draws.gather(1, torch.where(rejected, k_col, k_col + D))
+        n_before = self.n
+        n_col = n_before.unsqueeze(1)
+        c_col = k_col + (rejected | (n_col + m_col < self.N))   # + the residual or the bonus token
+        committed = self._committed(drafts, last, k_col, c_col)
+        self._commit(committed, n_col)
+        n_col = n_col + c_col
+        self.n = n_col.view(-1)
+        self._carry_drafts(redraft, p, c_col, m_col, n_col)
+        if not self.full:
+            accept_prob = accept_prob.masked_fill(self.draft_row >= m_col, float("nan"))
+        return self._record(n_before, start, fed, k_col.view(-1), committed, rejected.view(-1), accept_prob)
 
     def _iterate_ar(self) -> Iteration:
         """AR: feed each row's last token, sample the next from p (all rows move together)."""
@@ -200,21 +211,18 @@ class _Decoder:
         p = self._forward(fed, last, self.no_offset)
         token = self._sample_target(p, self.n.unsqueeze(1))       # [B, 1]
         n_before = self.n
-        self._commit(token)
+        self._commit(token, n_before.unsqueeze(1))
         self.n = n_before + 1
-        none, no = self.drafts.new_zeros(self.B, 0, dtype=torch.bool), torch.zeros_like(last, dtype=torch.bool)
-        return self._record(n_before, last, fed, token, no, none, none, self.q.new_zeros(self.B, 0),
-                            ~no, none, self.no_offset)
+        return self._record(n_before, last, fed, self.no_offset, token, self.no_offset.bool(),
+                            self.q.new_zeros(self.B, 0))
 
     def _fill_drafts(self) -> None:
         """Fill empty draft slots (inside the grid) with the init scheme and its exact q."""
-        empty = (self.drafts < 0) & (self.n.unsqueeze(1) + self.draft_row < self.N)
-        if not bool(empty.any()):
-            return
-        if self.stride:
+        empty = self.empty                                        # set by the previous pass
+        if self.stride and bool(empty.any()):
             self._fill_copies(empty, self.n.unsqueeze(1) + self.draft_row)
             empty = (self.drafts < 0) & (self.n.unsqueeze(1) + self.draft_row < self.N)
-        tok = torch.randint(self.V, empty.shape, generator=self.generator, device=self.device)
+        tok = (self.init_u * self.V).long()                      # uniform over the vocabulary
         self.drafts = torch.where(empty, tok, self.drafts)
         self.q.masked_fill_(empty.unsqueeze(-1), 1.0 / self.V)    # q is never shared: in place
 
@@ -246,8 +254,7 @@ class _Decoder:
         (start = N - W) and re-feeds committed tokens, so that it never runs past the grid.
         Sets `self.full`: every row feeds its last token and all D drafts (the usual case).
         """
-        n_min, n_max = torch.aminmax(self.n)
-        n_min, n_max = int(n_min), int(n_max)
+        n_min, n_max = self.n_min, self.n_max                   # from `finished()`
         W = min(self.L, self.N - n_min)
         last = self.n - 1
         self.full = W == self.L and n_max - 1 <= self.N - W
@@ -276,36 +283,54 @@ class _Decoder:
             logits = logits.gather(1, idx.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
         return processed_probs(logits, self.cfg.sampling)
 
-    def _verify(self, p: torch.Tensor, drafts: torch.Tensor):
+    def _verify(self, p: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor):
         """The acceptance test of every draft slot at once; returns (kept, min(1, p/q))."""
-        return coupling.accept_test(p, self.q, drafts.clamp(min=0), self.generator)
+        return coupling.accept_test_with(p, self.q, drafts.clamp(min=0), u)
 
-    def _resample(self, p: torch.Tensor, q: torch.Tensor) -> torch.LongTensor:
-        """A draw from the residual norm(max(0, p - q)) (rule 2)."""
-        return coupling.sample_residual(p, q, self.generator)
+    def _residual(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """Residual weights max(0, p - q) (rule 2; p where they have no mass), unnormalised."""
+        return coupling.residual_weights(p, q)
 
-    def _mrs_redraft(self, p: torch.Tensor, drafts: torch.Tensor, kept: torch.Tensor):
-        """SCD-MC: modified rejection sampling of every slot (no break): keep, or residual."""
-        if self.cfg.method != "scd-mc":
-            return None
-        return torch.where(kept, drafts, self._resample(p[:, : self.D], self.q))
+    def _draws(self, p: torch.Tensor, u: torch.Tensor) -> torch.LongTensor:
+        """[B, D + L]: a draw from each draft slot's residual, then a draw from each slot's p.
 
-    def _residual_at(self, p: torch.Tensor, drafts: torch.Tensor, k: torch.Tensor, coupled):
-        """The residual sample at each row's first rejected slot k (garbage where none)."""
-        kc = k.clamp(max=self.D - 1)
-        if coupled is not None:
-            return _take(coupled, kc)
-        at = kc.view(-1, 1, 1).expand(-1, 1, self.V)
-        return self._resample(p.gather(1, at), self.q.gather(1, at))[:, 0]
+        Slot k's residual draw is the token committed at a first rejection at k; for SCD-MC
+        the residual draws are also the MRS redrafts of rejected slots; the p draws are the
+        bonus and the redrafts of SJD (and Gumbel-coupled ones for SCD-Gumbel). One sampler
+        call serves both where the same generator draws them.
+        """
+        residual = self._residual(p[:, : self.D], self.q)
+        if self.gumbel:
+            positions = self.n.unsqueeze(1) + self.slot_row
+            return torch.cat([coupling.sample_with(residual, u[:, : self.D]), self._sample_target(p, positions)], 1)
+        return coupling.sample_with(torch.cat([residual, p], 1), u)
 
     def _sample_target(self, p: torch.Tensor, positions: torch.Tensor) -> torch.LongTensor:
         """Draw from p [B, S, V] at absolute positions [B, S]: Gumbel-coupled for SCD-Gumbel."""
-        if self.cfg.method == "scd-gumbel":
-            noise = coupling.exponential_noise_at(self.position_keys.gather(1, positions), self.V)
-            return coupling.exponential_argmax(p, noise)
+        if self.gumbel:
+            return coupling.exponential_argmax(p, self._noise(positions))
         return coupling.sample(p, self.generator)
 
-    def _redraft(self, fresh: torch.Tensor, coupled: torch.Tensor | None, m: torch.Tensor) -> torch.Tensor:
+    def _noise(self, positions: torch.Tensor) -> torch.Tensor:
+        """The Exponential(1) noise exp(-G) [B, S, V] of consecutive positions [B, S] (S <= L).
+
+        A position's noise never changes and stays in the window for several passes, so
+        the hash runs over a block of 3L positions per row at a time (from the row's window
+        start), and again only once some row may have moved 2L past its block's start:
+        `positions` are the window's, n[b] + slot.
+        """
+        if self.n_max - self.block_low > 2 * self.L:             # a row's window may leave its block
+            self.noise_start = positions[:, :1]
+            self.block_low = self.n_min                          # no row's block starts lower
+            block = self.noise_start + torch.arange(3 * self.L, device=self.device)
+            self.noise_block = coupling.exponential_noise_at(self.position_keys.gather(1, block), self.V)
+        rel = positions - self.noise_start
+        if self.B == 1:                                          # one row: a slice of its block
+            first = int(rel[0, 0])
+            return self.noise_block[:, first: first + rel.shape[1]]
+        return self.noise_block.gather(1, rel.unsqueeze(-1).expand(-1, -1, self.V))
+
+    def _redraft(self, fresh: torch.Tensor, coupled: torch.Tensor | None, m_col: torch.Tensor) -> torch.Tensor:
         """Next drafts for slots 0..L-1 (used after the first rejection), all with q = p.
 
         SCD-MC keeps the MRS output where a draft was fed (the maximal coupling of this
@@ -315,35 +340,37 @@ class _Decoder:
         if coupled is None:
             return fresh
         if not self.full:
-            coupled = torch.where(self.draft_row < m.unsqueeze(1), coupled, fresh[:, : self.D])
+            coupled = torch.where(self.draft_row < m_col, coupled, fresh[:, : self.D])
         return torch.cat([coupled, fresh[:, self.D:]], 1)
 
-    def _committed(self, drafts: torch.Tensor, last: torch.Tensor, k: torch.Tensor, c: torch.Tensor):
-        """[B, D + 1] this pass's committed tokens: k accepted drafts, then `last`; -1 after."""
-        last = last.unsqueeze(1)
-        committed = torch.cat([drafts, last], 1).scatter_(1, k.unsqueeze(1), last)
-        return committed.masked_fill_(self.slot_row >= c.unsqueeze(1), -1)
+    def _committed(self, drafts: torch.Tensor, last: torch.Tensor, k_col: torch.Tensor, c_col: torch.Tensor):
+        """[B, D + 1] this pass's committed tokens: k accepted drafts, then `last` [B, 1]; -1 after."""
+        committed = torch.cat([drafts, last], 1).scatter_(1, k_col, last)
+        return committed.masked_fill_(self.slot_row >= c_col, -1)
 
-    def _commit(self, committed: torch.Tensor) -> None:
+    def _commit(self, committed: torch.Tensor, n_col: torch.Tensor) -> None:
         """Write the committed tokens (-1 padded) at positions n, n+1, ... of each row.
 
         Padding lands on positions that are still -1, or, past the grid, on the spare
         column of `buffer`.
         """
-        pos = (self.n.unsqueeze(1) + self.slot_row[:, : committed.shape[1]]).clamp_(max=self.N)
+        pos = (n_col + self.slot_row[:, : committed.shape[1]]).clamp_(max=self.N)
         self.buffer.scatter_(1, pos, committed)
 
-    def _carry_drafts(self, redraft: torch.Tensor, p: torch.Tensor, c: torch.Tensor, m: torch.Tensor,
-                      old_drafts: torch.Tensor):
-        """Shift the redrafted slots after the commit; q <- this pass's p for every one."""
-        src = c.unsqueeze(1) + self.draft_row                  # old slot index
-        valid = (src <= m.unsqueeze(1)) & (self.n.unsqueeze(1) + self.draft_row < self.N)
+    def _carry_drafts(self, redraft: torch.Tensor, p: torch.Tensor, c_col: torch.Tensor, m_col: torch.Tensor,
+                      n_col: torch.Tensor) -> None:
+        """Shift the redrafted slots after the commit (n_col: the new counts [B, 1]); q <- this
+        pass's p for every one.
+
+        Also marks the slots the init scheme fills next pass (`empty`: in the grid, no draft).
+        """
+        src = c_col + self.draft_row                              # old slot index
+        in_grid = n_col + self.draft_row < self.N
+        dropped = (src > m_col) | ~in_grid
+        self.empty = in_grid & dropped
         src_c = src.clamp(max=self.D)
-        self.drafts = redraft.gather(1, src_c).masked_fill_(~valid, -1)
+        self.drafts = redraft.gather(1, src_c).masked_fill_(dropped, -1)
         self.q = p.gather(1, src_c.unsqueeze(-1).expand(-1, -1, self.V))
-        carried = valid & (src < m.unsqueeze(1))                         # fed this pass, still a draft
-        same = self.drafts == old_drafts.gather(1, src_c.clamp_(max=self.D - 1))
-        return carried, (carried & same).sum(1)
 
     # -- bookkeeping -------------------------------------------------------------------
 
@@ -351,26 +378,19 @@ class _Decoder:
         if t.is_cuda:
             torch.cuda.synchronize(t.device)
 
-    def _record(self, n_before, start, fed, committed, rejected, verified, accepted, accept_prob,
-                bonus, carried, unchanged) -> Iteration:
+    def _record(self, n_before, start, fed, k, committed, rejected, accept_prob) -> Iteration:
         """The trace record of this pass (on the host; on a CPU without copies: nothing the
         record holds is modified in place afterwards)."""
         host = (lambda t: t) if self.device.type == "cpu" else (lambda t: t.cpu())
         record = Iteration(
             index=self.index, method=self.cfg.method, n_before=host(n_before), n_after=host(self.n),
-            start=host(start), window_tokens=host(fed), verified=host(verified), accepted=host(accepted),
-            accept_prob=host(accept_prob), committed_tokens=host(committed), resampled=host(rejected),
-            bonus=host(bonus), drafts_after=host(self.drafts), carried=host(carried),
-            unchanged=host(unchanged), tokens_after=host(self.tokens.clone()),
+            start=host(start), window_tokens=host(fed), num_accepted=host(k), accept_prob=host(accept_prob),
+            committed_tokens=host(committed), resampled=host(rejected), drafts_after=host(self.drafts),
+            tokens_after=host(self.tokens.clone()),
             nfe=self.nfe, wall_time=self.busy + time.perf_counter() - self.entered, step_time=self.step_time)
         self.busy = record.wall_time
         self.index += 1
         return record
-
-
-def _take(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """x[b, index[b]] for x [B, S]."""
-    return x.gather(1, index.unsqueeze(1)).squeeze(1)
 
 
 def _copy_stride(grid: Sequence[int], init: str) -> int:

@@ -41,9 +41,11 @@ def processed_probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     if cfg.temperature != 1.0:
         logits = logits / cfg.temperature
     if 0 < cfg.top_k < logits.shape[-1]:
-        kth = logits.topk(cfg.top_k, dim=-1, sorted=False).values.amin(-1, keepdim=True)
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = logits.softmax(-1)
+        # softmax over the k largest logits only (exactly k tokens: torch.topk breaks ties)
+        top = logits.topk(cfg.top_k, dim=-1, sorted=False)
+        probs = torch.zeros_like(logits).scatter_(-1, top.indices, top.values.softmax(-1))
+    else:
+        probs = logits.softmax(-1)
     if cfg.top_p < 1:
         probs = _nucleus(probs, cfg.top_p)
     return probs

@@ -11,6 +11,7 @@ Every metric has exactly one definition, here:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
 import torch
@@ -25,6 +26,10 @@ class Iteration:
 
     Index conventions: B rows; W tokens fed this pass; D = window - 1 draft slots.
     Draft slot i of row b is generated position `n_before[b] + i`.
+
+    The engine stores only what it computed anyway; the masks and counts below the fields
+    (`verified`, `accepted`, `bonus`, `carried`, `unchanged`) follow from them and are
+    derived on first use, so that a trace costs the decoding loop nothing it does not read.
     """
 
     index: int                          # 0 is the prefill
@@ -33,20 +38,59 @@ class Iteration:
     n_after: torch.LongTensor           # [B] tokens committed after it
     start: torch.LongTensor             # [B] position of the first fed token (-1: prefill)
     window_tokens: torch.LongTensor     # [B, W] the tokens fed (committed, then drafts)
-    verified: torch.BoolTensor          # [B, D] slot i was tested against p
-    accepted: torch.BoolTensor          # [B, D] slot i was accepted (a prefix of `verified`)
+    num_accepted: torch.LongTensor      # [B] drafts accepted (slots 0 .. num_accepted - 1)
     accept_prob: torch.Tensor           # [B, D] min(1, p/q) of each draft fed (NaN: none)
     committed_tokens: torch.LongTensor  # [B, D + 1] tokens committed this pass (-1 padded)
     resampled: torch.BoolTensor         # [B] the last committed token came from the residual
-    bonus: torch.BoolTensor             # [B] the last committed token is the bonus sample
     drafts_after: torch.LongTensor      # [B, D] next iteration's drafts (-1: none), slot i at n_after + i
-    carried: torch.BoolTensor           # [B, D] that draft was fed this pass and is still a draft
-    unchanged: torch.LongTensor         # [B] carried drafts with the same token as in this pass's window
     tokens_after: torch.LongTensor      # [B, N] committed tokens after this pass, -1 elsewhere
     nfe: int                            # cumulative forward passes, prefill included
     wall_time: float                    # cumulative seconds spent decoding (a consumer's time between
                                         # records of `stream` is not counted)
     step_time: float                    # cumulative seconds spent inside Session.step / start
+
+    @cached_property
+    def accepted(self) -> torch.BoolTensor:
+        """[B, D] slot i was accepted (a prefix of `verified`)."""
+        return self._slots < self.num_accepted.unsqueeze(1)
+
+    @cached_property
+    def verified(self) -> torch.BoolTensor:
+        """[B, D] slot i was tested against p: the accepted ones and the first rejection."""
+        return self._slots < (self.num_accepted + self.resampled).unsqueeze(1)
+
+    @cached_property
+    def bonus(self) -> torch.BoolTensor:
+        """[B] the last committed token is the bonus sample (every fed draft accepted)."""
+        return ~self.resampled & (self.committed > self.num_accepted) & (self.start >= 0)
+
+    @property
+    def drafts_fed(self) -> torch.LongTensor:
+        """[B] drafts in this pass's window (the rest of it re-fed committed tokens)."""
+        W = self.window_tokens.shape[1]
+        return (W - self.n_before + self.start).clamp(min=0)
+
+    @cached_property
+    def carried(self) -> torch.BoolTensor:
+        """[B, D] that draft was fed this pass and is still a draft."""
+        N = self.tokens_after.shape[1]
+        left = (self.drafts_fed - self.committed).unsqueeze(1)          # fed drafts not committed
+        return (self._slots < left) & (self.n_after.unsqueeze(1) + self._slots < N)
+
+    @cached_property
+    def unchanged(self) -> torch.LongTensor:
+        """[B] carried drafts with the same token as in this pass's window."""
+        W = self.window_tokens.shape[1]
+        if W == 0 or self.drafts_after.shape[1] == 0:
+            return torch.zeros_like(self.n_before)
+        # draft slot j of this pass was fed at window index W - drafts_fed + j
+        fed_at = (W - self.drafts_fed + self.committed).unsqueeze(1) + self._slots
+        before = self.window_tokens.gather(1, fed_at.clamp(0, W - 1))
+        return (self.carried & (self.drafts_after == before)).sum(1)
+
+    @property
+    def _slots(self) -> torch.LongTensor:
+        return torch.arange(self.drafts_after.shape[1]).unsqueeze(0)
 
     @property
     def window_positions(self) -> torch.LongTensor:
@@ -56,7 +100,7 @@ class Iteration:
     @property
     def first_rejection(self) -> torch.LongTensor:
         """[B] slot of the first rejection, -1 if none."""
-        return torch.where(self.resampled, self.accepted.sum(1), -1)
+        return torch.where(self.resampled, self.num_accepted, -1)
 
     @property
     def draft_new(self) -> torch.BoolTensor:
@@ -84,12 +128,8 @@ class Iteration:
         return int(self.window_tokens.shape[1])
 
     @property
-    def num_accepted(self) -> torch.LongTensor:
-        return self.accepted.sum(1)
-
-    @property
     def num_verified(self) -> torch.LongTensor:
-        return self.verified.sum(1)
+        return self.num_accepted + self.resampled
 
 
 @dataclass
@@ -112,7 +152,7 @@ class Run:
         last = iterations[-1]
         return cls(tokens=last.tokens_after.clone(), nfe=last.nfe, wall_time=last.wall_time,
                    step_time=last.step_time, iterations=list(iterations), method=last.method,
-                   window=int(last.verified.shape[1]) + 1, _decode=decode)
+                   window=int(last.drafts_after.shape[1]) + 1, _decode=decode)
 
     @property
     def images(self) -> list:

@@ -63,10 +63,29 @@ def test_trace_invariants(grid, method, init):
             assert torch.equal(it.committed_tokens[b, :c], run.tokens[b, n0:n0 + c])
         ok = it.accept_prob[~it.accept_prob.isnan()]
         assert ((ok >= 0) & (ok <= 1)).all()
+        assert_derived_fields_match_positions(it, N)
     assert torch.equal(run.iterations[-1].canvas, run.tokens)
     assert 0 <= run.acceptance_rate <= 1
     assert run.step_compression == pytest.approx(N / run.nfe)
     assert run.wall_time >= run.step_time > 0
+
+
+def assert_derived_fields_match_positions(it, N):
+    """The record's lazily derived masks, recomputed row by row from absolute positions."""
+    D = it.drafts_after.shape[1]
+    for b in range(it.n_before.shape[0]):
+        nb, na, start = int(it.n_before[b]), int(it.n_after[b]), int(it.start[b])
+        fed = {start + j: int(t) for j, t in enumerate(it.window_tokens[b])}          # position -> token fed
+        drafts_fed = [pos for pos in fed if pos >= nb]
+        k, rejected = int(it.num_accepted[b]), bool(it.resampled[b])
+        assert it.accepted[b].tolist() == [i < k for i in range(D)]
+        assert it.verified[b].tolist() == [i < k + rejected for i in range(D)]
+        assert bool(it.bonus[b]) == (na - nb == k + 1 and not rejected)
+        carried = [na + i in fed and na + i >= nb and na + i < N and it.drafts_after[b, i] >= 0
+                   for i in range(D)]
+        assert it.carried[b].tolist() == carried
+        same = sum(c and int(it.drafts_after[b, i]) == fed[na + i] for i, c in enumerate(carried))
+        assert int(it.unchanged[b]) == same and len(drafts_fed) == int(it.drafts_fed[b])
 
 
 def test_rows_advance_by_their_own_accepted_length(grid):
@@ -147,3 +166,25 @@ def test_run_tokens_are_an_ordinary_tensor_and_autograd_is_left_as_it_was(grid):
     records = scd_core.stream(grid, ["a"], method="sjd", window=8, seed=0)
     next(records)
     assert not torch.is_inference_mode_enabled()           # not leaked into the consumer between records
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_gumbel_noise_cache_returns_each_positions_own_hash(grid, rows):
+    """The block cache of SCD-Gumbel hands every pass exactly the hashed noise of its positions."""
+    checked = []
+
+    class Checked(scd_core.decoding._Decoder):
+        def _noise(self, positions):
+            noise = super()._noise(positions)
+            keys = scd_core.coupling.row_keys(self.cfg.seed, self.rows).unsqueeze(1)
+            assert torch.equal(noise, scd_core.coupling.exponential_noise_for_keys(keys, positions, self.V))
+            checked.append(positions[:, -1].max())
+            return noise
+
+    prompts = ["a", "b", "c"][:rows]
+    cfg = scd_core.decoding.validate(grid, prompts, "scd-gumbel", 4, "random", 3, 1.0, 0, 1.0, 1.0)
+    dec = Checked(grid, cfg, len(prompts))
+    dec.prefill(prompts)
+    while not dec.finished():
+        dec.iterate()
+    assert len(checked) == dec.nfe and int(max(checked)) >= grid.N - 1     # the whole grid was crossed

@@ -93,8 +93,8 @@ def test_wide_window_covers_the_whole_grid(toy):
 class _FreshSampleAtRejection(decoding._Decoder):
     """Cosmos reference SJD bug: commit a fresh sample of p at the first rejection."""
 
-    def _resample(self, p, q):
-        return scd_core.coupling.sample(p, self.generator)
+    def _residual(self, p, q):
+        return p
 
 
 class _KeepOldQForKeptDrafts(decoding._Decoder):
@@ -104,9 +104,9 @@ class _KeepOldQForKeptDrafts(decoding._Decoder):
     exactly "kept".)
     """
 
-    def _verify(self, p, drafts):
+    def _verify(self, p, drafts, u):
         self.q_before, self.drafts_before = self.q.clone(), self.drafts.clone()
-        return super()._verify(p, drafts)
+        return super()._verify(p, drafts, u)
 
     def iterate(self):
         record = super().iterate()
@@ -142,8 +142,8 @@ class _GumbelRowsReused(decoding._Decoder):
     """Lumina reference SCD-Gumbel bug: noise indexed by window slot, not absolute position,
     so tokens at different positions share one Gumbel vector."""
 
-    def _sample_target(self, p, positions):
-        return super()._sample_target(p, positions - self.n.unsqueeze(1))
+    def _noise(self, positions):
+        return super()._noise(positions - self.n.unsqueeze(1))
 
 
 def test_reused_gumbel_rows_are_detected(toy):

@@ -23,19 +23,13 @@ def make_iteration(n_before: int, n_after: int, accepted: int, drafts: int, N: i
     tokens_after[0, :n_after] = 7
     drafts_after = torch.full((1, D), -1)
     drafts_after[0, :drafts] = 3
-    acc = torch.zeros(1, D, dtype=torch.bool)
-    acc[0, :accepted] = True
-    ver = acc.clone()
-    if accepted < D:
-        ver[0, accepted] = True
     return Iteration(
         index=index, method="sjd", n_before=torch.tensor([n_before]), n_after=torch.tensor([n_after]),
         start=torch.tensor([max(n_before - 1, 0)]),
-        window_tokens=torch.zeros(1, window, dtype=torch.long), verified=ver, accepted=acc,
+        window_tokens=torch.zeros(1, window, dtype=torch.long), num_accepted=torch.tensor([accepted]),
         accept_prob=torch.full((1, D), 0.5),
         committed_tokens=torch.full((1, D + 1), -1), resampled=torch.tensor([resampled]),
-        bonus=torch.tensor([not resampled]), drafts_after=drafts_after,
-        carried=torch.zeros(1, D, dtype=torch.bool), unchanged=torch.tensor([0]), tokens_after=tokens_after,
+        drafts_after=drafts_after, tokens_after=tokens_after,
         nfe=index + 1, wall_time=0.1, step_time=0.05)
 
 
