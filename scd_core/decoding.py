@@ -134,7 +134,7 @@ class _Decoder:
         self.slot_row = self.slots.unsqueeze(0)                   # [1, L]
         self.draft_row = self.slot_row[:, :D]                     # [1, D]
         self.no_offset = torch.zeros(B, dtype=torch.long, device=self.device)
-        self.all_fed = torch.full((B,), D, dtype=torch.long, device=self.device)
+        self.all_fed = torch.full((B, 1), D, dtype=torch.long, device=self.device)
         # committed tokens, plus one spare column that absorbs writes past the grid's end
         self.buffer = torch.full((B, N + 1), -1, dtype=torch.long, device=self.device)
         self.tokens = self.buffer[:, :N]
@@ -143,8 +143,9 @@ class _Decoder:
         self.q = torch.zeros(B, D, self.V, device=self.device)
         if self.gumbel:   # each position's hash key, computed once per run; noise cached per block
             keys = coupling.row_keys(self.cfg.seed, self.rows).unsqueeze(1)
-            self.position_keys = coupling.position_keys(keys, torch.arange(N + 3 * self.L, device=self.device))
-            self.block_low = -3 * self.L                          # no block yet
+            self.block = max(3 * self.L, 64)                      # positions hashed at a time
+            self.position_keys = coupling.position_keys(keys, torch.arange(N + self.block, device=self.device))
+            self.block_low = -self.block                          # no block yet
         self.n_min = self.n_max = 0
         p0 = processed_probs(first, self.cfg.sampling).unsqueeze(1)
         token0 = self._sample_target(p0, self.n.unsqueeze(1))[:, 0]
@@ -172,28 +173,28 @@ class _Decoder:
         if self.D == 0:
             return self._iterate_ar()
         self._fill_drafts()
-        fed, start, off, m = self._build_window()
+        fed, start, off, m_col = self._build_window()            # m_col [B, 1]: drafts fed
         p = self._forward(fed, start, off)                       # [B, L, V]: p for position n + i
         drafts, D = self.drafts, self.D
         # every uniform of this pass in one call: accept tests, samples, next pass's init
         u = torch.rand((self.B, 3 * D + self.L), generator=self.generator, device=self.device, dtype=torch.float64)
-        self.init_u = u[:, 2 * D + self.L:]
-        kept, accept_prob = self._verify(p[:, :D], drafts, u[:, :D])
-        # per-row counts as [B, 1] columns: k = first rejection (m if none), m = drafts fed
-        m_col = m.unsqueeze(1)
+        u_accept, u_draw, self.init_u = u.split([D, D + self.L, D], 1)
+        kept, accept_prob = self._verify(p[:, :D], drafts, u_accept)
+        # per-row counts as [B, 1] columns: k = first rejection (m if none)
         k_col = kept.cumprod(1).sum(1, keepdim=True)
         if not self.full:
             k_col = torch.minimum(k_col, m_col)
         rejected = k_col < m_col
-        draws = self._draws(p, u[:, D: 2 * D + self.L])          # [B, D + L]: residual draws, then p draws
-        residual_draws, fresh = draws[:, :D], draws[:, D:]
+        draws = self._draws(p, u_draw)                           # [B, D + L]: residual draws, then p draws
+        residual_draws, fresh = draws.split([D, self.L], 1)
         coupled = torch.where(kept, drafts, residual_draws) if self.cfg.method == "scd-mc" else None   # MRS
         redraft = self._redraft(fresh, coupled, m_col)
         # the residual draw at the first rejection, else the bonus: the p draw at slot k (= m)
         last = draws.gather(1, torch.where(rejected, k_col, k_col + D))
         n_before = self.n
         n_col = n_before.unsqueeze(1)
-        c_col = k_col + (rejected | (n_col + m_col < self.N))   # + the residual or the bonus token
+        room = n_col < self.N - D if self.full else n_col + m_col < self.N    # a bonus token fits
+        c_col = k_col + (rejected | room)                        # + the residual or the bonus token
         committed = self._committed(drafts, last, k_col, c_col)
         self._commit(committed, n_col)
         n_col = n_col + c_col
@@ -269,7 +270,7 @@ class _Decoder:
         from_tokens = self.tokens.gather(1, pos.clamp(0, self.N - 1))
         from_drafts = self.drafts.gather(1, rel.clamp(0, max(self.D - 1, 0))) if self.D else from_tokens
         fed = torch.where(rel < 0, from_tokens, from_drafts)
-        return fed, start, off, m
+        return fed, start, off, m.unsqueeze(1)
 
     def _forward(self, fed: torch.Tensor, start: torch.Tensor, off: torch.Tensor) -> torch.Tensor:
         """One forward pass; returns p aligned to slots: p[b, i] is for position n[b] + i."""
@@ -285,7 +286,7 @@ class _Decoder:
 
     def _verify(self, p: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor):
         """The acceptance test of every draft slot at once; returns (kept, min(1, p/q))."""
-        return coupling.accept_test_with(p, self.q, drafts.clamp(min=0), u)
+        return coupling.accept_test_with(p, self.q, drafts if self.full else drafts.clamp(min=0), u)
 
     def _residual(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """Residual weights max(0, p - q) (rule 2; p where they have no mass), unnormalised."""
@@ -315,14 +316,14 @@ class _Decoder:
         """The Exponential(1) noise exp(-G) [B, S, V] of consecutive positions [B, S] (S <= L).
 
         A position's noise never changes and stays in the window for several passes, so
-        the hash runs over a block of 3L positions per row at a time (from the row's window
-        start), and again only once some row may have moved 2L past its block's start:
+        the hash runs over a block of max(3L, 64) positions per row at a time (from the row's
+        window start), and again only once some row's window may leave its block:
         `positions` are the window's, n[b] + slot.
         """
-        if self.n_max - self.block_low > 2 * self.L:             # a row's window may leave its block
+        if self.n_max - self.block_low > self.block - self.L:   # a row's window may leave its block
             self.noise_start = positions[:, :1]
             self.block_low = self.n_min                          # no row's block starts lower
-            block = self.noise_start + torch.arange(3 * self.L, device=self.device)
+            block = self.noise_start + torch.arange(self.block, device=self.device)
             self.noise_block = coupling.exponential_noise_at(self.position_keys.gather(1, block), self.V)
         rel = positions - self.noise_start
         if self.B == 1:                                          # one row: a slice of its block
