@@ -81,15 +81,16 @@ def _mix32(h: torch.Tensor) -> torch.Tensor:
     The multipliers are odd and below 2**31, so products of 32-bit values never overflow
     int64, and each round is a bijection of 32-bit values.
     """
-    h = h & _MASK32                          # a new tensor: the rest works in place on it
-    h ^= h >> 16
-    h.mul_(0x7FEB352D).bitwise_and_(_MASK32)
-    h ^= h >> 15
-    h.mul_(0x2C1B3C6D).bitwise_and_(_MASK32)
-    h ^= h >> 12
-    h.mul_(0x297A2D39).bitwise_and_(_MASK32)
-    h ^= h >> 15
-    return h
+    return _mix32_(h & _MASK32)
+
+
+def _mix32_(h: torch.Tensor) -> torch.Tensor:
+    """`_mix32` in place on h (values already in [0, 2**32)), with one scratch tensor."""
+    scratch = torch.empty_like(h)
+    for shift, multiplier in ((16, 0x7FEB352D), (15, 0x2C1B3C6D), (12, 0x297A2D39)):
+        h.bitwise_xor_(torch.bitwise_right_shift(h, shift, out=scratch))
+        h.mul_(multiplier).bitwise_and_(_MASK32)
+    return h.bitwise_xor_(torch.bitwise_right_shift(h, 15, out=scratch))
 
 
 def row_keys(seed: int, rows: torch.Tensor) -> torch.Tensor:
@@ -139,8 +140,8 @@ def position_keys(keys: torch.Tensor, positions: torch.LongTensor) -> torch.Tens
 
 def exponential_noise_at(position_key: torch.Tensor, vocab: int) -> torch.Tensor:
     """Exponential(1) noise [..., V] from `position_keys` [...]: one hash per token."""
-    h = _mix32(position_key.unsqueeze(-1) ^ _token_hash(vocab, position_key.device))
-    return (h >> 8).float().add_(0.5).mul_(1.0 / 16777216.0).log_().neg_()
+    h = _mix32_(position_key.unsqueeze(-1) ^ _token_hash(vocab, position_key.device))   # both 32-bit
+    return h.bitwise_right_shift_(8).float().add_(0.5).mul_(1.0 / 16777216.0).log_().neg_()
 
 
 def gumbel_argmax(p: torch.Tensor, noise: torch.Tensor) -> torch.LongTensor:

@@ -382,13 +382,13 @@ class _Decoder:
     def _record(self, n_before, start, fed, k, committed, rejected, accept_prob) -> Iteration:
         """The trace record of this pass (on the host; on a CPU without copies: nothing the
         record holds is modified in place afterwards)."""
-        host = (lambda t: t) if self.device.type == "cpu" else (lambda t: t.cpu())
-        record = Iteration(
-            index=self.index, method=self.cfg.method, n_before=host(n_before), n_after=host(self.n),
-            start=host(start), window_tokens=host(fed), num_accepted=host(k), accept_prob=host(accept_prob),
-            committed_tokens=host(committed), resampled=host(rejected), drafts_after=host(self.drafts),
-            tokens_after=host(self.tokens.clone()),
-            nfe=self.nfe, wall_time=self.busy + time.perf_counter() - self.entered, step_time=self.step_time)
+        tensors = dict(n_before=n_before, n_after=self.n, start=start, window_tokens=fed, num_accepted=k,
+                       accept_prob=accept_prob, committed_tokens=committed, resampled=rejected,
+                       drafts_after=self.drafts, tokens_after=self.tokens.clone())
+        if self.device.type != "cpu":
+            tensors = {name: t.cpu() for name, t in tensors.items()}
+        record = Iteration(index=self.index, method=self.cfg.method, nfe=self.nfe, step_time=self.step_time,
+                           wall_time=self.busy + time.perf_counter() - self.entered, **tensors)
         self.busy = record.wall_time
         self.index += 1
         return record
