@@ -1,6 +1,12 @@
-"""Shared training plumbing: seeded RNG, checkpoints in safetensors + JSON (never pickle)."""
+"""Shared training plumbing: seeded RNG, the training device, checkpoints in safetensors + JSON
+(never pickle).
+
+Checkpoints hold CPU tensors only and are loaded onto the CPU first, so one saved on a GPU
+resumes on the CPU and vice versa; the batch sampling generator always lives on the CPU.
+"""
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -15,6 +21,31 @@ def set_threads(n: int) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", str(n))
 
 
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def parse_device(name: str) -> str:
+    """argparse type of --device: a usable torch device, as a string (it goes into the JSON record)."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError, TypeError):
+        raise argparse.ArgumentTypeError(f"{name!r} is not a device (use cpu, cuda or cuda:N)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(f"{name!r}: CUDA is not available on this machine")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise argparse.ArgumentTypeError(f"{name!r}: only {torch.cuda.device_count()} CUDA device(s) here")
+    if device.type not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"{name!r}: training runs on cpu or cuda only")
+    return str(device)
+
+
+def add_device_argument(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--device", type=parse_device, default=default_device(),
+                    help="where the model trains: cpu, cuda or cuda:N (default: cuda when available); "
+                         "batches are still sampled on the CPU")
+
+
 def cosine_lr(step: int, total: int, peak: float, warmup: int = 100, floor: float = 0.1) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -22,15 +53,21 @@ def cosine_lr(step: int, total: int, peak: float, warmup: int = 100, floor: floa
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
+def cpu_tensor(value: torch.Tensor) -> torch.Tensor:
+    return value.detach().cpu().contiguous()
+
+
 def optimizer_tensors(opt: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
     out = {}
     for idx, state in opt.state_dict()["state"].items():
         for key, value in state.items():
-            out[f"opt.{idx}.{key}"] = value if torch.is_tensor(value) else torch.tensor(value)
+            out[f"opt.{idx}.{key}"] = cpu_tensor(value if torch.is_tensor(value) else torch.tensor(value))
     return out
 
 
 def load_optimizer_tensors(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor]) -> None:
+    """Restore the optimizer state; `load_state_dict` moves each state tensor to its parameter's
+    device (the `step` counters of a non-fused AdamW stay on the CPU, as PyTorch wants them)."""
     sd = opt.state_dict()
     state: dict[int, dict] = {}
     for name, value in tensors.items():
@@ -43,12 +80,12 @@ def load_optimizer_tensors(opt: torch.optim.Optimizer, tensors: dict[str, torch.
 
 def save_checkpoint(path: str | Path, model: torch.nn.Module, opt: torch.optim.Optimizer,
                     gen: torch.Generator, step: int, info: dict) -> None:
-    """model/optimizer/RNG tensors to `path`.safetensors, the rest to `path`.json (atomic)."""
+    """model/optimizer/RNG tensors (copied to the CPU) to `path`.safetensors, the rest to `path`.json (atomic)."""
     from safetensors.torch import save_file
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
+    tensors = {f"model.{k}": cpu_tensor(v) for k, v in model.state_dict().items()}
     tensors.update(optimizer_tensors(opt))
     tensors["rng"] = gen.get_state()
     tmp = path.with_suffix(".tmp")
@@ -60,10 +97,12 @@ def save_checkpoint(path: str | Path, model: torch.nn.Module, opt: torch.optim.O
 
 def load_checkpoint(path: str | Path, model: torch.nn.Module, opt: torch.optim.Optimizer | None,
                     gen: torch.Generator | None) -> dict:
+    """Load a checkpoint saved on any device into `model`/`opt` wherever they are (tensors are read
+    onto the CPU, then copied to the parameters' device); `gen` is a CPU generator."""
     from safetensors.torch import load_file
 
     path = Path(path)
-    tensors = load_file(str(path.with_suffix(".safetensors")))
+    tensors = load_file(str(path.with_suffix(".safetensors")), device="cpu")
     model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
     if opt is not None:
         load_optimizer_tensors(opt, tensors)
@@ -76,7 +115,7 @@ def model_tensors(path: str | Path) -> dict[str, torch.Tensor]:
     """Only the model weights of a checkpoint."""
     from safetensors.torch import load_file
 
-    tensors = load_file(str(Path(path).with_suffix(".safetensors")))
+    tensors = load_file(str(Path(path).with_suffix(".safetensors")), device="cpu")
     return {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}
 
 

@@ -7,8 +7,9 @@ Condition dropout for classifier-free guidance: every prompt word is dropped wit
 probability 0.15 and the whole prompt with probability 0.1 (the empty prompt is the
 unconditional branch). Skin-tone variants are sampled at their data weight (0.2). Images
 use a random one of the 9 placements per sample. Held-out NLL (nats/token, full prompts,
-unshifted) is printed every `--eval-every` steps. Resumes from `--ckpt`; deterministic given
-`--seed` and the thread count.
+unshifted) is printed every `--eval-every` steps. Resumes from `--ckpt` (saved on any device);
+trains on `--device` (default cuda when available) with batches sampled on the CPU, and on
+the CPU is deterministic given `--seed` and the thread count.
 """
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from scd_core.models.tiny import GPTConfig, TinyGPT
-from scd_core.train.common import (CheckpointClock, cosine_lr, load_checkpoint, model_tensors, save_checkpoint,
-                                   set_threads)
+from scd_core.train.common import (CheckpointClock, add_device_argument, cosine_lr, load_checkpoint,
+                                   model_tensors, save_checkpoint, set_threads)
 
 WORD_DROP, PROMPT_DROP = 0.15, 0.10
 
@@ -57,15 +58,22 @@ def sample_batch(data: dict, rows: torch.Tensor, batch: int, gen: torch.Generato
     return tokens, ids, present & keep_word & keep_prompt
 
 
+def to_device(tensors: tuple[torch.Tensor, ...], device: torch.device) -> tuple[torch.Tensor, ...]:
+    return tuple(t.to(device) for t in tensors)
+
+
 @torch.no_grad()
 def held_out_nll(model: TinyGPT, data: dict, rows: torch.Tensor, batch: int = 64) -> float:
+    """Mean NLL over `rows` (CPU data), computed on the model's device."""
     model.eval()
+    device = model.head.weight.device
     total, count = 0.0, 0
     for k in range(0, len(rows), batch):
         r = rows[k:k + batch]
         tokens = data["tokens"][r, 0]
         ids = data["word_ids"][r]
         mask = torch.arange(ids.shape[1]).unsqueeze(0) < data["word_lens"][r].unsqueeze(1)
+        tokens, ids, mask = to_device((tokens, ids, mask), device)
         logits = model(ids, mask, tokens)
         total += F.cross_entropy(logits.flatten(0, 1), tokens.flatten(), reduction="sum").item()
         count += tokens.numel()
@@ -113,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--dropout", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="CPU threads")
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--max-eval", type=int, default=160, help="held-out sequences used for the NLL")
     ap.add_argument("--ckpt-minutes", type=float, default=3.0)
@@ -121,6 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fresh", action="store_true")
     ap.add_argument("--init-from", default=None,
                     help="video only: start a new run from this image prior checkpoint (same width)")
+    add_device_argument(ap)
     args = ap.parse_args(argv)
     set_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -132,9 +141,13 @@ def main(argv: list[str] | None = None) -> None:
     val_rows = data["val"].nonzero().flatten()[: args.max_eval]
     cfg = GPTConfig(vocab_size=512, grid=grid_of(args.kind, data["tokens"].shape[-1]), n_words=len(vocab),
                     d_model=args.d_model, n_layers=args.layers, n_heads=args.heads, dropout=args.dropout)
-    model = TinyGPT(cfg)
+    device = torch.device(args.device)
+    model = TinyGPT(cfg).to(device)
     opt = make_optimizer(model, args.lr)
-    gen = torch.Generator().manual_seed(args.seed)
+    gen = torch.Generator().manual_seed(args.seed)          # CPU: batches are sampled on the CPU
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"{args.kind} prior: {n_params / 1e6:.2f} M params, grid {cfg.grid}, {len(train_rows)} train / "
+          f"{len(val_rows)} held-out sequences, device {args.device}", flush=True)
     step = 0
     if Path(ckpt + ".safetensors").exists() and not args.fresh:
         step = load_checkpoint(ckpt, model, opt, gen)["step"]
@@ -144,9 +157,6 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit("--init-from: only a video prior starts from an image prior")
         warm_start_from_image_prior(model, model_tensors(args.init_from))
         print(f"started from the image prior {args.init_from}", flush=True)
-    n_params = sum(p.numel() for p in model.parameters())
-    print(f"{args.kind} prior: {n_params / 1e6:.2f} M params, grid {cfg.grid}, {len(train_rows)} train / "
-          f"{len(val_rows)} held-out sequences", flush=True)
     info = {"config": asdict(cfg), "args": vars(args)}
     clock = CheckpointClock(args.ckpt_minutes, args.max_minutes)
     running = None
@@ -154,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     while step < args.steps:
         for g in opt.param_groups:
             g["lr"] = cosine_lr(step, args.steps, args.lr, warmup=200)
-        tokens, ids, mask = sample_batch(data, train_rows, args.batch, gen)
+        tokens, ids, mask = to_device(sample_batch(data, train_rows, args.batch, gen), device)
         logits = model(ids, mask, tokens)
         loss = F.cross_entropy(logits.flatten(0, 1), tokens.flatten())
         opt.zero_grad(set_to_none=True)

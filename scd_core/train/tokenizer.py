@@ -6,20 +6,24 @@ Loss: MSE + 0.5 L1 on pixels, codebook + 0.25 commitment on unit-norm latents (c
 codebook), straight-through estimator, dead codes restarted from batch latents every 100
 steps. Flat-white patches take the reserved code 0 (see `scd_core.models.tiny`). Half of
 each batch is shifted/zoomed/rotated on white so that video frames stay in distribution.
-Resumes from `--ckpt` when it exists; deterministic given `--seed`.
+Resumes from `--ckpt` when it exists (saved on any device). Trains on `--device` (default
+cuda when available); batches are sampled and augmented on the CPU, so on the CPU a run is
+deterministic given `--seed` and the thread count.
 """
 from __future__ import annotations
 
 import argparse
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from scd_core.models.tiny import VQConfig, VQLite, flat_white_mask
 from scd_core.train.augment import random_affine
-from scd_core.train.common import CheckpointClock, cosine_lr, load_checkpoint, save_checkpoint, set_threads
+from scd_core.train.common import (CheckpointClock, add_device_argument, cosine_lr, load_checkpoint, save_checkpoint,
+                                   set_threads)
 from scd_core.train.data import load_dataset
 
 
@@ -48,21 +52,24 @@ def vq_losses(model: VQLite, x: torch.Tensor) -> tuple[torch.Tensor, dict, torch
 @torch.no_grad()
 def restart_dead_codes(model: VQLite, usage: torch.Tensor, z: torch.Tensor, white: torch.Tensor,
                        gen: torch.Generator) -> int:
-    """Re-seed codes 1..K-1 unused since the last restart with latents of the current batch."""
+    """Re-seed codes 1..K-1 unused since the last restart with latents of the current batch
+    (random draws from the CPU generator `gen`, applied on the model's device)."""
     dead = (usage[1:] == 0).nonzero().flatten() + 1
     pool = z[~white]
     if len(dead) == 0 or len(pool) == 0:
         return 0
-    pick = torch.randint(len(pool), (len(dead),), generator=gen)
+    pick = torch.randint(len(pool), (len(dead),), generator=gen).to(pool.device)
     noise = 0.01 * torch.randn(len(dead), z.shape[-1], generator=gen)
-    model.codebook.data[dead] = pool[pick] + noise
+    model.codebook.data[dead] = pool[pick] + noise.to(pool.device)
     return len(dead)
 
 
 @torch.no_grad()
 def evaluate(model: VQLite, val: torch.Tensor, train_sample: torch.Tensor) -> dict:
-    """Held-out PSNR (clamped output) and codebook use on training images."""
+    """Held-out PSNR (clamped output) and codebook use on training images, on the model's device."""
     model.eval()
+    device = model.codebook.device
+    val, train_sample = val.to(device), train_sample.to(device)
     rec = model.decode_codes(model.encode(val)).clamp(0, 1)
     mse = ((rec - val) ** 2).flatten(1).mean(1)
     psnr = (10 * torch.log10(1 / mse.clamp(min=1e-10))).mean().item()
@@ -84,11 +91,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="CPU threads")
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--ckpt-minutes", type=float, default=3.0)
     ap.add_argument("--max-minutes", type=float, default=0.0, help="stop (with a checkpoint) after this long; 0: no limit")
     ap.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
+    add_device_argument(ap)
     args = ap.parse_args(argv)
     set_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -100,24 +108,27 @@ def main(argv: list[str] | None = None) -> None:
     weights = torch.tensor([m["weight"] for m in meta])[~is_val]
 
     cfg = VQConfig(image_size=x_all.shape[-1])
-    model = VQLite(cfg)
+    device = torch.device(args.device)
+    model = VQLite(cfg).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=0.0)
-    gen = torch.Generator().manual_seed(args.seed)
+    gen = torch.Generator().manual_seed(args.seed)          # CPU: batches are sampled on the CPU
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"tokenizer: {n_params / 1e6:.2f} M params, {len(train)} train / {len(val)} held-out images, "
+          f"device {args.device}", flush=True)
     step = 0
     ckpt = args.ckpt
-    from pathlib import Path
     if Path(ckpt + ".safetensors").exists() and not args.fresh:
         step = load_checkpoint(ckpt, model, opt, gen)["step"]
         print(f"resumed from {ckpt} at step {step}", flush=True)
     info = {"config": asdict(cfg), "args": vars(args)}
-    usage = torch.zeros(cfg.codebook_size)
+    usage = torch.zeros(cfg.codebook_size, device=device)
     clock = CheckpointClock(args.ckpt_minutes, args.max_minutes)
     model.train()
     while step < args.steps:
         for g in opt.param_groups:
             g["lr"] = cosine_lr(step, args.steps, args.lr)
         batch = train[torch.multinomial(weights, args.batch, replacement=True, generator=gen)]
-        x = random_affine(batch, gen)
+        x = random_affine(batch, gen).to(device)
         loss, parts, (idx, z, white) = vq_losses(model, x)
         opt.zero_grad(set_to_none=True)
         loss.backward()
