@@ -21,6 +21,19 @@ How the shipped weights in assets/tiny were made (2 shared CPU cores, 1 thread e
     # (steps 1200 -> 1310, stopped: too short a horizon), then to the end (19 min):
     python -m scd_core.train.prior --kind video --steps 2000 --batch 16 --lr 1.5e-3 \
         --d-model 192 --heads 3 --threads 2          # held-out NLL 1.831 (step 1200) -> 1.696
-    python -m scd_core.train.export --vq checkpoints/vq_final
+    # that 192-wide prior (NLL 1.696; a warm restart to step 2523 reached 1.577) moved and
+    # held the right shapes but drew the wrong objects and colours, so the shipped video
+    # prior is a new, 256-wide one that starts from
+    # the image prior (every frame gets its position embeddings: held-out NLL 2.997 at step 0)
+    # and only has to learn time; 1 thread to step 428, then resumed on 2 threads (~2.5 s/step):
+    python -m scd_core.train.prior --kind video --ckpt checkpoints/video_prior256 \
+        --init-from checkpoints/image_prior --steps 1200 --batch 16 --lr 6e-4 --d-model 256 \
+        --heads 4 --threads 1 --eval-every 100                                 # stopped at 428
+    python -m scd_core.train.prior --kind video --ckpt checkpoints/video_prior256 --steps 1200 \
+        --batch 16 --lr 6e-4 --d-model 256 --heads 4 --threads 2 --eval-every 100   # to the end
+    python -m scd_core.train.export --vq checkpoints/vq_final --video checkpoints/video_prior256
     python -m scd_core.train.samples --model tiny; python -m scd_core.train.samples --model tiny-video
+
+Every trainer takes `--device` (default: cuda when available); the shipped weights were all
+trained on the CPU.
 """
