@@ -57,7 +57,7 @@ DEFAULTS = {
                      pace=0.05),
     "tiny": dict(window=16, init="random", temperature=1.0, top_k=100, top_p=1.0, cfg_scale=3.0,
                  pace=0.15),
-    "tiny-video": dict(window=32, init="random", temperature=1.0, top_k=100, top_p=1.0,
+    "tiny-video": dict(window=32, init="repeat-frame", temperature=1.0, top_k=100, top_p=1.0,
                        cfg_scale=3.0, pace=0.05),
 }
 REAL_DEFAULTS = dict(window=32, init="random", temperature=1.0, top_k=1000, top_p=1.0,
