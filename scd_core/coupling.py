@@ -5,7 +5,9 @@ Modified rejection sampling `MRS(p, q, x)` keeps a token x drawn from q with pro
 min(1, p(x)/q(x)) and otherwise draws from the residual norm(max(0, p - q)). Its output is
 distributed as p, and it equals x with probability 1 - TV(p, q), the most any coupling of
 (p, q) can achieve. The same operation is the speculative-sampling verification (SJD) and
-SCD's maximal-coupling redraft; one vectorised function serves both.
+SCD's maximal-coupling redraft. `mrs` is it in one call; the decoder composes the same
+pieces (`accept_test_with`, `residual_weights`, `sample_with`) so that one uniform draw
+serves a whole pass.
 
 Gumbel coupling: `argmax(log p + G)` with one Gumbel vector G per (seed, row, position),
 derived from a counter-based hash so that no table is stored and the same noise comes back
@@ -37,9 +39,8 @@ def sample_with(p: torch.Tensor, u: torch.Tensor) -> torch.LongTensor:
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """norm(max(0, p - q)); falls back to p where the residual has no mass (p == q)."""
-    r = (p - q).clamp_(min=0)
-    mass = r.sum(-1, keepdim=True)
-    return torch.where(mass > 0, r / mass.clamp(min=torch.finfo(r.dtype).tiny), p)
+    r = residual_weights(p, q)
+    return r / r.sum(-1, keepdim=True)
 
 
 def residual_weights(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -71,7 +72,7 @@ def mrs(p: torch.Tensor, q: torch.Tensor, x: torch.LongTensor, generator: torch.
     residual sample elsewhere, distributed as p and equal to x w.p. 1 - TV(p, q).
     """
     kept, accept_prob = accept_test(p, q, x, generator)
-    tokens = torch.where(kept, x, sample(residual(p, q), generator))
+    tokens = torch.where(kept, x, sample(residual_weights(p, q), generator))
     return kept, tokens, accept_prob
 
 

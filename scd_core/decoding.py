@@ -221,17 +221,17 @@ class _Decoder:
         """Fill empty draft slots (inside the grid) with the init scheme and its exact q."""
         empty = self.empty                                        # set by the previous pass
         if self.stride and bool(empty.any()):
-            self._fill_copies(empty, self.n.unsqueeze(1) + self.draft_row)
-            empty = (self.drafts < 0) & (self.n.unsqueeze(1) + self.draft_row < self.N)
+            empty = self._fill_copies(empty, self.n.unsqueeze(1) + self.draft_row)
         tok = (self.init_u * self.V).long()                      # uniform over the vocabulary
         self.drafts = torch.where(empty, tok, self.drafts)
         self.q.masked_fill_(empty.unsqueeze(-1), 1.0 / self.V)    # q is never shared: in place
 
-    def _fill_copies(self, empty: torch.Tensor, pos: torch.Tensor) -> None:
+    def _fill_copies(self, empty: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Copy init: the token `stride` positions back (row above / previous frame), q one-hot.
 
         A source may be committed or a draft, including one filled in an earlier round
         here, so rounds run until no slot can take a copy (at most D / stride + 1 rounds).
+        Returns the slots still empty (no source yet: the random init fills them).
         """
         src = pos - self.stride
         for _ in range(self.D // self.stride + 1):
@@ -240,13 +240,14 @@ class _Decoder:
             from_draft = (src >= self.n.unsqueeze(1)) & (self.drafts.gather(1, rel) >= 0)
             take = empty & (from_committed | from_draft)
             if not bool(take.any()):
-                return
+                return empty
             value = torch.where(from_committed, self.tokens.gather(1, src.clamp(0, self.N - 1)),
                                 self.drafts.gather(1, rel))
             self.drafts = torch.where(take, value, self.drafts)
             one_hot = torch.zeros_like(self.q).scatter_(-1, value.clamp(min=0).unsqueeze(-1), 1.0)
             self.q = torch.where(take.unsqueeze(-1), one_hot, self.q)
             empty = empty & ~take
+        return empty
 
     def _build_window(self):
         """Tokens to feed [B, W] and each row's start, offset and number of drafts fed.
@@ -326,9 +327,6 @@ class _Decoder:
             block = self.noise_start + torch.arange(self.block, device=self.device)
             self.noise_block = coupling.exponential_noise_at(self.position_keys.gather(1, block), self.V)
         rel = positions - self.noise_start
-        if self.B == 1:                                          # one row: a slice of its block
-            first = int(rel[0, 0])
-            return self.noise_block[:, first: first + rel.shape[1]]
         return self.noise_block.gather(1, rel.unsqueeze(-1).expand(-1, -1, self.V))
 
     def _redraft(self, fresh: torch.Tensor, coupled: torch.Tensor | None, m_col: torch.Tensor) -> torch.Tensor:
