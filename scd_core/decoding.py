@@ -135,8 +135,8 @@ class _Decoder:
         self.draft_row = self.slot_row[:, :D]                     # [1, D]
         self.no_offset = torch.zeros(B, dtype=torch.long, device=self.device)
         self.all_fed = torch.full((B, 1), D, dtype=torch.long, device=self.device)
-        # committed tokens, plus one spare column that absorbs writes past the grid's end
-        self.buffer = torch.full((B, N + 1), -1, dtype=torch.long, device=self.device)
+        # committed tokens, plus L spare columns that absorb the -1 padding past the grid's end
+        self.buffer = torch.full((B, N + self.L), -1, dtype=torch.long, device=self.device)
         self.tokens = self.buffer[:, :N]
         self.n = torch.zeros(B, dtype=torch.long, device=self.device)
         self.drafts = torch.full((B, D), -1, dtype=torch.long, device=self.device)
@@ -154,7 +154,7 @@ class _Decoder:
         self.nfe = 1
         n_before = self.n
         self.n = self.n + 1
-        self.empty = (self.draft_row + 1 < N).expand(B, D)         # draft slots to fill: all in the grid
+        self.empty = torch.ones(B, D, dtype=torch.bool, device=self.device)   # draft slots to fill: all
         return self._record(n_before, start=torch.full_like(self.n, -1),
                             fed=torch.zeros(B, 0, dtype=torch.long, device=self.device),
                             k=torch.zeros_like(self.n), committed=token0.unsqueeze(1),
@@ -199,7 +199,7 @@ class _Decoder:
         self._commit(committed, n_col)
         n_col = n_col + c_col
         self.n = n_col.view(-1)
-        self._carry_drafts(redraft, p, c_col, m_col, n_col)
+        self._carry_drafts(redraft, p, c_col, m_col)
         if not self.full:
             accept_prob = accept_prob.masked_fill(self.draft_row >= m_col, float("nan"))
         return self._record(n_before, start, fed, k_col.view(-1), committed, rejected.view(-1), accept_prob)
@@ -218,7 +218,11 @@ class _Decoder:
                             self.q.new_zeros(self.B, 0))
 
     def _fill_drafts(self) -> None:
-        """Fill empty draft slots (inside the grid) with the init scheme and its exact q."""
+        """Fill empty draft slots with the init scheme and its exact q.
+
+        Slots past the grid's end are filled too (one mask less per pass); they are never fed
+        (`_build_window` keeps every fed position inside the grid) nor committed.
+        """
         empty = self.empty                                        # set by the previous pass
         if self.stride and bool(empty.any()):
             empty = self._fill_copies(empty, self.n.unsqueeze(1) + self.draft_row)
@@ -351,24 +355,21 @@ class _Decoder:
         """Write the committed tokens (-1 padded) at positions n, n+1, ... of each row.
 
         Padding lands on positions that are still -1, or, past the grid, on the spare
-        column of `buffer`.
+        columns of `buffer`.
         """
-        pos = (n_col + self.slot_row[:, : committed.shape[1]]).clamp_(max=self.N)
-        self.buffer.scatter_(1, pos, committed)
+        self.buffer.scatter_(1, n_col + self.slot_row[:, : committed.shape[1]], committed)
 
-    def _carry_drafts(self, redraft: torch.Tensor, p: torch.Tensor, c_col: torch.Tensor, m_col: torch.Tensor,
-                      n_col: torch.Tensor) -> None:
-        """Shift the redrafted slots after the commit (n_col: the new counts [B, 1]); q <- this
-        pass's p for every one.
+    def _carry_drafts(self, redraft: torch.Tensor, p: torch.Tensor, c_col: torch.Tensor, m_col: torch.Tensor) -> None:
+        """Shift the redrafted slots past the c committed ones; q <- this pass's p for each.
 
-        Also marks the slots the init scheme fills next pass (`empty`: in the grid, no draft).
+        Old slots 0..m have a redraft (m drafts fed, then the slot after them); the new slots
+        past those are `empty`, for the init scheme to fill next pass. A redraft may lie past
+        the grid's end: it is never fed (see `_fill_drafts`).
         """
         src = c_col + self.draft_row                              # old slot index
-        in_grid = n_col + self.draft_row < self.N
-        dropped = (src > m_col) | ~in_grid
-        self.empty = in_grid & dropped
+        self.empty = src > m_col
         src_c = src.clamp(max=self.D)
-        self.drafts = redraft.gather(1, src_c).masked_fill_(dropped, -1)
+        self.drafts = redraft.gather(1, src_c).masked_fill_(self.empty, -1)
         self.q = p.gather(1, src_c.unsqueeze(-1).expand(-1, -1, self.V))
 
     # -- bookkeeping -------------------------------------------------------------------

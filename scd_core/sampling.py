@@ -35,7 +35,8 @@ def validate_sampling(temperature: float, top_k: int, top_p: float) -> SamplingC
 
 def processed_probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     """[..., V] guided logits -> [..., V] float32 probabilities p (temperature, top-k, top-p)."""
-    logits = logits.float()
+    if logits.dtype != torch.float32:
+        logits = logits.float()
     if cfg.greedy:
         return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
     if cfg.temperature != 1.0:

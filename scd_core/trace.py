@@ -43,6 +43,7 @@ class Iteration:
     committed_tokens: torch.LongTensor  # [B, D + 1] tokens committed this pass (-1 padded)
     resampled: torch.BoolTensor         # [B] the last committed token came from the residual
     drafts_after: torch.LongTensor      # [B, D] next iteration's drafts (-1: none), slot i at n_after + i
+                                        # (a slot past the grid's end may hold one: never fed)
     tokens_after: torch.LongTensor      # [B, N] committed tokens after this pass, -1 elsewhere
     nfe: int                            # cumulative forward passes, prefill included
     wall_time: float                    # cumulative seconds spent decoding (a consumer's time between
@@ -104,8 +105,9 @@ class Iteration:
 
     @property
     def draft_new(self) -> torch.BoolTensor:
-        """[B, D] the draft in that slot was drawn fresh (not fed this pass)."""
-        return (self.drafts_after >= 0) & ~self.carried
+        """[B, D] the draft in that slot, inside the grid, was drawn fresh (not fed this pass)."""
+        in_grid = self.n_after.unsqueeze(1) + self._slots < self.tokens_after.shape[1]
+        return (self.drafts_after >= 0) & ~self.carried & in_grid
 
     @property
     def canvas(self) -> torch.LongTensor:
@@ -214,7 +216,7 @@ class Run:
         not created fresh by the init scheme): the flicker that coupling removes.
         """
         kept = sum(int(it.unchanged.sum()) for it in self.iterations)
-        carried = sum(int(((it.drafts_after >= 0) & ~it.draft_new).sum()) for it in self.iterations)
+        carried = sum(int(it.carried.sum()) for it in self.iterations)
         return kept / carried if carried else 0.0
 
     @property
