@@ -111,17 +111,39 @@ def load_prompts(model, args: argparse.Namespace) -> list[str]:
     return prompts[: args.max_prompts] if args.max_prompts else prompts
 
 
+@dataclass(frozen=True)
+class RunMetrics:
+    """What the table needs from one run; its trace is dropped as soon as the run ends."""
+    wall_time: float
+    step_time: float
+    engine_time: float
+    nfe: int
+    step_compression: float
+    mean_accepted_length: float
+    acceptance_rate: float
+    draft_stability: float
+
+    @classmethod
+    def of(cls, run: scd_core.Run) -> "RunMetrics":
+        return cls(run.wall_time, run.step_time, run.engine_time, run.nfe, run.step_compression,
+                   run.mean_accepted_length, run.acceptance_rate, run.draft_stability)
+
+
 def run_case(model, prompts: list[str], seeds: int, batch: int, method: str, window: int, init: str,
-             settings: dict) -> list[scd_core.Run]:
+             settings: dict) -> list[RunMetrics]:
+    """Decode every prompt x seed. Only each run's metrics are kept: tens of thousands of live
+    trace tensors from earlier runs would slow the later ones (on a CPU, by up to a third of
+    the engine's time), which a user decoding one image never sees."""
     runs = []
     for prompt in prompts:
         for seed in range(seeds):
-            runs.append(scd_core.generate(model, [prompt] * batch, method=method, window=window, seed=seed,
-                                          init=init, **settings))
+            run = scd_core.generate(model, [prompt] * batch, method=method, window=window, seed=seed,
+                                    init=init, **settings)
+            runs.append(RunMetrics.of(run))
     return runs
 
 
-def summarise(method: str, window: int, init: str, runs: list[scd_core.Run], ar_wall: float) -> Row:
+def summarise(method: str, window: int, init: str, runs: list[RunMetrics], ar_wall: float) -> Row:
     mean = lambda xs: statistics.fmean(xs)  # noqa: E731
     wall = mean([r.wall_time for r in runs])
     iters = sum(r.nfe for r in runs)
