@@ -5,12 +5,15 @@
 Inputs, both Debian packages: the font (`fonts-noto-color-emoji`) and Unicode's
 `emoji-test.txt` (`unicode-data`: name, group and subgroup of every emoji). Each fully
 qualified emoji that the font draws as one colour glyph is rendered with Pillow on white,
-its glyph box centred, and downsampled (LANCZOS) to 32x32. Its prompt is its English name
+its glyph box centred, and downsampled (LANCZOS) to `--size` (32x32 by default; 64 for the
+64 px models). Its prompt is its English name
 plus its group/subgroup words, so that flags say "flag". Skin-tone variants get a sampling
 weight of 0.2. A fixed 5% of designs (chosen by a hash of the name without skin tone, so
 every variant of a design falls on the same side) is held out.
 
-Output: `images.safetensors` (uint8 [N, 32, 32, 3]) and `meta.json` (one record per image).
+Output: `images.safetensors` (uint8 [N, S, S, 3]), `images_big.safetensors` (uint8 [N, B, B, 3],
+the source of the video clips; B = `--big`, by default 3 * S: 96 for 32 px; `--big 0` skips it,
+for an image-only data set) and `meta.json` (one record per image).
 """
 from __future__ import annotations
 
@@ -121,7 +124,8 @@ def to_square(glyph, size: int, fill: float = 28 / 32):
 
 
 def render_all(entries: list[EmojiEntry], size: int, font_path: str = FONT_PATH, big: int = 96):
-    """Images at `size` and at `big` (the source of the video clips), and the kept entries."""
+    """Images at `size` and at `big` (the source of the video clips; None when `big` is 0), and
+    the kept entries."""
     from PIL import ImageFont
 
     font = ImageFont.truetype(font_path, FONT_SIZE)
@@ -131,31 +135,39 @@ def render_all(entries: list[EmojiEntry], size: int, font_path: str = FONT_PATH,
         if glyph is None:
             continue
         images.append(np.asarray(to_square(glyph, size), dtype=np.uint8))
-        bigs.append(np.asarray(to_square(glyph, big), dtype=np.uint8))
+        if big:
+            bigs.append(np.asarray(to_square(glyph, big), dtype=np.uint8))
         entry.prompt = prompt_of(entry.name, entry.group, entry.subgroup)
         entry.weight = SKIN_TONE_WEIGHT if "skin tone" in entry.name else 1.0
         entry.split = "val" if is_held_out(entry.name) else "train"
         kept.append(entry)
-    return np.stack(images), np.stack(bigs), kept
+    return np.stack(images), (np.stack(bigs) if big else None), kept
 
 
-def save_dataset(out: Path, images: np.ndarray, bigs: np.ndarray, entries: list[EmojiEntry]) -> None:
+def save_dataset(out: Path, images: np.ndarray, bigs: np.ndarray | None, entries: list[EmojiEntry]) -> None:
+    """`bigs` None: no big renders (an image-only data set; no video clips can be made from it)."""
     from safetensors.numpy import save_file
 
     out.mkdir(parents=True, exist_ok=True)
     save_file({"images": images}, str(out / "images.safetensors"))
-    save_file({"images": bigs}, str(out / "images_big.safetensors"))
+    if bigs is not None:
+        save_file({"images": bigs}, str(out / "images_big.safetensors"))
+    elif (out / "images_big.safetensors").exists():
+        (out / "images_big.safetensors").unlink()       # stale renders of another data set
     (out / "meta.json").write_text(json.dumps([asdict(e) for e in entries], ensure_ascii=False, indent=0))
 
 
 def load_dataset(folder: str | Path, big: bool = False) -> tuple[np.ndarray, list[dict]]:
     """(uint8 images [N, S, S, 3], metadata records) as written by `save_dataset`;
-    `big` picks the 96 px renders."""
+    `big` picks the big renders (96 px for the 32 px data set)."""
     from safetensors.numpy import load_file
 
     folder = Path(folder)
     if not (folder / "images.safetensors").exists():
         raise ValueError(f"data: no images.safetensors in {folder}; run python -m scd_core.train.data")
+    if big and not (folder / "images_big.safetensors").exists():
+        raise ValueError(f"data: no images_big.safetensors in {folder} (rendered with --big 0?); the video "
+                         "clips need it: run python -m scd_core.train.data again without --big 0")
     images = load_file(str(folder / ("images_big.safetensors" if big else "images.safetensors")))["images"]
     meta = json.loads((folder / "meta.json").read_text())
     return images, meta
@@ -164,12 +176,18 @@ def load_dataset(folder: str | Path, big: bool = False) -> tuple[np.ndarray, lis
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="data/emoji32")
-    parser.add_argument("--size", type=int, default=32)
+    parser.add_argument("--size", type=int, default=32, help="image side in pixels (the tokenizer's --image-size)")
+    parser.add_argument("--big", type=int, default=None,
+                        help="side of the renders the video clips are made from (default 3 * --size; "
+                             "a multiple of --size; 0: none, an image-only data set)")
     parser.add_argument("--font", default=FONT_PATH)
     parser.add_argument("--emoji-test", default=EMOJI_TEST_PATH)
     args = parser.parse_args(argv)
+    big = 3 * args.size if args.big is None else args.big
+    if args.size < 1 or big < 0 or big % args.size:
+        parser.error(f"--big {big} must be a multiple of --size {args.size}")
     t0 = time.time()
-    images, bigs, entries = render_all(read_emoji_test(args.emoji_test), args.size, args.font)
+    images, bigs, entries = render_all(read_emoji_test(args.emoji_test), args.size, args.font, big=big)
     save_dataset(Path(args.out), images, bigs, entries)
     n_val = sum(e.split == "val" for e in entries)
     n_tone = sum(e.weight < 1 for e in entries)

@@ -3,6 +3,11 @@
     python -m scd_core.train.prior --kind image --tokens data/tokens --ckpt checkpoints/image_prior
     python -m scd_core.train.prior --kind video --tokens data/tokens --ckpt checkpoints/video_prior
 
+The token grid and the vocabulary (the tokenizer's codebook size) come from the token file's
+metadata, written by `scd_core.train.tokens` from the tokenizer's config (8x8 / 512 for the
+shipped tokenizer, 16x16 for a 64 px one with --patch 4); token files written before that
+metadata existed are read as the shipped 8x8 / 512 tokenizer's.
+
 Condition dropout for classifier-free guidance: every prompt word is dropped with
 probability 0.15 and the whole prompt with probability 0.1 (the empty prompt is the
 unconditional branch). Skin-tone variants are sampled at their data weight (0.2). Images
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from dataclasses import asdict
 from pathlib import Path
 
@@ -26,24 +32,50 @@ from scd_core.train.common import (CheckpointClock, add_device_argument, cosine_
                                    model_tensors, save_checkpoint, set_threads)
 
 WORD_DROP, PROMPT_DROP = 0.15, 0.10
+LEGACY_FRAME, LEGACY_VOCAB = (8, 8), 512     # token files without metadata: the shipped tokenizer
 
 
-def load_tokens(folder: str | Path, kind: str) -> dict[str, torch.Tensor]:
+def token_file_metadata(path: str | Path) -> dict[str, str]:
+    """The string metadata of a token file ({} for files written before it was recorded)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return dict(f.metadata() or {})
+
+
+def load_tokens(folder: str | Path, kind: str) -> dict:
+    """Token tensors; `grid` (tuple) and `codebook_size` (int) from the file's metadata."""
     from safetensors.torch import load_file
 
     path = Path(folder) / f"{kind}.safetensors"
     if not path.exists():
         raise ValueError(f"tokens: no {path}; run python -m scd_core.train.tokens")
+    meta = token_file_metadata(path)
     data = load_file(str(path))
     data["tokens"] = data["tokens"].long()
     if data["tokens"].dim() == 2:
         data["tokens"] = data["tokens"].unsqueeze(1)     # [N, placements=1, L]
     data["word_ids"] = data["word_ids"].long()
+    length = data["tokens"].shape[-1]
+    data["grid"] = tuple(json.loads(meta["grid"])) if "grid" in meta else grid_of(kind, length)
+    data["codebook_size"] = int(meta.get("codebook_size", LEGACY_VOCAB))
+    if math.prod(data["grid"]) != length:
+        raise ValueError(f"tokens: {path} holds sequences of {length} tokens, not grid {data['grid']}")
+    if data["tokens"].numel() and int(data["tokens"].max()) >= data["codebook_size"]:
+        raise ValueError(f"tokens: {path} holds codes >= its codebook size {data['codebook_size']}")
     return data
 
 
-def grid_of(kind: str, length: int) -> tuple[int, ...]:
-    return (8, 8) if kind == "image" else (length // 64, 8, 8)
+def grid_of(kind: str, length: int, frame: tuple[int, int] = LEGACY_FRAME) -> tuple[int, ...]:
+    """The grid of `length` tokens: one frame for an image, length / frame tokens frames for a clip."""
+    per = frame[0] * frame[1]
+    if kind == "image":
+        if length != per:
+            raise ValueError(f"tokens: {length} image tokens do not fill a {frame[0]}x{frame[1]} grid")
+        return tuple(frame)
+    if length % per:
+        raise ValueError(f"tokens: {length} video tokens are not whole {frame[0]}x{frame[1]} frames")
+    return (length // per, *frame)
 
 
 def sample_batch(data: dict, rows: torch.Tensor, batch: int, gen: torch.Generator):
@@ -139,14 +171,15 @@ def main(argv: list[str] | None = None) -> None:
     vocab = json.loads((Path(args.tokens) / "vocab.json").read_text())["words"]
     train_rows = (~data["val"]).nonzero().flatten()
     val_rows = data["val"].nonzero().flatten()[: args.max_eval]
-    cfg = GPTConfig(vocab_size=512, grid=grid_of(args.kind, data["tokens"].shape[-1]), n_words=len(vocab),
+    cfg = GPTConfig(vocab_size=data["codebook_size"], grid=data["grid"], n_words=len(vocab),
                     d_model=args.d_model, n_layers=args.layers, n_heads=args.heads, dropout=args.dropout)
     device = torch.device(args.device)
     model = TinyGPT(cfg).to(device)
     opt = make_optimizer(model, args.lr)
     gen = torch.Generator().manual_seed(args.seed)          # CPU: batches are sampled on the CPU
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"{args.kind} prior: {n_params / 1e6:.2f} M params, grid {cfg.grid}, {len(train_rows)} train / "
+    print(f"{args.kind} prior: {n_params / 1e6:.2f} M params, grid {cfg.grid}, vocab {cfg.vocab_size}, "
+          f"{len(train_rows)} train / "
           f"{len(val_rows)} held-out sequences, device {args.device}", flush=True)
     step = 0
     if Path(ckpt + ".safetensors").exists() and not args.fresh:

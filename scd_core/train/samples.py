@@ -2,8 +2,10 @@
 
     python -m scd_core.train.samples --model tiny --out assets/tiny/samples_image.png
     python -m scd_core.train.samples --model tiny-video --out assets/tiny/samples_video.png
+    python -m scd_core.train.samples --model assets_64          # an exported folder: writes into it
 
-Images: one row per prompt, `--per-prompt` samples across (seeds 0..), 3x nearest upscale,
+Images: one row per prompt, `--per-prompt` samples across (seeds 0..), nearest upscale to about
+96 px (3x for 32 px images),
 the prompt written on the left. Video: one row per prompt, its frames across. Sampling is
 the model's defaults (top-k 100, CFG 3) through `scd_core.generate`.
 """
@@ -11,15 +13,19 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import torch
 
-LABEL_W, SCALE = 190, 3
+LABEL_W = 190
+TILE_PX = 96   # tiles are upscaled (nearest) to about this size: 3x for the shipped 32 px model
 
 
-def label_row(text: str, tiles: list, scale: int = SCALE):
+def label_row(text: str, tiles: list, scale: int | None = None):
     from PIL import Image, ImageDraw
 
+    if scale is None:
+        scale = max(1, TILE_PX // tiles[0].size[0])
     side = tiles[0].size[0] * scale
     row = Image.new("RGB", (LABEL_W + len(tiles) * (side + 2), side + 4), "white")
     ImageDraw.Draw(row).text((4, side // 2 - 6), text, fill="black")
@@ -50,11 +56,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--method", default="scd-mc")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="where the model samples (cpu or cuda)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    model = scd_core.load_model(args.model)
+    model = scd_core.load_model(args.model, device=args.device, threads=args.threads)
     prompts = args.prompts.split(",") if args.prompts else model.example_prompts
-    out = args.out or f"assets/tiny/samples_{'video' if len(model.grid) == 3 else 'image'}.png"
+    exported = args.model not in ("tiny", "tiny-video") and Path(args.model).is_dir()
+    folder = Path(args.model) if exported else Path("assets/tiny")      # an exported folder: write into it
+    out = args.out or str(folder / f"samples_{'video' if len(model.grid) == 3 else 'image'}.png")
     settings = dict(model.default_settings)
     t0 = time.time()
     rows = []

@@ -1,6 +1,12 @@
 """Train the VQ-lite tokenizer of the tiny models.
 
     python -m scd_core.train.tokenizer --data data/emoji32 --ckpt checkpoints/vq --steps 4000
+    python -m scd_core.train.tokenizer --data data/emoji64 --ckpt checkpoints/vq64 --image-size 64 --patch 4
+
+The geometry comes from `--image-size` (must match the data folder's images), `--patch`
+(token grid = image_size // patch per side) and `--codebook-size`; the defaults (32, 4, 512)
+are the shipped 8x8-token tokenizer. The checkpoint's JSON records the whole `VQConfig`, and
+every later step (tokens, priors, export, loader) reads the geometry from there.
 
 Loss: MSE + 0.5 L1 on pixels, codebook + 0.25 commitment on unit-norm latents (cosine
 codebook), straight-through estimator, dead codes restarted from batch latents every 100
@@ -83,6 +89,17 @@ def evaluate(model: VQLite, val: torch.Tensor, train_sample: torch.Tensor) -> di
             "background_frac": round(p[0].item(), 3)}
 
 
+def check_geometry(image_size: int, patch: int, codebook_size: int) -> None:
+    """Reject tokenizer shapes VQLite cannot build, naming the option (SystemExit)."""
+    if image_size < 1:
+        raise SystemExit(f"--image-size: expected a positive number of pixels, got {image_size}")
+    if patch < 1 or image_size % patch:
+        raise SystemExit(f"--patch {patch}: must be a positive divisor of --image-size {image_size}")
+    if codebook_size < 2:
+        raise SystemExit(f"--codebook-size: expected at least 2 codes (code 0 is the white background), "
+                         f"got {codebook_size}")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="data/emoji32")
@@ -96,8 +113,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ckpt-minutes", type=float, default=3.0)
     ap.add_argument("--max-minutes", type=float, default=0.0, help="stop (with a checkpoint) after this long; 0: no limit")
     ap.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
+    ap.add_argument("--image-size", type=int, default=32,
+                    help="image side in pixels; must equal the data folder's (default 32)")
+    ap.add_argument("--patch", type=int, default=4, help="pixels per token side (default 4: 32 px -> 8x8 tokens)")
+    ap.add_argument("--codebook-size", type=int, default=512,
+                    help="codes in the codebook, code 0 reserved for flat white (default 512)")
     add_device_argument(ap)
     args = ap.parse_args(argv)
+    check_geometry(args.image_size, args.patch, args.codebook_size)
     set_threads(args.threads)
     torch.manual_seed(args.seed)
 
@@ -107,7 +130,11 @@ def main(argv: list[str] | None = None) -> None:
     train, val = x_all[~is_val], x_all[is_val]
     weights = torch.tensor([m["weight"] for m in meta])[~is_val]
 
-    cfg = VQConfig(image_size=x_all.shape[-1])
+    if tuple(images.shape[1:3]) != (args.image_size, args.image_size):
+        raise SystemExit(f"--image-size {args.image_size}: the images in {args.data} are "
+                         f"{images.shape[1]}x{images.shape[2]} px; pass --image-size {images.shape[1]} "
+                         f"or render the data with python -m scd_core.train.data --size {args.image_size}")
+    cfg = VQConfig(image_size=args.image_size, patch=args.patch, codebook_size=args.codebook_size)
     device = torch.device(args.device)
     model = VQLite(cfg).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=0.0)
@@ -118,6 +145,10 @@ def main(argv: list[str] | None = None) -> None:
     step = 0
     ckpt = args.ckpt
     if Path(ckpt + ".safetensors").exists() and not args.fresh:
+        saved = json.loads(Path(ckpt + ".json").read_text()).get("config", asdict(cfg))
+        if saved != asdict(cfg):
+            raise SystemExit(f"--ckpt {ckpt}: that tokenizer was trained with {saved}, not {asdict(cfg)}; "
+                             "pass its --image-size/--patch/--codebook-size, another --ckpt, or --fresh")
         step = load_checkpoint(ckpt, model, opt, gen)["step"]
         print(f"resumed from {ckpt} at step {step}", flush=True)
     info = {"config": asdict(cfg), "args": vars(args)}
