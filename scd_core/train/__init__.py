@@ -35,5 +35,8 @@ How the shipped weights in assets/tiny were made (2 shared CPU cores, 1 thread e
     python -m scd_core.train.samples --model tiny; python -m scd_core.train.samples --model tiny-video
 
 Every trainer takes `--device` (default: cuda when available); the shipped weights were all
-trained on the CPU.
+trained on the CPU. The tokenizer's geometry is an option (`--image-size`, `--patch`,
+`--codebook-size`), and the later steps read it from the checkpoint and the token files:
+`scripts/train_64px.sh` builds a 64x64-pixel model with 16x16 tokens (the issue's goal; about
+10 minutes on one GPU, not yet run) into `assets_64/`, leaving `assets/tiny` alone.
 """
