@@ -243,7 +243,7 @@ class TinyGPT(nn.Module):
     def positions(self) -> torch.Tensor:
         """[N+1, d]: a learned embedding per position plus one per grid axis (position 0: prompt)."""
         table = self.pos_emb.clone()
-        coords = torch.cartesian_prod(*[torch.arange(s) for s in self.cfg.grid])
+        coords = torch.cartesian_prod(*[torch.arange(s, device=table.device) for s in self.cfg.grid])
         if coords.dim() == 1:
             coords = coords.unsqueeze(1)
         extra = sum(emb[coords[:, a]] for a, emb in enumerate(self.axis_emb))
