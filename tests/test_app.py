@@ -241,7 +241,7 @@ def test_served_cancel_stops_the_run(client, monkeypatch):
 
     monkeypatch.setattr(app.scd_core, "stream", counting_stream)
     # slow motion (a tick every 0.1 s) so that the run cannot finish before the cancel
-    # settles on a fast machine: at full speed a whole race takes well under a second
+    # settles on a fast machine: at full speed a whole race takes about a second
     job = client.submit(*race_args(pace=0.05), api_name="/race")  # the longest event
     deadline = time.time() + 60
     while len(job.outputs()) < 1 and time.time() < deadline:
