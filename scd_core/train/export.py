@@ -87,7 +87,6 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{key}: no checkpoint at {ckpt}; keeping the exported one")
     (out / "config.json").write_text(json.dumps(config, indent=1))
     sizes = {p.name: round(p.stat().st_size / 1e6, 2) for p in sorted(out.glob("*.safetensors"))}
-    vq_cfg = config["vq"]
     g = vq_cfg["image_size"] // vq_cfg["patch"]
     print(f"exported to {out} ({vq_cfg['image_size']} px, {g}x{g} tokens, {vq_cfg['codebook_size']} codes): "
           f"{sizes} MB, total {sum(sizes.values()):.2f} MB")

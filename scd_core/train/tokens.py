@@ -40,6 +40,8 @@ def shifts_for(image_size: int) -> list[tuple[int, int]]:
     """`SHIFTS` scaled to an image of `image_size` px (the same fraction of the frame)."""
     k = image_size / MOTION_SIZE
     return [(int(round(dx * k)), int(round(dy * k))) for dx, dy in SHIFTS]
+
+
 BASE_SCALE = 0.8   # clip emoji span about 0.8 * 28/32 of the frame (the tokenizer saw 0.75-1.15)
 
 
@@ -82,13 +84,10 @@ MOTIONS = ["moving left", "moving right", "moving up", "moving down", "zooming i
 def render_clip(big: torch.Tensor, motion: str, frames: int, image_size: int = 32) -> torch.Tensor:
     """big [3, B, B] in [0, 1] -> frames [T, 3, S, S] (S = image_size, B a multiple of S; the
     shipped data: 96 -> 32). Motions are fractions of the frame: `motion_path` pixels at 32 px
-    are scaled to the big render."""
-    if big.shape[-1] % image_size:
-        raise ValueError(f"video: the big renders ({big.shape[-1]} px) are not a multiple of the "
-                         f"tokenizer's {image_size} px; render the data with --big a multiple of --size")
+    are scaled to the big render (`main` checks that B is a multiple of S)."""
     path = torch.tensor(motion_path(motion, frames))
     factor = big.shape[-1] // image_size
-    move = big.shape[-1] // MOTION_SIZE if big.shape[-1] % MOTION_SIZE == 0 else big.shape[-1] / MOTION_SIZE
+    move = big.shape[-1] / MOTION_SIZE
     x = big.unsqueeze(0).expand(frames, -1, -1, -1)
     moved = affine_white(x, path[:, 0] * move, path[:, 1] * move, path[:, 2], -path[:, 3])
     return F.avg_pool2d(moved, factor)
