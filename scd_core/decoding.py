@@ -162,8 +162,11 @@ class _Decoder:
                             accept_prob=torch.full((B, D), float("nan"), device=self.device))
 
     def finished(self) -> bool:
-        n_min, n_max = torch.aminmax(self.n)
-        self.n_min, self.n_max = int(n_min), int(n_max)     # for the next window
+        if self.B == 1:
+            self.n_min = self.n_max = int(self.n)             # for the next window
+        else:
+            n_min, n_max = torch.aminmax(self.n)
+            self.n_min, self.n_max = int(n_min), int(n_max)
         return self.n_min >= self.N
 
     # -- one iteration -----------------------------------------------------------------
@@ -224,7 +227,7 @@ class _Decoder:
         (`_build_window` keeps every fed position inside the grid) nor committed.
         """
         empty = self.empty                                        # set by the previous pass
-        if self.stride and bool(empty.any()):
+        if self.stride:
             empty = self._fill_copies(empty, self.n.unsqueeze(1) + self.draft_row)
         tok = (self.init_u * self.V).long()                      # uniform over the vocabulary
         self.drafts = torch.where(empty, tok, self.drafts)
@@ -238,6 +241,8 @@ class _Decoder:
         Returns the slots still empty (no source yet: the random init fills them).
         """
         src = pos - self.stride
+        if self.D < self.stride:        # the window is shorter than the stride: one round
+            return self._copy_committed(empty, src)
         for _ in range(self.D // self.stride + 1):
             from_committed = (src >= 0) & (src < self.n.unsqueeze(1))
             rel = (src - self.n.unsqueeze(1)).clamp(0, self.D - 1)
@@ -252,6 +257,16 @@ class _Decoder:
             self.q = torch.where(take.unsqueeze(-1), one_hot, self.q)
             empty = empty & ~take
         return empty
+
+    def _copy_committed(self, empty: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        """`_fill_copies` when every source lies before n (D < stride): a committed token, or
+        none (before the grid). q becomes one-hot in place where a copy is taken."""
+        take = empty & (src >= 0)
+        value = self.tokens.gather(1, src.clamp(min=0))
+        self.drafts = torch.where(take, value, self.drafts)
+        take_q = take.unsqueeze(-1)
+        self.q.masked_fill_(take_q, 0.0).scatter_add_(-1, value.unsqueeze(-1), take_q.to(self.q.dtype))
+        return empty & ~take
 
     def _build_window(self):
         """Tokens to feed [B, W] and each row's start, offset and number of drafts fed.
