@@ -148,7 +148,7 @@ class _Decoder:
             self.block_low = -self.block                          # no block yet
         self.n_min = self.n_max = 0
         p0 = processed_probs(first, self.cfg.sampling).unsqueeze(1)
-        token0 = self._sample_target(p0, self.n.unsqueeze(1))[:, 0]
+        token0 = self._sample_target(p0)[:, 0]
         self.init_u = torch.rand((B, D), generator=self.generator, device=self.device, dtype=torch.float64)
         self.tokens[:, 0] = token0
         self.nfe = 1
@@ -213,7 +213,7 @@ class _Decoder:
         fed = self.tokens.gather(1, last.unsqueeze(1))
         self.full = True
         p = self._forward(fed, last, self.no_offset)
-        token = self._sample_target(p, self.n.unsqueeze(1))       # [B, 1]
+        token = self._sample_target(p)                            # [B, 1]
         n_before = self.n
         self._commit(token, n_before.unsqueeze(1))
         self.n = n_before + 1
@@ -322,30 +322,33 @@ class _Decoder:
         """
         residual = self._residual(p[:, : self.D], self.q)
         if self.gumbel:
-            positions = self.n.unsqueeze(1) + self.slot_row
-            return torch.cat([coupling.sample_with(residual, u[:, : self.D]), self._sample_target(p, positions)], 1)
+            return torch.cat([coupling.sample_with(residual, u[:, : self.D]), self._sample_target(p)], 1)
         return coupling.sample_with(torch.cat([residual, p], 1), u)
 
-    def _sample_target(self, p: torch.Tensor, positions: torch.Tensor) -> torch.LongTensor:
-        """Draw from p [B, S, V] at absolute positions [B, S]: Gumbel-coupled for SCD-Gumbel."""
+    def _sample_target(self, p: torch.Tensor) -> torch.LongTensor:
+        """Draw from p [B, S, V], the laws of positions n[b] .. n[b] + S - 1: Gumbel-coupled for
+        SCD-Gumbel."""
         if self.gumbel:
-            return coupling.exponential_argmax(p, self._noise(positions))
+            return coupling.exponential_argmax(p, self._noise(p.shape[1]))
         return coupling.sample(p, self.generator)
 
-    def _noise(self, positions: torch.Tensor) -> torch.Tensor:
-        """The Exponential(1) noise exp(-G) [B, S, V] of consecutive positions [B, S] (S <= L).
+    def _noise(self, S: int) -> torch.Tensor:
+        """The Exponential(1) noise exp(-G) [B, S, V] of positions n[b] .. n[b] + S - 1 (S <= L).
 
         A position's noise never changes and stays in the window for several passes, so
         the hash runs over a block of max(3L, 64) positions per row at a time (from the row's
-        window start), and again only once some row's window may leave its block:
-        `positions` are the window's, n[b] + slot.
+        n), and again only once some row's window may leave its block. A single row reads
+        its S positions as a slice of the block; rows at different positions, by a gather.
         """
         if self.n_max - self.block_low > self.block - self.L:   # a row's window may leave its block
-            self.noise_start = positions[:, :1]
+            self.noise_start = self.n.unsqueeze(1)
             self.block_low = self.n_min                          # no row's block starts lower
             block = self.noise_start + torch.arange(self.block, device=self.device)
             self.noise_block = coupling.exponential_noise_at(self.position_keys.gather(1, block), self.V)
-        rel = positions - self.noise_start
+        if self.B == 1:                                          # its block starts at block_low
+            first = self.n_min - self.block_low
+            return self.noise_block[:, first: first + S]
+        rel = self.n.unsqueeze(1) + self.slots[:S] - self.noise_start
         return self.noise_block.gather(1, rel.unsqueeze(-1).expand(-1, -1, self.V))
 
     def _redraft(self, fresh: torch.Tensor, coupled: torch.Tensor | None, m_col: torch.Tensor) -> torch.Tensor:

@@ -174,8 +174,9 @@ def test_gumbel_noise_cache_returns_each_positions_own_hash(grid, rows):
     checked = []
 
     class Checked(scd_core.decoding._Decoder):
-        def _noise(self, positions):
-            noise = super()._noise(positions)
+        def _noise(self, S):
+            noise = super()._noise(S)
+            positions = self.n.unsqueeze(1) + torch.arange(S)             # n[b] .. n[b] + S - 1
             keys = scd_core.coupling.row_keys(self.cfg.seed, self.rows).unsqueeze(1)
             assert torch.equal(noise, scd_core.coupling.exponential_noise_for_keys(keys, positions, self.V))
             checked.append(positions[:, -1].max())

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import scd_core
-from scd_core import decoding
+from scd_core import coupling, decoding
 from scd_core.models.toy import ToyModel
 from scd_core.sampling import validate_sampling
 from stats_util import chi_square_pvalue
@@ -142,8 +142,9 @@ class _GumbelRowsReused(decoding._Decoder):
     """Lumina reference SCD-Gumbel bug: noise indexed by window slot, not absolute position,
     so tokens at different positions share one Gumbel vector."""
 
-    def _noise(self, positions):
-        return super()._noise(positions - self.n.unsqueeze(1))
+    def _noise(self, S):
+        keys = coupling.row_keys(self.cfg.seed, self.rows).unsqueeze(1)
+        return coupling.exponential_noise_for_keys(keys, torch.arange(S).expand(self.B, S), self.V)
 
 
 def test_reused_gumbel_rows_are_detected(toy):
