@@ -133,6 +133,7 @@ class _Decoder:
         self.slots = torch.arange(self.L, device=self.device)    # slot indices 0..L-1, reused
         self.slot_row = self.slots.unsqueeze(0)                   # [1, L]
         self.draft_row = self.slot_row[:, :D]                     # [1, D]
+        self.copy_offset = self.draft_row - self.stride           # copy init: slot -> source offset from n
         self.no_offset = torch.zeros(B, dtype=torch.long, device=self.device)
         self.all_fed = torch.full((B, 1), D, dtype=torch.long, device=self.device)
         # committed tokens, plus L spare columns that absorb the -1 padding past the grid's end
@@ -228,19 +229,21 @@ class _Decoder:
         """
         empty = self.empty                                        # set by the previous pass
         if self.stride:
-            empty = self._fill_copies(empty, self.n.unsqueeze(1) + self.draft_row)
+            empty = self._fill_copies(empty, self.n.unsqueeze(1) + self.copy_offset)
+            if empty is None:                                     # every empty slot took a copy
+                return
         tok = (self.init_u * self.V).long()                      # uniform over the vocabulary
         self.drafts = torch.where(empty, tok, self.drafts)
         self.q.masked_fill_(empty.unsqueeze(-1), 1.0 / self.V)    # q is never shared: in place
 
-    def _fill_copies(self, empty: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    def _fill_copies(self, empty: torch.Tensor, src: torch.Tensor) -> torch.Tensor | None:
         """Copy init: the token `stride` positions back (row above / previous frame), q one-hot.
 
-        A source may be committed or a draft, including one filled in an earlier round
-        here, so rounds run until no slot can take a copy (at most D / stride + 1 rounds).
-        Returns the slots still empty (no source yet: the random init fills them).
+        `src` [B, D] is each slot's source position. A source may be committed or a draft,
+        including one filled in an earlier round here, so rounds run until no slot can take a
+        copy (at most D / stride + 1 rounds). Returns the slots still empty (no source yet:
+        the random init fills them), or None where no slot can be left empty.
         """
-        src = pos - self.stride
         if self.D < self.stride:        # the window is shorter than the stride: one round
             return self._copy_committed(empty, src)
         for _ in range(self.D // self.stride + 1):
@@ -258,15 +261,17 @@ class _Decoder:
             empty = empty & ~take
         return empty
 
-    def _copy_committed(self, empty: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    def _copy_committed(self, empty: torch.Tensor, src: torch.Tensor) -> torch.Tensor | None:
         """`_fill_copies` when every source lies before n (D < stride): a committed token, or
-        none (before the grid). q becomes one-hot in place where a copy is taken."""
-        take = empty & (src >= 0)
-        value = self.tokens.gather(1, src.clamp(min=0))
+        none (before the grid). q becomes one-hot in place where a copy is taken. Once every
+        row is past its first row (frame), every empty slot takes a copy: returns None."""
+        inside = self.n_min >= self.stride                        # no source before the grid
+        take = empty if inside else empty & (src >= 0)
+        value = self.tokens.gather(1, src if inside else src.clamp(min=0))
         self.drafts = torch.where(take, value, self.drafts)
         take_q = take.unsqueeze(-1)
         self.q.masked_fill_(take_q, 0.0).scatter_add_(-1, value.unsqueeze(-1), take_q.to(self.q.dtype))
-        return empty & ~take
+        return None if inside else empty & ~take
 
     def _build_window(self):
         """Tokens to feed [B, W] and each row's start, offset and number of drafts fed.
