@@ -197,8 +197,7 @@ class _Decoder:
         last = draws.gather(1, torch.where(rejected, k_col, k_col + D))
         n_before = self.n
         n_col = n_before.unsqueeze(1)
-        room = n_col < self.N - D if self.full else n_col + m_col < self.N    # a bonus token fits
-        c_col = k_col + (rejected | room)                        # + the residual or the bonus token
+        c_col = k_col + self._one_more(rejected, n_col, m_col)  # + the residual or the bonus token
         committed = self._committed(drafts, last, k_col, c_col)
         self._commit(committed, n_col)
         n_col = n_col + c_col
@@ -207,6 +206,14 @@ class _Decoder:
         if not self.full:
             accept_prob = accept_prob.masked_fill(self.draft_row >= m_col, float("nan"))
         return self._record(n_before, start, fed, k_col.view(-1), committed, rejected.view(-1), accept_prob)
+
+    def _one_more(self, rejected: torch.Tensor, n_col: torch.Tensor, m_col: torch.Tensor):
+        """Whether a row commits a token after its k accepted drafts: the residual draw at a
+        rejection, else the bonus token if it fits in the grid (1 where every row has room)."""
+        if self.full and self.n_max < self.N - self.D:
+            return 1
+        room = n_col < self.N - self.D if self.full else n_col + m_col < self.N
+        return rejected | room
 
     def _iterate_ar(self) -> Iteration:
         """AR: feed each row's last token, sample the next from p (all rows move together)."""
