@@ -1,13 +1,14 @@
 """Why a model gives SCD a large or a small lead over SJD: where in the window drafts fail,
 and how strongly the model's p reacts to one changed token.
 
-    python scripts/draft_profile.py --model tiny                 # ~1 min on one CPU thread
+    python scripts/draft_profile.py --model tiny                 # ~15 s on one CPU thread
     python scripts/draft_profile.py --model toy-grid --model-arg grid=8,8
 
 Prints, at the bench's sampling settings (top-k 100, CFG 3 unless changed):
 1. per method, the mean acceptance probability min(1, p/q) of each draft slot, and how often
-   each slot is the first rejection (slot 0 is the draft right after the last committed
-   token; after a rejection it was drafted for a context that the residual token replaced);
+   each slot is the first rejection, the last count being the passes with no rejection (slot
+   0 is the draft right after the last committed token; after a rejection it was drafted for
+   a context that the residual token replaced);
 2. for AR samples: the mean entropy of p, the collision probability sum(p^2) (how often two
    independent draws agree: SJD's fresh drafts hold at about this rate), and the mean total
    variation between p at position j and p at j after the token at j - d is replaced by an
@@ -33,7 +34,8 @@ PROMPTS = ["red apple", "grinning face", "cat face", "flag france", "rocket", "p
 
 
 def slot_profile(model, method: str, window: int, seeds: int, settings: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean min(1, p/q) per draft slot, and the count of first rejections per slot (L = none)."""
+    """Mean min(1, p/q) per draft slot [L - 1], and the passes whose first rejection is at each
+    slot, then the passes with none [L]."""
     total, count = torch.zeros(window - 1), torch.zeros(window - 1)
     first = torch.zeros(window, dtype=torch.long)
     for prompt in PROMPTS:
@@ -45,7 +47,7 @@ def slot_profile(model, method: str, window: int, seeds: int, settings: dict) ->
                 fed = ~torch.isnan(a)
                 total[fed] += a[fed]
                 count[fed] += 1
-                first[int(it.num_accepted[0])] += 1
+                first[int(it.num_accepted[0]) if bool(it.resampled[0]) else window - 1] += 1
     return total / count.clamp(min=1), first
 
 
@@ -85,14 +87,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--every", type=int, default=3, help="perturb every n-th position (default 3)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
+    methods = args.methods.split(",")
+    if not set(methods) <= {"sjd", "scd-mc", "scd-gumbel"}:
+        ap.error(f"--methods: expected speculative methods among sjd, scd-mc, scd-gumbel, got {args.methods!r}")
+    for name in ("seeds", "every", "threads"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name}: expected an integer >= 1, got {getattr(args, name)}")
     torch.set_num_threads(args.threads)
-    model = scd_core.load_model(args.model, **parse_model_args(args.model_arg))
     settings = dict(top_k=args.top_k, top_p=1.0, temperature=1.0, cfg_scale=args.cfg_scale)
-    for method in args.methods.split(","):
-        accept, first = slot_profile(model, method, args.window, args.seeds, settings)
+    try:
+        model = scd_core.load_model(args.model, **parse_model_args(args.model_arg))
+        profiles = [(m, *slot_profile(model, m, args.window, args.seeds, settings)) for m in methods]
+    except ValueError as err:                                     # a bad argument: its message, exit 2
+        ap.error(str(err))
+    for method, accept, first in profiles:
         print(f"{method}: mean min(1, p/q) per slot  " + " ".join(f"{v:.2f}" for v in accept.tolist()))
         print(f"{method}: first rejection per slot   " + " ".join(str(v) for v in first.tolist())
-              + f"  ({first[0] / first.sum():.0%} at slot 0)")
+              + f" (last: none)  {first[0] / first.sum():.0%} at slot 0")
     W = int(model.grid[-1])
     stats = sensitivity(model, [1, 2, 3, W - 1, W, W + 1, 2 * W], settings, args.every)
     print("AR samples: " + "  ".join(f"{k} {v:.3f}" for k, v in stats.items()))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 import scd_core
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "draft_profile.py"
@@ -35,3 +37,11 @@ def test_sensitivity_is_zero_exactly_where_toy_grid_ignores_the_token():
     assert stats["TV d=1"] > 0.05 and stats["TV d=6"] > 0.05          # left, above
     assert stats["TV d=2"] < 1e-6 and stats["TV d=7"] < 1e-6          # neither
     assert 0 < stats["collision"] <= 1 and stats["entropy"] > 0
+
+
+@pytest.mark.parametrize("argv, named", [(["--methods", "ar,sjd"], "--methods"), (["--every", "0"], "--every"),
+                                         (["--window", "1"], "window")])
+def test_bad_arguments_exit_2_naming_the_argument(argv, named, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        _script().main(["--model", "toy-grid", "--model-arg", "grid=4,6"] + argv)
+    assert exit_info.value.code == 2 and named in capsys.readouterr().err
