@@ -262,23 +262,25 @@ class _Decoder:
                 return empty
             value = torch.where(from_committed, self.tokens.gather(1, src.clamp(0, self.N - 1)),
                                 self.drafts.gather(1, rel))
-            self.drafts = torch.where(take, value, self.drafts)
-            one_hot = torch.zeros_like(self.q).scatter_(-1, value.clamp(min=0).unsqueeze(-1), 1.0)
-            self.q = torch.where(take.unsqueeze(-1), one_hot, self.q)
+            self._take_copies(take, value.clamp(min=0))           # -1 only where no copy is taken
             empty = empty & ~take
         return empty
 
     def _copy_committed(self, empty: torch.Tensor, src: torch.Tensor) -> torch.Tensor | None:
         """`_fill_copies` when every source lies before n (D < stride): a committed token, or
-        none (before the grid). q becomes one-hot in place where a copy is taken. Once every
-        row is past its first row (frame), every empty slot takes a copy: returns None."""
+        none (before the grid). Once every row is past its first row (frame), every empty slot
+        takes a copy: returns None."""
         inside = self.n_min >= self.stride                        # no source before the grid
         take = empty if inside else empty & (src >= 0)
-        value = self.tokens.gather(1, src if inside else src.clamp(min=0))
+        self._take_copies(take, self.tokens.gather(1, src if inside else src.clamp(min=0)))
+        return None if inside else empty & ~take
+
+    def _take_copies(self, take: torch.Tensor, value: torch.Tensor) -> None:
+        """Drafts <- value [B, D] where `take`, with a one-hot q there (set in place: q is never
+        shared); value must be a valid token everywhere."""
         self.drafts = torch.where(take, value, self.drafts)
         take_q = take.unsqueeze(-1)
         self.q.masked_fill_(take_q, 0.0).scatter_add_(-1, value.unsqueeze(-1), take_q.to(self.q.dtype))
-        return None if inside else empty & ~take
 
     def _build_window(self):
         """Tokens to feed [B, W] and each row's start, offset and number of drafts fed.
