@@ -412,14 +412,16 @@ class _Decoder:
 
     def _record(self, n_before, start, fed, k, committed, rejected, accept_prob) -> Iteration:
         """The trace record of this pass (on the host; on a CPU without copies: nothing the
-        record holds is modified in place afterwards)."""
+        record holds is modified in place afterwards, except the shared token buffer, whose
+        positions below n_after never change: see `Iteration.tokens_after`)."""
         tensors = dict(n_before=n_before, n_after=self.n, start=start, window_tokens=fed, num_accepted=k,
                        accept_prob=accept_prob, committed_tokens=committed, resampled=rejected,
-                       drafts_after=self.drafts, tokens_after=self.tokens.clone())
+                       drafts_after=self.drafts)
         if self.device.type != "cpu":
             tensors = {name: t.cpu() for name, t in tensors.items()}
         record = Iteration(index=self.index, method=self.cfg.method, nfe=self.nfe, step_time=self.step_time,
-                           wall_time=self.busy + time.perf_counter() - self.entered, **tensors)
+                           wall_time=self.busy + time.perf_counter() - self.entered,
+                           committed_buffer=self.tokens, **tensors)
         self.busy = record.wall_time
         self.index += 1
         return record

@@ -44,11 +44,24 @@ class Iteration:
     resampled: torch.BoolTensor         # [B] the last committed token came from the residual
     drafts_after: torch.LongTensor      # [B, D] next iteration's drafts (-1: none), slot i at n_after + i
                                         # (a slot past the grid's end may hold one: never fed)
-    tokens_after: torch.LongTensor      # [B, N] committed tokens after this pass, -1 elsewhere
+    committed_buffer: torch.LongTensor  # [B, N] the run's committed tokens, shared by its records and
+                                        # written by later passes: read `tokens_after` instead
     nfe: int                            # cumulative forward passes, prefill included
     wall_time: float                    # cumulative seconds spent decoding (a consumer's time between
                                         # records of `stream` is not counted)
     step_time: float                    # cumulative seconds spent inside Session.step / start
+
+    @cached_property
+    def tokens_after(self) -> torch.LongTensor:
+        """[B, N] committed tokens after this pass, -1 elsewhere.
+
+        Derived from the run's shared buffer: a committed token never changes, so positions
+        below `n_after` hold this pass's tokens whenever the record is read, and the later
+        positions are masked (no copy of the grid per pass).
+        """
+        tokens = self.committed_buffer.cpu()
+        later = torch.arange(tokens.shape[1]).unsqueeze(0) >= self.n_after.unsqueeze(1)
+        return tokens.masked_fill(later, -1)
 
     @cached_property
     def accepted(self) -> torch.BoolTensor:

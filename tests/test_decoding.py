@@ -119,6 +119,31 @@ def test_stream_yields_the_same_records_generate_collects(grid):
     assert len(run.images) == 1 and run.images[0].size == (32, 32)
 
 
+@pytest.mark.parametrize("method", METHODS)
+def test_tokens_after_is_this_pass_state_whenever_it_is_read(grid, method):
+    """Records share the run's token buffer: read during the run or after it, a record's
+    tokens_after holds the tokens committed up to that pass and -1 after them."""
+    records, during = [], []
+    for it in scd_core.stream(grid, ["a cat", "a dog"], method=method, window=6, seed=2, top_k=20):
+        records.append(it)
+        during.append(it.tokens_after.clone())
+    final = records[-1].tokens_after
+    N = final.shape[1]
+    for it, seen in zip(records, during):
+        fresh = fresh_copy(it).tokens_after                    # not the cached value
+        assert torch.equal(fresh, seen)
+        for b in range(2):
+            n = int(it.n_after[b])
+            assert torch.equal(seen[b, :n], final[b, :n]) and (seen[b, n:] == -1).all() and n <= N
+
+
+def fresh_copy(it):
+    """A new record with the same fields (its derived properties not yet computed)."""
+    import dataclasses
+
+    return dataclasses.replace(it)
+
+
 def test_processed_probs_filters():
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
     top2 = processed_probs(logits, validate_sampling(1.0, 2, 1.0))
