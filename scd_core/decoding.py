@@ -158,7 +158,7 @@ class _Decoder:
         self.empty = torch.ones(B, D, dtype=torch.bool, device=self.device)   # draft slots to fill: all
         return self._record(n_before, start=torch.full_like(self.n, -1),
                             fed=torch.zeros(B, 0, dtype=torch.long, device=self.device),
-                            k=torch.zeros_like(self.n), committed=token0.unsqueeze(1),
+                            k=torch.zeros_like(self.n),
                             rejected=torch.zeros_like(self.n, dtype=torch.bool),
                             accept_prob=torch.full((B, D), float("nan"), device=self.device))
 
@@ -198,14 +198,13 @@ class _Decoder:
         n_before = self.n
         n_col = n_before.unsqueeze(1)
         c_col = k_col + self._one_more(rejected, n_col, m_col)  # + the residual or the bonus token
-        committed = self._committed(drafts, last, k_col, c_col)
-        self._commit(committed, n_col)
+        self._commit(drafts, last, n_col, k_col)
         n_col = n_col + c_col
         self.n = n_col.view(-1)
         self._carry_drafts(redraft, p, c_col, m_col)
         if not self.full:
             accept_prob = accept_prob.masked_fill(self.draft_row >= m_col, float("nan"))
-        return self._record(n_before, start, fed, k_col.view(-1), committed, rejected.view(-1), accept_prob)
+        return self._record(n_before, start, fed, k_col.view(-1), rejected.view(-1), accept_prob)
 
     def _one_more(self, rejected: torch.Tensor, n_col: torch.Tensor, m_col: torch.Tensor):
         """Whether a row commits a token after its k accepted drafts: the residual draw at a
@@ -223,10 +222,9 @@ class _Decoder:
         p = self._forward(fed, last, self.no_offset)
         token = self._sample_target(p)                            # [B, 1]
         n_before = self.n
-        self._commit(token, n_before.unsqueeze(1))
+        self.buffer.scatter_(1, n_before.unsqueeze(1), token)
         self.n = n_before + 1
-        return self._record(n_before, last, fed, self.no_offset, token, self.no_offset.bool(),
-                            self.q.new_zeros(self.B, 0))
+        return self._record(n_before, last, fed, self.no_offset, self.no_offset.bool(), self.q.new_zeros(self.B, 0))
 
     def _fill_drafts(self) -> None:
         """Fill empty draft slots with the init scheme and its exact q.
@@ -241,7 +239,7 @@ class _Decoder:
                 return
         tok = (self.init_u * self.V).long()                      # uniform over the vocabulary
         self.drafts = torch.where(empty, tok, self.drafts)
-        self.q.masked_fill_(empty.unsqueeze(-1), 1.0 / self.V)    # q is never shared: in place
+        self.q = torch.where(empty.unsqueeze(-1), 1.0 / self.V, self.q)
 
     def _fill_copies(self, empty: torch.Tensor, src: torch.Tensor) -> torch.Tensor | None:
         """Copy init: the token `stride` positions back (row above / previous frame), q one-hot.
@@ -276,11 +274,11 @@ class _Decoder:
         return None if inside else empty & ~take
 
     def _take_copies(self, take: torch.Tensor, value: torch.Tensor) -> None:
-        """Drafts <- value [B, D] where `take`, with a one-hot q there (set in place: q is never
-        shared); value must be a valid token everywhere."""
+        """Drafts <- value [B, D] where `take`, with a one-hot q there; value must be a valid
+        token everywhere."""
         self.drafts = torch.where(take, value, self.drafts)
         take_q = take.unsqueeze(-1)
-        self.q.masked_fill_(take_q, 0.0).scatter_add_(-1, value.unsqueeze(-1), take_q.to(self.q.dtype))
+        self.q = torch.where(take_q, 0.0, self.q).scatter_add_(-1, value.unsqueeze(-1), take_q.to(self.q.dtype))
 
     def _build_window(self):
         """Tokens to feed [B, W] and each row's start, offset and number of drafts fed.
@@ -378,18 +376,16 @@ class _Decoder:
             coupled = torch.where(self.draft_row < m_col, coupled, fresh[:, : self.D])
         return torch.cat([coupled, fresh[:, self.D:]], 1)
 
-    def _committed(self, drafts: torch.Tensor, last: torch.Tensor, k_col: torch.Tensor, c_col: torch.Tensor):
-        """[B, D + 1] this pass's committed tokens: k accepted drafts, then `last` [B, 1]; -1 after."""
-        committed = torch.cat([drafts, last], 1).scatter_(1, k_col, last)
-        return committed.masked_fill_(self.slot_row >= c_col, -1)
+    def _commit(self, drafts: torch.Tensor, last: torch.Tensor, n_col: torch.Tensor, k_col: torch.Tensor) -> None:
+        """Write the drafts at positions n, n+1, ... of each row, then `last` at n + k.
 
-    def _commit(self, committed: torch.Tensor, n_col: torch.Tensor) -> None:
-        """Write the committed tokens (-1 padded) at positions n, n+1, ... of each row.
-
-        Padding lands on positions that are still -1, or, past the grid, on the spare
-        columns of `buffer`.
+        Positions below the new n (the k accepted drafts, and `last` when it is committed)
+        are final; the ones after hold drafts that a later pass overwrites before it commits
+        them. Nothing reads the buffer at or after n (the trace masks it), and writes past
+        the grid land on the spare columns of `buffer`.
         """
-        self.buffer.scatter_(1, n_col + self.slot_row[:, : committed.shape[1]], committed)
+        self.buffer.scatter_(1, n_col + self.draft_row, drafts)
+        self.buffer.scatter_(1, n_col + k_col, last)
 
     def _carry_drafts(self, redraft: torch.Tensor, p: torch.Tensor, c_col: torch.Tensor, m_col: torch.Tensor) -> None:
         """Shift the redrafted slots past the c committed ones; q <- this pass's p for each.
@@ -401,7 +397,7 @@ class _Decoder:
         src = c_col + self.draft_row                              # old slot index
         self.empty = src > m_col
         src_c = src.clamp(max=self.D)
-        self.drafts = redraft.gather(1, src_c).masked_fill_(self.empty, -1)
+        self.drafts = torch.where(self.empty, -1, redraft.gather(1, src_c))
         self.q = p.gather(1, src_c.unsqueeze(-1).expand(-1, -1, self.V))
 
     # -- bookkeeping -------------------------------------------------------------------
@@ -410,12 +406,12 @@ class _Decoder:
         if t.is_cuda:
             torch.cuda.synchronize(t.device)
 
-    def _record(self, n_before, start, fed, k, committed, rejected, accept_prob) -> Iteration:
+    def _record(self, n_before, start, fed, k, rejected, accept_prob) -> Iteration:
         """The trace record of this pass (on the host; on a CPU without copies: nothing the
         record holds is modified in place afterwards, except the shared token buffer, whose
         positions below n_after never change: see `Iteration.tokens_after`)."""
         tensors = dict(n_before=n_before, n_after=self.n, start=start, window_tokens=fed, num_accepted=k,
-                       accept_prob=accept_prob, committed_tokens=committed, resampled=rejected,
+                       accept_prob=accept_prob, resampled=rejected,
                        drafts_after=self.drafts)
         if self.device.type != "cpu":
             tensors = {name: t.cpu() for name, t in tensors.items()}

@@ -19,7 +19,8 @@ import torch
 
 @dataclass
 class Iteration:
-    """One forward pass and what the engine did with it. Tensors are on the CPU.
+    """One forward pass and what the engine did with it. Tensors are on the CPU, but for the
+    run's shared token buffer, which stays on the model's device.
 
     The engine builds records under `torch.inference_mode()`: read them freely, and clone
     one before changing it in place (`Run.tokens` is already an ordinary tensor).
@@ -27,9 +28,10 @@ class Iteration:
     Index conventions: B rows; W tokens fed this pass; D = window - 1 draft slots.
     Draft slot i of row b is generated position `n_before[b] + i`.
 
-    The engine stores only what it computed anyway; the masks and counts below the fields
-    (`verified`, `accepted`, `bonus`, `carried`, `unchanged`) follow from them and are
-    derived on first use, so that a trace costs the decoding loop nothing it does not read.
+    The engine stores only what it computed anyway; the tokens, masks and counts below the
+    fields (`tokens_after`, `committed_tokens`, `verified`, `accepted`, `bonus`, `carried`,
+    `unchanged`) follow from them and are derived on first use, so that a trace costs the
+    decoding loop nothing it does not read.
     """
 
     index: int                          # 0 is the prefill
@@ -40,12 +42,12 @@ class Iteration:
     window_tokens: torch.LongTensor     # [B, W] the tokens fed (committed, then drafts)
     num_accepted: torch.LongTensor      # [B] drafts accepted (slots 0 .. num_accepted - 1)
     accept_prob: torch.Tensor           # [B, D] min(1, p/q) of each draft fed (NaN: none)
-    committed_tokens: torch.LongTensor  # [B, D + 1] tokens committed this pass (-1 padded)
     resampled: torch.BoolTensor         # [B] the last committed token came from the residual
     drafts_after: torch.LongTensor      # [B, D] next iteration's drafts (-1: none), slot i at n_after + i
                                         # (a slot past the grid's end may hold one: never fed)
-    committed_buffer: torch.LongTensor  # [B, N] the run's committed tokens, shared by its records and
-                                        # written by later passes: read `tokens_after` instead
+    committed_buffer: torch.LongTensor  # [B, >= N] the run's token buffer, shared by its records and
+                                        # written by later passes (at and after n_after: later
+                                        # tokens or stale drafts): read `tokens_after` instead
     nfe: int                            # cumulative forward passes, prefill included
     wall_time: float                    # cumulative seconds spent decoding (a consumer's time between
                                         # records of `stream` is not counted)
@@ -62,6 +64,14 @@ class Iteration:
         tokens = self.committed_buffer.cpu()
         later = torch.arange(tokens.shape[1]).unsqueeze(0) >= self.n_after.unsqueeze(1)
         return tokens.masked_fill(later, -1)
+
+    @cached_property
+    def committed_tokens(self) -> torch.LongTensor:
+        """[B, D + 1] tokens committed by this pass, from position n_before on (-1 padded)."""
+        tokens = self.tokens_after
+        slots = torch.arange(self.drafts_after.shape[1] + 1).unsqueeze(0)
+        at = (self.n_before.unsqueeze(1) + slots).clamp(max=tokens.shape[1] - 1)
+        return tokens.gather(1, at).masked_fill(slots >= self.committed.unsqueeze(1), -1)
 
     @cached_property
     def accepted(self) -> torch.BoolTensor:
