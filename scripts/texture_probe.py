@@ -14,6 +14,9 @@ commands to compare against the same recipe on white:
     python -m scd_core.bench --model /tmp/tiny_tex --methods ar,sjd,scd-mc --windows 16 \
         --seeds 4 --threads 1 --top-k 100 --cfg-scale 3
 
+`--texture fractal` uses a field with a natural image's 1/f^2 power spectrum instead (every
+region continues its neighbours' colour, with detail at every scale).
+
 The tokens come from the shipped tokenizer (`assets/tiny`), which never saw textures: fine
 for token statistics, not for pretty pictures. Nothing here is part of the shipped models.
 """
@@ -73,6 +76,31 @@ def texture(rng: np.random.Generator, size: int) -> np.ndarray:
     return out.clip(0, 1)
 
 
+def fractal_texture(rng: np.random.Generator, size: int, beta: float = 2.0) -> np.ndarray:
+    """A random field [S, S, 3] in [0, 1] with a natural image's power spectrum (1 / f^beta):
+    every region continues its neighbours' colour, with detail at every scale. A luminance
+    field and two weaker colour fields around a random base colour."""
+    fy, fx = np.fft.fftfreq(size)[:, None], np.fft.rfftfreq(size)[None, :]
+    f = np.sqrt(fx ** 2 + fy ** 2)
+    f[0, 0] = 1.0
+    amp = f ** (-beta / 2)
+    amp[0, 0] = 0.0
+
+    def field() -> np.ndarray:
+        spectrum = (rng.normal(size=amp.shape) + 1j * rng.normal(size=amp.shape)) * amp
+        x = np.fft.irfft2(spectrum, s=(size, size))
+        return x / x.std()
+
+    lum, chroma = field(), [field(), field()]
+    base = rng.uniform(0.25, 0.75, 3)
+    mix = np.array([[1.0, 0.0], [-0.5, 0.8], [-0.5, -0.8]])          # chroma axes per channel
+    out = base + 0.15 * lum[..., None] + 0.06 * np.stack(chroma, -1) @ mix.T
+    return out.clip(0, 1).astype(np.float32)
+
+
+TEXTURES = {"waves": texture, "fractal": fractal_texture}
+
+
 def shift(a: np.ndarray, dx: int, dy: int) -> np.ndarray:
     """Integer shift of an [S, S, C] array with zero (transparent) fill."""
     out = np.zeros_like(a)
@@ -104,7 +132,7 @@ def pick_entries(limit: int | None):
     return render_all(entries, 32, big=0)[2]
 
 
-def build_tokens(out: Path, seed: int, limit: int | None = None) -> None:
+def build_tokens(out: Path, seed: int, limit: int | None = None, kind: str = "waves") -> None:
     from PIL import ImageFont
     from safetensors.torch import save_file
 
@@ -120,7 +148,7 @@ def build_tokens(out: Path, seed: int, limit: int | None = None) -> None:
         rgba = render_rgba(entry.emoji, font, size)
         for dx, dy in shifts:
             moved = shift(rgba, dx, dy)
-            bg = texture(rng, size)
+            bg = TEXTURES[kind](rng, size)
             images.append(moved[..., :3] + (1 - moved[..., 3:]) * bg)
     x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float()
     tokens = encode_all(vq, x).view(len(kept), len(shifts), -1)
@@ -160,6 +188,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=Path("data/tokens_tex"), help="token folder to write / read")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--limit", type=int, default=None, help="only this many emoji (a quick check)")
+    ap.add_argument("--texture", choices=sorted(TEXTURES), default="waves",
+                    help="waves: smooth colour waves plus fine noise; fractal: a 1/f^2 field (default waves)")
     ap.add_argument("--export", help="prior checkpoint to export into --model-out (skips building tokens)")
     ap.add_argument("--model-out", type=Path, default=Path("/tmp/tiny_tex"))
     args = ap.parse_args(argv)
@@ -167,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.export:
         export_model(args.export, args.out, args.model_out)
     else:
-        build_tokens(args.out, args.seed, args.limit)
+        build_tokens(args.out, args.seed, args.limit, args.texture)
 
 
 if __name__ == "__main__":

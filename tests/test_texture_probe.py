@@ -25,16 +25,19 @@ def load_probe():
     return module
 
 
-def test_texture_is_seeded_smooth_and_in_range():
+@pytest.mark.parametrize("kind", ["waves", "fractal"])
+def test_textures_are_seeded_varied_and_in_range(kind):
     import numpy as np
 
-    probe = load_probe()
-    a = probe.texture(np.random.default_rng(1), 32)
-    b = probe.texture(np.random.default_rng(1), 32)
-    c = probe.texture(np.random.default_rng(2), 32)
+    make = load_probe().TEXTURES[kind]
+    a = make(np.random.default_rng(1), 32)
+    b = make(np.random.default_rng(1), 32)
+    c = make(np.random.default_rng(2), 32)
     assert a.shape == (32, 32, 3) and a.min() >= 0 and a.max() <= 1
     assert np.array_equal(a, b) and not np.array_equal(a, c)
     assert a.std() > 0.03                                       # not a flat fill
+    # neighbouring pixels are alike: a texture, not white noise
+    assert np.corrcoef(a[:, 1:].ravel(), a[:, :-1].ravel())[0, 1] > 0.3
 
 
 @needs_font
