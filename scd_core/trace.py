@@ -45,7 +45,7 @@ class Iteration:
     resampled: torch.BoolTensor         # [B] the last committed token came from the residual
     drafts_after: torch.LongTensor      # [B, D] next iteration's drafts (-1: none), slot i at n_after + i
                                         # (a slot past the grid's end may hold one: never fed)
-    committed_buffer: torch.LongTensor  # [B, >= N] the run's token buffer, shared by its records and
+    committed_buffer: torch.LongTensor  # [B, N] the run's token buffer, shared by its records and
                                         # written by later passes (at and after n_after: later
                                         # tokens or stale drafts): read `tokens_after` instead
     nfe: int                            # cumulative forward passes, prefill included

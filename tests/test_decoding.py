@@ -1,6 +1,8 @@
 """Engine behaviour: greedy equivalence, determinism, invariants, batching, bad input."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -137,8 +139,6 @@ def test_tokens_after_is_this_pass_state_whenever_it_is_read(grid, method):
 
 def fresh_copy(it):
     """A new record with the same fields (its derived properties not yet computed)."""
-    import dataclasses
-
     return dataclasses.replace(it)
 
 
