@@ -14,6 +14,10 @@ commands to compare against the same recipe on white:
     python -m scd_core.bench --model /tmp/tiny_tex --methods ar,sjd,scd-mc --windows 16 \
         --seeds 4 --threads 1 --top-k 100 --cfg-scale 3
 
+The same recipe on white: `python -m scd_core.train.tokens --vq assets/tiny --what image`
+(the shipped tokenizer's tokens in data/tokens), the prior command with `--tokens data/tokens
+--ckpt checkpoints/white700`, then `--export checkpoints/white700 --out data/tokens`.
+
 `--texture fractal` uses a field with a natural image's 1/f^2 power spectrum instead (every
 region continues its neighbours' colour, with detail at every scale).
 
@@ -37,9 +41,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from scd_core.models.tiny import ASSETS, VQConfig, VQLite, WordVocab, prompt_words  # noqa: E402
+from scd_core.models.tiny import ASSETS, WordVocab, prompt_words  # noqa: E402
 from scd_core.train.data import FONT_PATH, FONT_SIZE, read_emoji_test, render_all  # noqa: E402
-from scd_core.train.tokens import (encode_all, pad_word_ids, shifts_for, token_dtype,  # noqa: E402
+from scd_core.train.tokens import (encode_all, load_vq, pad_word_ids, shifts_for, token_dtype,  # noqa: E402
                                    token_metadata)
 
 
@@ -111,15 +115,6 @@ def shift(a: np.ndarray, dx: int, dy: int) -> np.ndarray:
     return out
 
 
-def load_shipped_vq() -> VQLite:
-    config = json.loads((ASSETS / "config.json").read_text())
-    vq = VQLite(VQConfig(**config["vq"]))
-    from safetensors.torch import load_file
-
-    vq.load_state_dict({k: v.float() for k, v in load_file(str(ASSETS / "vq.safetensors")).items()})
-    return vq.eval()
-
-
 def pick_entries(limit: int | None):
     """The shipped data's emoji (those the font draws), with their prompts and split; with
     `limit`, a few of each split (a quick check)."""
@@ -137,7 +132,7 @@ def build_tokens(out: Path, seed: int, limit: int | None = None, kind: str = "wa
     from safetensors.torch import save_file
 
     t0 = time.time()
-    vq = load_shipped_vq()
+    vq = load_vq(str(ASSETS))                                    # the shipped tokenizer
     size = vq.cfg.image_size
     kept = pick_entries(limit)
     font = ImageFont.truetype(FONT_PATH, FONT_SIZE)

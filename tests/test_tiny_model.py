@@ -64,6 +64,15 @@ def test_decode_shapes(image_model, video_model):
     assert all(f.size == (32, 32) and f.mode == "RGB" for c in clips for f in c)
 
 
+def test_tokens_step_loads_the_shipped_tokenizer_from_its_folder(image_model):
+    from scd_core.train.tokens import load_vq
+
+    vq = load_vq(str(tiny.ASSETS))
+    assert all(torch.equal(a, b) for a, b in zip(vq.state_dict().values(), image_model.vq.state_dict().values()))
+    x = torch.rand(2, 3, 32, 32)
+    assert torch.equal(vq.encode(x), image_model.vq.encode(x))
+
+
 def test_background_code_decodes_to_white(image_model):
     pix = image_model.decode_pixels(torch.zeros(1, 64, dtype=torch.long))
     assert pix.mean().item() > 0.97

@@ -1,6 +1,7 @@
 """Tokenize the emoji data for the priors: image sequences, video clips, word vocabulary.
 
     python -m scd_core.train.tokens --data data/emoji32 --vq checkpoints/vq --out data/tokens
+    python -m scd_core.train.tokens --vq assets/tiny --what image    # the shipped tokenizer's tokens
 
 The geometry is the tokenizer's (its checkpoint JSON holds the `VQConfig`): S px images,
 G x G codes (G = S // patch), codes < codebook_size. The shipped tokenizer is S = 32, G = 8, 512
@@ -94,7 +95,15 @@ def render_clip(big: torch.Tensor, motion: str, frames: int, image_size: int = 3
 
 
 def load_vq(path: str) -> VQLite:
-    record = Path(path).with_suffix(".json")
+    """A tokenizer checkpoint (`path`.json / .safetensors), or the tokenizer of an exported
+    model folder (`assets/tiny`: config.json and vq.safetensors)."""
+    folder = Path(path)
+    if (folder / "config.json").exists() and (folder / "vq.safetensors").exists():
+        from scd_core.models.tiny import load_weights
+
+        cfg = json.loads((folder / "config.json").read_text())["vq"]
+        return load_weights(VQLite(VQConfig(**cfg)), folder / "vq.safetensors", "cpu", torch.float32)
+    record = folder.with_suffix(".json")
     if not record.exists():
         raise ValueError(f"vq: no {record}; run python -m scd_core.train.tokenizer")
     cfg = json.loads(record.read_text())["config"]
