@@ -32,6 +32,7 @@ import math
 import shutil
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -42,26 +43,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from scd_core.models.tiny import ASSETS, WordVocab, prompt_words  # noqa: E402
-from scd_core.train.data import FONT_PATH, FONT_SIZE, read_emoji_test, render_all  # noqa: E402
-from scd_core.train.tokens import (encode_all, load_vq, pad_word_ids, shifts_for, token_dtype,  # noqa: E402
-                                   token_metadata)
-
-
-def render_rgba(emoji: str, font, size: int) -> np.ndarray | None:
-    """The glyph centred on a transparent square (spanning 28/32 of it), premultiplied resize."""
-    from PIL import Image, ImageDraw
-
-    canvas = Image.new("RGBA", (4 * FONT_SIZE, 2 * FONT_SIZE), (0, 0, 0, 0))
-    ImageDraw.Draw(canvas).text((8, 8), emoji, font=font, embedded_color=True)
-    box = canvas.getchannel("A").getbbox()
-    if box is None:
-        return None
-    glyph = canvas.crop(box)
-    side = int(round(max(glyph.size) / (28 / 32)))
-    square = Image.new("RGBA", (side, side), (0, 0, 0, 0))
-    square.paste(glyph, ((side - glyph.size[0]) // 2, (side - glyph.size[1]) // 2))
-    small = square.convert("RGBa").resize((size, size), Image.LANCZOS)
-    return np.asarray(small, dtype=np.float32) / 255          # premultiplied RGB, alpha
+from scd_core.train.data import (FONT_PATH, FONT_SIZE, read_emoji_test, render_all,  # noqa: E402
+                                 render_glyph_rgba, to_square)
+from scd_core.train.tokens import encode_all, load_vq, save_image_tokens, shifts_for  # noqa: E402
 
 
 def texture(rng: np.random.Generator, size: int) -> np.ndarray:
@@ -129,7 +113,6 @@ def pick_entries(limit: int | None):
 
 def build_tokens(out: Path, seed: int, limit: int | None = None, kind: str = "waves") -> None:
     from PIL import ImageFont
-    from safetensors.torch import save_file
 
     t0 = time.time()
     vq = load_vq(str(ASSETS))                                    # the shipped tokenizer
@@ -140,7 +123,7 @@ def build_tokens(out: Path, seed: int, limit: int | None = None, kind: str = "wa
     rng = np.random.default_rng(seed)
     images = []
     for entry in kept:
-        rgba = render_rgba(entry.emoji, font, size)
+        rgba = np.asarray(to_square(render_glyph_rgba(entry.emoji, font), size), dtype=np.float32) / 255
         for dx, dy in shifts:
             moved = shift(rgba, dx, dy)
             bg = TEXTURES[kind](rng, size)
@@ -148,14 +131,9 @@ def build_tokens(out: Path, seed: int, limit: int | None = None, kind: str = "wa
     x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float()
     tokens = encode_all(vq, x).view(len(kept), len(shifts), -1)
     words = sorted({w for e in kept for w in prompt_words(e.prompt)})
-    vocab = WordVocab(words)
-    ids, lens = pad_word_ids([vocab.ids(e.prompt) for e in kept])
     out.mkdir(parents=True, exist_ok=True)
     (out / "vocab.json").write_text(json.dumps({"words": words}, indent=0))
-    save_file({"tokens": tokens.to(token_dtype(vq)), "word_ids": ids, "word_lens": lens,
-               "weights": torch.tensor([e.weight for e in kept]),
-               "val": torch.tensor([e.split == "val" for e in kept])}, str(out / "image.safetensors"),
-              metadata=token_metadata(vq, (vq.grid, vq.grid)))
+    save_image_tokens(vq, tokens, [asdict(e) for e in kept], WordVocab(words), out)
     left_same = (tokens[..., 1:] == tokens[..., :-1]).float().mean().item()
     print(f"{tuple(tokens.shape)} tokens to {out}: {len(torch.unique(tokens))} codes used, "
           f"{(tokens == 0).float().mean().item():.1%} background code, {left_same:.1%} equal their left "

@@ -93,8 +93,8 @@ def read_emoji_test(path: str = EMOJI_TEST_PATH) -> list[EmojiEntry]:
     return entries
 
 
-def render_glyph(emoji: str, font):
-    """The emoji's colour glyph cropped to its box, on white; None when the font lacks it."""
+def render_glyph_rgba(emoji: str, font):
+    """The emoji's colour glyph cropped to its box, with its alpha; None when the font lacks it."""
     from PIL import Image, ImageDraw
 
     canvas = Image.new("RGBA", (4 * FONT_SIZE, 2 * FONT_SIZE), (255, 255, 255, 0))
@@ -109,17 +109,37 @@ def render_glyph(emoji: str, font):
     rgb = np.asarray(glyph.convert("RGB"), dtype=np.float32)
     if np.ptp(rgb.reshape(-1, 3), axis=0).max() < 8 and rgb.mean() > 250:   # blank
         return None
+    return glyph
+
+
+def render_glyph(emoji: str, font):
+    """The emoji's colour glyph cropped to its box, on white; None when the font lacks it."""
+    from PIL import Image
+
+    glyph = render_glyph_rgba(emoji, font)
+    if glyph is None:
+        return None
     white = Image.new("RGBA", glyph.size, (255, 255, 255, 255))
     return Image.alpha_composite(white, glyph).convert("RGB")
 
 
 def to_square(glyph, size: int, fill: float = 28 / 32):
-    """Centre the glyph in a white square so that it spans `fill` of the side; resize."""
+    """Centre the glyph in a square so that it spans `fill` of the side; resize.
+
+    An RGB glyph goes on white. An RGBA glyph goes on transparency and comes back
+    premultiplied ("RGBa", resized so that transparent pixels add no colour), ready to be
+    composited over any background as rgb + (1 - alpha) * background.
+    """
     from PIL import Image
 
     side = int(round(max(glyph.size) / fill))
-    square = Image.new("RGB", (side, side), (255, 255, 255))
+    if glyph.mode == "RGBA":
+        square = Image.new("RGBA", (side, side), (0, 0, 0, 0))
+    else:
+        square = Image.new("RGB", (side, side), (255, 255, 255))
     square.paste(glyph, ((side - glyph.size[0]) // 2, (side - glyph.size[1]) // 2))
+    if glyph.mode == "RGBA":
+        square = square.convert("RGBa")
     return square.resize((size, size), Image.LANCZOS)
 
 

@@ -186,19 +186,24 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def write_images(vq: VQLite, images, meta: list[dict], vocab: WordVocab, out: Path, t0: float) -> None:
-    from safetensors.torch import save_file
-
-    prompts_img = [m["prompt"] for m in meta]
     x = images_to_tensor(images)
     shifts = shifts_for(vq.cfg.image_size)
     img_tokens = torch.stack([encode_all(vq, shift_white(x, dx, dy)) for dx, dy in shifts], 1)
-    ids, lens = pad_word_ids([vocab.ids(p) for p in prompts_img])
+    save_image_tokens(vq, img_tokens, meta, vocab, out)
+    print(f"images: {tuple(img_tokens.shape)} ({vq.grid}x{vq.grid} codes of {vq.cfg.codebook_size}), "
+          f"vocab {len(vocab)} words ({time.time() - t0:.0f} s)", flush=True)
+
+
+def save_image_tokens(vq: VQLite, img_tokens: torch.Tensor, meta: list[dict], vocab: WordVocab, out: Path) -> None:
+    """`out`/image.safetensors: codes [N, placements, G*G] with each image's prompt word ids,
+    sampling weight and split (what `prior --kind image` reads)."""
+    from safetensors.torch import save_file
+
+    ids, lens = pad_word_ids([vocab.ids(m["prompt"]) for m in meta])
     save_file({"tokens": img_tokens.to(token_dtype(vq)), "word_ids": ids, "word_lens": lens,
                "weights": torch.tensor([m["weight"] for m in meta]),
                "val": torch.tensor([m["split"] == "val" for m in meta])}, str(out / "image.safetensors"),
               metadata=token_metadata(vq, (vq.grid, vq.grid)))
-    print(f"images: {tuple(img_tokens.shape)} ({vq.grid}x{vq.grid} codes of {vq.cfg.codebook_size}), "
-          f"vocab {len(vocab)} words ({time.time() - t0:.0f} s)", flush=True)
 
 
 def write_clips(vq: VQLite, bigs, meta: list[dict], clips: list, prompts_vid: list[str], vocab: WordVocab,
