@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 import scd_core
+from scd_core import trace
 
 DEFAULT_PROMPTS = ["grinning face", "red apple", "cat face", "flag france", "rocket", "red heart"]
 COLUMNS = ["method", "window", "init", "nfe", "step_compression", "mean_accepted_length", "acceptance_rate",
@@ -151,7 +152,7 @@ def summarise(method: str, window: int, init: str, runs: list[RunMetrics], ar_wa
     step = sum(r.step_time for r in runs)
     return Row(method, window, init, mean([r.nfe for r in runs]), mean([r.step_compression for r in runs]),
                mean([r.mean_accepted_length for r in runs]), mean([r.acceptance_rate for r in runs]),
-               mean([r.draft_stability for r in runs]), wall, ar_wall / wall if wall else float("nan"),
+               mean([r.draft_stability for r in runs]), wall, trace.latency_speedup(ar_wall, wall),
                1000 * engine / iters, engine / step if step else float("nan"),
                engine / (engine + step) if engine + step else float("nan"))
 
