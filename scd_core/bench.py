@@ -23,6 +23,7 @@ import torch
 
 import scd_core
 from scd_core import trace
+from scd_core.protocols import optional
 
 DEFAULT_PROMPTS = ["grinning face", "red apple", "cat face", "flag france", "rocket", "red heart"]
 COLUMNS = ["method", "window", "init", "nfe", "step_compression", "mean_accepted_length", "acceptance_rate",
@@ -92,7 +93,7 @@ def parse_model_args(items: list[str]) -> dict:
 def sampling_settings(model, args: argparse.Namespace) -> dict:
     """Command-line settings over the model's published defaults over the library's."""
     settings = {"top_k": 0, "top_p": 1.0, "temperature": 1.0, "cfg_scale": 1.0}
-    settings.update({k: v for k, v in getattr(model, "default_settings", {}).items() if k in settings})
+    settings.update({k: v for k, v in optional(model, "default_settings", {}).items() if k in settings})
     for key in settings:
         value = getattr(args, key)
         if value is not None:
@@ -106,7 +107,7 @@ def load_prompts(model, args: argparse.Namespace) -> list[str]:
             raise ValueError(f"--prompts: no such file {args.prompts}")
         prompts = [line.strip() for line in args.prompts.read_text().splitlines() if line.strip()]
     else:
-        prompts = list(getattr(model, "example_prompts", None) or DEFAULT_PROMPTS)
+        prompts = list(optional(model, "example_prompts") or DEFAULT_PROMPTS)
     if not prompts:
         raise ValueError("--prompts: the file has no prompts")
     return prompts[: args.max_prompts] if args.max_prompts else prompts
