@@ -46,7 +46,7 @@ INIT_LABELS = {"random": "random (uniform)", "repeat-above": "repeat the token a
 MAX_WINDOW = 1024
 MAX_SEED = 2**63
 VARIANTS = ("fresh-sample-at-rejection", "old-q-for-kept-drafts", "gumbel-noise-by-slot")
-_STREAMS = ("accept", "residual", "fresh", "init")      # the uniforms a pass draws, per slot
+_STREAMS = ("accept", "residual", "fresh", "init", "refill")   # the uniforms of a pass, per slot
 
 
 @dataclass(frozen=True)
@@ -231,11 +231,26 @@ def commit(tokens: torch.LongTensor, n: torch.LongTensor, c: torch.LongTensor,
 
 def pass_uniforms(state: State, L: int) -> dict[str, torch.Tensor]:
     """This pass's uniforms [B, L] per use, from each row's stream: counter = (the row's pass
-    count, use, slot), so no number is ever drawn twice and none depends on another row."""
-    S = len(_STREAMS) * L
-    counters = state.passes.unsqueeze(1) * S + torch.arange(S, device=state.n.device)   # [B, 4L]
-    u = coupling.uniforms(state.keys, counters)
+    count, use, slot), so no number is ever drawn twice and none depends on another row or
+    on the window (a row's window may change between passes: `resize`)."""
+    device = state.n.device
+    use = torch.arange(len(_STREAMS), device=device).unsqueeze(1) * MAX_WINDOW           # [5, 1]
+    counters = state.passes.unsqueeze(1) * (len(_STREAMS) * MAX_WINDOW) + (use + torch.arange(L, device=device)).flatten()
+    u = coupling.uniforms(state.keys, counters)                                          # [B, 5L]
     return dict(zip(_STREAMS, u.view(-1, len(_STREAMS), L).unbind(1)))
+
+
+def resize(state: State, plan: Plan) -> State:
+    """The state for a new window (`plan.window`, 1: AR) before the next pass: drafts past
+    it are dropped; new slots are filled by the init scheme from the row's "refill" stream.
+    Exact for any window chosen before the pass draws its randomness."""
+    D_old, D = state.drafts.shape[1], plan.D
+    if D <= D_old:
+        return State(state.tokens, state.n, state.drafts[:, :D], state.q[:, :D], state.keys, state.passes)
+    grown = State(state.tokens, state.n, F.pad(state.drafts, (0, D - D_old), value=-1),
+                  F.pad(state.q, (0, 0, 0, D - D_old)), state.keys, state.passes)
+    carried = grown.drafts >= 0                                                 # the old drafts (a prefix)
+    return fill_empty(grown, carried, pass_uniforms(state, plan.window)["refill"][:, :D], plan)
 
 
 def start_rows(first_logits: torch.Tensor, seeds: Sequence[int], plan: Plan) -> tuple[State, Verdict]:

@@ -27,7 +27,7 @@ VIDEO_CASES = [(m, "repeat-frame") for m in METHODS[1:]]
 SINGLE_ROW_SETTINGS = {"cfg-on, top-k": (2.0, {"top_k": 2}),
                        "cfg-off, top-p, temp-0.7": (1.0, {"top_p": 0.8, "temperature": 0.7})}
 SINGLE_ROW_CASES = list(itertools.product(METHODS, ["random", "repeat-above"], SINGLE_ROW_SETTINGS))
-NUM_TESTS = len(BATCH_CASES) + len(VIDEO_CASES) + len(SINGLE_ROW_CASES)
+NUM_TESTS = len(BATCH_CASES) + len(VIDEO_CASES) + len(SINGLE_ROW_CASES) + len(METHODS)
 ALPHA = 1e-4 / NUM_TESTS
 PROMPTS = ("a red apple", "a cat")
 
@@ -86,6 +86,27 @@ def test_wide_window_covers_the_whole_grid(toy):
     run = scd_core.generate(toy, prompts, method="scd-mc", window=8, seed=2, cfg_scale=2.0)
     (p,) = joint_pvalues(toy, run.tokens, prompts, 2.0, {})
     assert p > ALPHA
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_rows_that_join_a_running_batch_sample_the_exact_joint(toy, method):
+    """Three cohorts of 8,000 rows join one running batch at passes 0, 1 and 2 (the way
+    `scd_core.serve` admits requests); each cohort's rows sample their prompt's AR law."""
+    plan, _ = decoding.validate(toy, ["x"], method, 3, "random", 0, 1.0, 0, 1.0, 2.0)
+    cohort = [PROMPTS[i % 2] for i in range(8_000)]
+    session = toy.start(cohort, plan.cfg_scale)
+    state, _ = decoding.start_rows(session.first_logits, range(8_000), plan)
+    for joined in (1, 2):
+        state, _ = decoding.decode_pass(session, state, plan)
+        first = session.add_rows(cohort)
+        seeds = range(joined * 8_000, (joined + 1) * 8_000)
+        state = decoding.State.cat([state, decoding.start_rows(first, seeds, plan)[0]])
+    while not bool((state.n >= plan.N).all()):
+        state, _ = decoding.decode_pass(session, state, plan)
+    for joined in range(3):
+        rows = state.tokens[joined * 8_000: (joined + 1) * 8_000]
+        for p in joint_pvalues(toy, rows, cohort, 2.0, {}):
+            assert p > ALPHA, f"{method}: cohort joining at pass {joined}: chi-square p = {p:.3g}"
 
 
 # -- the test has power: known biased variants of the reference code fail it -------------
