@@ -228,8 +228,9 @@ def _handler(hub: FakeHub):
 def client_env(hub: FakeHub | None, home: Path, **extra: str) -> dict[str, str]:
     """The environment of a fresh process downloading from `hub` into the cache under `home`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "SCD_"))}
-    env.update(HF_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1", PYTHONPATH=str(REPO_ROOT),
-               SCD_TEST_THREADS="1", OMP_NUM_THREADS="1", TQDM_POSITION="-1")   # bars on, even without a TTY
+    env.update(HF_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_UPDATE_CHECK="1",
+               PYTHONPATH=str(REPO_ROOT), SCD_TEST_THREADS="1", OMP_NUM_THREADS="1",
+               TQDM_POSITION="-1")                     # progress bars on, even without a terminal
     if hub is not None:
         env["HF_ENDPOINT"] = hub.url
     env.update(extra)

@@ -149,12 +149,31 @@ def test_an_interrupted_download_fails_clearly_and_the_next_try_completes(publis
     assert hashlib.sha256(weights[0].read_bytes()).hexdigest() == expected
 
 
+def test_the_prefetch_command_in_messages_fills_the_cache_for_offline_use(published, tmp_path):
+    """What an offline machine is told to run (on one with network) is enough to load there."""
+    import shlex
+    import subprocess
+    import sys
+    home = tmp_path / "home"
+    with FakeHub() as fake:
+        serve(fake, published, JANUS_REPO)
+        command = scd_core.models.janus.HUB_FILES["janus-pro-1b"].prefetch_command()
+        hf = [sys.executable, "-c", "from huggingface_hub.cli.hf import main; main()"]
+        done = subprocess.run(hf + shlex.split(command)[1:], env=client_env(fake, home), capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert fake.fetched(JANUS_REPO) == set(published[JANUS_REPO]) - set(DECOYS)
+        result, _ = run_client(client_env(None, home, HF_HUB_OFFLINE="1"), JANUS)
+    assert result["janus-pro-1b"]["ok"] and result["janus-pro-1b"]["before"] == "cached"
+
+
 # ------------------------------------------------------------ in this process, no server
 
 def test_local_files_only_and_offline_never_download(empty_hub_cache):
     with pytest.raises(scd_core.models.hub.WeightsNotFoundError, match="local_files_only=True") as err:
         scd_core.load_model("llamagen-c2i", local_files_only=True)
-    assert "hf download FoundationVision/LlamaGen --include 'c2i_B_256.pt' 'vq_ds16_c2i.pt'" in str(err.value)
+    assert ("hf download FoundationVision/LlamaGen --include 'c2i_B_256.pt' --include 'vq_ds16_c2i.pt'"
+            in str(err.value))
     status = model_status("janus-pro-1b")
     assert status.state == "unavailable" and "HF_HUB_OFFLINE=1" in status.reason
     assert status.label.startswith("unavailable: ") and status.repos == (JANUS_REPO,)

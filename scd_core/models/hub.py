@@ -82,7 +82,7 @@ class HubFiles:
 
     def prefetch_command(self) -> str:
         """The shell command that fills the cache with these files on a machine with network."""
-        return f"hf download {self.repo_id} --include " + " ".join(f"'{p}'" for p in self.patterns)
+        return f"hf download {self.repo_id} " + " ".join(f"--include '{p}'" for p in self.patterns)
 
     def size_text(self) -> str:
         return f"about {self.approx_gb:g} GB" if self.approx_gb else "its files"
