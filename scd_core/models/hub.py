@@ -308,11 +308,6 @@ def _unsafe_globals(path: str) -> list[str]:
         return []
 
 
-def repo_url(repo_id: str) -> str:
-    """The public page of a repository (where a licence is accepted)."""
-    return f"https://huggingface.co/{repo_id}"
-
-
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
