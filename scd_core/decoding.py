@@ -231,13 +231,12 @@ def commit(tokens: torch.LongTensor, n: torch.LongTensor, c: torch.LongTensor,
 
 def pass_uniforms(state: State, L: int) -> dict[str, torch.Tensor]:
     """This pass's uniforms [B, L] per use, from each row's stream: counter = (the row's pass
-    count, use, slot), so no number is ever drawn twice and none depends on another row or
+    count, slot, use), so no number is ever drawn twice and none depends on another row or
     on the window (a row's window may change between passes: `resize`)."""
-    device = state.n.device
-    use = torch.arange(len(_STREAMS), device=device).unsqueeze(1) * MAX_WINDOW           # [5, 1]
-    counters = state.passes.unsqueeze(1) * (len(_STREAMS) * MAX_WINDOW) + (use + torch.arange(L, device=device)).flatten()
-    u = coupling.uniforms(state.keys, counters)                                          # [B, 5L]
-    return dict(zip(_STREAMS, u.view(-1, len(_STREAMS), L).unbind(1)))
+    uses = len(_STREAMS)
+    counters = state.passes.unsqueeze(1) * (uses * MAX_WINDOW) + torch.arange(uses * L, device=state.n.device)
+    u = coupling.uniforms(state.keys, counters).view(-1, L, uses)                     # [B, L, 5]
+    return dict(zip(_STREAMS, u.unbind(2)))
 
 
 def resize(state: State, plan: Plan) -> State:

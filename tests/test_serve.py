@@ -50,16 +50,19 @@ def test_rows_that_join_a_running_batch_equal_the_same_prompt_alone(grid, method
 
 
 def test_a_row_leaves_as_soon_as_its_grid_is_complete(grid):
-    scheduler = Scheduler(grid, method="scd-mc", window=6, top_k=30)
-    fast, slow = scheduler.submit("a cat", 0), scheduler.submit("a dog", 1)
-    while not (fast.finished.is_set() or slow.finished.is_set()):
+    kw = dict(method="scd-mc", window=6, top_k=30)
+    nfe = {seed: scd_core.generate(grid, ["a cat"], seed=seed, **kw).nfe for seed in range(6)}
+    fast_seed, slow_seed = min(nfe, key=nfe.get), max(nfe, key=nfe.get)
+    assert nfe[fast_seed] < nfe[slow_seed]
+    scheduler = Scheduler(grid, **kw)
+    fast, slow = scheduler.submit("a cat", fast_seed), scheduler.submit("a cat", slow_seed)
+    while not fast.finished.is_set():
         scheduler.step()
-    first = fast if fast.finished.is_set() else slow
-    other = slow if first is fast else fast
-    assert first.records[-1].n_after[0] == grid.N and not other.finished.is_set()
+    assert fast.records[-1].n_after[0] == grid.N and len(fast.records) == nfe[fast_seed]
+    assert not slow.finished.is_set()
     assert scheduler.batch_size == 1 and scheduler.state.n.shape == (1,)        # the row left the batch
     run_until_idle(scheduler)
-    assert other.result().tokens.shape == (1, grid.N)
+    assert slow.result().nfe == nfe[slow_seed]
 
 
 def test_cancel_drops_only_that_row(grid):
