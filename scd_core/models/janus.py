@@ -10,7 +10,8 @@ with `generation_mode="image"`:
 - the image head: logits come from `model.model.generation_head` over the 16384-code image
   vocabulary, and fed tokens are embedded with `model.prepare_embeddings_for_image_generation`;
 - the cache: one `DynamicCache` for all rows, with per-row forgetting through the attention
-  mask (see `_hf.RowSlots`), so rows of a batch may continue from different positions.
+  mask (see `_hf.RowSlots`), so rows of a batch may continue from different positions, and
+  rows may join (`add_rows`) and leave (`keep_rows`) a running session.
 
 Paper settings (Janus-Pro in the SCD paper): CFG 5, top-k 1000, window L = 32.
 """
@@ -20,8 +21,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ._hf import (RowSlots, load_pretrained, check_cfg, check_prompts, check_step, check_tokens,
-                  config_model_type, left_pad, pick_device_dtype, resolve_weights)
+from ._hf import (RowSlots, load_pretrained, check_cfg, check_prompts, check_rows, check_step, check_tokens,
+                  config_model_type, guided_order, guided_rows, left_pad, pick_device_dtype, resolve_weights)
 from .hub import HubFiles, ProgressFn
 
 # transformers' Janus port (JanusForConditionalGeneration) of DeepSeek's checkpoints; the
@@ -139,13 +140,18 @@ class JanusTokenModel:
 
 
 class JanusSession:
-    """Cond (and uncond) rows of one batch of prompts, prefilled; `step` feeds windows."""
+    """Cond (and uncond) rows of one batch of prompts, prefilled; `step` feeds windows.
+
+    The cache holds the conditional rows of all prompts, then their unconditional rows (when
+    guided); rows join with `add_rows` and leave with `keep_rows` (a `ResizableSession`).
+    """
 
     def __init__(self, tm: JanusTokenModel, rows: list[list[int]], batch: int, cfg_scale: float):
         from transformers import DynamicCache
 
         self.tm, self.batch, self.cfg_scale = tm, batch, cfg_scale
         self.n_rows = len(rows)
+        self.reps = self.n_rows // batch                 # 2 with guidance: cond block, uncond block
         self._lm = tm.model.model.language_model
         ids, mask = left_pad(rows, tm.pad_token_id, tm.device)
         self.slots = RowSlots(mask)
@@ -155,6 +161,26 @@ class JanusSession:
             hidden = self._forward(embeds, mask, RowSlots.prompt_position_ids(mask))
             self.first_logits = self._logits(hidden[:, -1])
 
+    @torch.no_grad()
+    def add_rows(self, prompts: Sequence[str]) -> torch.Tensor:
+        """Start new rows after the existing ones (one forward pass over their prompts, with
+        this session's guidance); returns their first logits [b, V]."""
+        new = self.tm.start(prompts, self.cfg_scale)
+        order = guided_order(self.batch, new.batch, self.reps)
+        self.cache, self.slots = RowSlots.join((self.cache, self.slots), (new.cache, new.slots), order)
+        self.batch += new.batch
+        self.n_rows = self.reps * self.batch
+        self.first_logits = torch.cat([self.first_logits, new.first_logits])
+        return new.first_logits
+
+    def keep_rows(self, rows: torch.LongTensor) -> None:
+        """Keep only the rows listed, in that order; the others are forgotten."""
+        rows = check_rows(rows, self.batch)
+        self.cache = self.slots.keep(self.cache, guided_rows(rows, self.batch, self.reps))
+        self.batch = int(rows.numel())
+        self.n_rows = self.reps * self.batch
+        self.first_logits = self.first_logits[rows.to(self.first_logits.device)]
+
     def _forward(self, embeds: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         out = self._lm(inputs_embeds=embeds, attention_mask=mask, position_ids=position_ids,
                        cache=self.cache, use_cache=True)
@@ -163,7 +189,7 @@ class JanusSession:
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Image-head logits of all rows -> guided logits of the B prompts (float32)."""
         scores = self.tm.model.model.generation_head(hidden).float()
-        if self.n_rows == self.batch:
+        if self.reps == 1:
             return scores
         cond, uncond = scores[: self.batch], scores[self.batch:]
         return uncond + (cond - uncond) * self.cfg_scale
@@ -172,9 +198,8 @@ class JanusSession:
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
         tokens, start = check_step(tokens, start, self.batch, self.tm.vocab_size)
         device = self.tm.device
-        reps = self.n_rows // self.batch
-        tokens = tokens.to(device).repeat(reps, 1)
-        start = start.to(device).repeat(reps)
+        tokens = tokens.to(device).repeat(self.reps, 1)
+        start = start.to(device).repeat(self.reps)
         offsets = start[:, None] + torch.arange(tokens.shape[1], device=device)
         mask, position_ids = self.slots.prepare(self.cache, start, offsets)
         embeds = self.tm.model.prepare_embeddings_for_image_generation(tokens)
