@@ -11,7 +11,9 @@ only the H x W grid of visual codes (V = the VQ codebook size); the adapter
   cond and negative rows have different lengths, so prompts are left-padded and every call
   passes explicit `position_ids` and a 2-D attention mask (`_hf.RowSlots`). Guidance is
   `u + (c - u) * cfg_scale` on the visual logits, which equals transformers' unbatched
-  log-softmax guidance restricted to the visual tokens up to a per-row constant.
+  log-softmax guidance restricted to the visual tokens up to a per-row constant;
+- rows joining (`add_rows`) and leaving (`keep_rows`) a running session: the cache keeps the
+  prompt rows of all prompts, then their negative-prompt rows (`_hf.RowSlots.join` / `keep`).
 """
 from __future__ import annotations
 
@@ -19,8 +21,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ._hf import (RowSlots, load_pretrained, check_cfg, check_prompts, check_step, check_tokens,
-                  config_model_type, left_pad, pick_device_dtype, resolve_weights)
+from ._hf import (RowSlots, load_pretrained, check_cfg, check_prompts, check_rows, check_step, check_tokens,
+                  config_model_type, guided_order, guided_rows, left_pad, pick_device_dtype, resolve_weights)
 from .hub import HubFiles, ProgressFn
 
 # The transformers port (Emu3ForConditionalGeneration); BAAI/Emu3-Gen itself needs remote code.
@@ -156,13 +158,15 @@ class Emu3TokenModel:
 
 
 class Emu3Session:
-    """Prompt rows then negative-prompt rows of one batch, prefilled in one forward."""
+    """Prompt rows then negative-prompt rows of one batch, prefilled in one forward; rows join
+    with `add_rows` and leave with `keep_rows` (a `ResizableSession`)."""
 
     def __init__(self, tm: Emu3TokenModel, rows: list[list[int]], batch: int, cfg_scale: float):
         from transformers import DynamicCache
 
         self.tm, self.batch, self.cfg_scale = tm, batch, cfg_scale
         self.n_rows = len(rows)
+        self.reps = self.n_rows // batch                 # 2 with guidance: prompt block, negative block
         self._text = tm.model.model.text_model
         self._bpe = tm.code_to_bpe.to(tm.device)
         ids, mask = left_pad(rows, tm.pad_token_id, tm.device)
@@ -172,6 +176,26 @@ class Emu3Session:
             hidden = self._forward(ids, mask, RowSlots.prompt_position_ids(mask))
             self.first_logits = self._logits(hidden[:, -1])
 
+    @torch.no_grad()
+    def add_rows(self, prompts: Sequence[str]) -> torch.Tensor:
+        """Start new rows after the existing ones (one forward pass over their prompts, with
+        this session's guidance); returns their first logits [b, V]."""
+        new = self.tm.start(prompts, self.cfg_scale)
+        order = guided_order(self.batch, new.batch, self.reps)
+        self.cache, self.slots = RowSlots.join((self.cache, self.slots), (new.cache, new.slots), order)
+        self.batch += new.batch
+        self.n_rows = self.reps * self.batch
+        self.first_logits = torch.cat([self.first_logits, new.first_logits])
+        return new.first_logits
+
+    def keep_rows(self, rows: torch.LongTensor) -> None:
+        """Keep only the rows listed, in that order; the others are forgotten."""
+        rows = check_rows(rows, self.batch)
+        self.cache = self.slots.keep(self.cache, guided_rows(rows, self.batch, self.reps))
+        self.batch = int(rows.numel())
+        self.n_rows = self.reps * self.batch
+        self.first_logits = self.first_logits[rows.to(self.first_logits.device)]
+
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         out = self._text(input_ids=ids, attention_mask=mask, position_ids=position_ids,
                          cache=self.cache, use_cache=True)
@@ -180,7 +204,7 @@ class Emu3Session:
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Hidden states of all rows -> guided visual-code logits of the B prompts (float32)."""
         scores = self.tm.model.lm_head(hidden)[..., self._bpe].float()
-        if self.n_rows == self.batch:
+        if self.reps == 1:
             return scores
         cond, uncond = scores[: self.batch], scores[self.batch:]
         return uncond + (cond - uncond) * self.cfg_scale
@@ -208,12 +232,11 @@ class Emu3Session:
         tokens, start = check_step(tokens, start, self.batch, self.tm.vocab_size)
         tokens, start = tokens.to(self.tm.device), start.to(self.tm.device)
         ids, offs, pick = self._layout(tokens, start)
-        reps = self.n_rows // self.batch
-        ids, offs = ids.repeat(reps, 1), offs.repeat(reps, 1)
-        forget = self.tm.offsets(start).repeat(reps)
+        ids, offs = ids.repeat(self.reps, 1), offs.repeat(self.reps, 1)
+        forget = self.tm.offsets(start).repeat(self.reps)
         mask, position_ids = self.slots.prepare(self.cache, forget, offs)
         hidden = self._forward(ids, mask, position_ids)
-        picked = torch.gather(hidden, 1, pick.repeat(reps, 1)[..., None].expand(-1, -1, hidden.shape[-1]))
+        picked = torch.gather(hidden, 1, pick.repeat(self.reps, 1)[..., None].expand(-1, -1, hidden.shape[-1]))
         return self._logits(picked)
 
 
