@@ -110,7 +110,7 @@ def check_scheduler_greedy(tm, joins: dict[int, list[str]], cfg_scale: float, wi
     requests, sizes = run_scheduler(scheduler, joins)
     nfe, greedy = 0, {}
     for request in requests:
-        run = request.result()
+        run = request.result(timeout=60)
         alone = scd_core.generate(tm, [request.prompt], method="ar", window=1, top_k=1, cfg_scale=cfg_scale)
         assert torch.equal(run.tokens.cpu(), alone.tokens.cpu()), request.prompt
         greedy[request.prompt] = tuple(alone.tokens[0].tolist())
