@@ -587,10 +587,14 @@ def test_kept_rows_equal_an_untouched_session(video_model, clips):
     assert torch.equal(model.last_prefix, s.prefix_tokens)
     with pytest.raises(ValueError, match="rows"):
         s.keep_rows(torch.tensor([2]))
+    with pytest.raises(ValueError, match="prompts"):
+        s.add_rows(["/no/such/clip.mp4"])
 
 
-def test_video2world_rows_join_with_their_text_states():
-    model = tiny_model(TINY_V2W)
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
+def test_video2world_rows_join_with_their_text_states(device):
+    model = cosmos.CosmosVideoModel(cosmos.random_model(TINY_V2W, device=device, std=0.2), device=device)
     g = torch.Generator().manual_seed(9)
     prefix = torch.randint(0, 60, (3, model.cfg.prefix_len), generator=g)
     context = torch.randn(3, 7, model.cfg.context_dim, generator=g)

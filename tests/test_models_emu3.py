@@ -294,3 +294,12 @@ def test_keep_rows_drops_the_slots_only_leaving_rows_used(tm):
 def test_scheduler_rows_join_and_leave_with_greedy_tokens_of_ar_alone(tm):
     joins = {0: [PROMPTS[0], "dog"], 1: [LONG], 3: [PROMPTS[1], "a cat"]}
     rows_util.check_scheduler_greedy(tm, joins, cfg_scale=3.0, window=4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_rows_join_and_leave():
+    """GPU check: rows join and leave a session on CUDA (float32, so the logits compare exactly)."""
+    gpu = emu3_mod.Emu3TokenModel(tiny_emu3().to("cuda"), encode=encode, grid=(H, W), negative_prompt=NEG,
+                                  positive_suffix="", pad_token_id=PAD)
+    rows_util.check_added_rows(gpu, PROMPTS, [LONG, "dog"], 3.0)
+    rows_util.check_kept_rows(gpu, [PROMPTS[0], LONG, PROMPTS[1]], [2, 0], 3.0)

@@ -320,13 +320,28 @@ def test_keep_rows_drops_the_slots_only_leaving_rows_used(tm):
     assert s.cache.get_seq_length() == alone.cache.get_seq_length() == s.slots.valid.shape[1]
 
 
-def test_keep_rows_refuses_bad_rows(tm):
+def test_bad_rows_and_prompts_are_refused_and_leave_the_session_as_it_was(tm):
     s = tm.start(PROMPTS, 5.0)
     for bad in ([2], [-1], [0, 0], [[0]], [0.5], "0"):
         with pytest.raises(ValueError, match="rows"):
             s.keep_rows(bad)
+    for bad in ("a cat", [], [3]):
+        with pytest.raises(ValueError, match="prompts"):
+            s.add_rows(bad)
+    out = s.step(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, dtype=torch.long))
+    ref = tm.start(PROMPTS, 5.0).step(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, dtype=torch.long))
+    rows_util.assert_close_logits(out, ref, "a session after refused changes")
 
 
 def test_scheduler_rows_join_and_leave_with_greedy_tokens_of_ar_alone(tm):
     joins = {0: [PROMPTS[0], "dog"], 1: [LONG], 3: [PROMPTS[1], "a cat"]}
     rows_util.check_scheduler_greedy(tm, joins, cfg_scale=5.0, window=4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_rows_join_and_leave():
+    """GPU check: rows join and leave a session on CUDA (float32, so the logits compare exactly)."""
+    gpu = janus_mod.JanusTokenModel(tiny_janus().to("cuda"), encode=encode, bos_token_id=BOS,
+                                    boi_token_id=BOI, pad_token_id=PAD)
+    rows_util.check_added_rows(gpu, PROMPTS, [LONG, "dog"], 5.0)
+    rows_util.check_kept_rows(gpu, [PROMPTS[0], LONG, PROMPTS[1]], [2, 0], 5.0)

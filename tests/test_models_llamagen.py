@@ -330,6 +330,9 @@ def test_kept_rows_equal_an_untouched_session(c2i, t2i, kind, cfg):
     assert s.cond_mask.shape[0] == (2 if cfg == 1.0 else 4)
     with pytest.raises(ValueError, match="rows"):
         s.keep_rows(torch.tensor([1, 2]))
+    if kind == "c2i":
+        with pytest.raises(ValueError, match="prompts"):
+            s.add_rows(["a golden retriever"])                       # c2i takes class ids
 
 
 def spread(tm: LlamaGenTokenModel, std: float = 0.15) -> LlamaGenTokenModel:
@@ -349,3 +352,13 @@ def test_scheduler_rows_join_and_leave_with_greedy_tokens_of_ar_alone(c2i, t2i, 
     tm = spread(c2i if kind == "c2i" else t2i)
     old, new, more = ROW_PROMPTS[kind]
     rows_util.check_scheduler_greedy(tm, {0: old, 1: new[:1], 3: new[1:] + more[:1]}, cfg_scale=4.0, window=4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_rows_join_and_leave(t2i):
+    """GPU check: rows join and leave a session on CUDA (float32, so the logits compare exactly)."""
+    import copy
+    gpu = LlamaGenTokenModel(copy.deepcopy(t2i.gpt).to("cuda"), None, fake_text_encoder)
+    old, new, more = ROW_PROMPTS["t2i"]
+    rows_util.check_added_rows(gpu, old, new, 4.0)
+    rows_util.check_kept_rows(gpu, more, [2, 0], 4.0)

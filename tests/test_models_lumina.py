@@ -399,3 +399,12 @@ def test_kept_rows_equal_an_untouched_session(tm, cfg):
 def test_scheduler_rows_join_and_leave_with_greedy_tokens_of_ar_alone(tm):
     joins = {0: ["a red apple", "cat"], 1: [LONG], 3: ["the quick brown fox", "a dog"]}
     rows_util.check_scheduler_greedy(tm, joins, cfg_scale=3.0, window=4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_rows_join_and_leave(tm):
+    """GPU check: rows join and leave a session on CUDA (float32, so the logits compare exactly)."""
+    import copy
+    gpu = LuminaTokenModel(copy.deepcopy(tm.model).to("cuda"), encode, GRID, layout=LAYOUT, prompt_template="{prompt}")
+    rows_util.check_added_rows(gpu, ["a dog", "the quick brown fox"], [LONG, "cat"], 3.0)
+    rows_util.check_kept_rows(gpu, ["a dog", LONG, "the quick brown fox"], [2, 0], 3.0)

@@ -15,6 +15,8 @@ inside the functions that need them. Downloads go through `hub.fetch`.
   and lets rows join (`RowSlots.join`) and leave (`RowSlots.keep`) a running cache.
 - `check_rows`, `guided_order`, `guided_rows`: the row arguments of `add_rows`/`keep_rows` for
   sessions that keep conditional rows, then unconditional ones.
+- `cache_from_tensors`, `cache_tensors`: a `DynamicCache` built from, and read as, per-layer
+  key/value tensors (its constructor and its `layers`: public API).
 """
 from __future__ import annotations
 
