@@ -12,7 +12,8 @@ inside the functions that need them. Downloads go through `hub.fetch`.
   (ValueError naming the argument) and prompt padding shared by adapters.
 - `RowSlots`: bookkeeping that lets the rows of one `DynamicCache` sit at different
   generated positions (per-row forgetting through the attention mask, explicit position ids),
-  and lets rows join (`RowSlots.join`) and leave (`RowSlots.keep`) a running cache.
+  and lets rows join (`RowSlots.join`) and leave (`RowSlots.keep`) a running cache;
+  `ResizableRows` gives such a session `add_rows` and `keep_rows`.
 - `check_rows`, `guided_order`, `guided_rows`: the row arguments of `add_rows`/`keep_rows` for
   sessions that keep conditional rows, then unconditional ones.
 - `cache_from_tensors`, `cache_tensors`: a `DynamicCache` built from, and read as, per-layer
@@ -323,6 +324,34 @@ class RowSlots:
               for (ka, va), (kb, vb) in zip(*layers)]
         slots = RowSlots._of(torch.cat(valid)[order], torch.cat(off)[order], torch.cat(base)[order])
         return cache_from_tensors(kv), slots
+
+
+class ResizableRows:
+    """`add_rows` / `keep_rows` for a session whose rows share one `DynamicCache` with
+    `RowSlots` bookkeeping, laid out as `reps` blocks of `batch` rows (conditional rows, then
+    unconditional ones). The session provides `tm` (whose `start(prompts, cfg_scale)` makes a
+    session of the same kind), `cfg_scale`, `batch`, `reps`, `n_rows`, `cache`, `slots` and
+    `first_logits`."""
+
+    @torch.no_grad()
+    def add_rows(self, prompts: Sequence[str]) -> torch.Tensor:
+        """Start new rows after the existing ones (one forward pass over their prompts, with
+        this session's guidance); returns their first logits [b, V]."""
+        new = self.tm.start(prompts, self.cfg_scale)
+        order = guided_order(self.batch, new.batch, self.reps)
+        self.cache, self.slots = RowSlots.join((self.cache, self.slots), (new.cache, new.slots), order)
+        self.batch += new.batch
+        self.n_rows = self.reps * self.batch
+        self.first_logits = torch.cat([self.first_logits, new.first_logits])
+        return new.first_logits
+
+    def keep_rows(self, rows: torch.LongTensor) -> None:
+        """Keep only the rows listed, in that order; the others are forgotten."""
+        rows = check_rows(rows, self.batch)
+        self.cache = self.slots.keep(self.cache, guided_rows(rows, self.batch, self.reps))
+        self.batch = int(rows.numel())
+        self.n_rows = self.reps * self.batch
+        self.first_logits = self.first_logits[rows.to(self.first_logits.device)]
 
 
 def load_pretrained(folder: str, model_cls, processor_cls, device, dtype, family: str):

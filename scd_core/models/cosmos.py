@@ -362,10 +362,13 @@ class KVCache:
 
     def join(self, other: "KVCache") -> None:
         """Append the rows of `other` (a cache of the same network)."""
+        def shape(c):
+            return None if c is None else tuple(c[0].shape[1:])
+
         for mine, theirs in zip(self.context, other.context):
-            if (mine is None) != (theirs is None) or (mine is not None and mine[0].shape[1:] != theirs[0].shape[1:]):
-                raise ValueError("context: the new rows' text states must have the running rows' shape "
-                                 f"{tuple(mine[0].shape[1:]) if mine is not None else None}")
+            if shape(mine) != shape(theirs):
+                raise ValueError(f"context: the new rows' text states give keys of shape {shape(theirs)}, "
+                                 f"the running rows' {shape(mine)}")
         capacity = max(self.capacity, other.capacity)
         self.grow(capacity)
         other.grow(capacity)

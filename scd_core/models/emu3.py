@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ._hf import (RowSlots, load_pretrained, check_cfg, check_prompts, check_rows, check_step, check_tokens,
-                  config_model_type, guided_order, guided_rows, left_pad, pick_device_dtype, resolve_weights)
+from ._hf import (ResizableRows, RowSlots, load_pretrained, check_cfg, check_prompts, check_step, check_tokens,
+                  config_model_type, left_pad, pick_device_dtype, resolve_weights)
 from .hub import HubFiles, ProgressFn
 
 # The transformers port (Emu3ForConditionalGeneration); BAAI/Emu3-Gen itself needs remote code.
@@ -157,7 +157,7 @@ class Emu3TokenModel:
         return [_to_pil(img, self.processor) for img in pixels]                     # [3, H', W'] each
 
 
-class Emu3Session:
+class Emu3Session(ResizableRows):
     """Prompt rows then negative-prompt rows of one batch, prefilled in one forward; rows join
     with `add_rows` and leave with `keep_rows` (a `ResizableSession`)."""
 
@@ -175,26 +175,6 @@ class Emu3Session:
         with torch.no_grad():
             hidden = self._forward(ids, mask, RowSlots.prompt_position_ids(mask))
             self.first_logits = self._logits(hidden[:, -1])
-
-    @torch.no_grad()
-    def add_rows(self, prompts: Sequence[str]) -> torch.Tensor:
-        """Start new rows after the existing ones (one forward pass over their prompts, with
-        this session's guidance); returns their first logits [b, V]."""
-        new = self.tm.start(prompts, self.cfg_scale)
-        order = guided_order(self.batch, new.batch, self.reps)
-        self.cache, self.slots = RowSlots.join((self.cache, self.slots), (new.cache, new.slots), order)
-        self.batch += new.batch
-        self.n_rows = self.reps * self.batch
-        self.first_logits = torch.cat([self.first_logits, new.first_logits])
-        return new.first_logits
-
-    def keep_rows(self, rows: torch.LongTensor) -> None:
-        """Keep only the rows listed, in that order; the others are forgotten."""
-        rows = check_rows(rows, self.batch)
-        self.cache = self.slots.keep(self.cache, guided_rows(rows, self.batch, self.reps))
-        self.batch = int(rows.numel())
-        self.n_rows = self.reps * self.batch
-        self.first_logits = self.first_logits[rows.to(self.first_logits.device)]
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         out = self._text(input_ids=ids, attention_mask=mask, position_ids=position_ids,

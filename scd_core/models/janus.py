@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ._hf import (RowSlots, load_pretrained, check_cfg, check_prompts, check_rows, check_step, check_tokens,
-                  config_model_type, guided_order, guided_rows, left_pad, pick_device_dtype, resolve_weights)
+from ._hf import (ResizableRows, RowSlots, load_pretrained, check_cfg, check_prompts, check_step, check_tokens,
+                  config_model_type, left_pad, pick_device_dtype, resolve_weights)
 from .hub import HubFiles, ProgressFn
 
 # transformers' Janus port (JanusForConditionalGeneration) of DeepSeek's checkpoints; the
@@ -139,7 +139,7 @@ class JanusTokenModel:
         return [_to_pil(img) for img in pixels]
 
 
-class JanusSession:
+class JanusSession(ResizableRows):
     """Cond (and uncond) rows of one batch of prompts, prefilled; `step` feeds windows.
 
     The cache holds the conditional rows of all prompts, then their unconditional rows (when
@@ -160,26 +160,6 @@ class JanusSession:
             embeds = tm.model.get_input_embeddings()(ids)
             hidden = self._forward(embeds, mask, RowSlots.prompt_position_ids(mask))
             self.first_logits = self._logits(hidden[:, -1])
-
-    @torch.no_grad()
-    def add_rows(self, prompts: Sequence[str]) -> torch.Tensor:
-        """Start new rows after the existing ones (one forward pass over their prompts, with
-        this session's guidance); returns their first logits [b, V]."""
-        new = self.tm.start(prompts, self.cfg_scale)
-        order = guided_order(self.batch, new.batch, self.reps)
-        self.cache, self.slots = RowSlots.join((self.cache, self.slots), (new.cache, new.slots), order)
-        self.batch += new.batch
-        self.n_rows = self.reps * self.batch
-        self.first_logits = torch.cat([self.first_logits, new.first_logits])
-        return new.first_logits
-
-    def keep_rows(self, rows: torch.LongTensor) -> None:
-        """Keep only the rows listed, in that order; the others are forgotten."""
-        rows = check_rows(rows, self.batch)
-        self.cache = self.slots.keep(self.cache, guided_rows(rows, self.batch, self.reps))
-        self.batch = int(rows.numel())
-        self.n_rows = self.reps * self.batch
-        self.first_logits = self.first_logits[rows.to(self.first_logits.device)]
 
     def _forward(self, embeds: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         out = self._lm(inputs_embeds=embeds, attention_mask=mask, position_ids=position_ids,
