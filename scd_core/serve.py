@@ -31,7 +31,7 @@ from typing import Iterator, Sequence
 import torch
 
 from scd_core.decoding import Plan, State, TimedSession, decode_pass, resize, start_rows, validate
-from scd_core.protocols import can_resize, optional
+from scd_core.protocols import can_resize, optional, row_decoder
 from scd_core.trace import Iteration, Run
 
 _END = object()
@@ -42,8 +42,9 @@ class Request:
     took part in, its prefill first); the iteration ends when its grid is complete or after
     `cancel`, and raises what the scheduler raised if its batch failed."""
 
-    def __init__(self, prompt: str, seed: int, decode) -> None:
-        self.prompt, self.seed, self._decode = prompt, seed, decode
+    def __init__(self, prompt: str, seed: int) -> None:
+        self.prompt, self.seed = prompt, seed
+        self.decode = None                  # the decoder of this row's tokens, set when it starts
         self.records: list[Iteration] = []
         self.cancelled = threading.Event()
         self.finished = threading.Event()
@@ -71,7 +72,7 @@ class Request:
             raise TimeoutError("the request did not finish in time")
         if self.error is not None:
             raise self.error
-        return Run.from_iterations(self.records, decode=self._decode)
+        return Run.from_iterations(self.records, decode=self.decode)
 
     def _deliver(self, record: Iteration, wall: float, step: float) -> None:
         self._wall += wall
@@ -162,7 +163,7 @@ class Scheduler:
         validate(self.model, [prompt], self.plan.method, self.plan.window, self.plan.init, seed,
                  self.plan.sampling.temperature, self.plan.sampling.top_k, self.plan.sampling.top_p,
                  self.plan.cfg_scale)
-        request = Request(prompt, seed, self.model.decode)
+        request = Request(prompt, seed)
         with self._lock:
             self._waiting.append(request)
         return request
@@ -200,7 +201,8 @@ class Scheduler:
             self._fail(exc)
 
     def _join(self) -> None:
-        """Start the waiting requests: a new batch, or new rows of the running one."""
+        """Start the waiting requests: a new batch, or new rows of the running one. If their
+        start fails (a bad prompt the model refuses), only they hear why."""
         resizable = self.session is not None and can_resize(self.session.session)
         if self.session is not None and not resizable:
             return                                    # one batch at a time: wait for it to end
@@ -210,18 +212,26 @@ class Scheduler:
         if not joining:
             return
         prompts, seeds = [r.prompt for r in joining], [r.seed for r in joining]
-        entered = time.perf_counter()
-        with torch.inference_mode():
-            if self.session is None:
-                self.session = TimedSession.start(self.model, prompts, self.plan.cfg_scale)
-                first, step = self.session.first_logits, self.session.seconds
-            else:
-                step_before = self.session.seconds
-                first = self.session.session.add_rows(prompts)
-                step = time.perf_counter() - entered
-                self.session.seconds = step_before + step
-            state, verdict = start_rows(first, seeds, self.plan)
-            record = Iteration.of(0, self.plan.method, None, state, verdict, 0, 0.0, 0.0)
+        entered, running, added = time.perf_counter(), len(self.rows), False
+        try:
+            with torch.inference_mode():
+                if self.session is None:
+                    self.session = TimedSession.start(self.model, prompts, self.plan.cfg_scale)
+                    first, step = self.session.first_logits, self.session.seconds
+                else:
+                    first, added = self.session.session.add_rows(prompts), True
+                    step = time.perf_counter() - entered
+                    self.session.seconds += step
+                state, verdict = start_rows(first, seeds, self.plan)
+                record = Iteration.of(0, self.plan.method, None, state, verdict, 0, 0.0, 0.0)
+        except Exception as exc:
+            for request in joining:
+                request._end(exc)
+            if not running:
+                self.session = None
+            elif added:                                       # rows added, then a failure
+                self.session.session.keep_rows(torch.arange(running, device=self.state.n.device))
+            return
         self.passes += 1
         if self.state is not None and state.drafts.shape[1] != self.state.drafts.shape[1]:   # a policy's window
             state = resize(state, _plan_with_window(self.plan, self.state.drafts.shape[1] + 1))
@@ -229,9 +239,9 @@ class Scheduler:
         self.rows += joining
         wall = time.perf_counter() - entered
         for b, request in enumerate(joining):
+            request.decode = row_decoder(self.model, self.session.session, running + b)
             request._deliver(record.row(b), wall, step)
-            if int(record.n_after[b]) >= self.plan.N:     # a grid of one token
-                self._leave([len(self.rows) - len(joining) + b])
+        self._leave([running + b for b in range(len(joining)) if int(record.n_after[b]) >= self.plan.N])
 
     def _deliver(self, record: Iteration, wall: float, step: float) -> None:
         for b, request in enumerate(self.rows):

@@ -102,10 +102,16 @@ def run_scheduler(scheduler: Scheduler, joins: dict[int, list[str]]) -> tuple[li
         step += 1
 
 
+def _pixels(images: list) -> list:
+    """Decoded output (images, or lists of frames) as nested lists of bytes, comparable."""
+    return [_pixels(x) if isinstance(x, (list, tuple)) else x.tobytes() for x in images]
+
+
 def check_scheduler_greedy(tm, joins: dict[int, list[str]], cfg_scale: float, window: int = 4,
-                           method: str = "scd-mc") -> None:
+                           method: str = "scd-mc", pixels: bool = True) -> None:
     """Requests joining a running batch at different passes and leaving when done decode, with
-    top_k = 1, exactly the greedy AR tokens of their prompts run alone."""
+    top_k = 1, exactly the greedy AR tokens of their prompts run alone (and, with `pixels`,
+    the same pictures: each row decodes with its own context)."""
     scheduler = Scheduler(tm, method=method, window=window, top_k=1, cfg_scale=cfg_scale)
     requests, sizes = run_scheduler(scheduler, joins)
     nfe, greedy = 0, {}
@@ -113,6 +119,8 @@ def check_scheduler_greedy(tm, joins: dict[int, list[str]], cfg_scale: float, wi
         run = request.result(timeout=60)
         alone = scd_core.generate(tm, [request.prompt], method="ar", window=1, top_k=1, cfg_scale=cfg_scale)
         assert torch.equal(run.tokens.cpu(), alone.tokens.cpu()), request.prompt
+        if pixels:
+            assert _pixels(run.images) == _pixels(alone.images), f"{request.prompt}: decoded with another row's context"
         greedy[request.prompt] = tuple(alone.tokens[0].tolist())
         nfe += run.nfe
     # a comparison with teeth: no prompt's greedy run is one repeated token, no two are alike

@@ -62,6 +62,8 @@ GPU timing recipe (not run in the CPU tests), one forward of the full-size 4B at
 """
 from __future__ import annotations
 
+import functools
+
 import math
 import os
 from dataclasses import dataclass, field, replace
@@ -652,6 +654,10 @@ class CosmosSession:
         self.first_logits = torch.cat([self.first_logits, new.first_logits])
         self.model.last_prefix = self.prefix_tokens.cpu()
         return new.first_logits
+
+    def row_decoder(self, row: int):
+        """The decoder of row `row`'s tokens [1, N]: with the conditioning frames it continues."""
+        return functools.partial(self.model.decode, prefix=self.prefix_tokens[row: row + 1].cpu())
 
     def keep_rows(self, rows: torch.LongTensor) -> None:
         """Keep only the rows listed, in that order; the others are forgotten."""
