@@ -18,6 +18,7 @@ class ModelEntry:
     kind: str              # "image" or "video"
     description: str
     needs_weights: bool    # True when weights must be present locally (not shipped)
+    test_only: bool = False  # for tests and timing, nothing to look at: demos leave it out
 
 
 REGISTRY: dict[str, ModelEntry] = {}
@@ -30,9 +31,10 @@ def register(entry: ModelEntry) -> None:
 def _builtin_entries() -> list[ModelEntry]:
     e = ModelEntry
     return [
-        e("toy", "toy", "load_toy", "image", "exactly enumerable toy model (V=3, N=5)", False),
-        e("toy-grid", "toy", "load_toy_grid", "image", "fast synthetic grid model with tunable entropy", False),
-        e("random-logits", "toy", "load_random_logits", "image", "instant random logits: times the engine alone", False),
+        e("toy", "toy", "load_toy", "image", "exactly enumerable toy model (V=3, N=5)", False, test_only=True),
+        e("toy-grid", "toy", "load_toy_grid", "image", "fast synthetic grid model with tunable entropy", False, test_only=True),
+        e("random-logits", "toy", "load_random_logits", "image", "instant random logits: times the engine alone", False, test_only=True),
+        e("texture", "texture", "load_texture", "image", "synthetic textures (hand-built, not trained): where coupling helps most", False),
         e("tiny", "tiny", "load_tiny", "image", "embedded emoji model (32x32, 8x8 tokens)", False),
         e("tiny-video", "tiny", "load_tiny_video", "video", "embedded emoji clip model", False),
         e("janus-pro-1b", "janus", "load_janus", "image", "Janus-Pro 1B (deepseek-community/Janus-Pro-1B)", True),
