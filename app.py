@@ -179,22 +179,33 @@ def final_outputs(model, name: str, method: str, prompt: str, stats: R.TraceStat
     return out
 
 
+def refusals(box, updates):
+    """A handler's updates; a ValueError (an input the model refuses, such as a clip too short
+    for it) ends them with its message in `box`, the page's last result left in place."""
+    try:
+        yield from updates
+    except ValueError as exc:
+        log.info("refused: %s", exc)
+        yield {box: f"**Not started:** {exc}"}
+
+
 @gpu(duration=120)
 def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                     pace=0.0, samples=1, clip=None, clip_text="", history=None, ticket=None,
                     request: gr.Request = None, progress=gr.Progress(track_tqdm=True)):
     """Decode one sample and stream its passes to the page (every pass in slow motion, else
     at most ~10 pictures a second); Stop ends it after the current pass, keeping the view."""
-    key = session_key(request)
+    yield from refusals(status, generate_updates(
+        name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt, pace, clip,
+        clip_text, history, session_key(request), ticket))
+
+
+def generate_updates(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
+                     pace, clip, clip_text, history, key, ticket):
     ticket = ticket or STOPS.ticket(key)
-    try:
-        model, s = prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale,
-                           seed, prompt, clip, clip_text)
-        pace = page.check_pace(pace)
-    except ValueError as exc:
-        log.info("generate refused: %s", exc)
-        yield {status: f"**Not started:** {exc}"}
-        return
+    model, s = prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
+                       prompt, clip, clip_text)
+    pace = page.check_pace(pace)
     history = dict(history or {})
     if history.get("_model") != name:
         history = {"_model": name}
@@ -204,7 +215,7 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
     for it in scd_core.stream(model, [s.prompt], **s.engine_kwargs(method)):
         stats.add(it)
         end = "done" if stats.done else "stopped" if stopped() else None
-        if end is None and not pic_due():
+        if not pic_due(force=end is not None):
             continue
         out = {live_image: R.render_iteration(model, it),
                status: R.run_status(LABELS[method], stats, it.wall_time, end or "running")}
@@ -276,16 +287,17 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
                 request: gr.Request = None, progress=gr.Progress(track_tqdm=True)):
     """Decode K samples per method, each method alone and timed alone, then replay the
     recorded passes in lockstep by NFE (at the slow-motion pace) and report the figures."""
-    key = session_key(request)
+    yield from refusals(race_status, race_updates(
+        name, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt, pace, samples, clip,
+        clip_text, session_key(request), ticket))
+
+
+def race_updates(name, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt, pace,
+                 samples, clip, clip_text, key, ticket):
     ticket = ticket or STOPS.ticket(key)
-    try:
-        model, s = prepare(name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale,
-                           seed, prompt, clip, clip_text)
-        pace, samples = page.check_pace(pace), page.check_samples(samples)
-    except ValueError as exc:
-        log.info("race refused: %s", exc)
-        yield {race_status: f"**Not started:** {exc}"}
-        return
+    model, s = prepare(name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale, seed,
+                       prompt, clip, clip_text)
+    pace, samples = page.check_pace(pace), page.check_samples(samples)
     stopped = lambda: STOPS.stopped(key, ticket)  # noqa: E731
     runs: dict[str, race.MethodRun] = {}
     status_due, cache = page.Pacer(STATUS_EVERY), {}

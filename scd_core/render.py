@@ -202,22 +202,24 @@ def render_iteration(model, it: Iteration, row: int = 0, target: int = 320,
 
 def render_samples(model, it: Iteration, rows: Sequence[int], target: int = 96,
                    cols: int = 4) -> np.ndarray:
-    """Several rows of one iteration side by side (one decode call for all of them), each
-    about `target` px a side, `cols` to a line; a video row shows its frames in a line."""
-    canvas = fill_empty(it.canvas[list(rows)])
-    decoded = model.decode(canvas)
-    pics = []
-    for i, b in enumerate(rows):
-        out = decoded[i]
+    """Some rows of one iteration side by side (one decode call), each about `target` px a
+    side, `cols` to a line; a video row shows its frames, four to a line."""
+    decoded = model.decode(fill_empty(it.canvas))        # every row: a model may decode a batch
+    pics = []                                            # only as a whole (Cosmos: its prompts)
+    for b in rows:
+        out = decoded[b]
         frames = [to_rgb(f) for f in (out if isinstance(out, (list, tuple)) else [out])]
-        pics.append(_draw(model, frames, token_states(it, b), target, True, frame_target=target))
+        pics.append(_draw(model, frames, token_states(it, b), target, True, frame_target=target,
+                          at_least=True))
     if len(pics) == 1:
         return pics[0]
     return tile_frames(pics, cols=min(cols, len(pics)), gap=4)
 
 
 def _draw(model, decoded: list[np.ndarray], states: np.ndarray, target: int, overlay: bool,
-          frame_target: int | None = None) -> np.ndarray:
+          frame_target: int | None = None, at_least: bool = False) -> np.ndarray:
+    """Frames shrunk or upscaled to about `frame_target` px (at least that with `at_least`),
+    overlaid with the token states, tiled."""
     T, H, W = grid3(model.grid)
     if frame_target is None:
         frame_target = target if T == 1 else max(96, target // 2)
@@ -226,6 +228,8 @@ def _draw(model, decoded: list[np.ndarray], states: np.ndarray, target: int, ove
     frames = [shrink(f, frame_target) for f in decoded]
     states = states.reshape(T, H, W)
     scale = scale_for(*frames[0].shape[:2], target=frame_target)
+    if at_least:
+        scale = max(scale, math.ceil(frame_target / max(frames[0].shape[:2])))
     if overlay:
         drawn = [overlay_frame(f, states[t], scale) for t, f in enumerate(frames)]
     else:
@@ -283,7 +287,7 @@ F_EMPTY, F_KEPT, F_CHANGED, F_FRESH = range(4)
 FILM_STYLE: dict[int, tuple[str, tuple[int, int, int]]] = {
     F_KEPT: ("draft unchanged since the previous pass", (51, 65, 85)),
     F_CHANGED: ("draft changed since the previous pass (flicker)", (220, 38, 38)),
-    F_FRESH: ("fresh draft (init)", (196, 181, 253)),
+    F_FRESH: ("fresh draft (init scheme)", (196, 181, 253)),
     F_EMPTY: ("no draft (past the grid's end)", (241, 245, 249)),
 }
 
@@ -312,7 +316,6 @@ class TraceStats:
     streak: np.ndarray | None = None                      # [N] current run of unchanged passes
     longest_unchanged: np.ndarray | None = None           # [N] longest such run
     film: list[np.ndarray] = field(default_factory=list)  # [D] draft states after each pass
-    _prev: np.ndarray | None = None                       # previous canvas, -2 where no draft
 
     @property
     def num_tokens(self) -> int:
@@ -337,22 +340,31 @@ class TraceStats:
         self.carried.append(int(it.carried[row].sum()))
         self.changed.append(int(changed_drafts(it)[row]))
         self.committed_at[nb:na] = it.index
-        self._track_drafts(it, it.canvas[row].numpy(), nb, na)
+        self._track_drafts(it, na)
 
-    def _track_drafts(self, it: Iteration, canvas: np.ndarray, nb: int, na: int) -> None:
-        pos = np.arange(canvas.shape[0])
-        is_draft = (pos >= na) & (canvas >= 0)
-        prev = self._prev if self._prev is not None else np.full_like(canvas, -2)
-        same = is_draft & (canvas == prev)
-        self.streak = np.where(is_draft, np.where(same, self.streak + 1, 1), 0)
-        self.longest_unchanged = np.maximum(self.longest_unchanged, self.streak)
-        film = np.full(canvas.shape[0], F_EMPTY, np.int8)
-        film[is_draft & (prev >= 0)] = F_CHANGED
-        film[same] = F_KEPT
-        film[is_draft & (prev < 0)] = F_FRESH
-        slots = int(it.drafts_after.shape[1])
-        self.film.append(np.concatenate([film, np.full(slots, F_EMPTY, np.int8)])[na:na + slots])
-        self._prev = np.where(is_draft, canvas, -2)
+    def _track_drafts(self, it: Iteration, na: int) -> None:
+        """Each draft after the pass against the token its position was fed in the pass:
+        unchanged, changed (flicker), fresh from the init scheme, or none (past the grid)."""
+        row, n = self.row, self.num_tokens
+        drafts = it.drafts_after[row].numpy()
+        pos = na + np.arange(drafts.shape[0])
+        carried = it.carried[row].numpy()
+        start, fed = int(it.start[row]), it.window_tokens[row].numpy()
+        at = pos - start
+        was = np.where((at >= 0) & (at < fed.shape[0]), fed[np.clip(at, 0, max(fed.shape[0] - 1, 0))]
+                       if fed.shape[0] else -1, -1)
+        kept = carried & (drafts == was)
+        film = np.full(drafts.shape[0], F_EMPTY, np.int8)
+        film[(pos < n) & ~carried] = F_FRESH
+        film[carried & ~kept] = F_CHANGED
+        film[kept] = F_KEPT
+        self.film.append(film)
+        inside = pos < n
+        streak = np.zeros(n, np.int64)
+        streak[pos[inside]] = np.where(kept[inside], self.streak[pos[inside]] + 1,
+                                       (drafts[inside] >= 0).astype(np.int64))
+        self.streak = streak
+        self.longest_unchanged = np.maximum(self.longest_unchanged, streak)
 
     def sample(self) -> Sample:
         """This row's metrics over the records so far, by the trace's definitions."""
