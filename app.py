@@ -35,7 +35,10 @@ except ImportError:
 log = logging.getLogger("scd_demo")
 QUEUE = dict(max_size=64, default_concurrency_limit=1)     # 64 visitors may wait their turn
 DECODE = dict(concurrency_limit=1, concurrency_id="decode")  # one decode at a time
-IMAGE_EVERY, PLOT_EVERY, STATUS_EVERY = 0.1, 0.4, 0.5       # seconds between live updates
+IMAGE_EVERY, PLOT_EVERY, STATUS_EVERY = 0.1, 0.5, 0.5       # seconds between live updates
+FULL_SPEED_EVERY = 0.25  # at full speed: a picture at most this often, none before (a faster
+                         # run shows its final picture only: the eye would not follow)
+FIRST_PAINT = 0.1      # seconds for the browser to show the final picture before the charts
 STOPS = page.Stops()
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 REAL_DTYPE = torch.bfloat16 if DEVICE == "cuda" else None
@@ -141,12 +144,16 @@ def session_key(request: gr.Request | None) -> str:
 
 # ----------------------------------------------------------------------------- generate
 
-def run_charts(stats: R.TraceStats, history: dict, method: str) -> dict:
+def run_charts(stats: R.TraceStats, history: dict, method: str, live: bool = False) -> dict:
+    """The run's charts; while it runs only the two that move most (a chart costs the browser
+    far more to draw than the server to make)."""
     curves = {m: (h["nfe"], h["committed"]) for m, h in history.items() if m != "_model"}
     curves[method] = (stats.nfe, stats.committed)
-    return {chart_committed: R.committed_vs_nfe_figure(curves, stats.num_tokens, method),
-            chart_length: R.accepted_length_figure(stats), chart_flicker: R.flicker_figure(stats),
-            chart_rate: R.acceptance_figure(stats)}
+    out = {chart_committed: R.committed_vs_nfe_figure(curves, stats.num_tokens, method),
+           chart_flicker: R.flicker_figure(stats)}
+    if not live:
+        out |= {chart_length: R.accepted_length_figure(stats), chart_rate: R.acceptance_figure(stats)}
+    return out
 
 
 def summary_markdown(method: str, stats: R.TraceStats, wall: float, history: dict) -> str:
@@ -192,7 +199,7 @@ def refusals(box, updates):
 @gpu(duration=120)
 def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                     pace=0.0, samples=1, clip=None, clip_text="", history=None, ticket=None,
-                    request: gr.Request = None, progress=gr.Progress(track_tqdm=True)):
+                    request: gr.Request = None):
     """Decode one sample and stream its passes to the page (every pass in slow motion, else
     at most ~10 pictures a second); Stop ends it after the current pass, keeping the view."""
     yield from refusals(status, generate_updates(
@@ -202,7 +209,7 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
 
 def generate_updates(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                      pace, clip, clip_text, history, key, ticket):
-    ticket = ticket or STOPS.ticket(key)
+    ticket = STOPS.stamp(ticket)
     model, s = prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
                        prompt, clip, clip_text)
     pace = page.check_pace(pace)
@@ -211,7 +218,9 @@ def generate_updates(name, method, window, init, temperature, top_k, top_p, cfg_
         history = {"_model": name}
     stats = R.TraceStats(tuple(model.grid))
     stopped = lambda: STOPS.stopped(key, ticket)  # noqa: E731
-    pic_due, plot_due = page.Pacer(IMAGE_EVERY, pace, stopped), page.Pacer(PLOT_EVERY)
+    pic_due = page.Pacer(IMAGE_EVERY, pace, stopped) if pace else \
+        page.Pacer(FULL_SPEED_EVERY, wait_first=True)
+    plot_due = page.Pacer(PLOT_EVERY, wait_first=True)
     for it in scd_core.stream(model, [s.prompt], **s.engine_kwargs(method)):
         stats.add(it)
         end = "done" if stats.done else "stopped" if stopped() else None
@@ -220,9 +229,10 @@ def generate_updates(name, method, window, init, temperature, top_k, top_p, cfg_
         out = {live_image: R.render_iteration(model, it),
                status: R.run_status(LABELS[method], stats, it.wall_time, end or "running")}
         if end is None:
-            yield out | (run_charts(stats, history, method) if plot_due() else {})
+            yield out | (run_charts(stats, history, method, live=True) if plot_due() else {})
             continue
         yield out                                     # the final picture first, then the rest
+        page.sleep_until(page.now() + FIRST_PAINT)    # (drawing the charts would delay it)
         if end == "done":
             history[method] = {"nfe": stats.nfe, "committed": stats.committed, "wall": it.wall_time}
         yield run_charts(stats, history, method) | final_outputs(model, name, method, s.prompt,
@@ -284,7 +294,7 @@ def race_results(model, name: str, s: race.Settings, runs: dict, samples: int) -
 @gpu(duration=300)
 def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                 pace=0.0, samples=8, clip=None, clip_text="", history=None, ticket=None,
-                request: gr.Request = None, progress=gr.Progress(track_tqdm=True)):
+                request: gr.Request = None):
     """Decode K samples per method, each method alone and timed alone, then replay the
     recorded passes in lockstep by NFE (at the slow-motion pace) and report the figures."""
     yield from refusals(race_status, race_updates(
@@ -294,7 +304,7 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
 
 def race_updates(name, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt, pace,
                  samples, clip, clip_text, key, ticket):
-    ticket = ticket or STOPS.ticket(key)
+    ticket = STOPS.stamp(ticket)
     model, s = prepare(name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale, seed,
                        prompt, clip, clip_text)
     pace, samples = page.check_pace(pace), page.check_samples(samples)
@@ -317,7 +327,7 @@ def race_updates(name, window, init, temperature, top_k, top_p, cfg_scale, seed,
                     {k: r for k, r in runs.items() if r.done}, s.temperature == 0), s.temperature == 0)}
             return
     last, shown = race.lockstep(runs), 0 if page.is_video(name) else None
-    plot_due, start, tick = page.Pacer(PLOT_EVERY), page.now(), 0
+    plot_due, start, tick = page.Pacer(PLOT_EVERY, wait_first=True), page.now(), 0
     while pace > 0 and tick < last:                  # the replay, in lockstep by NFE
         tick = min(last, 1 + int((page.now() - start) / pace))
         out = race_panels(model, runs, tick, shown, cache) | {race_status: race_text(runs, tick)}
@@ -369,17 +379,24 @@ def export_run(run):
     return mp4, [mp4, gif]
 
 
-def stop(request: gr.Request = None):
-    STOPS.stop(session_key(request))
-
-
-def arm(request: gr.Request = None):
-    """A click's first step (instant, not queued): a fresh stop ticket for the run it starts."""
-    return STOPS.ticket(session_key(request))
+def stop(at=None, request: gr.Request = None):
+    STOPS.stop(session_key(request), at)
 
 
 def forget(request: gr.Request = None):
     STOPS.forget(session_key(request))
+
+
+def load_selected(name: str, progress=gr.Progress(track_tqdm=True)):
+    """Load a large model as soon as it is picked, its download and loading shown as progress
+    (tracking tqdm costs every event that asks for it, so the decoding events do not)."""
+    if name not in _models and REGISTRY[name].needs_weights and page.unavailable(name) is None:
+        try:
+            get_model(name)
+        except Exception as exc:                 # shown; Generate then says it again
+            log.info("could not load %s: %s", name, exc)
+            return page.model_note(name) + f" **Could not load it:** {exc}"
+    return page.model_note(name, name in _models)
 
 
 def on_model_change(name: str):
@@ -415,6 +432,14 @@ CSS = """
 D0 = page.listed_models()[0]
 
 
+def click_js(tab: str) -> str:
+    """In the browser, before the request: show `tab` and stamp the click (the last input) with
+    the browser's clock, so that a Stop pressed later stops this run even while it waits."""
+    return (f"(...args) => {{ [...document.querySelectorAll('button[role=tab]')].find("
+            f"b => b.innerText.trim() === {tab!r})?.click(); args[args.length - 1] = Date.now(); "
+            f"return args; }}")
+
+
 def image(elem_id: str, height: int | None = None) -> gr.Image:
     """A picture with no label or toolbar over it (they would cover the first token row)."""
     return gr.Image(show_label=False, buttons=[], format="png", type="numpy", interactive=False,
@@ -423,7 +448,8 @@ def image(elem_id: str, height: int | None = None) -> gr.Image:
 
 with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) as demo:
     history_state, last_run = gr.State({}, time_to_live=3600), gr.State(None, time_to_live=3600)
-    race_state, ticket = gr.State(None, time_to_live=1800), gr.State(None)
+    race_state = gr.State(None, time_to_live=1800)
+    ticket = gr.Number(None, visible=False)       # the click's time stamp, set by the browser
     gr.Markdown("## Lossless speculative decoding for AR image & video models\n"
                 "AR, SJD and SCD (coupled SJD) sample **exactly** the same distribution; SJD and SCD "
                 "need fewer forward passes. " + device_note(), elem_id="header")
@@ -547,19 +573,17 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                    replay_slider, clip_video, clip_gif, clip_files]
     race_outputs = [*race_images.values(), race_status, race_table, race_note, race_why, race_chart,
                     race_hist, race_flicker, race_state, race_sample]
-    gen_event = gen_btn.click(arm, None, ticket, queue=False, api_visibility="private").then(
-        lambda: gr.Tabs(selected="tab-generate"), None, tabs, queue=False, api_visibility="private") \
-        .then(generate_stream, inputs, gen_outputs, validator=validator, api_name="generate",
-              show_progress_on=[status], time_limit=600, **DECODE)
-    race_event = race_btn.click(arm, None, ticket, queue=False, api_visibility="private").then(
-        lambda: gr.Tabs(selected="tab-race"), None, tabs, queue=False, api_visibility="private") \
-        .then(race_stream, inputs, race_outputs, validator=validator, api_name="race",
-              show_progress_on=[race_status], time_limit=900, **DECODE)
-    stop_btn.click(stop, None, None, queue=False, api_name="stop")
+    gen_btn.click(generate_stream, inputs, gen_outputs, validator=validator, api_name="generate",
+                  show_progress_on=[status], time_limit=600, js=click_js("Generate"), **DECODE)
+    race_btn.click(race_stream, inputs, race_outputs, validator=validator, api_name="race",
+                   show_progress_on=[race_status], time_limit=900, js=click_js("Race"), **DECODE)
+    stop_btn.click(stop, ticket, None, queue=False, api_name="stop", js="() => [Date.now()]")
     model_dd.change(on_model_change, model_dd,
                     [model_md, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, pace_nb,
                      samples_nb, greedy_cb, clip_row, examples.dataset, text_box, clip_box, gen_btn,
-                     race_btn], api_visibility="private")
+                     race_btn], api_visibility="private").then(
+        load_selected, model_dd, model_md, api_visibility="private", show_progress_on=[model_md],
+        **DECODE)
     greedy_cb.input(lambda g, name: 0.0 if g else page.sampling_defaults(name, _models.get(name))
                     ["temperature"] or 1.0, [greedy_cb, model_dd], temp_nb, queue=False,
                     api_visibility="private")

@@ -179,42 +179,45 @@ def shape_of(name: str) -> Shape:
 # ----------------------------------------------------------------------- stop and pace
 
 class Stops:
-    """Stop requests per visitor. Each run holds a ticket; Stop stops every ticket issued so
-    far to that visitor (the running one and any waiting in the queue), never a later one."""
+    """Stop requests per visitor, by time stamps: a run clicked at or before the visitor's
+    last Stop is stopped (running or still waiting in the queue), a later one is not. The
+    page stamps both clicks with the browser's clock; a call without a stamp (the API) gets
+    the server's."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._issued: dict[str, int] = {}
-        self._stopped: dict[str, int] = {}
+        self._at: dict[str, float] = {}
 
-    def ticket(self, key: str) -> int:
+    @staticmethod
+    def stamp(value=None) -> float:
+        """A click's time stamp in milliseconds: the browser's, else the server's clock now."""
+        return float(value) if isinstance(value, (int, float)) and value > 0 else time.time() * 1000
+
+    def stop(self, key: str, at=None) -> None:
         with self._lock:
-            self._issued[key] = self._issued.get(key, 0) + 1
-            return self._issued[key]
+            self._at[key] = max(self._at.get(key, float("-inf")), self.stamp(at))
 
-    def stop(self, key: str) -> None:
-        with self._lock:
-            self._stopped[key] = self._issued.get(key, 0)
-
-    def stopped(self, key: str, ticket: int) -> bool:
-        return ticket <= self._stopped.get(key, 0)
+    def stopped(self, key: str, ticket: float) -> bool:
+        return ticket <= self._at.get(key, float("-inf"))
 
     def forget(self, key: str) -> None:
         with self._lock:
-            self._issued.pop(key, None)
-            self._stopped.pop(key, None)
+            self._at.pop(key, None)
 
 
 class Pacer:
     """When a live view may update.
 
-    Full speed (pace 0): at most once every `every` seconds (forced calls always pass).
-    Slow motion: every call passes, `max(pace, every)` seconds after the previous one; the
-    wait is cut short when `stopped()` turns true, so a stop is seen within a pass.
+    Full speed (pace 0): at most once every `every` seconds (forced calls always pass; the
+    first passes too, unless `wait_first`). Slow motion: every call passes, `max(pace, every)`
+    seconds after the previous one; the wait is cut short when `stopped()` turns true, so a
+    stop is seen within a pass.
     """
 
-    def __init__(self, every: float, pace: float = 0.0, stopped: Callable[[], bool] = lambda: False):
-        self.every, self.pace, self.stopped, self.last = every, pace, stopped, -1e9
+    def __init__(self, every: float, pace: float = 0.0, stopped: Callable[[], bool] = lambda: False,
+                 wait_first: bool = False):
+        self.every, self.pace, self.stopped = every, pace, stopped
+        self.last = time.perf_counter() if wait_first else -1e9
 
     def __call__(self, force: bool = False) -> bool:
         now = time.perf_counter()

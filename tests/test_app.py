@@ -88,7 +88,7 @@ def test_slow_motion_shows_every_pass_at_the_pace():
 def test_stop_ends_the_run_within_a_pass_and_keeps_the_picture():
     gen = app.generate_stream(*args(pace=0.05), request=visitor("stopper"))
     seen = [next(gen) for _ in range(3)]
-    app.stop(visitor("stopper"))
+    app.stop(request=visitor("stopper"))
     rest = list(gen)
     status = final(rest, app.status)
     assert "stopped at NFE" in status and "/576 tokens" in status
@@ -141,7 +141,7 @@ def test_race_replay_in_slow_motion_then_stop_keeps_the_figures():
     seen = []
     while not any("NFE" in str(u.get(app.race_status, ""))[:8] for u in seen[-1:]):
         seen.append(next(gen))                                         # into the replay
-    app.stop(visitor("replay"))
+    app.stop(request=visitor("replay"))
     rest = list(gen)
     assert "Replay stopped at NFE" in final(rest, app.race_status)
     assert "<table" in final(rest, app.race_table)
@@ -150,7 +150,7 @@ def test_race_replay_in_slow_motion_then_stop_keeps_the_figures():
 def test_race_stopped_while_decoding_keeps_what_finished():
     gen = app.race_stream(*args(samples=2), request=visitor("early"))
     first = next(gen)
-    app.stop(visitor("early"))
+    app.stop(request=visitor("early"))
     rest = [first, *gen]
     assert "Stopped at NFE" in final(rest, app.race_status)
 
@@ -181,7 +181,7 @@ def test_race_stopped_while_decoding_keeps_what_finished():
 def test_bad_input_names_its_field_with_the_librarys_message(override, field, words):
     found = app.problems(*args(**override))
     assert list(found) == [field] and words in found[field].lower()
-    checks = app.validator(*args(**override), {}, None)
+    checks = app.validator(*args(**override), {}, None)       # + the states and the stamp
     assert [c["is_valid"] for c in checks].count(False) == 1
     assert checks[app.INPUT_NAMES.index(field)]["message"] == found[field]
 

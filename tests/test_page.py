@@ -1,4 +1,4 @@
-"""scd_core.page: the page's own checks, widget numbers, stop tickets and the pace of updates."""
+"""scd_core.page: the page's own checks, widget numbers, stop stamps and the pace of updates."""
 from __future__ import annotations
 
 import time
@@ -37,18 +37,19 @@ def test_page_limits_are_its_own():
     assert page.check_samples(8.0) == 8
 
 
-def test_stop_reaches_runs_issued_before_it_and_none_after():
+def test_stop_reaches_runs_clicked_before_it_and_none_after():
     stops = page.Stops()
-    running, waiting = stops.ticket("a"), stops.ticket("a")
-    other = stops.ticket("b")
-    stops.stop("a")
-    later = stops.ticket("a")
-    assert stops.stopped("a", running) and stops.stopped("a", waiting)
-    assert not stops.stopped("a", later) and not stops.stopped("b", other)
-    stops.stop("idle")                                  # a stop with nothing running
-    assert not stops.stopped("idle", stops.ticket("idle"))
+    stops.stop("a", at=2000.0)                    # browser time stamps, in milliseconds
+    assert stops.stopped("a", 1000.0) and stops.stopped("a", 2000.0)     # running or waiting
+    assert not stops.stopped("a", 2001.0) and not stops.stopped("b", 1000.0)
+    stops.stop("a", at=1500.0)                    # an older stamp never undoes a newer stop
+    assert stops.stopped("a", 1999.0)
+    stamp = stops.stamp(None)                     # no stamp (the API): the server's clock
+    assert abs(stamp - time.time() * 1000) < 1000 and stops.stamp(123.0) == 123.0
+    stops.stop("idle")
+    assert not stops.stopped("idle", stops.stamp(None) + 1)
     stops.forget("a")
-    assert not stops.stopped("a", 1)
+    assert not stops.stopped("a", 1000.0)
 
 
 def test_pacer_throttles_full_speed_and_paces_slow_motion():
