@@ -20,7 +20,7 @@ import torch
 import scd_core
 from scd_core import page, race
 from scd_core import render as R
-from scd_core.clips import clip_prompt, example_clips
+from scd_core.clips import example_clips
 from scd_core.models import REGISTRY
 
 try:  # ZeroGPU on Hugging Face Spaces; a no-op decorator everywhere else
@@ -36,25 +36,12 @@ log = logging.getLogger("scd_demo")
 QUEUE = dict(max_size=64, default_concurrency_limit=1)     # 64 visitors may wait their turn
 DECODE = dict(concurrency_limit=1, concurrency_id="decode")  # one decode at a time
 IMAGE_EVERY, PLOT_EVERY, STATUS_EVERY = 0.1, 0.5, 0.5       # seconds between live updates
-FULL_SPEED_EVERY = 0.25  # at full speed: a picture at most this often, none before (a faster
-                         # run shows its final picture only: the eye would not follow)
-FIRST_PAINT = 0.1      # seconds for the browser to show the final picture before the charts
+FULL_SPEED_EVERY = 0.25  # full speed: a picture at most this often, none before (a faster run
+                         # shows its final picture only: the eye would not follow)
+FIRST_PAINT = 0.1        # seconds for the browser to show the final picture before the charts
 STOPS = page.Stops()
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-REAL_DTYPE = torch.bfloat16 if DEVICE == "cuda" else None
 LABELS = R.METHOD_LABELS
-
-
-def device_name() -> str:
-    if DEVICE == "cuda":
-        return f"CUDA ({torch.cuda.get_device_name(0)})"
-    return f"CPU ({torch.get_num_threads()} threads)"
-
-
-def device_note() -> str:
-    if DEVICE == "cuda":
-        return f"Engine: **{device_name()}**; large models in bfloat16."
-    return f"Engine: **{device_name()}**, no GPU: the embedded models run here, the large ones need a GPU."
 
 
 # ------------------------------------------------------------------------------ models
@@ -69,8 +56,8 @@ def get_model(name: str):
     with _models_lock:
         if name not in _models:
             kwargs = dict(device=DEVICE)
-            if REGISTRY[name].needs_weights and REAL_DTYPE is not None:
-                kwargs["dtype"] = REAL_DTYPE
+            if REGISTRY[name].needs_weights and DEVICE == "cuda":
+                kwargs["dtype"] = torch.bfloat16
             _models[name] = scd_core.load_model(name, **kwargs)
         return _models[name]
 
@@ -87,49 +74,24 @@ def examples_for(name: str) -> list[list[str]]:
 
 # ------------------------------------------------------------------------------ checks
 
-def problems(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
-             pace, samples, clip, clip_text) -> dict[str, str]:
-    """Every input the library or the page rejects, by input name, with its message."""
-    out = {}
-    try:
-        page.check_model(name, name in _models)
-    except ValueError as exc:
-        return {"model": str(exc)}
-    try:
-        prompt = clip_prompt(clip, clip_text) if page.takes_clip(name) else page.check_prompt(prompt)
-    except ValueError as exc:
-        out["clip" if page.takes_clip(name) else "prompt"] = str(exc)
-    for key, check, value in (("pace", page.check_pace, pace), ("samples", page.check_samples, samples)):
-        try:
-            check(value)
-        except ValueError as exc:
-            out[key] = str(exc)
-    try:
-        page.settings(_models.get(name) or page.shape_of(name), prompt if isinstance(prompt, str) else "",
-                      method, window, init, temperature, top_k, top_p, cfg_scale, seed)
-    except ValueError as exc:
-        arg = str(exc).split(" ", 1)[0].strip("':")
-        out[{"cfg_scale": "cfg", "prompts": "prompt"}.get(arg, arg)] = str(exc)
-    if out:
-        log.info("input rejected: %s", "; ".join(out.values()))
-    return out
-
-
-INPUT_NAMES = ["model", "method", "window", "init", "temperature", "top_k", "top_p", "cfg",
-               "seed", "prompt", "pace", "samples", "clip", "clip_text"]
+def problems(name, *values) -> dict[str, str]:
+    return page.problems(_models.get(name), name, *values)
 
 
 def validator(*values):
-    found = problems(*values[:len(INPUT_NAMES)])
-    return [gr.validate(n not in found, found.get(n, "")) for n in INPUT_NAMES] + \
-        [gr.validate(True, "")] * (len(values) - len(INPUT_NAMES))
+    """Runs before a request joins the queue: each rejected input gets its message."""
+    found = problems(*values[:len(page.INPUTS)])
+    if found:
+        log.info("input rejected: %s", "; ".join(found.values()))
+    return [gr.validate(n not in found, found.get(n, "")) for n in page.INPUTS] + \
+        [gr.validate(True, "")] * (len(values) - len(page.INPUTS))
 
 
 def prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
             clip, clip_text):
     """The loaded model and checked Settings; ValueError with the message otherwise."""
     page.check_model(name, name in _models)
-    text = clip_prompt(clip, clip_text) if page.takes_clip(name) else page.check_prompt(prompt)
+    text = page.engine_prompt(name, prompt, clip, clip_text)
     try:
         model = get_model(name)
     except Exception as exc:          # missing weights, no memory...: shown, not raised
@@ -156,139 +118,77 @@ def run_charts(stats: R.TraceStats, history: dict, method: str, live: bool = Fal
     return out
 
 
-def summary_markdown(method: str, stats: R.TraceStats, wall: float, history: dict) -> str:
-    s, ar = stats.sample(), history.get("ar")
-    speedup = (f"{ar['wall'] / wall:.2f}x (against this session's AR run, {ar['wall']:.2f} s)"
-               if ar and method != "ar" and wall > 0 else "run AR once to measure it")
-    rows = [("NFE", s.nfe, R.METRIC_HELP["nfe"]),
-            ("step compression", f"{s.step_compression:.2f}x", R.METRIC_HELP["compression"]),
-            ("acceptance rate", f"{s.acceptance_rate:.3f}", R.METRIC_HELP["acceptance"]),
-            ("mean accepted length", f"{s.mean_accepted_length:.2f}", R.METRIC_HELP["mean_len"]),
-            ("draft stability", f"{s.draft_stability:.3f}", R.METRIC_HELP["stability"]),
-            ("wall time", f"{wall:.2f} s", f"engine time of this run on {device_name()}"),
-            ("latency speed-up", speedup, R.METRIC_HELP["speedup"])]
-    return "| metric | value | definition |\n|---|---|---|\n" + \
-        "\n".join(f"| {a} | {b} | {c} |" for a, b, c in rows)
-
-
 def final_outputs(model, name: str, method: str, prompt: str, stats: R.TraceStats, wall: float,
                   history: dict) -> dict:
-    out = {summary: page.prompt_note(model, prompt) + summary_markdown(method, stats, wall, history),
+    ar_wall = history.get("ar", {}).get("wall")
+    out = {summary: page.prompt_note(model, prompt) + R.run_summary(
+               LABELS[method], stats.sample(), wall, ar_wall, page.device_name()),
            heat_committed: R.committed_at_figure(stats), heat_unchanged: R.unchanged_figure(stats),
            film: R.filmstrip_image(stats.film), history_state: history,
            last_run: {"model": name, "method": method, "iterations": stats.records},
            replay_slider: gr.Slider(minimum=0, maximum=len(stats.records) - 1,
                                     value=len(stats.records) - 1, step=1, interactive=True)}
     if page.is_video(name):
-        mp4, gif = R.export_clip(R.decode_frames(model, stats.records[-1].canvas[0]),
-                                 f"{name}-{method}", fps=float(getattr(model, "fps", 6)))
+        mp4, gif = R.export_run_clip(model, stats.records[-1], f"{name}-{method}")
         out |= {clip_video: mp4, clip_gif: gif, clip_files: [mp4, gif]}
     return out
-
-
-def refusals(box, updates):
-    """A handler's updates; a ValueError (an input the model refuses, such as a clip too short
-    for it) ends them with its message in `box`, the page's last result left in place."""
-    try:
-        yield from updates
-    except ValueError as exc:
-        log.info("refused: %s", exc)
-        yield {box: f"**Not started:** {exc}"}
 
 
 @gpu(duration=120)
 def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                     pace=0.0, samples=1, clip=None, clip_text="", history=None, ticket=None,
                     request: gr.Request = None):
-    """Decode one sample and stream its passes to the page (every pass in slow motion, else
-    at most ~10 pictures a second); Stop ends it after the current pass, keeping the view."""
-    yield from refusals(status, generate_updates(
-        name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt, pace, clip,
-        clip_text, history, session_key(request), ticket))
-
-
-def generate_updates(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
-                     pace, clip, clip_text, history, key, ticket):
-    ticket = STOPS.stamp(ticket)
-    model, s = prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
-                       prompt, clip, clip_text)
-    pace = page.check_pace(pace)
-    history = dict(history or {})
-    if history.get("_model") != name:
-        history = {"_model": name}
-    stats = R.TraceStats(tuple(model.grid))
+    """Decode one sample and stream its passes to the page (every pass in slow motion, else a
+    few pictures a second); Stop ends it after the current pass, keeping what is shown. An
+    input the model refuses (a clip too short for it...) is said in the status, nothing lost."""
+    key, ticket = session_key(request), STOPS.stamp(ticket)
     stopped = lambda: STOPS.stopped(key, ticket)  # noqa: E731
-    pic_due = page.Pacer(IMAGE_EVERY, pace, stopped) if pace else \
-        page.Pacer(FULL_SPEED_EVERY, wait_first=True)
-    plot_due = page.Pacer(PLOT_EVERY, wait_first=True)
-    for it in scd_core.stream(model, [s.prompt], **s.engine_kwargs(method)):
-        stats.add(it)
-        end = "done" if stats.done else "stopped" if stopped() else None
-        if not pic_due(force=end is not None):
-            continue
-        out = {live_image: R.render_iteration(model, it),
-               status: R.run_status(LABELS[method], stats, it.wall_time, end or "running")}
-        if end is None:
-            yield out | (run_charts(stats, history, method, live=True) if plot_due() else {})
-            continue
-        yield out                                     # the final picture first, then the rest
-        page.sleep_until(page.now() + FIRST_PAINT)    # (drawing the charts would delay it)
-        if end == "done":
-            history[method] = {"nfe": stats.nfe, "committed": stats.committed, "wall": it.wall_time}
-        yield run_charts(stats, history, method) | final_outputs(model, name, method, s.prompt,
-                                                                  stats, it.wall_time, history)
-        return
+    try:
+        model, s = prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
+                           prompt, clip, clip_text)
+        pace = page.check_pace(pace)
+        history = dict(history or {}) if (history or {}).get("_model") == name else {"_model": name}
+        stats = R.TraceStats(tuple(model.grid))
+        pic_due = page.Pacer(IMAGE_EVERY, pace, stopped) if pace else \
+            page.Pacer(FULL_SPEED_EVERY, wait_first=True)
+        plot_due = page.Pacer(PLOT_EVERY, wait_first=True)
+        for it in scd_core.stream(model, [s.prompt], **s.engine_kwargs(method)):
+            stats.add(it)
+            end = "done" if stats.done else "stopped" if stopped() else None
+            if not pic_due(force=end is not None):
+                continue
+            out = {live_image: R.render_iteration(model, it),
+                   status: R.run_status(LABELS[method], stats, it.wall_time, end or "running")}
+            if end is None:
+                yield out | (run_charts(stats, history, method, live=True) if plot_due() else {})
+                continue
+            yield out                                     # the final picture first, then the rest
+            page.sleep_until(page.now() + FIRST_PAINT)    # (drawing the charts would delay it)
+            if end == "done":
+                history[method] = {"nfe": stats.nfe, "committed": stats.committed, "wall": it.wall_time}
+            yield run_charts(stats, history, method) | final_outputs(model, name, method, s.prompt,
+                                                                      stats, it.wall_time, history)
+            return
+    except ValueError as exc:
+        log.info("refused: %s", exc)
+        yield {status: f"**Not started:** {exc}"}
 
 
 # ------------------------------------------------------------------------------- race
 
-def race_panels(model, runs: dict, tick: int | None, sample: int | None, cache: dict) -> dict:
-    """Each method's samples at NFE `tick` (the end when None); only changed panels redrawn.
-    All K samples, or (a video model) the frames of sample `sample`."""
-    out = {}
-    for method, run in runs.items():
-        it = run.records[-1] if tick is None else run.at(tick)
-        rows = list(range(run.rows)) if sample is None else [sample]
-        key = (it.index, tuple(rows))
-        if cache.get(method, (None,))[0] != key:
-            cache[method] = (key, R.render_samples(model, it, rows, target=96))
-        out[race_images[method]] = cache[method][1]
-    return out
-
-
-def race_text(runs: dict, tick: int | None, note: str = "") -> str:
-    """Per method at NFE `tick`: tokens committed, mean over the samples; ✓ once all are done."""
-    parts = []
-    for method, run in runs.items():
-        it = run.records[-1] if tick is None else run.at(tick)
-        done = int(it.n_after.min()) >= run.num_tokens
-        parts.append(f"**{LABELS[method]}** " + (f"all done at NFE {it.index + 1} ✓" if done else
-                     f"{float(it.n_after.float().mean()):.0f}/{run.num_tokens}"))
-    head = "" if tick is None else f"NFE {tick}: "
-    return head + " · ".join(parts) + (f"  \n{note}" if note else "")
+def race_panels(panels: R.RacePanels, runs: dict, tick: int | None = None) -> dict:
+    return {race_images[m]: pic for m, pic in panels.at(runs, tick).items()}
 
 
 def race_results(model, name: str, s: race.Settings, runs: dict, samples: int) -> dict:
     greedy = s.temperature == 0 or s.top_k == 1
     table = race.summarise(runs, greedy)
     probe = race.context_sensitivity(model, s) if not REGISTRY[name].needs_weights else None
-    cpu = (" On a CPU latency follows NFE poorly: a pass over a window of L tokens costs more "
-           "than a single-token pass, and batched AR passes are cheap." if DEVICE == "cpu" else "")
-    note = (f"{samples} samples per method (seeds {s.seed}–{s.seed + samples - 1}), each method's batch "
-            f"decoded alone and timed on its own (engine time, rendering excluded) on "
-            f"**{device_name()}**.{cpu}  \n"
-            + ("**Greedy**: every method must return exactly AR's tokens; the second column checks it."
-               if greedy else "**Sampling**: the methods draw different samples from the same "
-               "distribution; tick *Greedy* to see identical tokens.")
-            + f"  \nSame figures from the benchmark: `{race.bench_command(name, s, samples)}`"
-            + (" (it numbers seeds from 0)" if s.seed else ""))
-    return {race_table: R.race_table_html(table, greedy), race_note: note,
-            race_why: race.explain_gap(table, probe),
-            race_chart: R.race_progress_figure({m: r.committed_curves() for m, r in runs.items()},
-                                               runs["ar"].num_tokens),
-            race_hist: R.histogram_figure({m: r.histogram() for m, r in runs.items() if m != "ar"},
-                                          samples),
-            race_flicker: R.race_flicker_figure({m: r.changed_per_pass() for m, r in runs.items()})}
+    progress, hist, flicker = R.race_figures(runs, samples)
+    return {race_table: R.race_table_html(table, greedy), race_why: race.explain_gap(table, probe),
+            race_note: R.race_note(samples, s.seed, greedy, page.device_name(),
+                                   race.bench_command(name, s, samples)),
+            race_chart: progress, race_hist: hist, race_flicker: flicker}
 
 
 @gpu(duration=300)
@@ -297,60 +197,51 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
                 request: gr.Request = None):
     """Decode K samples per method, each method alone and timed alone, then replay the
     recorded passes in lockstep by NFE (at the slow-motion pace) and report the figures."""
-    yield from refusals(race_status, race_updates(
-        name, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt, pace, samples, clip,
-        clip_text, session_key(request), ticket))
-
-
-def race_updates(name, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt, pace,
-                 samples, clip, clip_text, key, ticket):
-    ticket = STOPS.stamp(ticket)
-    model, s = prepare(name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale, seed,
-                       prompt, clip, clip_text)
-    pace, samples = page.check_pace(pace), page.check_samples(samples)
+    key, ticket = session_key(request), STOPS.stamp(ticket)
     stopped = lambda: STOPS.stopped(key, ticket)  # noqa: E731
-    runs: dict[str, race.MethodRun] = {}
-    status_due, cache = page.Pacer(STATUS_EVERY), {}
-    for m in race.METHOD_ORDER:
-        for run in race.decode(model, s, m, samples, stopped):
-            if status_due():
-                yield {race_status: f"Decoding **{LABELS[m]}**: {samples} samples, timed alone · "
-                                    f"NFE {run.nfe} · {int(run.records[-1].n_after.min())}/"
-                                    f"{run.num_tokens} tokens in the slowest sample"}
-        runs[m] = run
-        if run.stopped:
-            it = run.records[-1]
-            yield race_panels(model, runs, None, 0 if page.is_video(name) else None, cache) | {race_status: (
-                f"**Stopped at NFE {run.nfe}, {int(it.n_after.min())}/{run.num_tokens} tokens** "
-                f"while decoding {LABELS[m]}; methods before it finished.")} | \
-                {race_table: R.race_table_html(race.summarise(
-                    {k: r for k, r in runs.items() if r.done}, s.temperature == 0), s.temperature == 0)}
-            return
-    last, shown = race.lockstep(runs), 0 if page.is_video(name) else None
-    plot_due, start, tick = page.Pacer(PLOT_EVERY, wait_first=True), page.now(), 0
-    while pace > 0 and tick < last:                  # the replay, in lockstep by NFE
-        tick = min(last, 1 + int((page.now() - start) / pace))
-        out = race_panels(model, runs, tick, shown, cache) | {race_status: race_text(runs, tick)}
+    try:
+        model, s = prepare(name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale, seed,
+                           prompt, clip, clip_text)
+        pace, samples = page.check_pace(pace), page.check_samples(samples)
+        runs, status_due = {}, page.Pacer(STATUS_EVERY)
+        panels = R.RacePanels(model, 0 if page.is_video(name) else None)
+        for m in race.METHOD_ORDER:
+            for run in race.decode(model, s, m, samples, stopped):
+                if status_due():
+                    yield {race_status: R.race_decoding(run)}
+            runs[m] = run
+            if run.stopped:
+                done = {k: r for k, r in runs.items() if r.done}
+                yield race_panels(panels, runs) | {
+                    race_status: R.race_decoding(run),
+                    race_table: R.race_table_html(race.summarise(done, False), False)}
+                return
+    except ValueError as exc:
+        log.info("refused: %s", exc)
+        yield {race_status: f"**Not started:** {exc}"}
+        return
+    plot_due, tick, last = page.Pacer(PLOT_EVERY, wait_first=True), 0, race.lockstep(runs)
+    for tick in page.replay_ticks(last, pace, IMAGE_EVERY, stopped) if pace else ():
+        out = race_panels(panels, runs, tick) | {race_status: R.race_progress(runs, tick)}
         if plot_due():
             out[race_chart] = R.race_progress_figure(
                 {m: r.committed_curves() for m, r in runs.items()}, runs["ar"].num_tokens, tick)
         yield out
-        page.sleep_until(max(start + tick * pace, page.now() + IMAGE_EVERY), stopped)
-        if stopped() and tick < last:
-            yield race_results(model, name, s, runs, samples) | {race_status: race_text(
-                runs, tick, f"**Replay stopped at NFE {tick}**; every method had finished "
-                            "decoding: the figures below are complete.")}
-            return
-    yield race_panels(model, runs, None, shown, cache) | {race_status: race_text(runs, None, "**Done.**")}
+    if stopped() and tick < last:
+        yield race_results(model, name, s, runs, samples) | {race_status: R.race_progress(
+            runs, tick, f"**Replay stopped at NFE {tick}**; every method had finished decoding: "
+                        "the figures below are complete.")}
+        return
+    yield race_panels(panels, runs) | {race_status: R.race_progress(runs, None, "**Done.**")}
     yield race_results(model, name, s, runs, samples) | {
         race_state: {"model": name, "runs": runs},
-        race_sample: gr.Slider(maximum=samples, value=1, visible=shown is not None)}
+        race_sample: gr.Slider(maximum=samples, value=1, visible=panels.sample is not None)}
 
 
 def show_race_sample(index, state):
     if not state:
         return {}
-    return race_panels(get_model(state["model"]), state["runs"], None, max(0, int(index) - 1), {})
+    return race_panels(R.RacePanels(get_model(state["model"]), max(0, int(index) - 1)), state["runs"])
 
 
 # ----------------------------------------------------------------------------- replay
@@ -360,14 +251,9 @@ def replay_view(index, run):
         return gr.skip(), "Nothing to replay yet: generate an image first.", gr.skip()
     its = run["iterations"]
     i = int(min(max(page.as_int(index) or 0, 0), len(its) - 1))
-    it, model = its[i], get_model(run["model"])
-    nb, na = int(it.n_before[0]), int(it.n_after[0])
-    acc, ver = int(it.accepted[0].sum()), int(it.verified[0].sum())
-    text = (f"pass {i} of {len(its) - 1} · NFE {it.nfe} · committed {nb} → {na} (+{na - nb}): "
-            f"{ver} drafts verified, {acc} accepted"
-            + (", the first rejection replaced by a residual sample" if bool(it.resampled[0]) else
-               ", then one token sampled from p" if na > nb + acc else ""))
-    return R.render_iteration(model, it), text, R.accept_prob_figure(it, tuple(model.grid))
+    model = get_model(run["model"])
+    return (R.render_iteration(model, its[i]), R.replay_caption(its, i),
+            R.accept_prob_figure(its[i], tuple(model.grid)))
 
 
 @gpu(duration=120)
@@ -416,43 +302,28 @@ def on_model_change(name: str):
 
 # ----------------------------------------------------------------------------- layout
 
-CSS = """
-#controls .block { min-width: 0 !important; }
-#race-table th { text-align: left; vertical-align: bottom; padding: 2px 4px; border-bottom: 1px solid #cbd5e1; }
-#race-table td { padding: 2px 4px; border-bottom: 1px solid #e5e7eb; overflow-wrap: anywhere; }
-#race-table td:nth-child(2) { font-weight: 600; }
-.panel-title p { margin: 0 !important; font-weight: 600; }
-.bare .icon-button-wrapper { display: none !important; }
-@media (max-width: 720px) {   /* phones: model, prompt and buttons, then the results, then the rest */
-  #main { flex-direction: column; }
-  #controls { display: contents; }
-  #top-controls { order: 1; } #results { order: 2; } #more-controls { order: 3; }
-}
-"""
 D0 = page.listed_models()[0]
 
 
-def click_js(tab: str) -> str:
-    """In the browser, before the request: show `tab` and stamp the click (the last input) with
-    the browser's clock, so that a Stop pressed later stops this run even while it waits."""
-    return (f"(...args) => {{ [...document.querySelectorAll('button[role=tab]')].find("
-            f"b => b.innerText.trim() === {tab!r})?.click(); args[args.length - 1] = Date.now(); "
-            f"return args; }}")
-
-
-def image(elem_id: str, height: int | None = None) -> gr.Image:
+def image(elem_id: str) -> gr.Image:
     """A picture with no label or toolbar over it (they would cover the first token row)."""
     return gr.Image(show_label=False, buttons=[], format="png", type="numpy", interactive=False,
-                    elem_id=elem_id, height=height, container=False, elem_classes="bare")
+                    elem_id=elem_id, container=False, elem_classes="bare")
+
+
+def number(value, label: str, elem_id: str, whole: bool = False) -> gr.Number:
+    return gr.Number(value, label=label, elem_id=elem_id, precision=0 if whole else None, min_width=100)
+
+
+def plot(elem_id: str) -> gr.Plot:
+    return gr.Plot(show_label=False, elem_id=elem_id)
 
 
 with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) as demo:
     history_state, last_run = gr.State({}, time_to_live=3600), gr.State(None, time_to_live=3600)
     race_state = gr.State(None, time_to_live=1800)
     ticket = gr.Number(None, visible=False)       # the click's time stamp, set by the browser
-    gr.Markdown("## Lossless speculative decoding for AR image & video models\n"
-                "AR, SJD and SCD (coupled SJD) sample **exactly** the same distribution; SJD and SCD "
-                "need fewer forward passes. " + device_note(), elem_id="header")
+    gr.Markdown(page.HEADER + page.device_note(), elem_id="header")
     with gr.Row(equal_height=False, elem_id="main"):
         with gr.Column(scale=1, min_width=300, elem_id="controls"):
             with gr.Column(elem_id="top-controls"):
@@ -481,26 +352,20 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                     init_dd = gr.Dropdown([(v, k) for k, v in R.INIT_LABELS.items()], value=d0["init"],
                                           label="Draft init", elem_id="init")
                     with gr.Row():
-                        window_nb = gr.Number(d0["window"], label="Window L", precision=0,
-                                              elem_id="window", min_width=100)
-                        seed_nb = gr.Number(0, label="Seed", precision=0, elem_id="seed", min_width=100)
+                        window_nb = number(d0["window"], "Window L", "window", whole=True)
+                        seed_nb = number(0, "Seed", "seed", whole=True)
                     with gr.Row():
-                        temp_nb = gr.Number(s0["temperature"], label="Temperature",
-                                            elem_id="temperature", min_width=100)
+                        temp_nb = number(s0["temperature"], "Temperature", "temperature")
                         greedy_cb = gr.Checkbox(s0["temperature"] == 0, label="Greedy (temperature 0)",
                                                 elem_id="greedy", min_width=100)
                     with gr.Row():
-                        topk_nb = gr.Number(s0["top_k"], label="Top-k (0: off)", precision=0,
-                                            elem_id="top-k", min_width=100)
-                        topp_nb = gr.Number(s0["top_p"], label="Top-p (1: off)", elem_id="top-p",
-                                            min_width=100)
+                        topk_nb = number(s0["top_k"], "Top-k (0: off)", "top-k", whole=True)
+                        topp_nb = number(s0["top_p"], "Top-p (1: off)", "top-p")
                     with gr.Row():
-                        cfg_nb = gr.Number(s0["cfg_scale"], label="CFG scale", elem_id="cfg",
-                                           min_width=100)
-                        samples_nb = gr.Number(d0["samples"], label="Race samples K", precision=0,
-                                               elem_id="samples", min_width=100)
-                    pace_nb = gr.Number(d0["pace"], label="Slow motion: seconds per pass on screen "
-                                        "(0: full speed)", elem_id="pace")
+                        cfg_nb = number(s0["cfg_scale"], "CFG scale", "cfg")
+                        samples_nb = number(d0["samples"], "Race samples K", "samples", whole=True)
+                    pace_nb = number(d0["pace"], "Slow motion: seconds per pass on screen (0: full "
+                                     "speed)", "pace")
         with gr.Column(scale=3, elem_id="results"):
             with gr.Tabs() as tabs:
                 with gr.Tab("Generate", id="tab-generate"):
@@ -511,19 +376,19 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                             gr.HTML(R.legend_html())
                             status = gr.Markdown("Press **Generate**.", elem_id="status")
                         with gr.Column(scale=3, min_width=300):
-                            chart_committed = gr.Plot(show_label=False, elem_id="chart-committed")
+                            chart_committed = plot("chart-committed")
                     with gr.Row():
-                        chart_length = gr.Plot(show_label=False, elem_id="chart-length")
-                        chart_flicker = gr.Plot(show_label=False, elem_id="chart-flicker")
+                        chart_length = plot("chart-length")
+                        chart_flicker = plot("chart-flicker")
                     gr.Markdown("Drafts after each pass: one column per pass, one row per window "
                                 "slot (top: the next position to decide)", elem_classes="panel-title")
                     film = image("film")
                     gr.HTML(R.film_legend_html())
                     summary = gr.Markdown(elem_id="summary")
                     with gr.Row():
-                        chart_rate = gr.Plot(show_label=False, elem_id="chart-rate")
-                        heat_committed = gr.Plot(show_label=False, elem_id="heat-committed")
-                        heat_unchanged = gr.Plot(show_label=False, elem_id="heat-unchanged")
+                        chart_rate = plot("chart-rate")
+                        heat_committed = plot("heat-committed")
+                        heat_unchanged = plot("heat-unchanged")
                     with gr.Row(visible=page.is_video(D0)) as clip_row:
                         clip_video = gr.Video(label="Finished clip (MP4)", elem_id="clip-video",
                                               interactive=False, height=260)
@@ -536,7 +401,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                                                   elem_id="replay-slider")
                         with gr.Row():
                             replay_image = image("replay-image")
-                            replay_probs = gr.Plot(show_label=False, elem_id="replay-probs")
+                            replay_probs = plot("replay-probs")
                         replay_text = gr.Markdown(elem_id="replay-text")
                         with gr.Row():
                             export_btn = gr.Button("Export the decoding as GIF + MP4", elem_id="export")
@@ -559,10 +424,10 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                     race_table = gr.HTML(elem_id="race-summary")
                     race_note = gr.Markdown(elem_id="race-note")
                     race_why = gr.Markdown(elem_id="race-why")
-                    race_chart = gr.Plot(show_label=False, elem_id="race-chart")
+                    race_chart = plot("race-chart")
                     with gr.Row():
-                        race_hist = gr.Plot(show_label=False, elem_id="race-hist")
-                        race_flicker = gr.Plot(show_label=False, elem_id="race-flicker")
+                        race_hist = plot("race-hist")
+                        race_flicker = plot("race-flicker")
                 with gr.Tab("How it works", id="tab-explain"):
                     gr.Markdown(page.HOW_IT_WORKS)
 
@@ -574,9 +439,9 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     race_outputs = [*race_images.values(), race_status, race_table, race_note, race_why, race_chart,
                     race_hist, race_flicker, race_state, race_sample]
     gen_btn.click(generate_stream, inputs, gen_outputs, validator=validator, api_name="generate",
-                  show_progress_on=[status], time_limit=600, js=click_js("Generate"), **DECODE)
+                  show_progress_on=[status], time_limit=600, js=page.click_js("Generate"), **DECODE)
     race_btn.click(race_stream, inputs, race_outputs, validator=validator, api_name="race",
-                   show_progress_on=[race_status], time_limit=900, js=click_js("Race"), **DECODE)
+                   show_progress_on=[race_status], time_limit=900, js=page.click_js("Race"), **DECODE)
     stop_btn.click(stop, ticket, None, queue=False, api_name="stop", js="() => [Date.now()]")
     model_dd.change(on_model_change, model_dd,
                     [model_md, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, pace_nb,
@@ -597,7 +462,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     demo.unload(forget)
 
 demo.queue(**QUEUE)
-LAUNCH = dict(css=CSS, theme=gr.themes.Soft(), max_file_size="50mb")   # tests launch with these too
+LAUNCH = dict(css=page.CSS, theme=gr.themes.Soft(), max_file_size="50mb")   # tests launch with these too
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from scd_core.clips import clip_prompt
 from scd_core.decoding import validate
 from scd_core.models import REGISTRY, availability
 from scd_core.race import Settings
@@ -259,6 +260,10 @@ def sleep_until(deadline: float, stopped: Callable[[], bool] = lambda: False) ->
         time.sleep(min(0.02, left))
 
 
+HEADER = ("## Lossless speculative decoding for AR image & video models\n"
+          "AR, SJD and SCD (coupled SJD) sample **exactly** the same distribution; SJD and SCD "
+          "need fewer forward passes. ")
+
 HOW_IT_WORKS = r"""
 ### How speculative Jacobi decoding stays exact
 An AR model needs one forward pass per token. **SJD** feeds a window of **L** tokens per pass:
@@ -302,4 +307,91 @@ and says which it found.
 - **Race**: K samples per method (seeds s, s+1, ...), each method decoded alone and timed
   alone, then replayed side by side by NFE. The table gives means over the samples with their
   range. In greedy mode (temperature 0) every method returns exactly AR's tokens.
+"""
+
+
+# ------------------------------------------------------------------------ whole inputs
+
+INPUTS = ["model", "method", "window", "init", "temperature", "top_k", "top_p", "cfg", "seed",
+          "prompt", "pace", "samples", "clip", "clip_text"]      # the decoding events' inputs
+
+
+def engine_prompt(name: str, prompt, clip=None, clip_text="") -> str:
+    """The prompt the engine gets: the text, or for a clip model the clip (and its text)."""
+    return clip_prompt(clip, clip_text) if takes_clip(name) else check_prompt(prompt)
+
+
+def problems(model, name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
+             prompt, pace, samples, clip=None, clip_text="") -> dict[str, str]:
+    """Every input the page or the library rejects, by its name in INPUTS, with the message.
+    `model` is the loaded model, or None when it is not loaded yet."""
+    try:
+        check_model(name, model is not None)
+    except ValueError as exc:
+        return {"model": str(exc)}
+    out = {}
+    try:
+        prompt = engine_prompt(name, prompt, clip, clip_text)
+    except ValueError as exc:
+        out["clip" if takes_clip(name) else "prompt"] = str(exc)
+        prompt = ""
+    for key, check, value in (("pace", check_pace, pace), ("samples", check_samples, samples)):
+        try:
+            check(value)
+        except ValueError as exc:
+            out[key] = str(exc)
+    try:
+        settings(model or shape_of(name), prompt, method, window, init, temperature, top_k, top_p,
+                 cfg_scale, seed)
+    except ValueError as exc:           # the library's message starts with the argument's name
+        arg = str(exc).split(" ", 1)[0].strip("':")
+        out[{"cfg_scale": "cfg", "prompts": "prompt"}.get(arg, arg)] = str(exc)
+    return out
+
+
+def device_name() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return f"CUDA ({torch.cuda.get_device_name(0)})"
+    return f"CPU ({torch.get_num_threads()} threads)"
+
+
+def device_note() -> str:
+    if device_name().startswith("CUDA"):
+        return f"Engine: **{device_name()}**; large models in bfloat16."
+    return (f"Engine: **{device_name()}**, no GPU: the embedded models run here, the large ones "
+            "need a GPU.")
+
+
+def replay_ticks(last: int, pace: float, every: float, stopped: Callable[[], bool]):
+    """NFE ticks of a lockstep replay lasting last * pace seconds, at most one per `every`
+    seconds (later ticks skip ahead); ends early on a stop."""
+    start, tick = now(), 0
+    while tick < last and not stopped():
+        tick = min(last, 1 + int((now() - start) / pace))
+        yield tick
+        sleep_until(max(start + tick * pace, now() + every), stopped)
+
+
+def click_js(tab: str) -> str:
+    """Browser code run before a Generate or Race request: show `tab`, and stamp the click (the
+    last input) with the browser's clock, so that a later Stop stops this run even queued."""
+    return (f"(...args) => {{ [...document.querySelectorAll('button[role=tab]')].find("
+            f"b => b.innerText.trim() === {tab!r})?.click(); args[args.length - 1] = Date.now(); "
+            f"return args; }}")
+
+
+CSS = """
+#controls .block { min-width: 0 !important; }
+#race-table th { text-align: left; vertical-align: bottom; padding: 2px 4px; border-bottom: 1px solid #cbd5e1; }
+#race-table td { padding: 2px 4px; border-bottom: 1px solid #e5e7eb; overflow-wrap: anywhere; }
+#race-table td:nth-child(2) { font-weight: 600; }
+.panel-title p { margin: 0 !important; font-weight: 600; }
+.bare .icon-button-wrapper { display: none !important; }
+@media (max-width: 720px) {   /* phones: model, prompt and buttons, then the results, then the rest */
+  #main { flex-direction: column; }
+  #controls { display: contents; }
+  #top-controls { order: 1; } #results { order: 2; } #more-controls { order: 3; }
+}
 """

@@ -787,3 +787,97 @@ def export_decoding(model, iterations: Sequence[Iteration], stem: str, fps: floa
     held = frames + [frames[-1]] * int(fps)     # hold the final picture for a second
     return (write_mp4(held, os.path.join(folder, f"{stem}.mp4"), fps),
             write_gif(frames, os.path.join(folder, f"{stem}.gif"), fps, hold_last=1.0))
+
+
+def run_summary(label: str, sample: Sample, wall: float, ar_wall: float | None, device: str) -> str:
+    """The finished run's metrics as a markdown table, each with its definition."""
+    speedup = (f"{ar_wall / wall:.2f}x (against this session's AR run, {ar_wall:.2f} s)"
+               if ar_wall and label != "AR" and wall > 0 else "run AR once to measure it")
+    rows = [("NFE", sample.nfe, METRIC_HELP["nfe"]),
+            ("step compression", f"{sample.step_compression:.2f}x", METRIC_HELP["compression"]),
+            ("acceptance rate", f"{sample.acceptance_rate:.3f}", METRIC_HELP["acceptance"]),
+            ("mean accepted length", f"{sample.mean_accepted_length:.2f}", METRIC_HELP["mean_len"]),
+            ("draft stability", f"{sample.draft_stability:.3f}", METRIC_HELP["stability"]),
+            ("wall time", f"{wall:.2f} s", f"engine time of this run on {device}"),
+            ("latency speed-up", speedup, METRIC_HELP["speedup"])]
+    return "| metric | value | definition |\n|---|---|---|\n" + \
+        "\n".join(f"| {a} | {b} | {c} |" for a, b, c in rows)
+
+
+def replay_caption(iterations: Sequence[Iteration], i: int) -> str:
+    it = iterations[i]
+    nb, na = int(it.n_before[0]), int(it.n_after[0])
+    acc, ver = int(it.accepted[0].sum()), int(it.verified[0].sum())
+    return (f"pass {i} of {len(iterations) - 1} · NFE {it.nfe} · committed {nb} → {na} (+{na - nb}): "
+            f"{ver} drafts verified, {acc} accepted"
+            + (", the first rejection replaced by a residual sample" if bool(it.resampled[0]) else
+               ", then one token sampled from p" if na > nb + acc else ""))
+
+
+def race_progress(runs: dict, tick: int | None, note: str = "") -> str:
+    """Per method at NFE `tick` (the end when None): tokens committed, mean over the samples,
+    or when its slowest sample finished."""
+    parts = []
+    for method, run in runs.items():
+        it = run.records[-1] if tick is None else run.at(tick)
+        done = int(it.n_after.min()) >= run.num_tokens
+        parts.append(f"**{METHOD_LABELS[method]}** " + (
+            f"all done at NFE {it.index + 1} ✓" if done else
+            f"{float(it.n_after.float().mean()):.0f}/{run.num_tokens}"))
+    return ("" if tick is None else f"NFE {tick}: ") + " · ".join(parts) + (f"  \n{note}" if note else "")
+
+
+def race_note(samples: int, seed: int, greedy: bool, device: str, bench: str) -> str:
+    """How the race was run and timed, and the benchmark command that gives the same figures."""
+    cpu = (" On a CPU latency follows NFE poorly: a pass over a window of L tokens costs more "
+           "than a single-token pass, and batched AR passes are cheap." if device.startswith("CPU") else "")
+    return (f"{samples} samples per method (seeds {seed}–{seed + samples - 1}), each method's batch "
+            f"decoded alone and timed on its own (engine time, rendering excluded) on **{device}**."
+            f"{cpu}  \n"
+            + ("**Greedy**: every method must return exactly AR's tokens; the second column checks it."
+               if greedy else "**Sampling**: the methods draw different samples from the same "
+               "distribution; tick *Greedy* to see identical tokens.")
+            + f"  \nSame figures from the benchmark: `{bench}`" + (" (it numbers seeds from 0)" if seed else ""))
+
+
+def race_decoding(run) -> str:
+    """A method's batch while it decodes, or where Stop ended it."""
+    label, n, N = METHOD_LABELS[run.method], int(run.records[-1].n_after.min()), run.num_tokens
+    if run.stopped:
+        return (f"**Stopped at NFE {run.nfe}, {n}/{N} tokens** (the slowest of {run.rows} samples) "
+                f"while decoding {label}; the methods before it finished.")
+    return (f"Decoding **{label}**: {run.rows} samples, timed alone · NFE {run.nfe} · {n}/{N} tokens "
+            "in the slowest sample")
+
+
+class RacePanels:
+    """Each method's samples at a tick of the race replay, redrawn only when they changed:
+    all K samples of an image model, or the frames of one sample (`sample`) of a video model."""
+
+    def __init__(self, model, sample: int | None = None) -> None:
+        self.model, self.sample, self._drawn = model, sample, {}
+
+    def at(self, runs: dict, tick: int | None = None) -> dict[str, np.ndarray]:
+        """{method: picture} after `tick` passes (the end when None)."""
+        out = {}
+        for method, run in runs.items():
+            it = run.records[-1] if tick is None else run.at(tick)
+            rows = list(range(run.rows)) if self.sample is None else [self.sample]
+            key = (it.index, tuple(rows))
+            if self._drawn.get(method, (None,))[0] != key:
+                self._drawn[method] = (key, render_samples(self.model, it, rows, target=96))
+            out[method] = self._drawn[method][1]
+        return out
+
+
+def race_figures(runs: dict, samples: int) -> tuple:
+    """The race's three charts: tokens vs NFE (mean and band), tokens per pass, flicker."""
+    return (race_progress_figure({m: r.committed_curves() for m, r in runs.items()},
+                                 next(iter(runs.values())).num_tokens),
+            histogram_figure({m: r.histogram() for m, r in runs.items() if m != "ar"}, samples),
+            race_flicker_figure({m: r.changed_per_pass() for m, r in runs.items()}))
+
+
+def export_run_clip(model, it: Iteration, stem: str) -> tuple[str, str]:
+    """A video model's finished clip (row 0 after `it`) as (mp4, gif), at the model's fps."""
+    return export_clip(decode_frames(model, it.canvas[0]), stem, fps=float(getattr(model, "fps", 6)))

@@ -183,7 +183,7 @@ def test_bad_input_names_its_field_with_the_librarys_message(override, field, wo
     assert list(found) == [field] and words in found[field].lower()
     checks = app.validator(*args(**override), {}, None)       # + the states and the stamp
     assert [c["is_valid"] for c in checks].count(False) == 1
-    assert checks[app.INPUT_NAMES.index(field)]["message"] == found[field]
+    assert checks[app.page.INPUTS.index(field)]["message"] == found[field]
 
 
 def test_good_input_passes_the_validator():
@@ -280,7 +280,7 @@ def test_gpu_work_is_wrapped_with_spaces_gpu_when_importable(tmp_path):
 
 
 def test_page_names_the_device():
-    assert ("CPU" in app.device_note()) == (app.DEVICE == "cpu")
+    assert ("CPU" in app.page.device_note()) == (app.DEVICE == "cpu")
 
 
 # --------------------------------------------------------------- served, gradio_client
