@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 
 import gradio as gr
 import torch
@@ -21,15 +20,17 @@ import scd_core
 from scd_core import page, race
 from scd_core import render as R
 from scd_core.clips import example_clips
-from scd_core.models import REGISTRY
+from scd_core.models import REGISTRY, cache
+from scd_core.protocols import optional
 
 try:  # ZeroGPU on Hugging Face Spaces; a no-op decorator everywhere else
     import spaces
 
-    def gpu(duration: int):
+    def gpu(duration):
+        """Hold a (Zero)GPU for `duration(*inputs)` seconds per call."""
         return spaces.GPU(duration=duration)
 except ImportError:
-    def gpu(duration: int):
+    def gpu(duration):
         return lambda fn: fn
 
 log = logging.getLogger("scd_demo")
@@ -46,36 +47,37 @@ LABELS = R.METHOD_LABELS
 
 # ------------------------------------------------------------------------------ models
 
-_models: dict[str, object] = {}
-_models_lock = threading.Lock()
+MODELS = cache      # one copy of each model per process, one large model resident at a time
 
 
-def get_model(name: str):
-    """Load a model once per process, on first use. `_models` is also the seam for tests and
-    embedders: a model put there under a registry name is used as is."""
-    with _models_lock:
-        if name not in _models:
-            kwargs = dict(device=DEVICE)
-            if REGISTRY[name].needs_weights and DEVICE == "cuda":
-                kwargs["dtype"] = torch.bfloat16
-            _models[name] = scd_core.load_model(name, **kwargs)
-        return _models[name]
+def load_kwargs(name: str) -> dict:
+    large_on_gpu = DEVICE == "cuda" and REGISTRY[name].needs_weights
+    return dict(device=DEVICE, **({"dtype": torch.bfloat16} if large_on_gpu else {}))
+
+
+def get_model(name: str, progress=None):
+    """The model, loaded (and downloaded) on first use; `progress(done, total, repo)`."""
+    return MODELS.get(name, **load_kwargs(name), **({"progress": progress} if progress else {}))
+
+
+def loaded(name: str):
+    return MODELS.peek(name, **load_kwargs(name)) if name in REGISTRY else None
 
 
 def choices() -> list[tuple[str, str]]:
-    return [(page.model_label(n, n in _models), n) for n in page.listed_models()]
+    return [(page.model_label(n), n) for n in page.listed_models()]
 
 
 def examples_for(name: str) -> list[list[str]]:
     entry = REGISTRY.get(name)
-    model = _models.get(name) or (get_model(name) if entry and not entry.needs_weights else None)
-    return [[p] for p in (getattr(model, "example_prompts", None) or ["a red apple"])[:8]]
+    model = loaded(name) or (get_model(name) if entry and not entry.needs_weights else None)
+    return [[p] for p in (optional(model, "example_prompts") or ["a red apple"])[:8]]
 
 
 # ------------------------------------------------------------------------------ checks
 
 def problems(name, *values) -> dict[str, str]:
-    return page.problems(_models.get(name), name, *values)
+    return page.problems(loaded(name), name, *values)
 
 
 def validator(*values):
@@ -90,7 +92,7 @@ def validator(*values):
 def prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
             clip, clip_text):
     """The loaded model and checked Settings; ValueError with the message otherwise."""
-    page.check_model(name, name in _models)
+    page.check_model(name, loaded(name) is not None)
     text = page.engine_prompt(name, prompt, clip, clip_text)
     try:
         model = get_model(name)
@@ -134,7 +136,7 @@ def final_outputs(model, name: str, method: str, prompt: str, stats: R.TraceStat
     return out
 
 
-@gpu(duration=120)
+@gpu(page.gpu_duration(race_all=False))
 def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                     pace=0.0, samples=1, clip=None, clip_text="", history=None, ticket=None,
                     request: gr.Request = None):
@@ -191,7 +193,7 @@ def race_results(model, name: str, s: race.Settings, runs: dict, samples: int) -
             race_chart: progress, race_hist: hist, race_flicker: flicker}
 
 
-@gpu(duration=300)
+@gpu(page.gpu_duration(race_all=True))
 def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                 pace=0.0, samples=8, clip=None, clip_text="", history=None, ticket=None,
                 request: gr.Request = None):
@@ -256,7 +258,7 @@ def replay_view(index, run):
             R.accept_prob_figure(its[i], tuple(model.grid)))
 
 
-@gpu(duration=120)
+@gpu(lambda run: 60)
 def export_run(run):
     if not run or not run.get("iterations"):
         return None, None
@@ -273,26 +275,27 @@ def forget(request: gr.Request = None):
     STOPS.forget(session_key(request))
 
 
-def load_selected(name: str, progress=gr.Progress(track_tqdm=True)):
-    """Load a large model as soon as it is picked, its download and loading shown as progress
-    (tracking tqdm costs every event that asks for it, so the decoding events do not)."""
-    if name not in _models and REGISTRY[name].needs_weights and page.unavailable(name) is None:
+def load_selected(name: str, progress=gr.Progress()):
+    """Load a large model as soon as it is picked, its download shown as progress."""
+    if loaded(name) is None and REGISTRY[name].needs_weights and page.unavailable(name) is None:
+        def report(done, total, repo):
+            progress((done, total) if total else 0.0, desc=f"Downloading {repo}", unit="bytes")
         try:
-            get_model(name)
+            get_model(name, progress=report)
         except Exception as exc:                 # shown; Generate then says it again
             log.info("could not load %s: %s", name, exc)
             return page.model_note(name) + f" **Could not load it:** {exc}"
-    return page.model_note(name, name in _models)
+    return page.model_note(name, loaded(name) is not None)
 
 
 def on_model_change(name: str):
     """What the model is (or why it cannot run here), its defaults; Generate and Race are
     disabled for a model that cannot run."""
-    d, ok = page.page_defaults(name), page.unavailable(name, name in _models) is None
-    sd = page.sampling_defaults(name, _models.get(name) or (
+    d, ok = page.page_defaults(name), page.unavailable(name, loaded(name) is not None) is None
+    sd = page.sampling_defaults(name, loaded(name) or (
         get_model(name) if ok and not REGISTRY[name].needs_weights else None))
     clip = page.takes_clip(name)
-    return (page.model_note(name, name in _models), d["window"], d["init"], sd["temperature"],
+    return (page.model_note(name, loaded(name) is not None), d["window"], d["init"], sd["temperature"],
             sd["top_k"], sd["top_p"], sd["cfg_scale"], d["pace"], d["samples"],
             sd["temperature"] == 0, gr.Row(visible=page.is_video(name)),
             gr.Dataset(samples=examples_for(name) if ok and not clip else []),
@@ -347,7 +350,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                 examples = gr.Examples(examples_for(D0), inputs=prompt_tb, label="Example prompts")
                 method_rd = gr.Radio([(LABELS[m], m) for m in race.METHOD_ORDER], value="scd-mc",
                                      label="Method (Generate)", elem_id="method")
-                d0, s0 = page.page_defaults(D0), page.sampling_defaults(D0, _models.get(D0))
+                d0, s0 = page.page_defaults(D0), page.sampling_defaults(D0, loaded(D0))
                 with gr.Accordion("Settings", open=True):
                     init_dd = gr.Dropdown([(v, k) for k, v in R.INIT_LABELS.items()], value=d0["init"],
                                           label="Draft init", elem_id="init")
@@ -449,7 +452,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                      race_btn], api_visibility="private").then(
         load_selected, model_dd, model_md, api_visibility="private", show_progress_on=[model_md],
         **DECODE)
-    greedy_cb.input(lambda g, name: 0.0 if g else page.sampling_defaults(name, _models.get(name))
+    greedy_cb.input(lambda g, name: 0.0 if g else page.sampling_defaults(name, loaded(name))
                     ["temperature"] or 1.0, [greedy_cb, model_dd], temp_nb, queue=False,
                     api_visibility="private")
     temp_nb.change(lambda t: t == 0, temp_nb, greedy_cb, queue=False, api_visibility="private")

@@ -3,7 +3,12 @@
     python -m scd_core.bench --model toy-grid --methods ar,sjd,scd-mc,scd-gumbel \
         --windows 8,16,32 --seeds 4
 
-Every row averages over prompts x seeds. Latency speed-up divides AR's mean wall time by
+    python -m scd_core.bench --model tiny --prompts parti:8        # 8 PartiPrompts, a fixed sample
+
+Every row averages over prompts x seeds; a second CSV has one row per prompt x method x
+window x init (averaged over seeds). `--prompts` takes a text file (one prompt per line),
+`parti` (the 1,632 PartiPrompts shipped in assets/prompts) or `parti:N`; `--category` keeps
+the Parti prompts of one or more categories. Latency speed-up divides AR's mean wall time by
 the method's, both measured here; engine share is the time the engine spends outside
 `Session.step` per forward pass, as a fraction of the forward time (the paper reports
 1.66 ms of 36.41 ms, 4.6%, for its vectorised MRS on Janus-Pro-7B), and as a fraction of
@@ -22,11 +27,16 @@ from pathlib import Path
 import torch
 
 import scd_core
+from scd_core import trace
+from scd_core.prompts import Prompt, load_prompt_records
+from scd_core.protocols import optional
 
 DEFAULT_PROMPTS = ["grinning face", "red apple", "cat face", "flag france", "rocket", "red heart"]
 COLUMNS = ["method", "window", "init", "nfe", "step_compression", "mean_accepted_length", "acceptance_rate",
            "draft_stability", "wall_s", "latency_speedup", "engine_ms_per_iter", "engine_share",
            "engine_wall_share"]
+PROMPT_COLUMNS = ["prompt", "category", "method", "window", "init", "seeds", "nfe", "step_compression",
+                  "mean_accepted_length", "acceptance_rate", "draft_stability", "wall_s"]
 
 
 @dataclass
@@ -53,7 +63,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--methods", default="ar,sjd,scd-mc,scd-gumbel")
     ap.add_argument("--windows", default="16", help="comma-separated window sizes L")
     ap.add_argument("--inits", default="random", help="comma-separated draft inits")
-    ap.add_argument("--prompts", type=Path, help="file with one prompt per line (default: built-in list)")
+    ap.add_argument("--prompts", default=None,
+                    help="a file with one prompt per line, 'parti' (all PartiPrompts) or 'parti:N' (a fixed "
+                         "sample of N); default: the model's example prompts")
+    ap.add_argument("--category", action="append", default=[], metavar="NAME",
+                    help="keep the PartiPrompts of this category (repeatable), e.g. Animals")
     ap.add_argument("--seeds", type=int, default=2, help="seeds per prompt")
     ap.add_argument("--batch", type=int, default=1, help="rows per generate call (prompt repeated)")
     ap.add_argument("--top-k", type=int, default=None)
@@ -66,6 +80,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
                     help="extra loader argument, e.g. vocab_size=16384 or grid=24,24 (repeatable)")
     ap.add_argument("--csv", type=Path, default=None, help="write the table as CSV here")
+    ap.add_argument("--prompts-csv", type=Path, default=None,
+                    help="write one row per prompt x method x window x init here "
+                         "(default: beside the table's CSV, named *-prompts.csv)")
     ap.add_argument("--max-prompts", type=int, default=None)
     return ap.parse_args(argv)
 
@@ -91,7 +108,7 @@ def parse_model_args(items: list[str]) -> dict:
 def sampling_settings(model, args: argparse.Namespace) -> dict:
     """Command-line settings over the model's published defaults over the library's."""
     settings = {"top_k": 0, "top_p": 1.0, "temperature": 1.0, "cfg_scale": 1.0}
-    settings.update({k: v for k, v in getattr(model, "default_settings", {}).items() if k in settings})
+    settings.update({k: v for k, v in optional(model, "default_settings", {}).items() if k in settings})
     for key in settings:
         value = getattr(args, key)
         if value is not None:
@@ -100,15 +117,14 @@ def sampling_settings(model, args: argparse.Namespace) -> dict:
 
 
 def load_prompts(model, args: argparse.Namespace) -> list[str]:
-    if args.prompts is not None:
-        if not args.prompts.is_file():
-            raise ValueError(f"--prompts: no such file {args.prompts}")
-        prompts = [line.strip() for line in args.prompts.read_text().splitlines() if line.strip()]
-    else:
-        prompts = list(getattr(model, "example_prompts", None) or DEFAULT_PROMPTS)
-    if not prompts:
-        raise ValueError("--prompts: the file has no prompts")
-    return prompts[: args.max_prompts] if args.max_prompts else prompts
+    return [p.text for p in prompt_records(model, args)]
+
+
+def prompt_records(model, args: argparse.Namespace) -> list[Prompt]:
+    """The prompts of --prompts / --category (see scd_core.prompts), at most --max-prompts."""
+    default = list(optional(model, "example_prompts") or DEFAULT_PROMPTS)
+    records = load_prompt_records(args.prompts, args.category, default=default)
+    return records[: args.max_prompts] if args.max_prompts else records
 
 
 @dataclass(frozen=True)
@@ -151,7 +167,7 @@ def summarise(method: str, window: int, init: str, runs: list[RunMetrics], ar_wa
     step = sum(r.step_time for r in runs)
     return Row(method, window, init, mean([r.nfe for r in runs]), mean([r.step_compression for r in runs]),
                mean([r.mean_accepted_length for r in runs]), mean([r.acceptance_rate for r in runs]),
-               mean([r.draft_stability for r in runs]), wall, ar_wall / wall if wall else float("nan"),
+               mean([r.draft_stability for r in runs]), wall, trace.latency_speedup(ar_wall, wall),
                1000 * engine / iters, engine / step if step else float("nan"),
                engine / (engine + step) if engine + step else float("nan"))
 
@@ -169,14 +185,32 @@ def markdown(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def benchmark(args: argparse.Namespace) -> list[Row]:
+def prompt_rows(method: str, window: int, init: str, prompts: list[Prompt], seeds: int,
+                runs: list[RunMetrics]) -> list[dict]:
+    """One row per prompt: the means over its seeds (`runs` are prompt-major, as run_case makes them)."""
+    rows = []
+    for i, p in enumerate(prompts):
+        mine = runs[i * seeds:(i + 1) * seeds]
+        mean = lambda field: statistics.fmean(getattr(r, field) for r in mine)  # noqa: E731
+        rows.append({"prompt": p.text, "category": p.category, "method": method, "window": window, "init": init,
+                     "seeds": len(mine), "nfe": mean("nfe"), "step_compression": mean("step_compression"),
+                     "mean_accepted_length": mean("mean_accepted_length"),
+                     "acceptance_rate": mean("acceptance_rate"), "draft_stability": mean("draft_stability"),
+                     "wall_s": mean("wall_time")})
+    return rows
+
+
+def benchmark(args: argparse.Namespace, per_prompt: list[dict] | None = None) -> list[Row]:
+    """The table's rows; with `per_prompt`, its per-prompt rows are appended there too."""
+    per_prompt = [] if per_prompt is None else per_prompt
     if args.threads:
         torch.set_num_threads(args.threads)
     load_kwargs = {k: v for k, v in (("device", args.device), ("dtype", args.dtype)) if v is not None}
     load_kwargs.update(parse_model_args(args.model_arg))
     model = scd_core.load_model(args.model, **load_kwargs)
     settings = sampling_settings(model, args)
-    prompts = load_prompts(model, args)
+    records = prompt_records(model, args)
+    prompts = [p.text for p in records]
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     windows = [int(w) for w in args.windows.split(",")]
     inits = [i.strip() for i in args.inits.split(",") if i.strip()]
@@ -190,35 +224,40 @@ def benchmark(args: argparse.Namespace) -> list[Row]:
     for method in methods:
         if method == "ar":
             rows.append(summarise("ar", 1, "-", ar_runs, ar_wall))
+            per_prompt += prompt_rows("ar", 1, "-", records, args.seeds, ar_runs)
             continue
         for window in windows:
             for init in inits:
                 runs = run_case(model, prompts, args.seeds, args.batch, method, window, init, settings)
                 rows.append(summarise(method, window, init, runs, ar_wall))
+                per_prompt += prompt_rows(method, window, init, records, args.seeds, runs)
                 print(f"  {method} L={window} {init}: {time.perf_counter() - t:.1f}s", file=sys.stderr)
     return rows
 
 
-def write_csv(rows: list[Row], path: Path) -> None:
+def write_csv(rows: list, path: Path, columns: list[str] = COLUMNS) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         for r in rows:
-            writer.writerow(asdict(r))
+            writer.writerow(r if isinstance(r, dict) else asdict(r))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    per_prompt: list[dict] = []
     try:
-        rows = benchmark(args)
+        rows = benchmark(args, per_prompt)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(markdown(rows))
     csv_path = args.csv or Path("bench_out") / f"{args.model.replace('/', '_')}.csv"
+    prompts_path = args.prompts_csv or csv_path.with_name(f"{csv_path.stem}-prompts.csv")
     write_csv(rows, csv_path)
-    print(f"\nCSV written to {csv_path}", file=sys.stderr)
+    write_csv(per_prompt, prompts_path, PROMPT_COLUMNS)
+    print(f"\nCSV written to {csv_path}; per prompt to {prompts_path}", file=sys.stderr)
     return 0
 
 

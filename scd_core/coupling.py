@@ -1,155 +1,119 @@
-"""Samplers: independent draws, modified rejection sampling (the maximal coupling), and
-position-hashed Gumbel noise (the Gumbel coupling).
+"""The samplers, as pure functions of explicit randomness.
 
-Modified rejection sampling `MRS(p, q, x)` keeps a token x drawn from q with probability
-min(1, p(x)/q(x)) and otherwise draws from the residual norm(max(0, p - q)). Its output is
-distributed as p, and it equals x with probability 1 - TV(p, q), the most any coupling of
-(p, q) can achieve. The same operation is the speculative-sampling verification (SJD) and
-SCD's maximal-coupling redraft. `mrs` is it in one call; the decoder composes the same
-pieces (`accept_test_with`, `residual_weights`, `sample_with`) so that one uniform draw
-serves a whole pass.
-
-Gumbel coupling: `argmax(log p + G)` with one Gumbel vector G per (seed, row, position),
-derived from a counter-based hash so that no table is stored and the same noise comes back
-at every iteration.
+- `sample(p, u)`: one draw from p by inverse CDF, u uniform in [0, 1).
+- `residual(p, q)`: the residual law norm(max(0, p - q)).
+- `mrs(p, q, x, u_accept, u_residual)`: modified rejection sampling of a token x drawn from q
+  towards p: keep x if U < min(1, p(x)/q(x)), else draw from the residual. Its output is
+  distributed as p and equals x with probability 1 - TV(p, q), the most any coupling of
+  (p, q) achieves. The same operation is speculative verification (SJD and SCD) and SCD's
+  maximal-coupling redraft.
+- `gumbel_argmax(p, g)`: argmax(log p + G), a draw from p; two calls that share G are
+  coupled (they agree with probability at least (1 - TV) / (1 + TV)).
+- `gumbel_noise(keys, positions, V)` and `uniforms(keys, counters)`: counter-based random
+  numbers. A row's key comes from its seed alone (`row_keys`); every number is a hash of
+  (key, counter), so a row's randomness never depends on which other rows share its batch,
+  and a position's Gumbel vector is the same at every pass without storing a table.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 
 _MASK32 = 0xFFFFFFFF
 
 
-def sample(p: torch.Tensor, generator: torch.Generator) -> torch.LongTensor:
-    """One draw from each distribution in p [..., V], by inverse CDF (one uniform per draw).
+# ------------------------------------------------------------------------- the samplers
+
+def sample(p: torch.Tensor, u: torch.Tensor) -> torch.LongTensor:
+    """One draw from each (possibly unnormalised) distribution p [..., V]; u [...] in [0, 1).
 
     The CDF is accumulated in float64; `right=True` lands only on tokens of positive mass
     (cdf[i-1] <= u * total < cdf[i]); the clamp covers u * total rounding up to total.
     """
-    u = torch.rand(p.shape[:-1], generator=generator, device=p.device, dtype=torch.float64)
-    return sample_with(p, u)
-
-
-def sample_with(p: torch.Tensor, u: torch.Tensor) -> torch.LongTensor:
-    """`sample` with the uniforms given: u [...] in [0, 1), float64, one per distribution."""
-    cdf = p.cumsum(-1, dtype=torch.float64)
-    index = torch.searchsorted(cdf, u.unsqueeze(-1) * cdf[..., -1:], right=True).clamp_(max=p.shape[-1] - 1)
-    return index.squeeze(-1)
+    cdf = p.cumsum(-1, dtype=torch.float64)                                     # [..., V]
+    target = u.unsqueeze(-1) * cdf[..., -1:]                                    # [..., 1]
+    return torch.searchsorted(cdf, target, right=True).clamp_(max=p.shape[-1] - 1).squeeze(-1)
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """norm(max(0, p - q)); falls back to p where the residual has no mass (p == q)."""
-    r = residual_weights(p, q)
-    return r / r.sum(-1, keepdim=True)
+    """norm(max(0, p - q)) over the last dimension; p itself where that has no mass (p == q,
+    where a draft from q is always accepted and the residual is never drawn)."""
+    r = (p - q).clamp(min=0)                                                    # [..., V]
+    mass = r.sum(-1, keepdim=True)
+    return torch.where(mass > 0, r / mass, p)
 
 
-def residual_weights(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """max(0, p - q), or p where that has no mass: `residual` without the division, for
-    `sample`, which takes unnormalised weights."""
-    r = (p - q).clamp_(min=0)
-    return torch.where(r.sum(-1, keepdim=True) > 0, r, p)
-
-
-def accept_test(p: torch.Tensor, q: torch.Tensor, x: torch.LongTensor, generator: torch.Generator):
-    """The speculative-sampling test over any leading shape [...]: U < min(1, p(x)/q(x)).
-
-    Returns (kept [...], accept_prob [...]).
-    """
-    return accept_test_with(p, q, x, torch.rand(x.shape, generator=generator, device=p.device))
-
-
-def accept_test_with(p: torch.Tensor, q: torch.Tensor, x: torch.LongTensor, u: torch.Tensor):
-    """`accept_test` with the uniforms given (u [...] in [0, 1))."""
+def accept_prob(p: torch.Tensor, q: torch.Tensor, x: torch.LongTensor) -> torch.Tensor:
+    """min(1, p(x) / q(x)) for tokens x [...] drawn from q [..., V]."""
     x = x.unsqueeze(-1)
-    accept_prob = (p.gather(-1, x) / q.gather(-1, x)).clamp_(max=1.0).squeeze(-1)
-    return u < accept_prob, accept_prob
+    return (p.gather(-1, x) / q.gather(-1, x)).clamp(max=1.0).squeeze(-1)
 
 
-def mrs(p: torch.Tensor, q: torch.Tensor, x: torch.LongTensor, generator: torch.Generator):
+def mrs(p: torch.Tensor, q: torch.Tensor, x: torch.LongTensor, u_accept: torch.Tensor,
+        u_residual: torch.Tensor) -> tuple[torch.BoolTensor, torch.LongTensor, torch.Tensor]:
     """Modified rejection sampling of x ~ q towards p, over any leading shape [...].
 
-    Returns (kept [...], tokens [...], accept_prob [...]): tokens is x where kept and a
-    residual sample elsewhere, distributed as p and equal to x w.p. 1 - TV(p, q).
+    Returns (kept [...], tokens [...], accept_prob [...]): tokens is x where
+    u_accept < min(1, p(x)/q(x)), and a draw from `residual(p, q)` with u_residual elsewhere.
     """
-    kept, accept_prob = accept_test(p, q, x, generator)
-    tokens = torch.where(kept, x, sample(residual_weights(p, q), generator))
-    return kept, tokens, accept_prob
+    alpha = accept_prob(p, q, x)
+    kept = u_accept < alpha
+    tokens = torch.where(kept, x, sample(residual(p, q), u_residual))
+    return kept, tokens, alpha
 
+
+def gumbel_argmax(p: torch.Tensor, g: torch.Tensor) -> torch.LongTensor:
+    """argmax(log p + G) over the last dimension: a draw from p, given Gumbel(0, 1) noise G.
+
+    Computed as argmax(p * exp(G)), the same order (exp is increasing) without the log of
+    the many zeros that top-k leaves in p, which is slow on some CPUs."""
+    return (p * g.exp()).argmax(-1)
+
+
+# --------------------------------------------------------- counter-based random numbers
 
 def _mix32(h: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer avalanche mix (xorshift-multiply, three rounds) on int64 tensors.
+    """A 32-bit avalanche hash (two xorshift-multiply rounds, the constants of the
+    hash-prospector `lowbias32` family) of int64 tensors. The multipliers are odd and below
+    2**31, so products of 32-bit values never overflow int64; each round is a bijection."""
+    h = h & _MASK32
+    h = ((h ^ (h >> 16)) * 0x21F0AAAD) & _MASK32
+    h = ((h ^ (h >> 15)) * 0x735A2D97) & _MASK32
+    return h ^ (h >> 15)
 
-    The multipliers are odd and below 2**31, so products of 32-bit values never overflow
-    int64, and each round is a bijection of 32-bit values.
+
+def row_keys(seeds: torch.LongTensor) -> torch.LongTensor:
+    """A 32-bit key per row [B] from its seed in [0, 2**63): all of the row's randomness
+    derives from it."""
+    low, high = seeds & _MASK32, seeds >> 32
+    return _mix32(_mix32(low ^ 0x1B873593) ^ high)
+
+
+def uniforms(keys: torch.LongTensor, counters: torch.LongTensor) -> torch.Tensor:
+    """Uniform float64 numbers in (0, 1), one per (key, counter): keys [B, 1] and counters
+    [B, S] in [0, 2**32) broadcast. Each is one of 2**32 equally spaced values, a grid far
+    finer than the float32 probabilities it is compared with or sampled from.
+
+    The counter is spread by an odd multiplier (a bijection) and hashed with the key."""
+    h = _mix32(keys ^ (counters * 0x61C88647))
+    return (h.double() + 0.5) * 2.0 ** -32
+
+
+@functools.lru_cache(maxsize=8)
+def _token_keys(vocab: int, device: torch.device) -> torch.Tensor:
+    """A 32-bit key per token [V]: a constant of the vocabulary, computed once."""
+    return _mix32(torch.arange(vocab, device=device) ^ 0x5BD1E995)
+
+
+def gumbel_noise(keys: torch.LongTensor, positions: torch.LongTensor, vocab: int) -> torch.Tensor:
+    """Gumbel(0, 1) noise [..., V] fixed per (row key, absolute position, token).
+
+    keys [B, 1] and positions [B, S] broadcast. Each entry is a 24-bit uniform (the resolution
+    of float32, in which p is computed) from a hash: the same position always gets the same
+    noise, and no table is stored.
     """
-    return _mix32_(h & _MASK32)
-
-
-def _mix32_(h: torch.Tensor) -> torch.Tensor:
-    """`_mix32` in place on h (values already in [0, 2**32)), with one scratch tensor."""
-    scratch = torch.empty_like(h)
-    for shift, multiplier in ((16, 0x7FEB352D), (15, 0x2C1B3C6D), (12, 0x297A2D39)):
-        h.bitwise_xor_(torch.bitwise_right_shift(h, shift, out=scratch))
-        h.mul_(multiplier).bitwise_and_(_MASK32)
-    return h.bitwise_xor_(torch.bitwise_right_shift(h, 15, out=scratch))
-
-
-def row_keys(seed: int, rows: torch.Tensor) -> torch.Tensor:
-    """A 32-bit key per (seed, row); position keys derive from it (see `gumbel_noise`)."""
-    h = _mix32(torch.tensor(seed & _MASK32, device=rows.device) ^ 0x1B873593)
-    h = _mix32(h ^ ((seed >> 32) & _MASK32))
-    return _mix32(h ^ rows)
-
-
-_TOKEN_HASH: dict[tuple[int, str], torch.Tensor] = {}
-
-
-def _token_hash(vocab: int, device: torch.device) -> torch.Tensor:
-    key = (vocab, str(device))
-    if key not in _TOKEN_HASH:
-        _TOKEN_HASH[key] = _mix32(torch.arange(vocab, device=device, dtype=torch.long) + 0x632BE5AB)
-    return _TOKEN_HASH[key]
-
-
-def gumbel_noise(seed: int, rows: torch.LongTensor, positions: torch.LongTensor, vocab: int) -> torch.Tensor:
-    """Gumbel(0, 1) noise [..., V] fixed per (seed, row, absolute position, token).
-
-    `rows` and `positions` broadcast to the leading shape. Each entry is a 24-bit uniform
-    (the resolution of float32, the precision p itself is computed in) from a counter-based
-    hash: no table is stored and the same position always gets the same noise.
-    """
-    return gumbel_noise_for_keys(row_keys(seed, rows), positions, vocab)
-
-
-def gumbel_noise_for_keys(keys: torch.Tensor, positions: torch.LongTensor, vocab: int) -> torch.Tensor:
-    """`gumbel_noise` from precomputed `row_keys` (broadcast against positions)."""
-    return -exponential_noise_for_keys(keys, positions, vocab).log()
-
-
-def exponential_noise_for_keys(keys: torch.Tensor, positions: torch.LongTensor, vocab: int) -> torch.Tensor:
-    """E = exp(-G) = -log(u) for the same hashed uniforms u as `gumbel_noise_for_keys`.
-
-    argmax(p / E) = argmax(log p + G): the same Gumbel-max draw with two logarithms fewer.
-    """
-    return exponential_noise_at(position_keys(keys, positions), vocab)
-
-
-def position_keys(keys: torch.Tensor, positions: torch.LongTensor) -> torch.Tensor:
-    """The 32-bit key of each (row key, absolute position): the counter the noise hashes."""
-    return _mix32(keys ^ positions)
-
-
-def exponential_noise_at(position_key: torch.Tensor, vocab: int) -> torch.Tensor:
-    """Exponential(1) noise [..., V] from `position_keys` [...]: one hash per token."""
-    h = _mix32_(position_key.unsqueeze(-1) ^ _token_hash(vocab, position_key.device))   # both 32-bit
-    return h.bitwise_right_shift_(8).float().add_(0.5).mul_(1.0 / 16777216.0).log_().neg_()
-
-
-def gumbel_argmax(p: torch.Tensor, noise: torch.Tensor) -> torch.LongTensor:
-    """argmax(log p + G): a draw from p, coupled across calls that share G."""
-    return (p.log() + noise).argmax(-1)
-
-
-def exponential_argmax(p: torch.Tensor, noise: torch.Tensor) -> torch.LongTensor:
-    """argmax(p / E) with E = exp(-G): the Gumbel-max draw of `gumbel_argmax`."""
-    return (p / noise).argmax(-1)
+    position_key = _mix32(keys ^ (positions * 0x632BE5AB))                       # [B, S]
+    h = _mix32(position_key.unsqueeze(-1) ^ _token_keys(vocab, positions.device))   # [B, S, V]
+    u = ((h >> 8).float() + 0.5) * (1.0 / 16777216.0)                           # in (0, 1)
+    return -(-u.log()).log()

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from scd_core.clips import clip_prompt
-from scd_core.decoding import validate
-from scd_core.models import REGISTRY, availability
+from scd_core.decoding import METHODS, validate
+from scd_core.models import REGISTRY
+from scd_core.models.status import MAX_GPU_SECONDS, MIN_GPU_SECONDS, gpu_seconds, model_status
+from scd_core.protocols import optional
 from scd_core.race import Settings
 
 MAX_PROMPT_CHARS = 500
@@ -61,23 +63,34 @@ def is_video(name: str) -> bool:
 
 
 def unavailable(name: str, loaded: bool = False) -> str | None:
-    """None when the model can run here (or is loaded already), else the full reason."""
+    """None when the model can run here (shipped, cached, downloadable, or loaded already),
+    else the full reason."""
     if name not in REGISTRY:
         return f"unknown model {name!r}"
-    return None if loaded else availability(name)
+    status = model_status(name)
+    return None if loaded or status.usable else status.reason
 
 
-def model_label(name: str, loaded: bool = False) -> str:
-    return name if unavailable(name, loaded) is None else f"{name} (not available here)"
+def model_label(name: str) -> str:
+    """For the model list: the name and where the model stands here (embedded, cached,
+    downloadable with its size, needs GPU, unavailable)."""
+    status = model_status(name)
+    size = f", {status.download_gb:.1f} GB" if status.state == "downloadable" and status.download_gb else ""
+    return f"{name} · {status.state}{size}"
 
 
 def model_note(name: str, loaded: bool = False) -> str:
-    """What the model is, and if it cannot run here, why (in full)."""
+    """What the model is and where it stands here, with the full reason when it cannot run."""
     entry = REGISTRY.get(name)
     if entry is None:
         return f"Unknown model {name!r}."
-    reason = unavailable(name, loaded)
-    state = "" if reason is None else f" **Not available here:** {reason}."
+    status = model_status(name)
+    if loaded:
+        state = " Loaded."
+    elif status.usable:
+        state = f" {status.state.capitalize()}: {status.reason}."
+    else:
+        state = f" **Cannot run here ({status.state}):** {status.reason}."
     return f"`{name}`: {entry.description}.{state}"
 
 
@@ -95,7 +108,7 @@ def sampling_defaults(name: str, model=None) -> dict:
     base = CLIP_SAMPLING if takes_clip(name) else REAL_SAMPLING if \
         REGISTRY.get(name) is not None and REGISTRY[name].needs_weights else \
         dict(temperature=1.0, top_k=0, top_p=1.0, cfg_scale=1.0)
-    own = getattr(model, "default_settings", None) or {}
+    own = optional(model, "default_settings") or {}
     return {**base, **{k: v for k, v in own.items() if k in base}}
 
 
@@ -153,10 +166,10 @@ def settings(model, prompt: str, method: str, window, init, temperature, top_k, 
              seed) -> Settings:
     """Widget values -> Settings, checked by the library (its ValueError names the argument).
     `model` is the loaded model or, before loading, anything with `grid` and `vocab_size`."""
-    cfg = validate(model, [prompt], method, as_int(window), init, as_int(seed), as_float(temperature),
-                   as_int(top_k), as_float(top_p), as_float(cfg_scale))
-    return Settings(prompt, int(as_int(window)), init, cfg.sampling.temperature, cfg.sampling.top_k,
-                    cfg.sampling.top_p, cfg.cfg_scale, cfg.seed)
+    plan, seeds = validate(model, [prompt], method, as_int(window), init, as_int(seed),
+                           as_float(temperature), as_int(top_k), as_float(top_p), as_float(cfg_scale))
+    return Settings(prompt, int(as_int(window)), init, plan.sampling.temperature, plan.sampling.top_k,
+                    plan.sampling.top_p, plan.cfg_scale, seeds[0])
 
 
 @dataclass(frozen=True)
@@ -237,7 +250,7 @@ class Pacer:
 
 def prompt_note(model, prompt: str) -> str:
     """For models that read a few known words (the embedded ones): which words they read."""
-    known = getattr(getattr(model, "vocab", None), "known", None)
+    known = getattr(optional(model, "vocab"), "known", None)
     if known is None:
         return ""
     words = known(prompt)
@@ -347,6 +360,21 @@ def problems(model, name, method, window, init, temperature, top_k, top_p, cfg_s
         arg = str(exc).split(" ", 1)[0].strip("':")
         out[{"cfg_scale": "cfg", "prompts": "prompt"}.get(arg, arg)] = str(exc)
     return out
+
+
+def gpu_duration(race_all: bool) -> Callable[..., int]:
+    """ZeroGPU's seconds for one Generate (or one Race: every method, K samples) from the
+    event's inputs; bad inputs never reach the decode, so any estimate serves them."""
+    def seconds(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
+                pace=0.0, samples=1, *rest, **named) -> int:
+        try:
+            w, k, p = int(as_int(window)), int(as_int(samples)) if race_all else 1, float(pace or 0)
+            methods = METHODS if race_all else [method]
+            total = sum(gpu_seconds(name, w if m != "ar" else 1, k, m, p, clamp=False) for m in methods)
+        except (ValueError, TypeError):
+            return MIN_GPU_SECONDS
+        return max(MIN_GPU_SECONDS, min(MAX_GPU_SECONDS, total))
+    return seconds
 
 
 def device_name() -> str:

@@ -21,6 +21,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 
 import scd_core
+from scd_core import trace
 from scd_core.sampling import SamplingConfig, processed_probs
 from scd_core.trace import Iteration
 
@@ -74,34 +75,13 @@ def row_nfe(records: Sequence[Iteration], row: int, num_tokens: int) -> int:
 
 
 def sample_of(records: Sequence[Iteration], row: int, num_tokens: int) -> Sample:
-    accepted = sum(int(it.accepted[row].sum()) for it in records)
-    verified = sum(int(it.verified[row].sum()) for it in records)
-    active = sum(1 for it in records[1:] if int(it.n_before[row]) < num_tokens)
-    carried = sum(int(it.carried[row].sum()) for it in records)
-    unchanged = sum(int(it.unchanged[row]) for it in records)
+    """Row `row`'s own figures, by the trace's definitions."""
     nfe = row_nfe(records, row, num_tokens)
     return Sample(nfe=nfe, committed=int(records[-1].n_after[row]),
-                  acceptance_rate=accepted / verified if verified else 0.0,
-                  mean_accepted_length=accepted / active if active else 0.0,
-                  draft_stability=unchanged / carried if carried else 0.0,
-                  step_compression=num_tokens / nfe)
-
-
-def changed_drafts(it: Iteration) -> torch.LongTensor:
-    """[B] carried-over drafts whose token changed in this pass: the flicker."""
-    return it.carried.sum(1) - it.unchanged
-
-
-def committed_histogram(records: Sequence[Iteration], row: int, num_tokens: int) -> list[int]:
-    """Passes of row `row` (prefill excluded) that committed 1, 2, 3, ... tokens: [count per k]."""
-    counts: list[int] = []
-    for it in records[1:]:
-        if int(it.n_before[row]) >= num_tokens:
-            continue
-        k = int(it.n_after[row] - it.n_before[row])
-        counts.extend([0] * (k - len(counts)))
-        counts[k - 1] += 1
-    return counts
+                  acceptance_rate=trace.acceptance_rate(records, row),
+                  mean_accepted_length=trace.mean_accepted_length(records, row),
+                  draft_stability=trace.draft_stability(records, row),
+                  step_compression=trace.step_compression(num_tokens, nfe))
 
 
 # ------------------------------------------------------------------------- statistics
@@ -168,17 +148,14 @@ class MethodRun:
 
     def changed_per_pass(self) -> torch.LongTensor:
         """[K, NFE] carried drafts whose token changed in each pass (0 for the prefill)."""
-        return torch.stack([changed_drafts(it) for it in self.records], 1)
+        return torch.stack([it.changed for it in self.records], 1)
 
     def histogram(self) -> list[float]:
-        """Share of passes (all rows pooled, prefill excluded) that committed 1, 2, 3, ... tokens."""
-        total: list[int] = []
-        for b in range(self.rows):
-            for k, c in enumerate(committed_histogram(self.records, b, self.num_tokens)):
-                total.extend([0] * (k + 1 - len(total)))
-                total[k] += c
-        passes = sum(total)
-        return [c / passes for c in total] if passes else []
+        """[j - 1] = share of passes (all rows pooled, prefill excluded) that committed j tokens,
+        j = 1 .. L (no pass of an unfinished row commits none)."""
+        counts = trace.committed_histogram(self.records)
+        passes = sum(counts)
+        return [c / passes for c in counts[1:]] if passes else []
 
     def at(self, nfe: int) -> Iteration:
         """The record after `nfe` passes (the last one once the batch has finished)."""
@@ -231,7 +208,7 @@ def summarise(runs: dict[str, MethodRun], greedy: bool) -> list[MethodSummary]:
         same = None
         if greedy and ar_ready and run.done:
             same = bool(torch.equal(run.tokens(), ar.tokens()))
-        speedup = ar.wall / run.wall if ar_ready and run.done and run.wall > 0 else None
+        speedup = trace.latency_speedup(ar.wall, run.wall) if ar_ready and run.done and run.wall > 0 else None
         out.append(MethodSummary(
             method=method, samples=len(samples),
             nfe=Spread.of([s.nfe for s in samples]),

@@ -25,7 +25,8 @@ from typing import Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from scd_core.race import MethodSummary, Sample, Spread, changed_drafts, sample_of
+from scd_core.decoding import INIT_LABELS, METHOD_LABELS
+from scd_core.race import MethodSummary, Sample, Spread, sample_of
 from scd_core.trace import Iteration
 
 EMPTY, COMMITTED, ACCEPTED, RESAMPLED, NEW, DRAFT = range(6)
@@ -41,11 +42,6 @@ STYLE: dict[int, tuple[str, tuple[int, int, int], float, bool]] = {
 }
 OUTLINE = {ACCEPTED: (22, 163, 74), RESAMPLED: (220, 38, 38), NEW: (37, 99, 235)}
 LEGEND_ORDER = (COMMITTED, ACCEPTED, RESAMPLED, NEW, DRAFT, EMPTY)
-
-METHOD_LABELS = {"ar": "AR", "sjd": "SJD", "scd-mc": "SCD maximal coupling",
-                 "scd-gumbel": "SCD Gumbel coupling"}
-INIT_LABELS = {"random": "random (uniform)", "repeat-above": "repeat the token above",
-               "repeat-frame": "repeat the previous frame (video)"}
 
 METRIC_HELP = {
     "nfe": "NFE: model forward passes so far, the prefill included (a CFG pair counts once)",
@@ -338,7 +334,7 @@ class TraceStats:
         self.new_kind.append("" if na <= nb else "resampled" if bool(it.resampled[row])
                              else "bonus" if bool(it.bonus[row]) else "sample")
         self.carried.append(int(it.carried[row].sum()))
-        self.changed.append(int(changed_drafts(it)[row]))
+        self.changed.append(int(it.changed[row]))
         self.committed_at[nb:na] = it.index
         self._track_drafts(it, na)
 

@@ -65,6 +65,7 @@ if str(ROOT) not in sys.path:
 
 import scd_core  # noqa: E402
 from scd_core.models.toy import RandomLogitsModel  # noqa: E402
+from scd_core.protocols import optional  # noqa: E402
 
 MODELS = ("janus-pro-7b", "lumina-mgpt-7b-768", "cosmos-1-ar-4b")
 DEFAULT_WINDOWS = {"janus-pro-7b": (1, 16, 32, 64), "lumina-mgpt-7b-768": (1, 16, 32, 64),
@@ -285,7 +286,7 @@ BUILDERS = {"janus-pro-7b": janus_bench, "lumina-mgpt-7b-768": lumina_bench, "co
 
 def engine_settings(tm) -> dict:
     """The model's published sampling settings for the engine (CFG is inside the adapter)."""
-    defaults = getattr(tm, "default_settings", {})
+    defaults = optional(tm, "default_settings", {})
     out = {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
     out.update({k: v for k, v in defaults.items() if k in out})
     return out

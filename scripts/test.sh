@@ -23,6 +23,9 @@ if [ ! -x .venv/bin/python ]; then
   "${PYTHON:-python3}" -m venv .venv
 fi
 . .venv/bin/activate
+# requirements.txt adds PyTorch's CPU wheel index; where only PyPI (or a mirror of it) can be
+# reached, one retry per lookup of that index instead of pip's five keeps the install quick.
+export PIP_RETRIES="${PIP_RETRIES:-1}"
 echo "== pip install (torch CPU build, then requirements-dev.txt)"
 python -m pip install -q --upgrade pip
 python -m pip install -q "${TORCH_SPEC:-torch==2.13.0}"

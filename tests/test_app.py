@@ -18,6 +18,8 @@ from gradio_client import Client
 
 import app
 from scd_core import page
+from scd_core.models.cache import ModelCache
+from scd_core.models.status import model_status
 
 GOOD = dict(model="texture", method="scd-mc", window=16, init="random", temperature=1.0,
             top_k=0, top_p=1.0, cfg_scale=1.0, seed=0, prompt="ocean waves", pace=0.0, samples=3)
@@ -105,8 +107,7 @@ def test_a_model_that_fails_to_load_is_a_message_not_an_error(monkeypatch):
     def broken(name, **kwargs):
         raise RuntimeError("CUDA out of memory")
 
-    monkeypatch.setattr(app.scd_core, "load_model", broken)
-    monkeypatch.delitem(app._models, "texture", raising=False)
+    monkeypatch.setattr(app, "MODELS", ModelCache(loader=broken))
     updates = list(app.generate_stream(*args()))
     assert updates == [{app.status: "**Not started:** could not load model 'texture': "
                                     "CUDA out of memory"}]
@@ -206,7 +207,7 @@ def test_unavailable_model_shows_its_full_reason_and_cannot_start():
     if not missing:
         pytest.skip("every listed model can run here")
     name = missing[0]
-    assert dict((v, k) for k, v in app.choices())[name].endswith("(not available here)")
+    assert dict((v, k) for k, v in app.choices())[name].endswith(model_status(name).state)
     reason = app.page.unavailable(name)
     note, *_, gen_button, race_button = app.on_model_change(name)
     assert reason in note and not gen_button.interactive and not race_button.interactive
@@ -219,8 +220,9 @@ def test_model_change_sets_each_models_defaults():
         assert name in note and window >= 2 and init in app.R.INIT_LABELS
 
 
-@pytest.mark.parametrize("name", [n for n in page.listed_models() if page.unavailable(n) is None])
-def test_every_listed_model_that_can_run_here_generates(name):
+@pytest.mark.parametrize("name", [n for n in page.listed_models()
+                                  if model_status(n).state in ("embedded", "cached")])
+def test_every_listed_model_that_runs_here_without_a_download_generates(name):
     prompt = app.examples_for(name)[0][0]
     d, sd = page.page_defaults(name), page.sampling_defaults(name, app.get_model(name))
     updates = list(app.generate_stream(*args(model=name, prompt=prompt, window=d["window"],
@@ -249,7 +251,8 @@ def test_replay_colours_only_the_verified_drafts():
 def test_video_model_streams_tiled_frames_then_mp4_and_gif(monkeypatch):
     """The whole video path of the app, a toy clip model standing in for tiny-video."""
     model = app.scd_core.load_model("toy", vocab_size=3, grid=(3, 2, 2))
-    monkeypatch.setitem(app._models, "tiny-video", model)
+    monkeypatch.setattr(app, "MODELS", ModelCache())
+    app.MODELS.put("tiny-video", model, **app.load_kwargs("tiny-video"))
     updates = list(app.generate_stream(*args(model="tiny-video", init="repeat-frame", window=4,
                                              prompt="x")))
     h, w, _ = final(updates, app.live_image).shape

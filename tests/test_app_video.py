@@ -16,6 +16,7 @@ import pytest
 
 import app
 from scd_core.clips import CLIP_FRAMES
+from scd_core.models.cache import ModelCache
 from scd_core.models import cosmos
 from scd_core.models import cosmos_tokenizer as dv
 from test_models_cosmos import LEVELS, TINY, save_tokenizer, write_clip
@@ -35,7 +36,8 @@ def tiny_cosmos(tmp_path_factory):
 
 @pytest.fixture
 def served_model(tiny_cosmos, monkeypatch):
-    monkeypatch.setitem(app._models, NAME, tiny_cosmos[0])
+    monkeypatch.setattr(app, "MODELS", ModelCache())
+    app.MODELS.put(NAME, tiny_cosmos[0], **app.load_kwargs(NAME))
     return tiny_cosmos
 
 
@@ -69,7 +71,7 @@ def test_unloaded_cosmos_stays_listed_as_unavailable_with_its_reason():
     reason = app.page.unavailable(NAME)
     if reason is None:
         pytest.skip("Cosmos weights and a GPU are present here")
-    assert "not available here" in dict((v, k) for k, v in app.choices())[NAME]
+    assert "needs GPU" in dict((v, k) for k, v in app.choices())[NAME]
     assert reason in app.problems(*args(app.example_clips()[0]))["model"]
 
 

@@ -1,4 +1,5 @@
-"""The samplers: hand-built verification cases, coupling bounds, exact marginals."""
+"""The samplers the engine calls: hand-built verification cases, coupling bounds, exact
+marginals, and the counter-based random numbers."""
 from __future__ import annotations
 
 import torch
@@ -7,7 +8,7 @@ from scipy import stats
 from scd_core import coupling
 from stats_util import chi_square_pvalue
 
-ALPHA = 1e-4 / 8
+ALPHA = 1e-4 / 10
 
 
 def _tv(p: torch.Tensor, q: torch.Tensor) -> float:
@@ -19,26 +20,50 @@ def _pair(V: int = 12, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return (torch.randn(V, generator=g) * 1.5).softmax(-1), (torch.randn(V, generator=g) * 1.5).softmax(-1)
 
 
+def _u(*shape: int, seed: int) -> torch.Tensor:
+    """Uniforms from the engine's own counter-based streams."""
+    keys = coupling.row_keys(torch.tensor([seed]))
+    n = 1
+    for s in shape:
+        n *= s
+    return coupling.uniforms(keys.unsqueeze(1), torch.arange(n).unsqueeze(0)).view(*shape)
+
+
 def test_hand_built_accept_accept_reject_to_the_residual_only_token():
-    """transformers-style: vocab 10, drafts [1, 4, 5]; forced accept, accept, reject -> 8."""
+    """vocab 10, drafts [1, 4, 5] from uniform q: p certain of 1, then of 4, then of 8, so
+    the verification accepts, accepts, rejects, and the residual's only token is 8."""
     V = 10
-    p = torch.full((3, V), 0.0)
-    p[0, 1] = 1.0                       # draft 1 certain under p: forced accept
-    p[1, 4] = 1.0                       # draft 4 certain: accept
-    p[2, 8] = 1.0                       # draft 5 impossible under p: reject; residual is {8}
-    q = torch.full((3, V), 1.0 / V)     # uniform random-init drafts
-    drafts = torch.tensor([1, 4, 5])
-    kept, tokens, accept_prob = coupling.mrs(p, q, drafts, torch.Generator().manual_seed(0))
+    p = torch.zeros(3, V)
+    p[0, 1], p[1, 4], p[2, 8] = 1.0, 1.0, 1.0
+    q = torch.full((3, V), 1.0 / V)
+    kept, tokens, alpha = coupling.mrs(p, q, torch.tensor([1, 4, 5]), _u(3, seed=0), _u(3, seed=1))
     assert kept.tolist() == [True, True, False]
     assert tokens.tolist() == [1, 4, 8]
-    assert accept_prob.tolist() == [1.0, 1.0, 0.0]
+    assert alpha.tolist() == [1.0, 1.0, 0.0]
+
+
+def test_accept_is_exactly_u_below_p_over_q():
+    p, q = torch.tensor([[0.2, 0.8]]), torch.tensor([[0.5, 0.5]])
+    x = torch.tensor([0])                                       # min(1, 0.2 / 0.5) = 0.4
+    alpha = coupling.accept_prob(p, q, x).item()
+    assert alpha == torch.tensor(0.4).item()
+    for u, expect in ((alpha - 1e-9, True), (alpha, False), (alpha + 1e-9, False)):
+        kept, _, _ = coupling.mrs(p, q, x, torch.tensor([u], dtype=torch.float64), torch.tensor([0.5]))
+        assert bool(kept) == expect
+
+
+def test_sample_is_inverse_cdf_and_skips_zero_mass():
+    p = torch.tensor([0.25, 0.0, 0.5, 0.25])
+    u = torch.tensor([0.0, 0.2499, 0.25, 0.7499, 0.75, 0.9999999], dtype=torch.float64)
+    assert coupling.sample(p.expand(6, -1), u).tolist() == [0, 0, 2, 2, 3, 3]
 
 
 def test_one_hot_q_accepts_with_probability_p_of_the_draft():
-    p = torch.tensor([0.25, 0.5, 0.25]).expand(40_000, 3)
-    q = torch.zeros(40_000, 3)
+    n = 40_000
+    p = torch.tensor([0.25, 0.5, 0.25]).expand(n, 3)
+    q = torch.zeros(n, 3)
     q[:, 1] = 1.0
-    kept, tokens, _ = coupling.mrs(p, q, torch.ones(40_000, dtype=torch.long), torch.Generator().manual_seed(1))
+    kept, tokens, _ = coupling.mrs(p, q, torch.ones(n, dtype=torch.long), _u(n, seed=2), _u(n, seed=3))
     assert abs(kept.float().mean().item() - 0.5) < 0.01
     assert chi_square_pvalue(tokens, p[0]) > ALPHA
 
@@ -46,9 +71,8 @@ def test_one_hot_q_accepts_with_probability_p_of_the_draft():
 def test_maximal_coupling_collides_with_probability_one_minus_tv_and_keeps_p():
     p, q = _pair()
     n = 200_000
-    g = torch.Generator().manual_seed(2)
-    x = coupling.sample(q.expand(n, -1), g)
-    kept, y, _ = coupling.mrs(p.expand(n, -1), q.expand(n, -1), x, g)
+    x = coupling.sample(q.expand(n, -1), _u(n, seed=4))
+    kept, y, _ = coupling.mrs(p.expand(n, -1), q.expand(n, -1), x, _u(n, seed=5), _u(n, seed=6))
     collision = (y == x).float().mean().item()
     se = (collision * (1 - collision) / n) ** 0.5
     assert abs(collision - (1 - _tv(p, q))) < 5 * se
@@ -59,8 +83,9 @@ def test_maximal_coupling_collides_with_probability_one_minus_tv_and_keeps_p():
 def test_gumbel_coupling_meets_its_bound_and_keeps_both_marginals():
     p, q = _pair(seed=3)
     n, V = 100_000, p.numel()
-    noise = coupling.gumbel_noise(7, torch.zeros(1, dtype=torch.long), torch.arange(n), V)   # [n, V]
-    x, y = coupling.gumbel_argmax(q.expand(n, -1), noise), coupling.gumbel_argmax(p.expand(n, -1), noise)
+    keys = coupling.row_keys(torch.tensor([7])).unsqueeze(1)
+    g = coupling.gumbel_noise(keys, torch.arange(n).unsqueeze(0), V)[0]       # [n, V]
+    x, y = coupling.gumbel_argmax(q.expand(n, -1), g), coupling.gumbel_argmax(p.expand(n, -1), g)
     collision = (x == y).float().mean().item()
     tv = _tv(p, q)
     exact = sum(1.0 / torch.maximum(p / p[i], q / q[i]).sum().item() for i in range(V))
@@ -70,19 +95,31 @@ def test_gumbel_coupling_meets_its_bound_and_keeps_both_marginals():
     assert chi_square_pvalue(y, p) > ALPHA and chi_square_pvalue(x, q) > ALPHA
 
 
-def test_gumbel_noise_is_fixed_per_position_and_distinct_across_positions_rows_seeds():
-    rows, pos = torch.tensor([[0], [1]]), torch.arange(5).expand(2, -1)
-    a = coupling.gumbel_noise(1, rows, pos, 16)
-    assert torch.equal(a, coupling.gumbel_noise(1, rows, pos, 16))
-    assert torch.equal(a[:, 2:], coupling.gumbel_noise(1, rows, pos[:, 2:], 16))   # same position, same noise
-    assert not torch.allclose(a[0], a[1])
-    assert not torch.allclose(a, coupling.gumbel_noise(2, rows, pos, 16))
+def test_gumbel_noise_is_fixed_per_position_and_distinct_across_positions_and_seeds():
+    keys = coupling.row_keys(torch.tensor([1, 2])).unsqueeze(1)
+    pos = torch.arange(5).expand(2, -1)
+    a = coupling.gumbel_noise(keys, pos, 16)
+    assert torch.equal(a, coupling.gumbel_noise(keys, pos, 16))
+    assert torch.equal(a[:, 2:], coupling.gumbel_noise(keys, pos[:, 2:], 16))   # same position, same noise
+    assert not torch.allclose(a[0], a[1])                                         # other seed
     assert len(set(a[0].flatten().tolist())) == a[0].numel()
 
 
 def test_gumbel_noise_is_standard_gumbel():
-    g = coupling.gumbel_noise(5, torch.tensor(0), torch.arange(2000), 64).flatten().double()
+    keys = coupling.row_keys(torch.tensor([5])).unsqueeze(1)
+    g = coupling.gumbel_noise(keys, torch.arange(2000).unsqueeze(0), 64).flatten().double()
     assert stats.kstest(g.numpy(), stats.gumbel_r.cdf).pvalue > ALPHA
+
+
+def test_uniforms_are_uniform_independent_and_keyed_by_seed_alone():
+    keys = coupling.row_keys(torch.tensor([3, 2**40 + 3, 3])).unsqueeze(1)
+    u = coupling.uniforms(keys, torch.arange(50_000).unsqueeze(0))              # [3, 50000]
+    assert torch.equal(u[0], u[2]) and not torch.equal(u[0], u[1])             # the seed's high bits count
+    assert ((u >= 0) & (u < 1)).all()
+    assert stats.kstest(u[0].numpy(), stats.uniform.cdf).pvalue > ALPHA
+    pairs = (u[0, :-1] * 8).long() * 8 + (u[0, 1:] * 8).long()                  # consecutive counters
+    assert chi_square_pvalue(pairs, torch.full((64,), 1 / 64)) > ALPHA
+    assert (u[0] * 2**53).frac().eq(0).all() and len(set(u[0].tolist())) == u.shape[1]
 
 
 def test_residual_of_equal_laws_falls_back_to_p():

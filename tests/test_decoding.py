@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import scd_core
+from scd_core import trace
 from scd_core.sampling import processed_probs, validate_sampling
 
 METHODS = ["ar", "sjd", "scd-mc", "scd-gumbel"]
@@ -117,10 +118,9 @@ def test_stream_yields_the_same_records_generate_collects(grid):
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_tokens_after_is_this_pass_state_whenever_it_is_read(grid, method):
-    """Records share the run's token buffer: read during the run or after it, a record's
-    tokens_after holds the tokens committed up to that pass and -1 after them (the buffer
-    holds later tokens and stale drafts there), committed_tokens those of that pass."""
+def test_each_record_keeps_its_own_pass_state(grid, method):
+    """Read during the run or after it, a record's tokens_after holds the tokens committed up
+    to that pass and -1 after them, and committed_tokens those of that pass."""
     records, during = [], []
     for it in scd_core.stream(grid, ["a cat", "a dog"], method=method, window=6, seed=2, top_k=20):
         records.append(it)
@@ -128,7 +128,7 @@ def test_tokens_after_is_this_pass_state_whenever_it_is_read(grid, method):
     final = records[-1].tokens_after
     N = final.shape[1]
     for it, (seen, committed) in zip(records, during):
-        fresh = fresh_copy(it)                                   # its derived fields not yet cached
+        fresh = dataclasses.replace(it)                          # its derived fields not yet cached
         assert torch.equal(fresh.tokens_after, seen) and torch.equal(fresh.committed_tokens, committed)
         assert committed.shape == (2, it.drafts_after.shape[1] + 1)
         for b in range(2):
@@ -137,9 +137,51 @@ def test_tokens_after_is_this_pass_state_whenever_it_is_read(grid, method):
             assert torch.equal(committed[b, :n - n0], final[b, n0:n]) and (committed[b, n - n0:] == -1).all()
 
 
-def fresh_copy(it):
-    """A new record with the same fields (its derived properties not yet computed)."""
-    return dataclasses.replace(it)
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("init", ["random", "repeat-above"])
+def test_a_rows_tokens_do_not_depend_on_its_batch(grid, method, init):
+    """Per-row random streams: each row of a mixed batch, at any row index, equals the same
+    prompt and seed decoded alone."""
+    prompts, seeds = ["a cat", "a dog", "a red apple", "a cat"], [5, 9, 2, 7]
+    kw = dict(method=method, window=6, init=init, top_k=30, cfg_scale=2.0)
+    batch = scd_core.generate(grid, prompts, seed=seeds, **kw)
+    for b in range(len(prompts)):
+        alone = scd_core.generate(grid, [prompts[b]], seed=seeds[b], **kw)
+        assert torch.equal(alone.tokens[0], batch.tokens[b]), b
+        assert int(alone.nfe) == int(batch.row_nfe[b])
+    reordered = scd_core.generate(grid, prompts[::-1], seed=seeds[::-1], **kw)
+    assert torch.equal(reordered.tokens.flip(0), batch.tokens)
+    assert not torch.equal(batch.tokens[0], batch.tokens[3])     # same prompt, other seed
+
+
+def test_an_int_seed_gives_row_b_the_seed_plus_b(grid):
+    batch = scd_core.generate(grid, ["a cat"] * 3, method="scd-mc", window=6, seed=10, top_k=30)
+    listed = scd_core.generate(grid, ["a cat"] * 3, method="scd-mc", window=6, seed=[10, 11, 12], top_k=30)
+    assert torch.equal(batch.tokens, listed.tokens)
+
+
+@pytest.mark.parametrize("seed", [[1], [1, 2, 3], [1, -2], [1, "2"], [1, True], 2**63 - 1])
+def test_bad_seed_lists_name_the_seed(grid, seed):
+    with pytest.raises(ValueError, match="seed"):
+        scd_core.generate(grid, ["a", "b"], method="sjd", window=4, seed=seed)
+
+
+def test_metrics_have_one_definition(grid):
+    """Run's metrics are the trace functions over its records, per row as well."""
+    run = scd_core.generate(grid, ["a", "b", "c"], method="sjd", window=8, seed=0, top_k=30)
+    its = run.iterations
+    assert run.acceptance_rate == trace.acceptance_rate(its)
+    accepted = sum(trace.accepted_drafts(its, b) for b in range(3))
+    verified = sum(trace.verified_drafts(its, b) for b in range(3))
+    assert run.acceptance_rate == pytest.approx(accepted / verified)
+    hist = trace.committed_histogram(its)
+    assert sum(hist) == trace.speculative_passes(its)
+    assert sum(j * h for j, h in enumerate(hist)) == 3 * grid.N - 3          # all but the prefill's token
+    assert run.mean_accepted_length == trace.accepted_drafts(its) / sum(hist)
+    assert hist[0] == 0 and trace.committed_histogram(its, row=2)[1:] != [0] * (len(hist) - 1)
+    for it in its[1:]:
+        assert torch.equal(it.changed + it.unchanged, it.carried.sum(1))
+        assert torch.equal(it.row(1).num_accepted, it.num_accepted[1:2])
 
 
 def test_processed_probs_filters():
@@ -189,26 +231,3 @@ def test_run_tokens_are_an_ordinary_tensor_and_autograd_is_left_as_it_was(grid):
     records = scd_core.stream(grid, ["a"], method="sjd", window=8, seed=0)
     next(records)
     assert not torch.is_inference_mode_enabled()           # not leaked into the consumer between records
-
-
-@pytest.mark.parametrize("rows", [1, 3])
-def test_gumbel_noise_cache_returns_each_positions_own_hash(grid, rows):
-    """The block cache of SCD-Gumbel hands every pass exactly the hashed noise of its positions."""
-    checked = []
-
-    class Checked(scd_core.decoding._Decoder):
-        def _noise(self, S):
-            noise = super()._noise(S)
-            positions = self.n.unsqueeze(1) + torch.arange(S)             # n[b] .. n[b] + S - 1
-            keys = scd_core.coupling.row_keys(self.cfg.seed, self.rows).unsqueeze(1)
-            assert torch.equal(noise, scd_core.coupling.exponential_noise_for_keys(keys, positions, self.V))
-            checked.append(positions[:, -1].max())
-            return noise
-
-    prompts = ["a", "b", "c"][:rows]
-    cfg = scd_core.decoding.validate(grid, prompts, "scd-gumbel", 4, "random", 3, 1.0, 0, 1.0, 1.0)
-    dec = Checked(grid, cfg, len(prompts))
-    dec.prefill(prompts)
-    while not dec.finished():
-        dec.iterate()
-    assert len(checked) == dec.nfe and int(max(checked)) >= grid.N - 1     # the whole grid was crossed

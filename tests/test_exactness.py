@@ -7,13 +7,14 @@ failing below p = 1e-4 after a Bonferroni correction for the number of tests.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
 import torch
 
 import scd_core
-from scd_core import coupling, decoding
+from scd_core import decoding
 from scd_core.models.toy import ToyModel
 from scd_core.sampling import validate_sampling
 from stats_util import chi_square_pvalue
@@ -26,7 +27,7 @@ VIDEO_CASES = [(m, "repeat-frame") for m in METHODS[1:]]
 SINGLE_ROW_SETTINGS = {"cfg-on, top-k": (2.0, {"top_k": 2}),
                        "cfg-off, top-p, temp-0.7": (1.0, {"top_p": 0.8, "temperature": 0.7})}
 SINGLE_ROW_CASES = list(itertools.product(METHODS, ["random", "repeat-above"], SINGLE_ROW_SETTINGS))
-NUM_TESTS = len(BATCH_CASES) + len(VIDEO_CASES) + len(SINGLE_ROW_CASES)
+NUM_TESTS = len(BATCH_CASES) + len(VIDEO_CASES) + len(SINGLE_ROW_CASES) + len(METHODS)
 ALPHA = 1e-4 / NUM_TESTS
 PROMPTS = ("a red apple", "a cat")
 
@@ -87,65 +88,50 @@ def test_wide_window_covers_the_whole_grid(toy):
     assert p > ALPHA
 
 
+@pytest.mark.parametrize("method", METHODS)
+def test_rows_that_join_a_running_batch_sample_the_exact_joint(toy, method):
+    """Three cohorts of 8,000 rows join one running batch at passes 0, 1 and 2 (the way
+    `scd_core.serve` admits requests); each cohort's rows sample their prompt's AR law."""
+    plan, _ = decoding.validate(toy, ["x"], method, 3, "random", 0, 1.0, 0, 1.0, 2.0)
+    cohort = [PROMPTS[i % 2] for i in range(8_000)]
+    session = toy.start(cohort, plan.cfg_scale)
+    state, _ = decoding.start_rows(session.first_logits, range(8_000), plan)
+    for joined in (1, 2):
+        state, _ = decoding.decode_pass(session, state, plan)
+        first = session.add_rows(cohort)
+        seeds = range(joined * 8_000, (joined + 1) * 8_000)
+        state = decoding.State.cat([state, decoding.start_rows(first, seeds, plan)[0]])
+    while not bool((state.n >= plan.N).all()):
+        state, _ = decoding.decode_pass(session, state, plan)
+    for joined in range(3):
+        rows = state.tokens[joined * 8_000: (joined + 1) * 8_000]
+        for p in joint_pvalues(toy, rows, cohort, 2.0, {}):
+            assert p > ALPHA, f"{method}: cohort joining at pass {joined}: chi-square p = {p:.3g}"
+
+
 # -- the test has power: known biased variants of the reference code fail it -------------
+# `Plan.variant` is the engine's test hook: each names one departure from the exact rules.
 
 
-class _FreshSampleAtRejection(decoding._Decoder):
-    """Cosmos reference SJD bug: commit a fresh sample of p at the first rejection."""
-
-    def _residual(self, p, q):
-        return p
-
-
-class _KeepOldQForKeptDrafts(decoding._Decoder):
-    """Lumina/Janus reference SCD-MC bug: a draft kept by the coupling keeps its old q.
-
-    (A rejected token never comes back from its residual, so "same token as before" is
-    exactly "kept".)
-    """
-
-    def _verify(self, p, drafts, u):
-        self.q_before, self.drafts_before = self.q.clone(), self.drafts.clone()
-        return super()._verify(p, drafts, u)
-
-    def iterate(self):
-        record = super().iterate()
-        c = (record.n_after - record.n_before).to(self.device)
-        src = (c.unsqueeze(1) + torch.arange(self.D)).clamp(max=self.D - 1)
-        carried = ~record.draft_new.to(self.device) & (self.drafts >= 0)
-        kept = carried & (self.drafts == self.drafts_before.gather(1, src))
-        old_q = self.q_before.gather(1, src.unsqueeze(-1).expand(-1, -1, self.V))
-        self.q = torch.where(kept.unsqueeze(-1), old_q, self.q)
-        return record
-
-
-def _biased_pvalue(decoder_cls, toy, method: str) -> float:
+def _biased_pvalue(toy, method: str, variant: str) -> float:
     prompts = [PROMPTS[0]] * 24_000
-    cfg = decoding.validate(toy, prompts, method, 3, "random", 4, 1.0, 0, 1.0, 2.0)
-    dec = decoder_cls(toy, cfg, len(prompts))
-    dec.prefill(prompts)
-    while not dec.finished():
-        dec.iterate()
-    (p,) = joint_pvalues(toy, dec.tokens.cpu(), prompts, 2.0, {})
+    plan, seeds = decoding.validate(toy, prompts, method, 3, "random", 4, 1.0, 0, 1.0, 2.0)
+    records = list(decoding.decode(toy, prompts, seeds, dataclasses.replace(plan, variant=variant)))
+    (p,) = joint_pvalues(toy, records[-1].tokens_after, prompts, 2.0, {})
     return p
 
 
 def test_fresh_sample_at_rejection_is_detected(toy):
-    assert _biased_pvalue(_FreshSampleAtRejection, toy, "sjd") < ALPHA
+    """Cosmos reference SJD: a fresh sample of p at the first rejection (rule 2)."""
+    assert _biased_pvalue(toy, "sjd", "fresh-sample-at-rejection") < ALPHA
 
 
 def test_old_q_for_kept_drafts_is_detected(toy):
-    assert _biased_pvalue(_KeepOldQForKeptDrafts, toy, "scd-mc") < ALPHA
-
-
-class _GumbelRowsReused(decoding._Decoder):
-    """Lumina reference SCD-Gumbel bug: noise indexed by window slot, not absolute position,
-    so tokens at different positions share one Gumbel vector."""
-
-    def _noise(self, S):
-        keys = coupling.row_keys(self.cfg.seed, self.rows).unsqueeze(1)
-        return coupling.exponential_noise_for_keys(keys, torch.arange(S).expand(self.B, S), self.V)
+    """Lumina/Janus reference SCD-MC: a draft kept by the coupling keeps its old q (rule 4)."""
+    assert _biased_pvalue(toy, "scd-mc", "old-q-for-kept-drafts") < ALPHA
 
 
 def test_reused_gumbel_rows_are_detected(toy):
-    assert _biased_pvalue(_GumbelRowsReused, toy, "scd-gumbel") < ALPHA
+    """Lumina reference SCD-Gumbel: noise indexed by window slot, not absolute position, so
+    tokens at different positions share one Gumbel vector (rule 5)."""
+    assert _biased_pvalue(toy, "scd-gumbel", "gumbel-noise-by-slot") < ALPHA

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from scd_core.models import cosmos
 from scd_core.models import cosmos_tokenizer as dv
+from fakehub import empty_hub_cache  # noqa: F401  (fixture: offline, empty Hugging Face cache)
 
 LEVELS = [3, 4, 5]                       # tiny FSQ: 60 codes
 TINY = cosmos.CosmosConfig(dim=48, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=12,
@@ -286,16 +287,16 @@ def test_video_prompt_to_frames_end_to_end(tiny_folder):
         model.start(["/no/such/clip.mp4"])
 
 
-def test_missing_checkpoint_or_tokenizer_is_reported(tmp_path):
+def test_missing_checkpoint_or_tokenizer_is_reported(tmp_path, empty_hub_cache):
     with pytest.raises(FileNotFoundError, match="checkpoint not found"):
         cosmos.load_cosmos(str(tmp_path))
     torch.save(synthetic_checkpoint(TINY), tmp_path / "model.pt")
-    with pytest.raises(FileNotFoundError, match="tokenizer not found"):
-        cosmos.load_cosmos(str(tmp_path), config=TINY)
-    assert "tokenizer not found" in cosmos.availability(str(tmp_path))
-    reason = cosmos.availability("cosmos-1-ar-4b")
-    if cosmos.find_checkpoint("cosmos-1-ar-4b") is None:
-        assert "checkpoint not found" in reason
+    with pytest.raises(FileNotFoundError, match="Cosmos-1.0-Tokenizer-DV8x16x16.*HF_HUB_OFFLINE=1"):
+        cosmos.load_cosmos(str(tmp_path), config=TINY)           # fetched from the Hub when missing: offline here
+    with pytest.raises(FileNotFoundError, match="tokenizer_path"):
+        cosmos.load_cosmos(str(tmp_path), config=TINY, tokenizer_path=str(tmp_path / "none"))
+    assert cosmos.missing_files("cosmos-1-ar-4b") == [cosmos.HUB_FILES["cosmos-1-ar-4b"], cosmos.TOKENIZER_FILES]
+    assert cosmos.missing_files("cosmos-1-ar-5b-video2world")[-1] is cosmos.T5_FILES
 
 
 def test_generate_scd_gumbel_on_the_tiny_model(tiny_folder):
@@ -445,16 +446,20 @@ def test_session_exposes_the_conditioning_tokens():
     assert s.prefix_tokens.shape == (2, model.cfg.prefix_len) and torch.equal(s.prefix_tokens, model.last_prefix)
 
 
-def test_registry_name_resolves_in_the_checkpoints_folder(tmp_path, monkeypatch):
+def test_registry_name_resolves_in_the_checkpoints_folder(tmp_path, monkeypatch, empty_hub_cache):
+    from scd_core.models import model_status
+    monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
     folder = tmp_path / "Cosmos-1.0-Autoregressive-4B"
     folder.mkdir()
     torch.save(synthetic_checkpoint(TINY), folder / "model.pt")
     monkeypatch.setenv(cosmos.CHECKPOINTS_ENV, str(tmp_path))
     assert cosmos.find_checkpoint("cosmos-1-ar-4b") == str(folder / "model.pt")
-    assert "tokenizer not found" in cosmos.availability("cosmos-1-ar-4b")
+    assert cosmos.missing_files("cosmos-1-ar-4b") == [cosmos.TOKENIZER_FILES]
     save_tokenizer(tmp_path / cosmos.TOKENIZER_FOLDER)
-    reason = cosmos.availability("cosmos-1-ar-4b")
-    assert reason is None if torch.cuda.is_available() else "CUDA" in reason
+    assert cosmos.missing_files("cosmos-1-ar-4b") == []
+    status = model_status("cosmos-1-ar-4b")
+    assert status.state == ("cached" if torch.cuda.is_available() else "needs GPU")
+    assert torch.cuda.is_available() or "its files are cached" in status.reason
     import scd_core
     model = scd_core.load_model("cosmos-1-ar-4b", device="cpu", config=TINY)
     assert model.grid == (3, 4, 5)
@@ -464,16 +469,80 @@ def test_registry_name_resolves_in_the_checkpoints_folder(tmp_path, monkeypatch)
 
 def test_clip_preparation_follows_the_published_recipe(tmp_path):
     path = write_clip(tmp_path / "c.mp4", frames=12, h=96, w=128)
-    frames = dv.read_frames(path, max_frames=9)
+    frames = dv.read_frames(path, last=9)
     assert frames.shape == (9, 96, 128, 3) and frames.dtype == torch.uint8
+    assert torch.equal(frames, dv.read_frames(path)[-9:])
     clip = dv.prepare_clip(frames, 9, (64, 80))
     assert clip.shape == (3, 33, 64, 80)
     assert float(clip.min()) >= -1.0 and float(clip.max()) <= 1.0
     assert torch.equal(clip[:, 8], clip[:, 32])                  # the 9th frame repeated to 33
     short = write_clip(tmp_path / "short.mp4", frames=4)
     with pytest.raises(ValueError, match="fewer"):
-        dv.prepare_clip(dv.read_frames(short, 9), 9, (64, 80))
+        dv.prepare_clip(dv.read_frames(short, last=9), 9, (64, 80))
     bad = tmp_path / "bad.mp4"
     bad.write_bytes(b"not a video")
     with pytest.raises(ValueError, match="prompts"):
-        dv.read_frames(str(bad), 9)
+        dv.read_frames(str(bad), last=9)
+
+
+def write_levels(path, levels: list[int], h=64, w=80) -> str:
+    """A clip (GIF: exact pixel values) whose frame i is the uniform grey `levels[i]`."""
+    import imageio.v3 as iio
+    import numpy as np
+    video = np.stack([np.full((h, w, 3), v, dtype=np.uint8) for v in levels])
+    iio.imwrite(path, video, duration=125, loop=0)
+    return str(path)
+
+
+def write_image(path, level: int, h=64, w=80) -> str:
+    from PIL import Image
+    Image.new("RGB", (w, h), (level,) * 3).save(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def nine_frame_model(tiny_folder):
+    return cosmos.load_cosmos(tiny_folder[0], device="cpu", config=TINY)
+
+
+def test_a_clip_is_continued_from_its_last_nine_frames(tmp_path, nine_frame_model):
+    """As NVIDIA's load_videos_from_list (video[-num_input_frames:]): a clip whose first frames
+    differ from its last 9 conditions exactly as those last 9 frames alone."""
+    levels = [0, 40, 80] + [120 + 15 * i for i in range(9)]        # 12 frames, the first 3 differ
+    clip = write_levels(tmp_path / "clip.gif", levels)
+    frames = dv.read_frames(clip, last=9)
+    assert [int(f.float().mean()) for f in frames] == levels[3:]
+    prepared = dv.prepare_clip(frames, 9, TINY.pixel_size)
+    assert round(float(prepared[0, 0].mean()) * 127.5 + 127.5) == levels[3]      # first given frame
+    assert round(float(prepared[0, 32].mean()) * 127.5 + 127.5) == levels[-1]    # the last, repeated
+    model = nine_frame_model
+    last_nine = write_levels(tmp_path / "last9.gif", levels[3:])
+    first_nine = write_levels(tmp_path / "first9.gif", levels[:9])
+    got = model.encode_videos([clip])
+    assert torch.equal(got, model.encode_videos([last_nine]))
+    assert not torch.equal(got, model.encode_videos([first_nine]))
+
+
+def test_an_image_conditions_on_one_latent_frame_and_four_are_generated(tmp_path, nine_frame_model):
+    """As NVIDIA's pipeline: an image is a static 33-frame clip whose first latent frame is
+    the whole condition (num_input_frames = 1); 4 latent frames are generated."""
+    model = nine_frame_model
+    white = write_image(tmp_path / "white.png", 255)
+    with pytest.raises(ValueError, match="with_input_frames"):
+        model.start([white])
+    one = model.with_input_frames(1)
+    assert one.net is model.net and one.num_input_frames == 1 and model.with_input_frames(9) is model
+    assert one.grid == (4, 4, 5) and one.cfg.prefix_len == 20 and model.grid == (3, 4, 5)
+    s = one.start([white])
+    assert s.first_logits.shape == (1, 60) and one.last_prefix.shape == (1, 20)
+    static = dv.prepare_clip(dv.read_frames(white), 1, TINY.pixel_size)
+    assert torch.equal(static[:, 0], static[:, 32])
+    assert torch.equal(one.last_prefix, one.tokenizer.encode(static[None]).flatten(1)[:, :20])
+    # A clip on the 1-frame model conditions on its last frame only.
+    ramp = write_levels(tmp_path / "ramp.gif", [0, 60, 255])
+    assert torch.equal(one.encode_videos([ramp]), one.encode_videos([white]))
+    assert not torch.equal(one.encode_videos([ramp]), one.encode_videos([write_image(tmp_path / "k.png", 0)]))
+    frames = one.decode(torch.randint(0, 60, (1, 80)))
+    assert len(frames[0]) == 33
+    with pytest.raises(ValueError, match="num_input_frames"):
+        cosmos.CosmosVideoModel(model.net, num_input_frames=5)

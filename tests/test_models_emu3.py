@@ -6,6 +6,8 @@ transformers = pytest.importorskip("transformers")
 
 from scd_core.models import emu3 as emu3_mod  # noqa: E402
 from scd_core.models._hf import WeightsNotFoundError  # noqa: E402
+from scd_core.models import model_status  # noqa: E402
+from fakehub import empty_hub_cache  # noqa: E402,F401  (fixture: offline, empty Hugging Face cache)
 
 K = 64                       # visual codes
 H, W = 3, 4                  # grid: rows of 4 codes, each closed by an end-of-line token
@@ -185,14 +187,13 @@ def test_decode_shape(tm):
         tm.decode(torch.zeros(1, H * W - 1, dtype=torch.long))
 
 
-def test_loader_reports_missing_weights(tmp_path):
-    with pytest.raises(WeightsNotFoundError, match="not found locally"):
-        emu3_mod.load_emu3("emu3-gen")
+def test_loader_reports_missing_weights(tmp_path, empty_hub_cache):
+    with pytest.raises(WeightsNotFoundError, match="BAAI/Emu3-Gen-hf.*local_files_only=True"):
+        emu3_mod.load_emu3("emu3-gen", local_files_only=True)
     with pytest.raises(WeightsNotFoundError, match="no folder"):
         emu3_mod.load_emu3(str(tmp_path / "missing"))
-    with pytest.raises(WeightsNotFoundError, match="not found locally.*BAAI"):
-        emu3_mod.load_emu3("BAAI/Emu3-Gen-hf")                    # a hub id that is not cached: no download attempt
-    assert "not found locally" in emu3_mod.availability("emu3-gen")
+    with pytest.raises(WeightsNotFoundError, match="BAAI/Emu3-Gen-hf.*HF_HUB_OFFLINE=1"):
+        emu3_mod.load_emu3("BAAI/Emu3-Gen-hf")                    # a Hub id, offline: no request
 
 
 def test_claims_folder(tmp_path):
@@ -225,7 +226,7 @@ def test_load_from_folder_with_processor(tmp_path):
     import scd_core
     tiny_emu3().save_pretrained(tmp_path)
     tiny_processor().save_pretrained(tmp_path)
-    assert emu3_mod.claims_folder(str(tmp_path)) and emu3_mod.availability(str(tmp_path)) is None
+    assert emu3_mod.claims_folder(str(tmp_path)) and model_status(str(tmp_path)).usable
     tm = scd_core.load_model(str(tmp_path), device="cpu", dtype="float32", image_area=768, ratio="4:3")
     assert isinstance(tm, emu3_mod.Emu3TokenModel) and tm.grid == (H, W)
     assert tm.encode_prompt("w1 w2") == [BOS, 22, 23, BOI, 10, WRAP]

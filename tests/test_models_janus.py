@@ -6,6 +6,7 @@ transformers = pytest.importorskip("transformers")
 
 from scd_core.models import janus as janus_mod  # noqa: E402
 from scd_core.models._hf import WeightsNotFoundError  # noqa: E402
+from fakehub import empty_hub_cache  # noqa: E402,F401  (fixture: offline, empty Hugging Face cache)
 
 BOS, EOS, PAD, BOI = 1, 2, 0, 298
 V_IMG = 128
@@ -206,14 +207,13 @@ def test_decode_shape(tm):
         tm.decode(torch.zeros(1, 15, dtype=torch.long))
 
 
-def test_loader_reports_missing_weights(tmp_path):
-    with pytest.raises(WeightsNotFoundError, match="not found locally"):
-        janus_mod.load_janus("janus-pro-1b")
+def test_loader_reports_missing_weights(tmp_path, empty_hub_cache):
+    with pytest.raises(WeightsNotFoundError, match="deepseek-community/Janus-Pro-1B.*local_files_only=True"):
+        janus_mod.load_janus("janus-pro-1b", local_files_only=True)
     with pytest.raises(WeightsNotFoundError, match="no folder"):
         janus_mod.load_janus(str(tmp_path / "missing"))
-    with pytest.raises(WeightsNotFoundError, match="not found locally.*deepseek-community"):
-        janus_mod.load_janus("deepseek-community/Janus-Pro-7B")                    # a hub id that is not cached: no download attempt
-    assert "not found locally" in janus_mod.availability("janus-pro-7b")
+    with pytest.raises(WeightsNotFoundError, match="deepseek-community/Janus-Pro-7B.*HF_HUB_OFFLINE=1"):
+        janus_mod.load_janus("deepseek-community/Janus-Pro-7B")                    # a Hub id, offline: no request
 
 
 def test_claims_folder(tmp_path):
@@ -240,16 +240,22 @@ def tiny_processor():
     return JanusProcessor(JanusImageProcessor(), tok, chat_template=template, num_image_tokens=16)
 
 
+def save_tiny_checkpoint(folder) -> None:
+    """The tiny model and processor saved as transformers saves Janus-Pro (its published layout)."""
+    model = tiny_janus()
+    model.generation_config.generation_kwargs = {"boi_token_id": BOI}
+    model.generation_config.bos_token_id, model.generation_config.pad_token_id = BOS, PAD
+    model.save_pretrained(folder)
+    tiny_processor().save_pretrained(folder)
+
+
 def test_load_from_folder_with_processor(tmp_path):
     """The real-checkpoint path minus the weights: save a tiny model and processor, load them
     by folder through the registry, and run the processor's prompt template and postprocess."""
     import scd_core
-    model = tiny_janus()
-    model.generation_config.generation_kwargs = {"boi_token_id": BOI}
-    model.generation_config.bos_token_id, model.generation_config.pad_token_id = BOS, PAD
-    model.save_pretrained(tmp_path)
-    tiny_processor().save_pretrained(tmp_path)
-    assert janus_mod.claims_folder(str(tmp_path)) and janus_mod.availability(str(tmp_path)) is None
+    from scd_core.models import model_status
+    save_tiny_checkpoint(tmp_path)
+    assert janus_mod.claims_folder(str(tmp_path)) and model_status(str(tmp_path)).usable
     tm = scd_core.load_model(str(tmp_path), device="cpu", dtype="float32")
     assert isinstance(tm, janus_mod.JanusTokenModel) and tm.boi_token_id == BOI
     assert tm.encode_prompt("w1 w2") == [BOS, 4, 11, 12, 5, BOI]

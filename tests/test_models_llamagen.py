@@ -9,6 +9,7 @@ import torch
 
 from scd_core.models import llamagen as lg
 from scd_core.models.llamagen import GPTConfig, LlamaGenTokenModel, Transformer, VQModel
+from fakehub import empty_hub_cache  # noqa: F401  (fixture: offline, empty Hugging Face cache)
 
 V = 24
 GRID = 4
@@ -241,19 +242,29 @@ def test_t2i_loader_explains_a_missing_text_encoder(tmp_path, t2i):
         lg.load_llamagen(str(folder), device="cpu", image_size=64, n_head=4)
     tm = lg.load_llamagen(str(folder), device="cpu", image_size=64, n_head=4, text_encoder=fake_text_encoder)
     torch.testing.assert_close(tm.start(["a cat"], 7.5).first_logits, t2i.start(["a cat"], 7.5).first_logits)
-    assert "FLAN-T5-XL" in lg.availability(str(folder))
 
 
-def test_missing_weights_are_reported_clearly(tmp_path, monkeypatch):
+def test_missing_weights_are_reported_clearly(tmp_path, monkeypatch, empty_hub_cache):
     monkeypatch.delenv(lg.DIR_ENV, raising=False)
-    with pytest.raises(FileNotFoundError, match="not found locally"):
+    with pytest.raises(FileNotFoundError, match="FoundationVision/LlamaGen.*HF_HUB_OFFLINE=1"):
         lg.load_llamagen("llamagen-c2i", device="cpu")
     with pytest.raises(FileNotFoundError, match="no folder"):
         lg.load_llamagen(str(tmp_path / "nope"), device="cpu")
     with pytest.raises(FileNotFoundError, match="no LlamaGen GPT checkpoint"):
         lg.load_llamagen(str(tmp_path), device="cpu")
-    assert "not found locally" in lg.availability("llamagen-t2i")
+    assert [f.repo_id for f in lg.missing_files("llamagen-t2i")] == ["peizesun/llamagen_t2i", "google/flan-t5-xl"]
     assert not lg.claims_folder(str(tmp_path))
+
+
+def test_registry_name_found_in_the_weights_folder_variable(tmp_path, monkeypatch, c2i, empty_hub_cache):
+    """$SCD_LLAMAGEN_DIR holding the published file names serves `llamagen-c2i` with no download."""
+    folder = tmp_path / "weights"
+    _write_published_style(c2i, folder, "c2i")
+    (folder / "c2i_T_64.pt").rename(folder / "c2i_B_256.pt")
+    monkeypatch.setenv(lg.DIR_ENV, str(folder))
+    assert lg.missing_files("llamagen-c2i") == []
+    tm = lg.load_llamagen("llamagen-c2i", device="cpu", n_head=4)
+    assert tm.grid == (16, 16) and tm.cfg.num_classes == 10
 
 
 class NotAllowed:
@@ -263,8 +274,9 @@ class NotAllowed:
 def test_weights_only_refuses_arbitrary_objects(tmp_path):
     path = tmp_path / "c2i_evil_256.pt"
     torch.save({"model": {}, "obj": NotAllowed()}, path)
-    with pytest.raises(ValueError, match="weights_only"):
+    with pytest.raises(ValueError, match="weights_only=True.*NotAllowed"):
         lg.read_checkpoint(str(path))
+    assert lg.read_checkpoint(str(path), trust_pickle=path.name) == {}       # trusted by name: loads
 
 
 def test_generate_runs_on_the_tiny_model(c2i, t2i):

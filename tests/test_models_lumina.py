@@ -12,6 +12,7 @@ from transformers import ChameleonConfig, ChameleonForConditionalGeneration  # n
 
 from scd_core.models import lumina  # noqa: E402
 from scd_core.models.lumina import LuminaLayout, LuminaTokenModel  # noqa: E402
+from fakehub import empty_hub_cache  # noqa: E402,F401  (fixture: offline, empty Hugging Face cache)
 
 N_CODES = 16
 LAYOUT = LuminaLayout(bos=0, sep=93, image_start=92, eoi=91, eol=90, grid_token_base=60, pad=1)
@@ -228,15 +229,19 @@ def test_loader_converts_a_lumina_folder(tmp_path, tm):
         loaded.decode(torch.zeros(1, 16, dtype=torch.long))
 
 
-def test_missing_weights_are_reported_clearly(tmp_path):
-    with pytest.raises(FileNotFoundError, match="weights not found locally"):
-        lumina.load_lumina("lumina-mgpt-7b-768", device="cpu")
+def test_missing_weights_are_reported_clearly(tmp_path, empty_hub_cache, monkeypatch):
+    with pytest.raises(FileNotFoundError, match="Alpha-VLLM/Lumina-mGPT-7B-768.*local_files_only=True"):
+        lumina.load_lumina("lumina-mgpt-7b-768", device="cpu", local_files_only=True)
     with pytest.raises(FileNotFoundError, match="no folder"):
         lumina.load_lumina(str(tmp_path / "nope"), device="cpu")
     with pytest.raises(ValueError, match="model"):
         lumina.load_lumina("", device="cpu")
-    assert "not found locally" in lumina.availability("lumina-mgpt-7b-512")
     assert not lumina.claims_folder(str(tmp_path))
+    monkeypatch.delenv(lumina.VQGAN_ENV, raising=False)
+    assert "chameleon-downloads" in lumina.manual_missing("lumina-mgpt-7b-512")
+    (tmp_path / "vqgan.ckpt").write_bytes(b"")
+    monkeypatch.setenv(lumina.VQGAN_ENV, str(tmp_path))
+    assert lumina.manual_missing("lumina-mgpt-7b-512") is None
 
 
 # ------------------------------------------------------------------ VQGAN conversion + decode

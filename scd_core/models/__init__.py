@@ -2,10 +2,21 @@
 
 Each entry names a module and a loader function; the module is imported only when the
 model is requested, so importing scd_core never imports transformers or loads weights.
+
+A family module whose models come from the Hugging Face Hub provides, for its registry names:
+- `hub_files(name) -> tuple[hub.HubFiles, ...]`: the repositories and files it downloads;
+- `gpu_reason(name) -> str | None`: why it needs a CUDA GPU, or None;
+- optionally `missing_files(name) -> list[HubFiles]` (files found outside the Hugging Face
+  cache count as present) and `manual_missing(name) -> str | None` (what no download gives).
+
+`model_status(name)` reads these without loading weights or touching the network, so the app
+can label its model list; `load_model` downloads on first use (`local_files_only`,
+`progress`, `trust_pickle` are passed to the adapters that fetch files).
 """
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 from dataclasses import dataclass
 
@@ -17,7 +28,9 @@ class ModelEntry:
     loader: str            # function in that module: loader(name_or_path, **kwargs) -> TokenModel
     kind: str              # "image" or "video"
     description: str
-    needs_weights: bool    # True when weights must be present locally (not shipped)
+    needs_weights: bool    # True when weights are not shipped (downloaded from the Hub)
+    tokens: int = 0        # tokens generated per sample with the default settings (N)
+    gpu_ms: float = 0.0    # estimated ms per forward pass on a GPU (bf16, CFG pair, small window)
     test_only: bool = False  # for tests and timing, nothing to look at: demos leave it out
 
 
@@ -30,23 +43,35 @@ def register(entry: ModelEntry) -> None:
 
 def _builtin_entries() -> list[ModelEntry]:
     e = ModelEntry
+    # gpu_ms: Janus-Pro-7B's 36.4 ms per forward is the SCD paper's figure; the others are
+    # scaled from it by parameters and sequence length (estimates: no GPU run behind them).
     return [
-        e("toy", "toy", "load_toy", "image", "exactly enumerable toy model (V=3, N=5)", False, test_only=True),
-        e("toy-grid", "toy", "load_toy_grid", "image", "fast synthetic grid model with tunable entropy", False, test_only=True),
-        e("random-logits", "toy", "load_random_logits", "image", "instant random logits: times the engine alone", False, test_only=True),
-        e("texture", "texture", "load_texture", "image", "synthetic textures (hand-built, not trained): where coupling helps most", False),
-        e("tiny", "tiny", "load_tiny", "image", "embedded emoji model (32x32, 8x8 tokens)", False),
-        e("tiny-video", "tiny", "load_tiny_video", "video", "embedded emoji clip model", False),
-        e("janus-pro-1b", "janus", "load_janus", "image", "Janus-Pro 1B (deepseek-community/Janus-Pro-1B)", True),
-        e("janus-pro-7b", "janus", "load_janus", "image", "Janus-Pro 7B (deepseek-community/Janus-Pro-7B)", True),
-        e("emu3-gen", "emu3", "load_emu3", "image", "Emu3-Gen (BAAI/Emu3-Gen-hf)", True),
-        e("lumina-mgpt-7b-512", "lumina", "load_lumina", "image", "Lumina-mGPT 7B, 512 px", True),
-        e("lumina-mgpt-7b-768", "lumina", "load_lumina", "image", "Lumina-mGPT 7B, 768 px", True),
-        e("lumina-mgpt-7b-1024", "lumina", "load_lumina", "image", "Lumina-mGPT 7B, 1024 px", True),
-        e("llamagen-c2i", "llamagen", "load_llamagen", "image", "LlamaGen class-conditional (GPT-B, 256 px)", True),
-        e("llamagen-t2i", "llamagen", "load_llamagen", "image", "LlamaGen text-conditional (XL, 256/512 px)", True),
-        e("cosmos-1-ar-4b", "cosmos", "load_cosmos", "video", "Cosmos-1.0-Autoregressive-4B video continuation", True),
-        e("cosmos-1-ar-5b-video2world", "cosmos", "load_cosmos", "video", "Cosmos-1.0-Autoregressive-5B-Video2World", True),
+        e("toy", "toy", "load_toy", "image", "exactly enumerable toy model (V=3, N=6)", False, 6, 1.0,
+          test_only=True),
+        e("toy-grid", "toy", "load_toy_grid", "image", "fast synthetic grid model with tunable entropy", False,
+          256, 1.0, test_only=True),
+        e("random-logits", "toy", "load_random_logits", "image", "instant random logits: times the engine alone",
+          False, 576, 1.0, test_only=True),
+        e("texture", "texture", "load_texture", "image",
+          "synthetic textures (hand-built, not trained): where coupling helps most", False, 576, 1.0),
+        e("tiny", "tiny", "load_tiny", "image", "embedded emoji model (32x32, 8x8 tokens)", False, 64, 2.0),
+        e("tiny-video", "tiny", "load_tiny_video", "video", "embedded emoji clip model", False, 512, 2.0),
+        e("janus-pro-1b", "janus", "load_janus", "image", "Janus-Pro 1B (deepseek-community/Janus-Pro-1B)", True,
+          576, 15.0),
+        e("janus-pro-7b", "janus", "load_janus", "image", "Janus-Pro 7B (deepseek-community/Janus-Pro-7B)", True,
+          576, 36.4),
+        e("emu3-gen", "emu3", "load_emu3", "image", "Emu3-Gen (BAAI/Emu3-Gen-hf)", True, 8100, 45.0),
+        e("lumina-mgpt-7b-512", "lumina", "load_lumina", "image", "Lumina-mGPT 7B, 512 px", True, 1024, 36.0),
+        e("lumina-mgpt-7b-768", "lumina", "load_lumina", "image", "Lumina-mGPT 7B, 768 px", True, 2304, 38.0),
+        e("lumina-mgpt-7b-1024", "lumina", "load_lumina", "image", "Lumina-mGPT 7B, 1024 px", True, 4096, 42.0),
+        e("llamagen-c2i", "llamagen", "load_llamagen", "image", "LlamaGen class-conditional (GPT-B, 256 px)",
+          True, 256, 6.0),
+        e("llamagen-t2i", "llamagen", "load_llamagen", "image", "LlamaGen text-conditional (XL, 256/512 px)",
+          True, 1024, 12.0),
+        e("cosmos-1-ar-4b", "cosmos", "load_cosmos", "video", "Cosmos-1.0-Autoregressive-4B video continuation",
+          True, 7680, 30.0),
+        e("cosmos-1-ar-5b-video2world", "cosmos", "load_cosmos", "video",
+          "Cosmos-1.0-Autoregressive-5B-Video2World", True, 7680, 40.0),
     ]
 
 
@@ -58,24 +83,19 @@ def available_models() -> list[str]:
     return list(REGISTRY)
 
 
-def availability(name: str) -> str | None:
-    """None when `name` can be loaded here; otherwise a one-line reason (no weights, no GPU...).
-
-    Cheap: never loads weights. Family modules may define `availability(name) -> str | None`.
-    """
-    entry = REGISTRY.get(name)
-    if entry is None:
-        return f"unknown model {name!r}"
-    try:
-        module = importlib.import_module(f"scd_core.models.{entry.module}")
-    except ImportError as exc:
-        return f"its adapter cannot be imported here ({exc})"
-    check = getattr(module, "availability", None)
-    return check(name) if check is not None else None
+# Options about where files come from; passed only to the loaders of models with files.
+HUB_OPTIONS = ("local_files_only", "progress", "trust_pickle")
 
 
 def load_model(name_or_path: str, **kwargs):
-    """Load a TokenModel by registry name, or from a local folder holding a known model."""
+    """Load a TokenModel by registry name, or from a local folder holding a known model.
+
+    Registry models whose weights are not shipped are downloaded from the Hugging Face Hub on
+    first use (terminal progress bars; `progress=callable(done, total, repo)` for a GUI), and
+    read from its cache afterwards without any request. `local_files_only=True` (or
+    HF_HUB_OFFLINE=1) never downloads. `trust_pickle=` names checkpoint files that may be
+    loaded with full pickle when `torch.load(weights_only=True)` refuses them.
+    """
     if not isinstance(name_or_path, str) or not name_or_path.strip():
         raise ValueError(f"model: expected a model name or a path, got {name_or_path!r}; "
                          f"known names: {', '.join(REGISTRY)}")
@@ -86,7 +106,16 @@ def load_model(name_or_path: str, **kwargs):
         raise ValueError(f"model: unknown model {name_or_path!r}; known names: {', '.join(REGISTRY)} "
                          "or a local folder of a supported model")
     module = importlib.import_module(f"scd_core.models.{entry.module}")
-    return getattr(module, entry.loader)(name_or_path, **kwargs)
+    loader = getattr(module, entry.loader)
+    hub = {key: kwargs.pop(key) for key in HUB_OPTIONS if key in kwargs}
+    if entry.needs_weights:
+        accepted = inspect.signature(loader).parameters
+        for key, value in hub.items():
+            if key in accepted:
+                kwargs[key] = value
+            elif value is not None:
+                raise ValueError(f"{key}: {entry.name} does not take it (its files are read without pickle)")
+    return loader(name_or_path, **kwargs)
 
 
 def _entry_for_folder(path: str) -> ModelEntry | None:
@@ -100,3 +129,10 @@ def _entry_for_folder(path: str) -> ModelEntry | None:
         if claims is not None and claims(path):
             return entry
     return None
+
+
+from .status import (ModelStatus, STATES, availability, gpu_available, gpu_seconds,  # noqa: E402
+                     model_status)
+
+__all__ = ["REGISTRY", "ModelEntry", "register", "available_models", "load_model", "availability",
+           "ModelStatus", "STATES", "model_status", "gpu_available", "gpu_seconds", "HUB_OPTIONS"]

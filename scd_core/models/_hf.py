@@ -1,12 +1,12 @@
 """Small shared helpers for adapters built on Hugging Face transformers.
 
 Importing this module imports torch only; transformers and huggingface_hub are imported
-inside the functions that need them. Nothing here touches the network.
+inside the functions that need them. Downloads go through `hub.fetch`.
 
 - `crop_to(cache, keep_len)`: crop a transformers `Cache` to `keep_len` tokens (5.x API).
 - `pick_device_dtype(device, dtype)`: CUDA + bf16 when a GPU is present, else CPU + float32.
-- `cached_snapshot(repo_id)` / `resolve_weights(name_or_path, repo_id)`: find weights on
-  disk (a local folder or the Hugging Face cache), never downloading.
+- `resolve_weights(name_or_path, files)`: a local folder holding the weights of a folder path,
+  a registry name (its `hub.HubFiles`, downloaded on first use) or a Hub id.
 - `config_model_type(path)`: the `model_type` in a folder's config.json (for `claims_folder`).
 - `check_prompts`, `check_cfg`, `check_tokens`, `check_step`, `left_pad`: argument checks
   (ValueError naming the argument) and prompt padding shared by adapters.
@@ -23,11 +23,10 @@ from collections.abc import Sequence
 
 import torch
 
+from .hub import HubFiles, ProgressFn, fetch, looks_like_hub_id
+from .hub import WeightsNotFoundError  # noqa: F401  (adapters and callers import it from here)
+
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
-
-
-class WeightsNotFoundError(FileNotFoundError, ValueError):
-    """The weights asked for are not on this machine (a missing folder or an uncached hub id)."""
 
 
 def crop_to(cache, keep_len: int) -> None:
@@ -74,30 +73,13 @@ def has_weights(folder: str) -> bool:
     return any(glob.glob(os.path.join(folder, pattern)) for pattern in WEIGHT_PATTERNS)
 
 
-def cached_snapshot(repo_id: str) -> str | None:
-    """The local snapshot folder of `repo_id` in the Hugging Face cache, or None. No network."""
-    from huggingface_hub import try_to_load_from_cache
+def resolve_weights(name_or_path: str, files: HubFiles | None, *, local_files_only: bool = False,
+                    progress: ProgressFn | None = None) -> str:
+    """A local folder holding the weights of `name_or_path`, downloading them on first use.
 
-    try:
-        config = try_to_load_from_cache(repo_id, "config.json")
-    except Exception:  # a malformed repo id, an unreadable cache: treat as not cached
-        return None
-    if not isinstance(config, str):
-        return None
-    folder = os.path.dirname(config)
-    return folder if has_weights(folder) else None
-
-
-def download_hint(repo_id: str) -> str:
-    return f"download them with `hf download {repo_id}` on a machine with internet access"
-
-
-def resolve_weights(name_or_path: str, repo_id: str | None) -> str:
-    """A local folder holding weights for `name_or_path`, never downloading.
-
-    `name_or_path` is an existing folder, or a registry name whose weights live under hub id
-    `repo_id` (or a hub id itself, when `repo_id` is None) in the local Hugging Face cache.
-    Raises `WeightsNotFoundError` (a FileNotFoundError and a ValueError) saying what is missing.
+    `name_or_path` is an existing folder, a registry name whose files are `files`, or a Hub
+    id ('org/name', a transformers checkpoint). Raises `WeightsNotFoundError` (a
+    FileNotFoundError and a ValueError) saying what is missing and what to do.
     """
     if not isinstance(name_or_path, str) or not name_or_path.strip():
         raise ValueError(f"model: expected a model name, hub id or folder, got {name_or_path!r}")
@@ -106,15 +88,11 @@ def resolve_weights(name_or_path: str, repo_id: str | None) -> str:
         if not has_weights(path):
             raise WeightsNotFoundError(f"model: folder {path!r} has no config.json and weight files")
         return path
-    hub_id = repo_id or name_or_path
-    if repo_id is None and (name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") != 1):
-        raise WeightsNotFoundError(f"model: no folder at {name_or_path!r}")
-    folder = cached_snapshot(hub_id)
-    if folder is None:
-        raise WeightsNotFoundError(
-            f"model: weights not found locally (looked in the Hugging Face cache for {hub_id}); "
-            f"{download_hint(hub_id)}")
-    return folder
+    if files is None:
+        if not looks_like_hub_id(name_or_path):
+            raise WeightsNotFoundError(f"model: no folder at {name_or_path!r}")
+        files = HubFiles.transformers(name_or_path)
+    return fetch(files, local_files_only=local_files_only, progress=progress, needed_by=name_or_path)
 
 
 def config_model_type(path: str) -> str | None:
@@ -249,7 +227,7 @@ class RowSlots:
 
 
 def load_pretrained(folder: str, model_cls, processor_cls, device, dtype, family: str):
-    """(model on `device` in eval mode, processor) from a local folder, never downloading."""
+    """(model on `device` in eval mode, processor) from a local folder (already downloaded)."""
     try:
         processor = processor_cls.from_pretrained(folder, local_files_only=True)
         model = model_cls.from_pretrained(folder, dtype=dtype, local_files_only=True)

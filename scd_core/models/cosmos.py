@@ -17,21 +17,24 @@ names so checkpoints load strictly:
   sequence position 0 whose rotary and absolute embeddings are zero. Its token embedding has
   more rows than the 64,000 logits (vocab expansion rounded to 64).
 
-Layout as published: 33 frames at 640x1024 -> latent 5x40x64 = 12,800 tokens in raster order;
-9 conditioning frames -> the first 2 latent frames (5,120 tokens) are the prefix fed at start;
-3 latent frames (7,680 tokens) are generated: `grid = (3, 40, 64)`, `vocab_size = 64000`.
+Layout as published: 33 frames at 640x1024 -> latent 5x40x64 = 12,800 tokens in raster order.
+As NVIDIA's inference (`utils/inference.py`) prepares its input, a clip is continued from its
+LAST 9 frames (the 9th repeated up to 33): they give the first 2 latent frames (5,120 tokens),
+the prefix fed at start, and 3 latent frames (7,680 tokens) are generated: `grid = (3, 40, 64)`,
+`vocab_size = 64000`. An image conditions on 1 frame (`num_input_frames=1`, or
+`model.with_input_frames(1)`): 1 latent frame given, 4 generated, `grid = (4, 40, 64)`.
 No classifier-free guidance (cfg_scale must be 1). Sampling defaults in `default_settings`.
 
-Prompts: each prompt is a path to a video file (mp4) to continue (an image path is treated as
-a still clip). For Video2World append the text after a '|': "clip.mp4|a car drives down a
-street"; only the first '|' splits, the text may be empty. The base 4B model takes no text.
+Prompts: each prompt is a path to a video file (mp4) to continue, or an image for a model
+conditioned on 1 frame. For Video2World append the text after a '|': "clip.mp4|a car drives
+down a street"; only the first '|' splits, the text may be empty. The base 4B model takes no text.
 
 The KV cache is static and position-indexed (gpt-fast style): keys and values are written at
 their absolute sequence position and attention is masked by position, so `Session.step` with a
 smaller start simply overwrites: forgetting is free, and batch rows may sit at different starts.
 
 Not implemented: YaRN (only the 12B/13B models use it), the optional diffusion decoder
-(Cosmos-1.0-Diffusion-7B-Decoder-DV8x16x16ToCV8x8x8), the guardrails, 1-frame conditioning.
+(Cosmos-1.0-Diffusion-7B-Decoder-DV8x16x16ToCV8x8x8), the guardrails.
 
 GPU timing recipe (not run in the CPU tests), one forward of the full-size 4B at window L:
 
@@ -65,17 +68,37 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from scd_core.models import cosmos_tokenizer as dv
+from scd_core.models.hub import HubFiles, ProgressFn, cached, fetch, read_checkpoint as read_file
 
-HUB_IDS = {
-    "cosmos-1-ar-4b": "nvidia/Cosmos-1.0-Autoregressive-4B",
-    "cosmos-1-ar-5b-video2world": "nvidia/Cosmos-1.0-Autoregressive-5B-Video2World",
-}
-TOKENIZER_HUB_ID = "nvidia/Cosmos-1.0-Tokenizer-DV8x16x16"
-TOKENIZER_FOLDER = "Cosmos-1.0-Tokenizer-DV8x16x16"
-T5_HUB_ID = "google-t5/t5-11b"
 CHECKPOINT_FILES = ("model.pt", "model.safetensors", "model.pth")
+# NVIDIA publishes the models under its Open Model License: the Hub asks a logged-in user to
+# accept it on each repository's page before serving the files (NVIDIA's README: log in first).
+_NVIDIA_LICENCE = ("Accept the NVIDIA Open Model License on https://huggingface.co/{repo} (logged in "
+                   "to the Hub)")
+
+
+def _nvidia(repo: str, patterns: tuple[str, ...], required: tuple[str, ...], gb: float, what: str) -> HubFiles:
+    return HubFiles(repo, patterns, tuple((f,) for f in required), licence=_NVIDIA_LICENCE.format(repo=repo),
+                    approx_gb=gb, what=what)
+
+
+# The files NVIDIA's own download script fetches (model.pt, config.json; the tokenizer's *.jit).
+HUB_FILES = {
+    "cosmos-1-ar-4b": _nvidia("nvidia/Cosmos-1.0-Autoregressive-4B", ("model.pt", "config.json"),
+                              ("model.pt",), 8.0, "weights"),
+    "cosmos-1-ar-5b-video2world": _nvidia("nvidia/Cosmos-1.0-Autoregressive-5B-Video2World",
+                                          ("model.pt", "config.json"), ("model.pt",), 10.0, "weights"),
+}
+TOKENIZER_FILES = _nvidia("nvidia/Cosmos-1.0-Tokenizer-DV8x16x16", ("encoder.jit", "decoder.jit"),
+                          ("encoder.jit", "decoder.jit"), 0.5, "the DV8x16x16 video tokenizer")
+T5_FILES = HubFiles.transformers("google-t5/t5-11b", approx_gb=45.0, what="the T5-11B text encoder")
+HUB_IDS = {name: files.repo_id for name, files in HUB_FILES.items()}
+TOKENIZER_HUB_ID = TOKENIZER_FILES.repo_id
+TOKENIZER_FOLDER = "Cosmos-1.0-Tokenizer-DV8x16x16"
+T5_HUB_ID = T5_FILES.repo_id
 CHECKPOINTS_ENV = "SCD_COSMOS_CHECKPOINTS"   # a folder laid out as NVIDIA's checkpoints/ (optional)
-NUM_INPUT_FRAMES = 9          # supported context lengths are 1 and 9; we use 9 (2 latent frames)
+INPUT_FRAMES = (1, 9)         # the context lengths NVIDIA supports: 1 frame (an image) or 9 (a clip)
+NUM_INPUT_FRAMES = 9          # a clip is continued from its last 9 frames (2 latent frames)
 T5_MAX_LENGTH = 512
 
 
@@ -457,18 +480,17 @@ def config_from_state(state: dict[str, torch.Tensor], base: CosmosConfig) -> Cos
                    context_dim=(state["layers.0.cross_attention.wk.weight"].shape[1] if cross else base.context_dim))
 
 
-def read_checkpoint(path: str) -> dict:
-    """Load a checkpoint file without unrestricted pickle (safetensors or weights_only)."""
-    if path.endswith(".safetensors"):
-        from safetensors.torch import load_file
-        return load_file(path, device="cpu")
-    return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+def read_checkpoint(path: str, trust_pickle=None) -> dict:
+    """Load a checkpoint file without unrestricted pickle (safetensors or weights_only), unless
+    `trust_pickle` names this file (see `hub.read_checkpoint`)."""
+    return read_file(path, trust_pickle=trust_pickle, mmap=not path.endswith(".safetensors"),
+                     what="checkpoint")
 
 
 def load_network(path: str, cfg: CosmosConfig | None = None, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float32) -> CosmosTransformer:
+                 dtype: torch.dtype = torch.float32, trust_pickle=None) -> CosmosTransformer:
     """Build the network from a checkpoint file and load it strictly."""
-    state = map_checkpoint(read_checkpoint(path))
+    state = map_checkpoint(read_checkpoint(path, trust_pickle))
     cfg = config_from_state(state, cfg or CosmosConfig())
     state = split_fused_qkv(state, cfg)
     with torch.device("meta"):
@@ -479,18 +501,15 @@ def load_network(path: str, cfg: CosmosConfig | None = None, device: str | torch
 
 # ----------------------------------------------------------------------------- local files
 
-def _hub_cached(repo_id: str, filename: str) -> str | None:
-    """Path of `filename` of `repo_id` in the local HF cache, or None (never the network)."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-        found = try_to_load_from_cache(repo_id, filename)
-    except Exception:
-        return None
-    return found if isinstance(found, str) and os.path.isfile(found) else None
+def _cached_file(files: HubFiles, filename: str) -> str | None:
+    """`filename` of the cached snapshot of `files`, or None (never the network)."""
+    folder = cached(files)
+    path = os.path.join(folder, filename) if folder else None
+    return path if path and os.path.isfile(path) else None
 
 
 def find_checkpoint(name_or_path: str) -> str | None:
-    """A local checkpoint file for a registry name, a hub id, a folder or a file."""
+    """A local checkpoint file for a registry name, a folder or a file (no network)."""
     if os.path.isfile(name_or_path):
         return name_or_path
     if os.path.isdir(name_or_path):
@@ -498,17 +517,14 @@ def find_checkpoint(name_or_path: str) -> str | None:
             if os.path.isfile(os.path.join(name_or_path, f)):
                 return os.path.join(name_or_path, f)
         return None
-    repo = HUB_IDS.get(name_or_path, name_or_path)
+    if name_or_path not in HUB_FILES:
+        return None
     root = os.environ.get(CHECKPOINTS_ENV)
-    if root and name_or_path in HUB_IDS:                     # NVIDIA's checkpoints/ layout
-        found = find_checkpoint(os.path.join(root, repo.split("/")[-1]))
+    if root:                                                  # NVIDIA's checkpoints/ layout
+        found = find_checkpoint(os.path.join(root, HUB_IDS[name_or_path].split("/")[-1]))
         if found:
             return found
-    for f in CHECKPOINT_FILES:
-        found = _hub_cached(repo, f)
-        if found:
-            return found
-    return None
+    return _cached_file(HUB_FILES[name_or_path], "model.pt")
 
 
 def find_tokenizer(checkpoint: str | None, tokenizer_path: str | None = None) -> str | None:
@@ -523,8 +539,7 @@ def find_tokenizer(checkpoint: str | None, tokenizer_path: str | None = None) ->
             return c
     if tokenizer_path:
         return None
-    enc, dec = _hub_cached(TOKENIZER_HUB_ID, "encoder.jit"), _hub_cached(TOKENIZER_HUB_ID, "decoder.jit")
-    return os.path.dirname(enc) if enc and dec and os.path.dirname(enc) == os.path.dirname(dec) else None
+    return cached(TOKENIZER_FILES)
 
 
 def claims_folder(path: str) -> bool:
@@ -534,19 +549,24 @@ def claims_folder(path: str) -> bool:
         and ("autoregressive" in name or "-ar-" in name)
 
 
-def availability(name: str) -> str | None:
-    """None when `name` loads here; else a one-line reason. Cheap: no weights, no network."""
+def hub_files(name: str) -> tuple[HubFiles, ...]:
+    parts = (HUB_FILES[name], TOKENIZER_FILES)
+    return parts + (T5_FILES,) if name == "cosmos-1-ar-5b-video2world" else parts
+
+
+def gpu_reason(name: str) -> str | None:
+    return "a 4-5B video model: 7,680 tokens per clip"
+
+
+def missing_files(name: str) -> list[HubFiles]:
+    """The Hub files of `name` not on this machine ($SCD_COSMOS_CHECKPOINTS or the HF cache). Cheap."""
     ckpt = find_checkpoint(name)
-    if ckpt is None:
-        return (f"checkpoint not found locally: download {HUB_IDS.get(name, name)} "
-                "(model.pt) or pass its folder")
+    missing = [] if ckpt else [HUB_FILES[name]]
     if find_tokenizer(ckpt) is None:
-        return f"tokenizer not found locally: download {TOKENIZER_HUB_ID} (encoder.jit, decoder.jit)"
-    if name == "cosmos-1-ar-5b-video2world" and _hub_cached(T5_HUB_ID, "config.json") is None:
-        return f"T5 text encoder not found locally: download {T5_HUB_ID}"
-    if not torch.cuda.is_available():
-        return "needs a CUDA GPU (a 4-5B video model; CPU decoding of 7,680 tokens is impractical)"
-    return None
+        missing.append(TOKENIZER_FILES)
+    if name == "cosmos-1-ar-5b-video2world" and cached(T5_FILES) is None:
+        missing.append(T5_FILES)
+    return missing
 
 
 # ----------------------------------------------------------------------------- TokenModel
@@ -614,8 +634,13 @@ class CosmosVideoModel:
 
     def __init__(self, net: CosmosTransformer, tokenizer: dv.DVTokenizer | None = None,
                  text_encoder=None, name: str = "cosmos", device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float32):
-        self.net, self.cfg, self.name = net, net.cfg, name
+                 dtype: torch.dtype = torch.float32, num_input_frames: int = NUM_INPUT_FRAMES):
+        if num_input_frames not in INPUT_FRAMES:
+            raise ValueError(f"num_input_frames: Cosmos conditions on {' or '.join(map(str, INPUT_FRAMES))} "
+                             f"frames, got {num_input_frames!r}")
+        self.net, self.name, self.num_input_frames = net, name, num_input_frames
+        # 9 frames -> 2 latent frames given, 3 generated; 1 frame -> 1 given, 4 generated.
+        self.cfg = replace(net.cfg, cond_latent_frames=dv.latent_frames(num_input_frames))
         self.tokenizer, self.text_encoder = tokenizer, text_encoder
         self.device, self.dtype = torch.device(device), dtype
         self.vocab_size = self.cfg.vocab_size
@@ -625,6 +650,15 @@ class CosmosVideoModel:
                                  "window": 128, "init": "repeat-frame"}
         self.last_prefix: torch.LongTensor | None = None      # [B, prefix_len] of the last start()
 
+    def with_input_frames(self, num_input_frames: int) -> "CosmosVideoModel":
+        """The same network conditioned on `num_input_frames` (1: an image or a clip's last
+        frame, 4 latent frames generated; 9: a clip's last 9 frames, 3 generated). Shares the
+        weights; its `grid` differs, so it is another TokenModel."""
+        if num_input_frames == self.num_input_frames:
+            return self
+        return CosmosVideoModel(self.net, self.tokenizer, self.text_encoder, name=self.name, device=self.device,
+                                dtype=self.dtype, num_input_frames=num_input_frames)
+
     # -- contract ------------------------------------------------------------------
     def start(self, prompts: Sequence[str], cfg_scale: float = 1.0) -> CosmosSession:
         if cfg_scale != 1:
@@ -632,6 +666,12 @@ class CosmosVideoModel:
         if isinstance(prompts, str) or not prompts:
             raise ValueError("prompts: expected a non-empty list of video paths")
         parsed = [parse_prompt(p, self.cfg.cross_attention) for p in prompts]
+        images = [path for path, _ in parsed if dv.is_image(path)]
+        if images and self.num_input_frames != 1:
+            raise ValueError(
+                f"prompts: {images[0]!r} is an image; as in NVIDIA's pipeline an image conditions on 1 frame "
+                f"(1 latent frame given, {self.cfg.latent_shape[0] - 1} generated): use "
+                "model.with_input_frames(1), or load the model with num_input_frames=1")
         prefix = self.encode_videos([path for path, _ in parsed])
         context = self.encode_text([text for _, text in parsed]) if self.cfg.cross_attention else None
         return self.start_tokens(prefix, context)
@@ -665,11 +705,13 @@ class CosmosVideoModel:
 
     # -- conditioning ----------------------------------------------------------------
     def encode_videos(self, paths: Sequence[str]) -> torch.LongTensor:
-        """Video paths -> prefix tokens [B, prefix_len] (9 frames -> 2 latent frames)."""
+        """Video (or image) paths -> prefix tokens [B, prefix_len]: the clip's last
+        `num_input_frames` frames (9 -> 2 latent frames, 1 -> 1), as NVIDIA's inference does."""
         if self.tokenizer is None:
             raise ValueError("prompts: this model was loaded without the DV tokenizer; use start_tokens()")
-        clips = [dv.prepare_clip(dv.read_frames(p, NUM_INPUT_FRAMES), NUM_INPUT_FRAMES, self.cfg.pixel_size,
-                                 self.tokenizer.pixel_chunk) for p in paths]
+        n = self.num_input_frames
+        clips = [dv.prepare_clip(dv.read_frames(p, last=n), n, self.cfg.pixel_size, self.tokenizer.pixel_chunk)
+                 for p in paths]
         latents = torch.cat([self.tokenizer.encode(clip[None]) for clip in clips])   # a row at a time
         expected = tuple(self.cfg.latent_shape)
         if tuple(latents.shape[1:]) != expected:
@@ -710,19 +752,21 @@ def _default_device_dtype(device, dtype) -> tuple[torch.device, torch.dtype]:
     return device, dtype
 
 
-def load_t5(path: str | None, device: torch.device, dtype: torch.dtype = torch.float32):
-    """transformers' T5 tokenizer + T5EncoderModel from a folder or the local HF cache only.
+def load_t5(path: str | None, device: torch.device, dtype: torch.dtype = torch.float32, *,
+            local_files_only: bool = False, progress: ProgressFn | None = None):
+    """transformers' T5 tokenizer + T5EncoderModel from a folder, or google-t5/t5-11b from the
+    Hub (downloaded on first use).
 
     NVIDIA runs T5-11B in float32 (about 44 GB); pass t5_dtype=torch.bfloat16 or
     t5_device="cpu" to load_cosmos on a smaller GPU (embeddings then differ slightly)."""
     from transformers import AutoTokenizer, T5EncoderModel
-    source = path or T5_HUB_ID
+    source = path or fetch(T5_FILES, local_files_only=local_files_only, progress=progress,
+                           needed_by="Cosmos Video2World")
     try:
         tok = AutoTokenizer.from_pretrained(source, local_files_only=True)
         enc = T5EncoderModel.from_pretrained(source, local_files_only=True, dtype=dtype)
     except (OSError, ValueError) as exc:
-        raise FileNotFoundError(f"T5 text encoder not found locally ({source}): download "
-                                f"{T5_HUB_ID} or pass t5_path=... ({exc})") from exc
+        raise FileNotFoundError(f"t5_path: no T5 text encoder in {source!r} ({exc})") from exc
     return tok, enc.to(device).eval()
 
 
@@ -730,34 +774,44 @@ def load_cosmos(name_or_path: str, device: str | torch.device | None = None,
                 dtype: torch.dtype | None = None, tokenizer_path: str | None = None,
                 t5_path: str | None = None, load_text_encoder: bool = True,
                 config: CosmosConfig | None = None, t5_device: str | torch.device | None = None,
-                t5_dtype: torch.dtype = torch.float32) -> CosmosVideoModel:
-    """Load a Cosmos-1 AR model: a registry name, a hub id (local HF cache only), a folder
-    holding model.pt, or the file. A registry name is also looked up in $SCD_COSMOS_CHECKPOINTS
-    (NVIDIA's layout: <dir>/Cosmos-1.0-Autoregressive-4B/model.pt beside
-    <dir>/Cosmos-1.0-Tokenizer-DV8x16x16/). The variant (base / Video2World) is read from the weights.
-    The DV tokenizer is taken from `tokenizer_path`, beside the checkpoint, or the HF cache.
-    `config` supplies what the tensors do not tell (latent shape, heads, RoPE theta); the
-    default is the published layout (640x1024 -> 5x40x64)."""
+                t5_dtype: torch.dtype = torch.float32, num_input_frames: int = NUM_INPUT_FRAMES, *,
+                local_files_only: bool = False, progress: ProgressFn | None = None,
+                trust_pickle=None) -> CosmosVideoModel:
+    """Load a Cosmos-1 AR model: a registry name, a folder holding model.pt, or the file.
+
+    A registry name is looked up in $SCD_COSMOS_CHECKPOINTS (NVIDIA's layout:
+    <dir>/Cosmos-1.0-Autoregressive-4B/model.pt beside <dir>/Cosmos-1.0-Tokenizer-DV8x16x16/),
+    then the Hugging Face cache, and downloaded from NVIDIA's repositories on first use (their
+    licence must be accepted on the Hub first). The variant (base / Video2World) is read from
+    the weights. The DV tokenizer comes from `tokenizer_path`, beside the checkpoint, the cache
+    or the Hub. `config` supplies what the tensors do not tell (latent shape, heads, RoPE
+    theta); the default is the published layout (640x1024 -> 5x40x64). `num_input_frames`
+    (9, or 1 for images) is the conditioning length (see `CosmosVideoModel.with_input_frames`).
+    """
     if not isinstance(name_or_path, str) or not name_or_path:
         raise ValueError(f"name_or_path: expected a model name or path, got {name_or_path!r}")
+    hub = {"local_files_only": local_files_only, "progress": progress}
     ckpt = find_checkpoint(name_or_path)
+    if ckpt is None and name_or_path in HUB_FILES:
+        ckpt = os.path.join(fetch(HUB_FILES[name_or_path], needed_by=name_or_path, **hub), "model.pt")
     if ckpt is None:
-        raise FileNotFoundError(
-            f"Cosmos checkpoint not found locally for {name_or_path!r}: download "
-            f"{HUB_IDS.get(name_or_path, 'the model')} (model.pt) with huggingface-cli, or pass the folder")
+        raise FileNotFoundError(f"name_or_path: Cosmos checkpoint not found for {name_or_path!r}: pass a folder "
+                                f"holding model.pt, or a registry name ({', '.join(HUB_FILES)})")
     tok_dir = find_tokenizer(ckpt, tokenizer_path)
+    if tok_dir is None and tokenizer_path is None:
+        tok_dir = fetch(TOKENIZER_FILES, needed_by=name_or_path, **hub)
     if tok_dir is None:
-        raise FileNotFoundError(
-            f"Cosmos DV tokenizer not found: download {TOKENIZER_HUB_ID} (encoder.jit, decoder.jit) "
-            "and pass tokenizer_path=..., or put its folder next to the model folder")
+        raise FileNotFoundError(f"tokenizer_path: Cosmos DV tokenizer (encoder.jit, decoder.jit) not found "
+                                f"in {tokenizer_path!r}")
     device, dtype = _default_device_dtype(device, dtype)
-    net = load_network(ckpt, config, device=device, dtype=dtype)
+    net = load_network(ckpt, config, device=device, dtype=dtype, trust_pickle=trust_pickle)
     tokenizer = dv.DVTokenizer.load(tok_dir, device=device, dtype=dtype, levels=levels_for(net.cfg.vocab_size))
     text = None
     if net.cfg.cross_attention and load_text_encoder:
-        text = load_t5(t5_path, torch.device(t5_device or device), t5_dtype)
+        text = load_t5(t5_path, torch.device(t5_device or device), t5_dtype, **hub)
     name = name_or_path if name_or_path in HUB_IDS else os.path.basename(os.path.normpath(name_or_path))
-    return CosmosVideoModel(net, tokenizer, text, name=name, device=device, dtype=dtype)
+    return CosmosVideoModel(net, tokenizer, text, name=name, device=device, dtype=dtype,
+                            num_input_frames=num_input_frames)
 
 
 def _main(argv: Sequence[str] | None = None) -> None:
@@ -770,8 +824,9 @@ def _main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args(argv)
     if not args.time:
+        from scd_core.models import model_status
         for name in HUB_IDS:
-            print(f"{name}: {availability(name) or 'available'}")
+            print(f"{name}: {model_status(name).label}")
         return
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
     windows = [int(w) for w in args.windows.split(",")]

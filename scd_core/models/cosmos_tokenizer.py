@@ -9,15 +9,17 @@ tokenizer/discrete_video.py):
 - token ids are `codes_to_indices(codes)` with FSQ levels [8, 8, 8, 5, 5, 5] (64,000 codes);
 - the decoder takes indices [B, t, h, w] and returns a clip [B, 3, T, H, W] in [-1, 1].
 
-The video input is prepared as in cosmos1/models/autoregressive/utils/inference.py: the first
-9 frames of the clip, the last one repeated up to 33 frames, resized (aspect kept, ceil) and
-center-cropped to 640x1024, scaled to [-1, 1]. We resize with torch's bilinear antialiased
+The video input is prepared as in cosmos1/models/autoregressive/utils/inference.py: the LAST
+`num_input_frames` frames of the clip (9, or 1), the last one repeated up to 33 frames, resized
+(aspect kept, ceil) and center-cropped to 640x1024, scaled to [-1, 1]; an image is a static
+33-frame clip, conditioned on 1 frame. We resize with torch's bilinear antialiased
 interpolation rather than torchvision's (not a dependency here), so pixels can differ slightly.
 """
 from __future__ import annotations
 
 import math
 import os
+from collections import deque
 from typing import Sequence
 
 import torch
@@ -104,10 +106,16 @@ def clip_to_frames(clip: torch.Tensor) -> list[list]:
     return [[Image.fromarray(frame) for frame in row] for row in u8]
 
 
-def read_frames(path: str, max_frames: int | None = None) -> torch.Tensor:
-    """The first `max_frames` frames of a video (or one image) as uint8 [T, H, W, 3]."""
+def is_image(path: str) -> bool:
+    return os.path.splitext(path)[1].lower() in IMAGE_EXTENSIONS
+
+
+def read_frames(path: str, last: int | None = None) -> torch.Tensor:
+    """The frames of a video (its `last` ones when given), or one image, as uint8 [T, H, W, 3]."""
     if not isinstance(path, str) or not os.path.isfile(path):
         raise ValueError(f"prompts: video file not found: {path!r}")
+    if last is not None and (not isinstance(last, int) or last < 1):
+        raise ValueError(f"last: expected a positive number of frames, got {last!r}")
     ext = os.path.splitext(path)[1].lower()
     if ext in IMAGE_EXTENSIONS:
         from PIL import Image
@@ -118,12 +126,10 @@ def read_frames(path: str, max_frames: int | None = None) -> torch.Tensor:
                          f"nor an image ({', '.join(IMAGE_EXTENSIONS)})")
     import imageio.v3 as iio
     import numpy as np
-    frames = []
+    frames: deque = deque(maxlen=last)           # streamed: only the last `last` frames are kept
     try:
         for frame in iio.imiter(path):
             frames.append(np.asarray(frame))
-            if max_frames is not None and len(frames) >= max_frames:
-                break
     except Exception as exc:                     # a corrupt or unsupported file
         raise ValueError(f"prompts: cannot read video {path!r}: {exc}") from exc
     if not frames:
@@ -138,14 +144,14 @@ def prepare_clip(frames: torch.Tensor, num_input_frames: int, size: tuple[int, i
                  total_frames: int = PIXEL_CHUNK) -> torch.Tensor:
     """uint8 [T, H, W, 3] -> float clip [3, total_frames, h, w] in [-1, 1], as published.
 
-    The first `num_input_frames` frames are kept (a single image is repeated), the last kept
-    frame is repeated up to `total_frames`, then resized (aspect kept) and center-cropped.
+    The last `num_input_frames` frames are kept, the last one is repeated up to
+    `total_frames`, then resized (aspect kept) and center-cropped. An image is a 1-frame clip.
     """
     if frames.shape[0] < num_input_frames:
-        if frames.shape[0] != 1:
-            raise ValueError(f"prompts: the video has {frames.shape[0]} frames, fewer than the "
-                             f"{num_input_frames} conditioning frames needed")
-    video = frames[:num_input_frames].float() / 127.5 - 1.0
+        raise ValueError(f"prompts: the video has {frames.shape[0]} frame(s), fewer than the "
+                         f"{num_input_frames} conditioning frames needed"
+                         + (" (an image conditions on 1 frame)" if frames.shape[0] == 1 else ""))
+    video = frames[-num_input_frames:].float() / 127.5 - 1.0
     video = torch.cat([video, video[-1:].expand(total_frames - video.shape[0], -1, -1, -1)])
     video = video.permute(0, 3, 1, 2)                           # T, 3, H, W
     return resize_center_crop(video, size).permute(1, 0, 2, 3).contiguous()

@@ -15,16 +15,17 @@ only the H x W grid of visual codes (V = the VQ codebook size); the adapter
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 
 import torch
 
-from ._hf import (RowSlots, cached_snapshot, load_pretrained, check_cfg, check_prompts,
-                  check_step, check_tokens, config_model_type, download_hint, left_pad,
-                  pick_device_dtype, resolve_weights)
+from ._hf import (RowSlots, load_pretrained, check_cfg, check_prompts, check_step, check_tokens,
+                  config_model_type, left_pad, pick_device_dtype, resolve_weights)
+from .hub import HubFiles, ProgressFn
 
-HUB_IDS = {"emu3-gen": "BAAI/Emu3-Gen-hf"}
+# The transformers port (Emu3ForConditionalGeneration); BAAI/Emu3-Gen itself needs remote code.
+HUB_FILES = {"emu3-gen": HubFiles.transformers("BAAI/Emu3-Gen-hf", approx_gb=17.0)}
+HUB_IDS = {name: files.repo_id for name, files in HUB_FILES.items()}
 DEFAULT_SETTINGS = {"cfg_scale": 3.0, "top_k": 2048, "top_p": 1.0, "temperature": 1.0, "window": 32}
 EOL_TOKEN = "<|extra_200|>"
 # The sampling defaults of the Emu3 release (BAAI/Emu3 image_generation.py).
@@ -34,17 +35,12 @@ NEGATIVE_PROMPT = ("lowres, bad anatomy, bad hands, text, error, missing fingers
                    "artifacts, signature, watermark, username, blurry.")
 
 
-def availability(name: str) -> str | None:
-    """None when `name` can be loaded here, else a one-line reason. Never loads weights."""
-    repo = HUB_IDS.get(name)
-    if repo is None:
-        return None if os.path.isdir(name) else f"unknown Emu3 model {name!r}"
-    if cached_snapshot(repo) is None:
-        return (f"weights not found locally (looked in the Hugging Face cache for {repo}); "
-                f"{download_hint(repo)}")
-    if not torch.cuda.is_available():
-        return "needs a CUDA GPU (8B)"
-    return None
+def hub_files(name: str) -> tuple[HubFiles, ...]:
+    return (HUB_FILES[name],)
+
+
+def gpu_reason(name: str) -> str | None:
+    return "8B parameters, 8,100 tokens per image"
 
 
 def claims_folder(path: str) -> bool:
@@ -53,13 +49,15 @@ def claims_folder(path: str) -> bool:
 
 def load_emu3(name_or_path: str, device: str | torch.device | None = None,
               dtype: str | torch.dtype | None = None, image_area: int | None = None,
-              ratio: str = "1:1", **kwargs) -> "Emu3TokenModel":
-    """Load Emu3-Gen from the local Hugging Face cache or a folder. Never downloads.
+              ratio: str = "1:1", *, local_files_only: bool = False, progress: ProgressFn | None = None,
+              **kwargs) -> "Emu3TokenModel":
+    """Load Emu3-Gen from a registry name (downloaded on first use), a Hub id or a folder.
 
     `image_area` (pixels, processor default 518400 = 720x720 -> 90x90 codes) and `ratio`
     ("W:H") set the token grid; smaller areas make much shorter runs.
     """
-    folder = resolve_weights(name_or_path, HUB_IDS.get(name_or_path))
+    folder = resolve_weights(name_or_path, HUB_FILES.get(name_or_path), local_files_only=local_files_only,
+                             progress=progress)
     dev, dt = pick_device_dtype(device, dtype)
     from transformers import Emu3ForConditionalGeneration, Emu3Processor
 

@@ -16,34 +16,32 @@ Paper settings (Janus-Pro in the SCD paper): CFG 5, top-k 1000, window L = 32.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 
 import torch
 
-from ._hf import (RowSlots, cached_snapshot, load_pretrained, check_cfg, check_prompts,
-                  check_step, check_tokens, config_model_type, download_hint, left_pad,
-                  pick_device_dtype, resolve_weights)
+from ._hf import (RowSlots, load_pretrained, check_cfg, check_prompts, check_step, check_tokens,
+                  config_model_type, left_pad, pick_device_dtype, resolve_weights)
+from .hub import HubFiles, ProgressFn
 
-HUB_IDS = {
-    "janus-pro-1b": "deepseek-community/Janus-Pro-1B",
-    "janus-pro-7b": "deepseek-community/Janus-Pro-7B",
+# transformers' Janus port (JanusForConditionalGeneration) of DeepSeek's checkpoints; the
+# original deepseek-ai/Janus-Pro-* repositories need DeepSeek's own package.
+HUB_FILES = {
+    "janus-pro-1b": HubFiles.transformers("deepseek-community/Janus-Pro-1B", approx_gb=4.1),
+    "janus-pro-7b": HubFiles.transformers("deepseek-community/Janus-Pro-7B", approx_gb=14.8),
 }
+HUB_IDS = {name: files.repo_id for name, files in HUB_FILES.items()}
 DEFAULT_SETTINGS = {"cfg_scale": 5.0, "top_k": 1000, "top_p": 1.0, "temperature": 1.0, "window": 32}
 SFT_TEMPLATE = "<|User|>: {prompt}\n\n<|Assistant|>:"   # DeepSeek's format, when no chat template
 
 
-def availability(name: str) -> str | None:
-    """None when `name` (a registry name or folder) can be loaded here, else a one-line reason."""
-    repo = HUB_IDS.get(name)
-    if repo is None:
-        return None if os.path.isdir(name) else f"unknown Janus model {name!r}"
-    if cached_snapshot(repo) is None:
-        return (f"weights not found locally (looked in the Hugging Face cache for {repo}); "
-                f"{download_hint(repo)}")
-    if name.endswith("7b") and not torch.cuda.is_available():
-        return "needs a CUDA GPU (7B)"
-    return None
+def hub_files(name: str) -> tuple[HubFiles, ...]:
+    return (HUB_FILES[name],)
+
+
+def gpu_reason(name: str) -> str | None:
+    """Why `name` needs a CUDA GPU, or None when a CPU will do (slowly, for the 1B)."""
+    return "7B parameters" if name == "janus-pro-7b" else None
 
 
 def claims_folder(path: str) -> bool:
@@ -51,9 +49,11 @@ def claims_folder(path: str) -> bool:
 
 
 def load_janus(name_or_path: str, device: str | torch.device | None = None,
-               dtype: str | torch.dtype | None = None, **kwargs) -> "JanusTokenModel":
-    """Load Janus-Pro from the local Hugging Face cache or a folder. Never downloads."""
-    folder = resolve_weights(name_or_path, HUB_IDS.get(name_or_path))
+               dtype: str | torch.dtype | None = None, *, local_files_only: bool = False,
+               progress: ProgressFn | None = None, **kwargs) -> "JanusTokenModel":
+    """Load Janus-Pro from a registry name (downloaded on first use), a Hub id or a folder."""
+    folder = resolve_weights(name_or_path, HUB_FILES.get(name_or_path), local_files_only=local_files_only,
+                             progress=progress)
     dev, dt = pick_device_dtype(device, dtype)
     from transformers import JanusForConditionalGeneration, JanusProcessor
 

@@ -30,15 +30,26 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._hf import WeightsNotFoundError, cached_snapshot, check_cfg, check_prompts, check_step, pick_device_dtype
+from ._hf import WeightsNotFoundError, check_cfg, check_prompts, check_step, pick_device_dtype
+from .hub import HubFiles, ProgressFn, cached, fetch, read_checkpoint as read_file
 
-HUB_REPO = "FoundationVision/LlamaGen"
-T5_REPO = "google/flan-t5-xl"
 DIR_ENV = "SCD_LLAMAGEN_DIR"
 DEFAULT_FILES = {
     "llamagen-c2i": ("c2i_B_256.pt", "vq_ds16_c2i.pt"),
     "llamagen-t2i": ("t2i_XL_stage2_512.pt", "vq_ds16_t2i.pt"),
 }
+# Where the published files really live: the class-conditional models and their VQ in
+# FoundationVision/LlamaGen, the text-conditional ones and their VQ in peizesun/llamagen_t2i
+# (as LlamaGen's README links them); the text encoder is Google's FLAN-T5-XL.
+HUB_FILES = {
+    "llamagen-c2i": HubFiles("FoundationVision/LlamaGen", DEFAULT_FILES["llamagen-c2i"],
+                             tuple((f,) for f in DEFAULT_FILES["llamagen-c2i"]), approx_gb=0.7),
+    "llamagen-t2i": HubFiles("peizesun/llamagen_t2i", DEFAULT_FILES["llamagen-t2i"],
+                             tuple((f,) for f in DEFAULT_FILES["llamagen-t2i"]), approx_gb=3.4),
+}
+T5_FILES = HubFiles.transformers("google/flan-t5-xl", approx_gb=11.4, what="the FLAN-T5-XL text encoder")
+HUB_REPO = HUB_FILES["llamagen-c2i"].repo_id
+T5_REPO = T5_FILES.repo_id
 # As published: sample_c2i.py (cfg 4.0, top-k 2000), sample_t2i.py (cfg 7.5, top-k 1000).
 DEFAULT_SETTINGS = {
     "c2i": {"cfg_scale": 4.0, "top_k": 2000, "top_p": 1.0, "temperature": 1.0, "window": 32},
@@ -444,18 +455,11 @@ class VQModel(nn.Module):
 
 # =========================================================================== checkpoints
 
-def read_checkpoint(path: str) -> dict[str, torch.Tensor]:
-    """A published LlamaGen checkpoint -> its model state dict (weights_only=True, or safetensors)."""
-    if not os.path.isfile(path):
-        raise WeightsNotFoundError(f"checkpoint: no file at {path!r}")
-    if path.endswith(".safetensors"):
-        from safetensors.torch import load_file
-        return load_file(path)
-    try:
-        with torch.serialization.safe_globals([argparse.Namespace]):   # training args are stored too
-            ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # an unpicklable object in the file: refuse rather than run code
-        raise ValueError(f"checkpoint: {path} cannot be read with torch.load(weights_only=True): {exc}") from None
+def read_checkpoint(path: str, trust_pickle=None) -> dict[str, torch.Tensor]:
+    """A published LlamaGen checkpoint -> its model state dict (safetensors, or torch.load with
+    weights_only=True: the stored training `args` Namespace is allowed; anything else only when
+    `trust_pickle` names the file, see `hub.read_checkpoint`)."""
+    ckpt = read_file(path, trust_pickle=trust_pickle, safe_globals=[argparse.Namespace], what="checkpoint")
     for key in ("model", "module", "state_dict", "ema"):
         if isinstance(ckpt, dict) and isinstance(ckpt.get(key), dict):
             return ckpt[key]
@@ -686,30 +690,34 @@ def _find_file(folder: str, patterns: Sequence[str]) -> str | None:
     return None
 
 
-def _cached_file(filename: str) -> str | None:
-    try:
-        from huggingface_hub import try_to_load_from_cache
-        path = try_to_load_from_cache(HUB_REPO, filename)
-    except Exception:
-        return None
-    return path if isinstance(path, str) else None
+def _in_dir_env(name: str) -> tuple[str | None, str | None]:
+    """(GPT, VQ) checkpoints of registry `name` in $SCD_LLAMAGEN_DIR, where present."""
+    folder = os.environ.get(DIR_ENV)
+    if not folder:
+        return None, None
+    gpt_name, vq_name = DEFAULT_FILES[name]
+    return _find_file(folder, [gpt_name]), _find_file(folder, [vq_name])
 
 
-def locate_files(name_or_path: str, gpt_ckpt: str | None = None,
-                 vq_ckpt: str | None = None) -> tuple[str, str | None, str]:
-    """(GPT checkpoint, VQ checkpoint or None, model type) on this machine; never downloads."""
+def locate_files(name_or_path: str, gpt_ckpt: str | None = None, vq_ckpt: str | None = None, *,
+                 local_files_only: bool = False, progress: ProgressFn | None = None) -> tuple[str, str | None, str]:
+    """(GPT checkpoint, VQ checkpoint or None, model type) on this machine.
+
+    A registry name is looked up in $SCD_LLAMAGEN_DIR, then the Hugging Face cache, and
+    downloaded from its repository (`HUB_FILES`) when neither has it.
+    """
     if not isinstance(name_or_path, str) or not name_or_path.strip():
         raise ValueError(f"name_or_path: expected 'llamagen-c2i', 'llamagen-t2i' or a folder, got {name_or_path!r}")
     kind_hint = "t2i" if "t2i" in os.path.basename(os.path.normpath(name_or_path)) else "c2i"
     if name_or_path in DEFAULT_FILES:
         gpt_name, vq_name = DEFAULT_FILES[name_or_path]
-        folder = os.environ.get(DIR_ENV)
-        gpt = gpt_ckpt or (_find_file(folder, [gpt_name]) if folder else None) or _cached_file(gpt_name)
-        vq = vq_ckpt or (_find_file(folder, [vq_name]) if folder else None) or _cached_file(vq_name)
-        if gpt is None:
-            raise WeightsNotFoundError(
-                f"name_or_path: LlamaGen weights not found locally ({gpt_name} + {vq_name} of {HUB_REPO}: "
-                f"put them in ${DIR_ENV} or the Hugging Face cache, or pass a folder)")
+        env_gpt, env_vq = _in_dir_env(name_or_path)
+        gpt, vq = gpt_ckpt or env_gpt, vq_ckpt or env_vq
+        if gpt is None or vq is None:
+            folder = fetch(HUB_FILES[name_or_path], local_files_only=local_files_only, progress=progress,
+                           needed_by=name_or_path)
+            gpt = gpt or os.path.join(folder, gpt_name)
+            vq = vq or os.path.join(folder, vq_name)
     elif os.path.isdir(name_or_path):
         c2i_files = glob.glob(os.path.join(name_or_path, "c2i_*"))
         t2i_files = glob.glob(os.path.join(name_or_path, "t2i_*"))
@@ -735,8 +743,10 @@ def _size_from_filename(path: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def find_t5(t5_path: str | None, folder_hint: str | None) -> str | None:
-    """A local FLAN-T5-XL folder: t5_path, <weights folder>/t5-ckpt/flan-t5-xl, or the HF cache."""
+def find_t5(t5_path: str | None, folder_hint: str | None, *, download: bool = False,
+            local_files_only: bool = False, progress: ProgressFn | None = None) -> str | None:
+    """A local FLAN-T5-XL folder: t5_path, <weights folder>/t5-ckpt/flan-t5-xl, the HF cache,
+    or (with `download=True`) google/flan-t5-xl fetched from the Hub."""
     candidates = [t5_path]
     if folder_hint:
         candidates += [os.path.join(folder_hint, "t5-ckpt", "flan-t5-xl"), os.path.join(folder_hint, "flan-t5-xl")]
@@ -745,7 +755,9 @@ def find_t5(t5_path: str | None, folder_hint: str | None) -> str | None:
             return c
     if t5_path:
         raise WeightsNotFoundError(f"t5_path: no T5 model folder at {t5_path!r}")
-    return cached_snapshot(T5_REPO)
+    if download:
+        return fetch(T5_FILES, local_files_only=local_files_only, progress=progress, needed_by="LlamaGen t2i")
+    return cached(T5_FILES)
 
 
 def t5_text_encoder(folder: str, device, dtype, max_length: int = 120) -> TextEncoder:
@@ -773,53 +785,62 @@ def t5_text_encoder(folder: str, device, dtype, max_length: int = 120) -> TextEn
 def load_llamagen(name_or_path: str, *, gpt_ckpt: str | None = None, vq_ckpt: str | None = None,
                   t5_path: str | None = None, image_size: int | None = None, gpt_model: str | None = None,
                   n_head: int | None = None, device=None, dtype=None,
-                  text_encoder: TextEncoder | None = None) -> LlamaGenTokenModel:
-    """Load published LlamaGen weights from a local folder, $SCD_LLAMAGEN_DIR or the HF cache.
+                  text_encoder: TextEncoder | None = None, local_files_only: bool = False,
+                  progress: ProgressFn | None = None, trust_pickle=None) -> LlamaGenTokenModel:
+    """Load published LlamaGen weights: a registry name (from $SCD_LLAMAGEN_DIR, the HF cache,
+    or downloaded on first use), a folder, or a checkpoint file.
 
-    `llamagen-c2i` uses c2i_B_256.pt + vq_ds16_c2i.pt; `llamagen-t2i` t2i_XL_stage2_512.pt +
-    vq_ds16_t2i.pt and FLAN-T5-XL (`t5_path`, <folder>/t5-ckpt/flan-t5-xl, or the HF cache of
-    google/flan-t5-xl). Other files: pass a folder (+ gpt_ckpt/vq_ckpt, image_size, gpt_model).
+    `llamagen-c2i` uses c2i_B_256.pt + vq_ds16_c2i.pt (FoundationVision/LlamaGen);
+    `llamagen-t2i` t2i_XL_stage2_512.pt + vq_ds16_t2i.pt (peizesun/llamagen_t2i) and FLAN-T5-XL
+    (`t5_path`, <folder>/t5-ckpt/flan-t5-xl, or google/flan-t5-xl). Other files: pass a folder
+    (+ gpt_ckpt/vq_ckpt, image_size, gpt_model). `trust_pickle` names a checkpoint to load with
+    full pickle when `torch.load(weights_only=True)` refuses it.
     """
-    gpt_path, vq_path, kind = locate_files(name_or_path, gpt_ckpt, vq_ckpt)
+    gpt_path, vq_path, kind = locate_files(name_or_path, gpt_ckpt, vq_ckpt, local_files_only=local_files_only,
+                                           progress=progress)
     size = image_size or _size_from_filename(gpt_path)
     if size is None or size % 16:
         raise ValueError(f"image_size: cannot tell the resolution of {gpt_path!r}; pass image_size=256/384/512")
     device, dtype = pick_device_dtype(device, dtype)
     if kind == "t2i" and text_encoder is None:
-        t5 = find_t5(t5_path, os.path.dirname(gpt_path))
+        t5 = find_t5(t5_path, os.path.dirname(gpt_path), download=name_or_path in HUB_FILES,
+                     local_files_only=local_files_only, progress=progress)
         if t5 is None:
             raise WeightsNotFoundError(
                 "t5_path: LlamaGen t2i conditions on FLAN-T5-XL text states, and no local copy was found "
                 f"(looked for <folder>/t5-ckpt/flan-t5-xl and the HF cache of {T5_REPO}); pass t5_path=")
         text_encoder = t5_text_encoder(t5, device, dtype)
-    sd = read_checkpoint(gpt_path)
+    sd = read_checkpoint(gpt_path, trust_pickle)
     gpt = Transformer(gpt_config_from_state_dict(sd, size, gpt_model, n_head=n_head))
     load_strict(gpt, sd, "gpt_ckpt")
     gpt.to(device=device, dtype=dtype)
     vq = None
     if vq_path is not None:
-        vq_sd = read_checkpoint(vq_path)
+        vq_sd = read_checkpoint(vq_path, trust_pickle)
         vq = VQModel(**vq_config_from_state_dict(vq_sd))
         load_strict(vq, vq_sd, "vq_ckpt")
         vq.to(device)
     return LlamaGenTokenModel(gpt, vq, text_encoder)
 
 
-def availability(name: str) -> str | None:
-    """None when `name` can be loaded here; else a one-line reason. Cheap: looks for files only."""
-    try:
-        gpt, vq, kind = locate_files(name)
-    except (WeightsNotFoundError, ValueError) as exc:
-        return str(exc).split(": ", 1)[-1]
-    if vq is None:
-        return "VQ-16 tokenizer weights (vq_ds16_*.pt) not found locally"
-    if kind == "t2i":
-        try:
-            if find_t5(None, os.path.dirname(gpt)) is None:
-                return f"FLAN-T5-XL text encoder ({T5_REPO}) not found locally"
-        except WeightsNotFoundError as exc:
-            return str(exc)
-    return None
+def hub_files(name: str) -> tuple[HubFiles, ...]:
+    return (HUB_FILES[name], T5_FILES) if name == "llamagen-t2i" else (HUB_FILES[name],)
+
+
+def gpu_reason(name: str) -> str | None:
+    """The t2i model runs FLAN-T5-XL (3B) beside its 775M GPT; the c2i GPT-B (111M) runs on a CPU."""
+    return "775M GPT plus the 3B FLAN-T5-XL text encoder" if name == "llamagen-t2i" else None
+
+
+def missing_files(name: str) -> list[HubFiles]:
+    """The Hub files of `name` not on this machine ($SCD_LLAMAGEN_DIR or the HF cache). Cheap."""
+    env_gpt, env_vq = _in_dir_env(name)
+    missing = [] if (env_gpt and env_vq) or cached(HUB_FILES[name]) else [HUB_FILES[name]]
+    if name == "llamagen-t2i":
+        folder_hint = os.path.dirname(env_gpt) if env_gpt else None
+        if find_t5(None, folder_hint) is None:
+            missing.append(T5_FILES)
+    return missing
 
 
 def claims_folder(path: str) -> bool:

@@ -27,17 +27,24 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
-from ._hf import cached_snapshot, check_prompts, pick_device_dtype, resolve_weights
+from ._hf import check_prompts, pick_device_dtype, resolve_weights
+from .hub import HubFiles, ProgressFn, cached
 
-HUB_IDS = {
-    "lumina-mgpt-7b-512": "Alpha-VLLM/Lumina-mGPT-7B-512",
-    "lumina-mgpt-7b-768": "Alpha-VLLM/Lumina-mGPT-7B-768",
-    "lumina-mgpt-7b-1024": "Alpha-VLLM/Lumina-mGPT-7B-1024",
-}
+HUB_FILES = {name: HubFiles.transformers(repo, approx_gb=14.0) for name, repo in (
+    ("lumina-mgpt-7b-512", "Alpha-VLLM/Lumina-mGPT-7B-512"),
+    ("lumina-mgpt-7b-768", "Alpha-VLLM/Lumina-mGPT-7B-768"),
+    ("lumina-mgpt-7b-1024", "Alpha-VLLM/Lumina-mGPT-7B-1024"),
+)}
+HUB_IDS = {name: files.repo_id for name, files in HUB_FILES.items()}
 PROMPT_TEMPLATE = "Generate an image of {w}x{h} according to the following prompt:\n{prompt}"
 # Paper settings (SCD, Lumina-mGPT 7B): CFG 3, image top-k 2000, window L = 64.
 DEFAULT_SETTINGS = {"cfg_scale": 3.0, "top_k": 2000, "top_p": 1.0, "temperature": 1.0, "window": 64}
 VQGAN_ENV = "SCD_LUMINA_VQGAN"
+# Meta ships the Chameleon VQGAN (with its decoder) only through its own licence form, not on
+# the Hugging Face Hub; Lumina-mGPT's README asks for the same files.
+VQGAN_HOW = ("Meta's Chameleon VQGAN (tokenizer/vqgan.ckpt and vqgan.yaml, Meta Chameleon Research "
+             "License): request it at https://ai.meta.com/resources/models-and-libraries/chameleon-downloads/ "
+             f"and set {VQGAN_ENV} to vqgan.ckpt (or its folder), or pass vqgan_path=")
 
 
 @dataclass(frozen=True)
@@ -216,9 +223,7 @@ class LuminaTokenModel:
 
     def decode(self, tokens: torch.LongTensor) -> list:
         if self.vqgan is None:
-            raise RuntimeError(
-                "Lumina-mGPT decode needs Meta's Chameleon VQGAN (vqgan.ckpt, license-gated): pass "
-                f"vqgan_path= to load_lumina, set {VQGAN_ENV}, or put vqgan.ckpt in the model folder")
+            raise RuntimeError(f"Lumina-mGPT decode needs {VQGAN_HOW}")
         from .lumina_vqgan import decode_codes, to_pil
 
         tokens = _check_tokens(tokens, self.vocab_size, "tokens")
@@ -360,15 +365,17 @@ def _size_from_name(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def resolve_folder(name_or_path: str) -> str:
-    """Registry name, cached hub id or local folder -> a local folder (WeightsNotFoundError otherwise)."""
-    return resolve_weights(name_or_path, HUB_IDS.get(name_or_path) if isinstance(name_or_path, str) else None)
+def resolve_folder(name_or_path: str, *, local_files_only: bool = False, progress: ProgressFn | None = None) -> str:
+    """Registry name, Hub id or local folder -> a local folder (downloading on first use)."""
+    files = HUB_FILES.get(name_or_path) if isinstance(name_or_path, str) else None
+    return resolve_weights(name_or_path, files, local_files_only=local_files_only, progress=progress)
 
 
 def _find_vqgan(folder: str, vqgan_path: str | None) -> tuple[str | None, str | None]:
     candidates = [vqgan_path, os.environ.get(VQGAN_ENV)]
-    for sub in ("", "tokenizer", "image_tokenizer", "chameleon/tokenizer", "ckpts/chameleon/tokenizer"):
-        candidates.append(os.path.join(folder, sub, "vqgan.ckpt"))
+    if folder:
+        for sub in ("", "tokenizer", "image_tokenizer", "chameleon/tokenizer", "ckpts/chameleon/tokenizer"):
+            candidates.append(os.path.join(folder, sub, "vqgan.ckpt"))
     for c in candidates:
         if c and os.path.isdir(c):
             c = os.path.join(c, "vqgan.ckpt")
@@ -382,23 +389,26 @@ def _find_vqgan(folder: str, vqgan_path: str | None) -> tuple[str | None, str | 
 
 def load_lumina(name_or_path: str, *, device=None, dtype=None, vqgan_path: str | None = None,
                 image_size: int | None = None, attn_implementation: str = "sdpa",
-                require_vqgan: bool = False, layout: LuminaLayout | None = None) -> LuminaTokenModel:
-    """Load Lumina-mGPT from a registry name, a cached hub id or a local folder.
+                require_vqgan: bool = False, layout: LuminaLayout | None = None,
+                local_files_only: bool = False, progress: ProgressFn | None = None,
+                trust_pickle=None) -> LuminaTokenModel:
+    """Load Lumina-mGPT from a registry name (downloaded on first use), a Hub id or a folder.
 
     The VQGAN decoder (Meta's `vqgan.ckpt`) is looked up from `vqgan_path`, the
     SCD_LUMINA_VQGAN variable, or the model folder; without it tokens are generated but
-    `decode` raises (unless `require_vqgan=True`, which fails at load time).
+    `decode` raises (unless `require_vqgan=True`, which fails at load time). `trust_pickle`
+    names a vqgan.ckpt to load with full pickle if `torch.load(weights_only=True)` refuses it.
     """
     from transformers import AutoTokenizer, ChameleonForConditionalGeneration
 
-    folder = resolve_folder(name_or_path)
+    folder = resolve_folder(name_or_path, local_files_only=local_files_only, progress=progress)
     size = image_size or _size_from_name(name_or_path) or _size_from_name(folder)
     if size not in (512, 768, 1024) and not (isinstance(size, int) and size % 32 == 0 and size > 0):
         raise ValueError(f"image_size: cannot tell the resolution of {name_or_path!r}; pass image_size=512/768/1024")
     device, dtype = pick_device_dtype(device, dtype)
     vq_ckpt, vq_yaml = _find_vqgan(folder, vqgan_path)
     if require_vqgan and vq_ckpt is None:
-        raise FileNotFoundError(f"vqgan_path: Meta's vqgan.ckpt not found (set {VQGAN_ENV} or pass vqgan_path)")
+        raise FileNotFoundError(f"vqgan_path: vqgan.ckpt not found; Lumina-mGPT decodes with {VQGAN_HOW}")
     model = ChameleonForConditionalGeneration.from_pretrained(
         folder, dtype=dtype, ignore_mismatched_sizes=True, attn_implementation=attn_implementation)
     load_qk_norms(model, folder)
@@ -407,7 +417,8 @@ def load_lumina(name_or_path: str, *, device=None, dtype=None, vqgan_path: str |
     vq = None
     if vq_ckpt is not None:
         from .lumina_vqgan import load_chameleon_vqgan
-        vq = load_chameleon_vqgan(vq_ckpt, vq_yaml, device=device, dtype=torch.float32)
+        vq = load_chameleon_vqgan(vq_ckpt, vq_yaml, device=device, dtype=torch.float32,
+                                  trust_pickle=trust_pickle)
     latent = size // 16
     layout = layout or LuminaLayout()
     if tokenizer.bos_token_id is not None and tokenizer.bos_token_id != layout.bos:
@@ -417,21 +428,22 @@ def load_lumina(name_or_path: str, *, device=None, dtype=None, vqgan_path: str |
                             (latent, latent), layout=layout, vqgan=vq, image_size=size)
 
 
-def availability(name: str) -> str | None:
-    """None when `name` can be loaded and decoded here; otherwise a one-line reason. Cheap."""
-    repo = HUB_IDS.get(name)
-    folder = name if os.path.isdir(name) else (cached_snapshot(repo) if repo else None)
-    if folder is None:
-        return f"weights not found locally ({repo or name} is not in the Hugging Face cache)"
-    if not torch.cuda.is_available():
-        return "needs a CUDA GPU (7B parameters)"
+def hub_files(name: str) -> tuple[HubFiles, ...]:
+    return (HUB_FILES[name],)
+
+
+def gpu_reason(name: str) -> str | None:
+    return "7B parameters"
+
+
+def manual_missing(name: str) -> str | None:
+    """What `name` needs that no download provides (Meta's VQGAN), or None. Cheap."""
+    folder = cached(HUB_FILES[name]) if name in HUB_FILES else (name if os.path.isdir(name) else None)
     try:
-        vq, _ = _find_vqgan(folder, None)
+        vq, _ = _find_vqgan(folder or "", None)
     except FileNotFoundError as exc:
         return str(exc)
-    if vq is None:
-        return f"Chameleon VQGAN decoder (vqgan.ckpt) not found; set {VQGAN_ENV}"
-    return None
+    return None if vq is not None else f"decoding needs {VQGAN_HOW}"
 
 
 def claims_folder(path: str) -> bool:

@@ -145,14 +145,16 @@ def convert_taming_vqgan_state_dict(state_dict: Mapping[str, torch.Tensor],
     return out
 
 
-def read_vqgan_checkpoint(path: str) -> dict[str, torch.Tensor]:
-    """Read `vqgan.ckpt` (a Lightning checkpoint with 'state_dict') safely, or a .safetensors file."""
+def read_vqgan_checkpoint(path: str, trust_pickle=None) -> dict[str, torch.Tensor]:
+    """Read `vqgan.ckpt` (a Lightning checkpoint with 'state_dict') or a .safetensors file.
+
+    `torch.load(weights_only=True)` unless `trust_pickle` names this file (see `hub.read_checkpoint`).
+    """
+    from .hub import read_checkpoint
+
     if not os.path.isfile(path):
         raise FileNotFoundError(f"VQGAN checkpoint not found: {path}")
-    if path.endswith(".safetensors"):
-        from safetensors.torch import load_file
-        return load_file(path)
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    ckpt = read_checkpoint(path, trust_pickle=trust_pickle, what="vqgan_path")
     if isinstance(ckpt, dict) and "state_dict" in ckpt:
         ckpt = ckpt["state_dict"]
     if not isinstance(ckpt, dict):
@@ -173,11 +175,13 @@ def read_vqgan_yaml(path: str) -> dict[str, Any]:
 
 
 def load_chameleon_vqgan(ckpt_path: str, yaml_path: str | None = None,
-                         device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
+                         device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                         trust_pickle=None):
     """Build the VQModel and load `vqgan.ckpt` into it strictly."""
     cfg = read_vqgan_yaml(yaml_path) if yaml_path and os.path.isfile(yaml_path) else CHAMELEON_VQGAN_CONFIG
     model = build_vqmodel(cfg)
-    sd = convert_taming_vqgan_state_dict(read_vqgan_checkpoint(ckpt_path), len(cfg["ch_mult"]))
+    sd = convert_taming_vqgan_state_dict(read_vqgan_checkpoint(ckpt_path, trust_pickle),
+                                         len(cfg["ch_mult"]))
     model.load_state_dict(sd, strict=True)
     return model.to(device=device, dtype=dtype).eval()
 

@@ -305,6 +305,33 @@ class TinySession:
             logits = uncond + self.cfg_scale * (cond - uncond)
         return logits
 
+    def add_rows(self, prompts: Sequence[str]) -> torch.Tensor:
+        """Start new rows after the existing ones (one forward pass over their prompts);
+        returns their first logits [b, V]. The cache keeps conditional rows, then
+        unconditional ones."""
+        new = self.model.start(prompts, self.cfg_scale)
+        B, b = self.batch, new.batch
+
+        def merged(old: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor:
+            if not self.guided:
+                return torch.cat([old, fresh])
+            return torch.cat([old[:B], fresh[:b], old[B:], fresh[b:]])
+
+        self.cache = [(merged(k, nk), merged(v, nv)) for (k, v), (nk, nv) in zip(self.cache, new.cache)]
+        self.first_logits = torch.cat([self.first_logits, new.first_logits])
+        self.batch = B + b
+        return new.first_logits
+
+    def keep_rows(self, rows: torch.LongTensor) -> None:
+        """Keep only the rows listed, in that order; the others are forgotten."""
+        rows = torch.as_tensor(rows, dtype=torch.long, device=self.key_pos.device).reshape(-1)
+        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= self.batch):
+            raise ValueError(f"rows: expected indices in [0, {self.batch}), got {rows.tolist()}")
+        index = torch.cat([rows, rows + self.batch]) if self.guided else rows
+        self.cache = [(k[index], v[index]) for k, v in self.cache]
+        self.first_logits = self.first_logits[rows]
+        self.batch = int(rows.numel())
+
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
         n, v = self.gpt.cfg.n_tokens, self.gpt.cfg.vocab_size
         if not torch.is_tensor(tokens) or tokens.dim() != 2 or tokens.shape[0] != self.batch:

@@ -89,13 +89,29 @@ class ToyModel:
 
 class ToySession:
     def __init__(self, model: ToyModel, prompts: list[str], cfg_scale: float):
-        self.model = model
-        self.tables = torch.stack([model.guided_table(p, cfg_scale) for p in dict.fromkeys(prompts)])
-        uniq = list(dict.fromkeys(prompts))
-        self.row_table = torch.tensor([uniq.index(p) for p in prompts])
-        B = len(prompts)
-        self.history = torch.zeros(B, model.N + 1, dtype=torch.long)
-        self.first_logits = self.tables[self.row_table, model.offset[0]]
+        self.model, self.cfg_scale = model, cfg_scale
+        self.table_of: dict[str, int] = {}                     # prompt -> index into `tables`
+        self.tables = torch.zeros(0, model.num_nodes, model.vocab_size)
+        self.row_table = torch.zeros(0, dtype=torch.long)
+        self.history = torch.zeros(0, model.N + 1, dtype=torch.long)
+        self.first_logits = self.add_rows(prompts)
+
+    def add_rows(self, prompts: Sequence[str]) -> torch.Tensor:
+        """Start new rows after the existing ones; returns their first logits [b, V]."""
+        new = [p for p in dict.fromkeys(prompts) if p not in self.table_of]
+        for p in new:
+            self.table_of[p] = len(self.table_of)
+        if new:
+            guided = torch.stack([self.model.guided_table(p, self.cfg_scale) for p in new])
+            self.tables = torch.cat([self.tables, guided])
+        rows = torch.tensor([self.table_of[p] for p in prompts], dtype=torch.long)
+        self.row_table = torch.cat([self.row_table, rows])
+        self.history = torch.cat([self.history, torch.zeros(len(prompts), self.model.N + 1, dtype=torch.long)])
+        return self.tables[rows, self.model.offset[0]]
+
+    def keep_rows(self, rows: torch.LongTensor) -> None:
+        """Keep only the rows listed, in that order."""
+        self.row_table, self.history = self.row_table[rows], self.history[rows]
 
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
         m, V = self.model, self.model.vocab_size
@@ -179,16 +195,39 @@ class ToyGridModel:
 
 
 class ToyGridSession:
+    """Rows of the batch, then (with guidance) their unconditional twins."""
+
     def __init__(self, model: ToyGridModel, prompts: list[str], cfg_scale: float):
         self.model, self.cfg_scale = model, cfg_scale
-        B = len(prompts)
-        cond = torch.stack([model.prompt_embedding(p) for p in prompts])
         self.use_cfg = cfg_scale != 1.0
-        self.prompt_emb = torch.cat([cond, torch.zeros_like(cond)]) if self.use_cfg else cond
-        rows = 2 * B if self.use_cfg else B
-        self.history = torch.full((rows, model.N + 1), 0, dtype=torch.long, device=model.device)
-        first = model.logits(self.history, torch.zeros(rows, 1, dtype=torch.long, device=model.device), self.prompt_emb)
-        self.first_logits = self._guide(first)[:, 0]
+        self.batch = 0
+        self.prompt_emb = torch.zeros(0, model.embed_pos.shape[1], device=model.device)
+        self.history = torch.zeros(0, model.N + 1, dtype=torch.long, device=model.device)
+        self.first_logits = self.add_rows(prompts)
+
+    def add_rows(self, prompts: Sequence[str]) -> torch.Tensor:
+        """Start new rows after the existing ones; returns their first logits [b, V]."""
+        m, B, b = self.model, self.batch, len(prompts)
+        cond = torch.stack([m.prompt_embedding(p) for p in prompts])
+        new_emb = torch.cat([cond, torch.zeros_like(cond)]) if self.use_cfg else cond
+        new_history = torch.zeros(new_emb.shape[0], m.N + 1, dtype=torch.long, device=m.device)
+        first = self._guide(m.logits(new_history, torch.zeros(new_emb.shape[0], 1, dtype=torch.long,
+                                                               device=m.device), new_emb))[:, 0]
+        self.prompt_emb, self.history = self._merged(self.prompt_emb, new_emb), self._merged(self.history, new_history)
+        self.batch = B + b
+        return first
+
+    def keep_rows(self, rows: torch.LongTensor) -> None:
+        """Keep only the rows listed, in that order."""
+        index = torch.cat([rows, rows + self.batch]) if self.use_cfg else rows
+        self.prompt_emb, self.history = self.prompt_emb[index], self.history[index]
+        self.batch = len(rows)
+
+    def _merged(self, old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        if not self.use_cfg:
+            return torch.cat([old, new])
+        B, b = self.batch, new.shape[0] // 2
+        return torch.cat([old[:B], new[:b], old[B:], new[b:]])
 
     def _guide(self, logits: torch.Tensor) -> torch.Tensor:
         if not self.use_cfg:

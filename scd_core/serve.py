@@ -1,0 +1,404 @@
+"""Many requests on shared forward passes.
+
+A `Scheduler` decodes the requests of one model and one group of settings (method, window,
+init, sampling, guidance) as one batch. A request that arrives while the batch runs joins
+it at the next pass boundary; a row leaves as soon as its grid is complete (its stream of
+records ends then, not when the batch ends) or when its request is cancelled. Rows draw
+from their own random streams, so a request's tokens for a seed are the same however many
+others share its passes. Joining and leaving need a `ResizableSession`; with a model whose
+session cannot change its batch, a scheduler decodes one batch at a time.
+
+A `Server` runs the schedulers of several groups on one worker thread, a pass of each in
+turn. A `Policy` lets a library user trade the group's window for throughput as the batch
+grows (window 1 is plain AR, which samples the same law): `Policy.measure` times the model's
+forward passes at several batch sizes and windows on this device.
+
+    python -m scd_core.serve --model tiny --methods ar,sjd,scd-mc --visitors 1,4,8,16
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import queue
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import torch
+
+from scd_core.decoding import Plan, State, TimedSession, decode_pass, resize, start_rows, validate
+from scd_core.protocols import can_resize, optional
+from scd_core.trace import Iteration, Run
+
+_END = object()
+
+
+class Request:
+    """One prompt decoded by a scheduler. Iterate it for its row's records (one per pass it
+    took part in, its prefill first); the iteration ends when its grid is complete or after
+    `cancel`, and raises what the scheduler raised if its batch failed."""
+
+    def __init__(self, prompt: str, seed: int, decode) -> None:
+        self.prompt, self.seed, self._decode = prompt, seed, decode
+        self.records: list[Iteration] = []
+        self.cancelled = threading.Event()
+        self.finished = threading.Event()
+        self.error: BaseException | None = None
+        self.submitted = time.perf_counter()
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._wall = self._step = 0.0
+
+    def cancel(self) -> None:
+        """Leave the batch at the next pass boundary (the records so far stay)."""
+        self.cancelled.set()
+
+    def __iter__(self) -> Iterator[Iteration]:
+        while True:
+            item = self._queue.get()
+            if item is _END:
+                if self.error is not None:
+                    raise self.error
+                return
+            yield item
+
+    def result(self, timeout: float | None = None) -> Run:
+        """Wait for the request to end; its run (partial if cancelled)."""
+        if not self.finished.wait(timeout):
+            raise TimeoutError("the request did not finish in time")
+        if self.error is not None:
+            raise self.error
+        return Run.from_iterations(self.records, decode=self._decode)
+
+    def _deliver(self, record: Iteration, wall: float, step: float) -> None:
+        self._wall += wall
+        self._step += step
+        passes = len(self.records) + 1
+        record = dataclasses.replace(record, index=passes - 1, nfe=passes, wall_time=self._wall, step_time=self._step)
+        self.records.append(record)
+        self._queue.put(record)
+
+    def _end(self, error: BaseException | None = None) -> None:
+        self.error = error
+        self.finished.set()
+        self._queue.put(_END)
+
+
+class Policy:
+    """Which window a batch of B rows runs with: the one with the most tokens per second,
+    from measured forward times and tokens per pass (window 1: plain AR)."""
+
+    def __init__(self, seconds: dict[tuple[int, int], float], tokens_per_pass: dict[int, float]) -> None:
+        self.seconds, self.tokens_per_pass = seconds, tokens_per_pass      # (B, L) -> s; L -> tokens
+        self.batches = sorted({b for b, _ in seconds})
+
+    def window(self, batch: int) -> int:
+        B = max([b for b in self.batches if b <= batch], default=self.batches[0])
+        return max(self.tokens_per_pass, key=lambda L: self.tokens_per_pass[L] / self.seconds[(B, L)])
+
+    @classmethod
+    def measure(cls, model, plan: Plan, batches: Sequence[int] = (1, 2, 4, 8, 16, 32),
+                windows: Sequence[int] = (1, 4, 8, 16, 32), samples: int = 4, repeats: int = 3) -> "Policy":
+        """Time one forward pass at each (batch, window) on this device, and decode `samples`
+        grids at each window to measure the tokens a pass commits with the group's method."""
+        prompt = (optional(model, "example_prompts") or ["a red apple"])[0]
+        seconds = {}
+        for B in batches:
+            session = TimedSession.start(model, [prompt] * B, plan.cfg_scale)
+            for L in windows:
+                W = min(L, plan.N)
+                tokens = torch.zeros(B, W, dtype=torch.long, device=session.first_logits.device)
+                start = torch.zeros(B, dtype=torch.long, device=tokens.device)
+                with torch.inference_mode():
+                    session.step(tokens, start)                                   # warm-up
+                    before = session.seconds
+                    for _ in range(repeats):
+                        session.step(tokens, start)
+                seconds[(B, L)] = (session.seconds - before) / repeats
+        tokens_per_pass = {}
+        for L in windows:
+            window_plan = _plan_with_window(plan, L)
+            state, _ = start_rows(TimedSession.start(model, [prompt] * samples, plan.cfg_scale).first_logits,
+                                  range(samples), window_plan)
+            session = model.start([prompt] * samples, plan.cfg_scale)
+            passes = 0
+            with torch.inference_mode():
+                while not bool((state.n >= plan.N).all()):
+                    state, _ = decode_pass(session, state, window_plan)
+                    passes += 1
+            tokens_per_pass[L] = (plan.N - 1) / passes
+        return cls(seconds, tokens_per_pass)
+
+
+def _plan_with_window(plan: Plan, window: int) -> Plan:
+    """The group's plan at another window; window 1 is plain AR (the same law)."""
+    return dataclasses.replace(plan, window=window, method=plan.method if window > 1 else "ar")
+
+
+class Scheduler:
+    """Decodes the requests of one model and one settings group on shared passes (see the
+    module docstring). `submit` may be called from any thread; `step` runs one pass boundary
+    and is called by one thread (a `Server`'s worker, or a loop of the caller's)."""
+
+    def __init__(self, model, method: str = "scd-mc", window: int = 16, init: str = "random",
+                 temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, cfg_scale: float = 1.0,
+                 max_batch: int = 32, policy: Policy | None = None) -> None:
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
+        self.model, self.max_batch, self.policy = model, max_batch, policy
+        self.plan, _ = validate(model, [""], method, window, init, 0, temperature, top_k, top_p, cfg_scale)
+        self._waiting: list[Request] = []
+        self._lock = threading.Lock()
+        self.session: TimedSession | None = None
+        self.state: State | None = None
+        self.rows: list[Request | None] = []          # aligned with the state's rows; None: left
+        self.passes = 0                               # forward passes run, prefills included
+
+    def submit(self, prompt: str, seed: int = 0) -> Request:
+        """Queue a prompt; a ValueError names a bad argument at once."""
+        validate(self.model, [prompt], self.plan.method, self.plan.window, self.plan.init, seed,
+                 self.plan.sampling.temperature, self.plan.sampling.top_k, self.plan.sampling.top_p,
+                 self.plan.cfg_scale)
+        request = Request(prompt, seed, self.model.decode)
+        with self._lock:
+            self._waiting.append(request)
+        return request
+
+    @property
+    def busy(self) -> bool:
+        with self._lock:
+            return bool(self._waiting) or any(r is not None for r in self.rows)
+
+    @property
+    def batch_size(self) -> int:
+        return sum(r is not None for r in self.rows)
+
+    def step(self) -> None:
+        """One pass boundary: cancelled rows leave, waiting requests join, one forward pass
+        of the batch, each row gets its record, finished rows leave."""
+        try:
+            self._leave([b for b, r in enumerate(self.rows) if r is not None and r.cancelled.is_set()])
+            self._join()
+            if self.batch_size == 0:
+                return
+            plan = self.plan if self.policy is None else _plan_with_window(self.plan, self.policy.window(self.batch_size))
+            if plan.D != self.state.drafts.shape[1]:
+                self.state = resize(self.state, plan)
+            entered, step_before = time.perf_counter(), self.session.seconds
+            with torch.inference_mode():
+                before = self.state
+                self.state, verdict = decode_pass(self.session, self.state, plan)
+                record = Iteration.of(0, plan.method, before, self.state, verdict, 0, 0.0, 0.0)
+            self.passes += 1
+            self._deliver(record, time.perf_counter() - entered, self.session.seconds - step_before)
+            done = record.n_after >= self.plan.N
+            self._leave([b for b, r in enumerate(self.rows) if r is not None and bool(done[b])])
+        except Exception as exc:                      # the batch is lost; every request in it hears why
+            self._fail(exc)
+
+    def _join(self) -> None:
+        """Start the waiting requests: a new batch, or new rows of the running one."""
+        resizable = self.session is not None and can_resize(self.session.session)
+        if self.session is not None and not resizable:
+            return                                    # one batch at a time: wait for it to end
+        with self._lock:
+            room = self.max_batch - self.batch_size
+            joining, self._waiting = self._waiting[:room], self._waiting[room:]
+        if not joining:
+            return
+        prompts, seeds = [r.prompt for r in joining], [r.seed for r in joining]
+        entered = time.perf_counter()
+        with torch.inference_mode():
+            if self.session is None:
+                self.session = TimedSession.start(self.model, prompts, self.plan.cfg_scale)
+                first, step = self.session.first_logits, self.session.seconds
+            else:
+                step_before = self.session.seconds
+                first = self.session.session.add_rows(prompts)
+                step = time.perf_counter() - entered
+                self.session.seconds = step_before + step
+            state, verdict = start_rows(first, seeds, self.plan)
+            record = Iteration.of(0, self.plan.method, None, state, verdict, 0, 0.0, 0.0)
+        self.passes += 1
+        if self.state is not None and state.drafts.shape[1] != self.state.drafts.shape[1]:   # a policy's window
+            state = resize(state, _plan_with_window(self.plan, self.state.drafts.shape[1] + 1))
+        self.state = state if self.state is None else State.cat([self.state, state])
+        self.rows += joining
+        wall = time.perf_counter() - entered
+        for b, request in enumerate(joining):
+            request._deliver(record.row(b), wall, step)
+            if int(record.n_after[b]) >= self.plan.N:     # a grid of one token
+                self._leave([len(self.rows) - len(joining) + b])
+
+    def _deliver(self, record: Iteration, wall: float, step: float) -> None:
+        for b, request in enumerate(self.rows):
+            if request is not None:
+                request._deliver(record.row(b), wall, step)
+
+    def _leave(self, rows: list[int]) -> None:
+        """End these rows' requests; drop the rows from the batch when the session can."""
+        if not rows:
+            return
+        for b in rows:
+            self.rows[b]._end()
+            self.rows[b] = None
+        keep = [b for b, r in enumerate(self.rows) if r is not None]
+        if not keep:
+            self.session = self.state = None
+            self.rows = []
+        elif can_resize(self.session.session):
+            index = torch.tensor(keep, dtype=torch.long, device=self.state.n.device)
+            self.session.session.keep_rows(index)
+            self.state = self.state.select(index)
+            self.rows = [self.rows[b] for b in keep]
+
+    def _fail(self, error: BaseException) -> None:
+        for request in self.rows:
+            if request is not None and not request.finished.is_set():
+                request._end(error)
+        self.session = self.state = None
+        self.rows = []
+
+
+@dataclass(frozen=True)
+class Group:
+    """The settings requests must share to share forward passes."""
+    method: str
+    window: int
+    init: str
+    temperature: float
+    top_k: int
+    top_p: float
+    cfg_scale: float
+
+
+class Server:
+    """Schedulers of one model, one per settings group, run by one worker thread that takes
+    one pass of each busy group in turn. Requests with the same settings share passes."""
+
+    def __init__(self, model, max_batch: int = 32, policy: Policy | None = None) -> None:
+        self.model, self.max_batch, self.policy = model, max_batch, policy
+        self.schedulers: dict[Group, Scheduler] = {}
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def submit(self, prompt: str, seed: int = 0, method: str = "scd-mc", window: int = 16, init: str = "random",
+               temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, cfg_scale: float = 1.0) -> Request:
+        """Queue a prompt with its settings; a ValueError names a bad argument at once."""
+        group = Group(method, window, init, temperature, top_k, top_p, cfg_scale)
+        with self._wake:
+            scheduler = self.schedulers.get(group)
+            if scheduler is None:
+                scheduler = Scheduler(self.model, **dataclasses.asdict(group), max_batch=self.max_batch,
+                                      policy=self.policy)
+                self.schedulers[group] = scheduler
+            request = scheduler.submit(prompt, seed)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._work, name="scd-server", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+        return request
+
+    def close(self) -> None:
+        """Stop the worker once the requests already submitted are done."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _work(self) -> None:
+        while True:
+            with self._wake:
+                busy = [s for s in self.schedulers.values() if s.busy]
+                if not busy and self._closed:
+                    self._thread = None
+                    return
+                if not busy:
+                    self.schedulers = {g: s for g, s in self.schedulers.items() if s.session is not None}
+                    if not self._wake.wait(timeout=30):
+                        self._thread = None
+                        return
+                    continue
+            for scheduler in busy:
+                scheduler.step()
+
+
+# --------------------------------------------------------------------------- benchmark
+
+def _visitors(server: Server, prompts: list[str], visitors: int, per_visitor: int, settings: dict):
+    """`visitors` threads, each submitting `per_visitor` requests one after another; returns
+    (seconds for all, latency of each request, NFE of each)."""
+    latencies, nfes, lock = [], [], threading.Lock()
+    counter = itertools.count()
+
+    def visitor() -> None:
+        for _ in range(per_visitor):
+            i = next(counter)
+            request = server.submit(prompts[i % len(prompts)], seed=i, **settings)
+            run = request.result()
+            with lock:
+                latencies.append(time.perf_counter() - request.submitted)
+                nfes.append(run.nfe)
+
+    threads = [threading.Thread(target=visitor) for _ in range(visitors)]
+    t = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - t, latencies, nfes
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    return statistics.quantiles(xs, n=100, method="inclusive")[int(q * 100) - 1] if len(xs) > 1 else xs[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m scd_core.serve", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--methods", default="ar,sjd,scd-mc,scd-gumbel")
+    ap.add_argument("--window", type=int, default=16)
+    ap.add_argument("--init", default="random")
+    ap.add_argument("--visitors", default="1,4,8,16", help="concurrent visitors (comma-separated)")
+    ap.add_argument("--requests", type=int, default=16, help="requests per row of the table")
+    ap.add_argument("--policy", action="store_true", help="let the measured policy choose each batch's window")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from scd_core.models import load_model
+
+    model = load_model(args.model)
+    settings = {k: v for k, v in optional(model, "default_settings", {}).items()
+                if k in ("temperature", "top_k", "top_p", "cfg_scale")}
+    prompts = list(optional(model, "example_prompts") or ["a red apple"])
+    print(f"# {args.model}: window {args.window}, init {args.init}, {settings}, threads {torch.get_num_threads()}, "
+          f"{args.requests} requests per row", file=sys.stderr)
+    print("| method | visitors | policy | images/s | p50 latency s | p95 latency s | mean NFE |")
+    print("|---|---|---|---|---|---|---|")
+    for method in args.methods.split(","):
+        window = 1 if method == "ar" else args.window
+        group = dict(method=method, window=window, init=args.init, **settings)
+        policy = None
+        if args.policy and method != "ar":
+            plan, _ = validate(model, [""], method, window, args.init, 0, settings.get("temperature", 1.0),
+                               settings.get("top_k", 0), settings.get("top_p", 1.0), settings.get("cfg_scale", 1.0))
+            policy = Policy.measure(model, plan, windows=sorted({1, 4, 8, window}))
+        for visitors in (int(v) for v in args.visitors.split(",")):
+            server = Server(model, policy=policy)
+            _visitors(server, prompts, 1, 1, group)                              # warm-up
+            seconds, latencies, nfes = _visitors(server, prompts, visitors, max(1, args.requests // visitors), group)
+            server.close()
+            print(f"| {method} | {visitors} | {'measured' if policy else 'fixed'} | {len(latencies) / seconds:.2f} | "
+                  f"{_quantile(latencies, 0.5):.3f} | {_quantile(latencies, 0.95):.3f} | "
+                  f"{statistics.fmean(nfes):.1f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,289 @@
+"""A local stand-in for the Hugging Face Hub: the real huggingface_hub client downloads from it.
+
+`FakeHub` serves repositories (file path -> bytes) over HTTP on 127.0.0.1 at a free port and
+answers what huggingface_hub asks while it downloads a snapshot:
+
+- GET  /api/models/{repo}/revision/{rev}     repo info: {"id", "sha", "siblings"}
+- GET  /api/models/{repo}/tree/{rev}         the file list: type, path, size, oid, lfs
+- HEAD /{repo}/resolve/{rev}/{path}          small files: 200 with ETag (the git blob id),
+                                             X-Repo-Commit, Content-Length. LFS files
+                                             (binaries): 302 to a "CDN" on another host name
+                                             (localhost), with X-Linked-Etag (sha256),
+                                             X-Linked-Size and X-Repo-Commit, as the Hub does
+- GET  /{repo}/resolve/{rev}/{path}          small files' bytes
+- GET  /cdn/{sha256}                         LFS bytes, with Range requests (206)
+
+A repository not served answers 404 `X-Error-Code: RepoNotFound`, a gated one 401
+`GatedRepo`, a missing file 404 `EntryNotFound`. `break_file(path)` makes every transfer of
+that file stop halfway (the server closes the connection); `repair(path)` undoes it. Every
+request is recorded in `requests` as (method, path).
+
+Run as a script (`python tests/fakehub.py load NAME ...`), it is the client side of the tests:
+it loads registry models in a fresh process, so that HF_ENDPOINT / HF_HOME / HF_HUB_OFFLINE
+are set before huggingface_hub is imported, as a user sets them, and prints one JSON line.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LFS_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".jit")
+
+
+def git_blob_id(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+class FakeHub:
+    def __init__(self) -> None:
+        self.repos: dict[str, dict[str, bytes]] = {}
+        self.gated: set[str] = set()
+        self.broken: set[str] = set()
+        self.requests: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.cdn = f"http://localhost:{self.port}"       # another host name: not followed on HEAD
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "FakeHub":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    # -- content ---------------------------------------------------------------
+    def add_repo(self, repo_id: str, files: dict[str, bytes]) -> None:
+        self.repos[repo_id] = dict(files)
+
+    def add_folder(self, repo_id: str, folder: Path, extra: dict[str, bytes] | None = None) -> None:
+        files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+        self.add_repo(repo_id, {**files, **(extra or {})})
+
+    def commit(self, repo_id: str) -> str:
+        digest = hashlib.sha1()
+        for path, data in sorted(self.repos[repo_id].items()):
+            digest.update(path.encode() + b"\0" + hashlib.sha256(data).digest())
+        return digest.hexdigest()
+
+    def break_file(self, path: str) -> None:
+        self.broken.add(path)
+
+    def repair(self, path: str) -> None:
+        self.broken.discard(path)
+
+    def fetched(self, repo_id: str) -> set[str]:
+        """The files of `repo_id` whose bytes were requested (resolve GETs and CDN GETs)."""
+        by_sha = {hashlib.sha256(d).hexdigest(): p for p, d in self.repos.get(repo_id, {}).items()}
+        out = set()
+        for method, path in self.requests:
+            if method != "GET":
+                continue
+            m = re.match(rf"/{re.escape(repo_id)}/resolve/[^/]+/(.+)$", path)
+            if m:
+                out.add(unquote(m.group(1)))
+            m = re.match(r"/cdn/([0-9a-f]{64})$", path)
+            if m and m.group(1) in by_sha:
+                out.add(by_sha[m.group(1)])
+        return out
+
+    @staticmethod
+    def is_lfs(path: str) -> bool:
+        return path.endswith(LFS_SUFFIXES)
+
+
+def _handler(hub: FakeHub):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:   # quiet
+            pass
+
+        def do_HEAD(self) -> None:
+            self._route(head=True)
+
+        def do_GET(self) -> None:
+            self._route(head=False)
+
+        # -- routing -----------------------------------------------------------
+        def _route(self, head: bool) -> None:
+            path = urlparse(self.path).path
+            with hub._lock:
+                hub.requests.append((self.command, path))
+            m = re.match(r"^/api/models/([^/]+/[^/]+)/(revision|tree)/([^/]+)$", path)
+            if m:
+                return self._api(m.group(1), m.group(2))
+            m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
+            if m:
+                return self._resolve(m.group(1), unquote(m.group(3)), head)
+            m = re.match(r"^/cdn/([0-9a-f]{64})$", path)
+            if m:
+                return self._cdn(m.group(1), head)
+            self._send(404, b"not found")
+
+        def _repo(self, repo_id: str) -> dict[str, bytes] | None:
+            if repo_id not in hub.repos:
+                self._send(404, b"Repository not found", {"X-Error-Code": "RepoNotFound",
+                                                          "X-Error-Message": "Repository not found"})
+                return None
+            if repo_id in hub.gated:
+                self._send(401, b"Access to this model is restricted", {"X-Error-Code": "GatedRepo",
+                                                                       "X-Error-Message": "gated"})
+                return None
+            return hub.repos[repo_id]
+
+        def _api(self, repo_id: str, what: str) -> None:
+            files = self._repo(repo_id)
+            if files is None:
+                return
+            sha = hub.commit(repo_id)
+            if what == "revision":
+                body = {"id": repo_id, "sha": sha, "private": False, "gated": False,
+                        "siblings": [{"rfilename": p} for p in sorted(files)]}
+            else:
+                body = []
+                for p, data in sorted(files.items()):
+                    entry = {"type": "file", "path": p, "size": len(data), "oid": git_blob_id(data)}
+                    if hub.is_lfs(p):
+                        entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data),
+                                        "pointerSize": 134}
+                    body.append(entry)
+            self._send(200, json.dumps(body).encode(), {"Content-Type": "application/json"})
+
+        def _resolve(self, repo_id: str, path: str, head: bool) -> None:
+            files = self._repo(repo_id)
+            if files is None:
+                return
+            commit = {"X-Repo-Commit": hub.commit(repo_id)}
+            if path not in files:
+                self._send(404, b"Entry not found", {**commit, "X-Error-Code": "EntryNotFound"})
+                return
+            data = files[path]
+            if hub.is_lfs(path):
+                sha = hashlib.sha256(data).hexdigest()
+                self._send(302, b"", {**commit, "Location": f"{hub.cdn}/cdn/{sha}", "X-Linked-Etag": f'"{sha}"',
+                                      "X-Linked-Size": str(len(data)), "ETag": f'"{git_blob_id(data)}"'})
+                return
+            self._send(200, b"" if head else data, {**commit, "ETag": f'"{git_blob_id(data)}"'},
+                       length=len(data))
+
+        def _cdn(self, sha: str, head: bool) -> None:
+            found = [(p, d) for files in hub.repos.values() for p, d in files.items()
+                     if hashlib.sha256(d).hexdigest() == sha]
+            if not found:
+                self._send(404, b"no such object")
+                return
+            path, data = found[0]
+            start = 0
+            m = re.match(r"bytes=(\d+)-", self.headers.get("Range", ""))
+            if m:
+                start = int(m.group(1))
+            status = 206 if start else 200
+            headers = {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"} if start else {}
+            body = data[start:]
+            if head:
+                self._send(status, b"", headers, length=len(body))
+                return
+            if path in hub.broken:                  # stop halfway: the client sees a short body
+                half = len(data) // 2
+                self._send(status, body[: max(0, half - start)], headers, length=len(body), cut=True)
+                return
+            self._send(status, body, headers)
+
+        def _send(self, status: int, body: bytes, headers: dict | None = None, length: int | None = None,
+                  cut: bool = False) -> None:
+            self.send_response(status)
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body) if length is None else length))
+            if cut:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            if self.command != "HEAD" and body:
+                self.wfile.write(body)
+            if cut:
+                self.wfile.flush()
+                self.close_connection = True
+
+    return Handler
+
+
+# ------------------------------------------------------------------ the client side
+
+def client_env(hub: FakeHub | None, home: Path, **extra: str) -> dict[str, str]:
+    """The environment of a fresh process downloading from `hub` into the cache under `home`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "SCD_"))}
+    env.update(HF_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_UPDATE_CHECK="1",
+               PYTHONPATH=str(REPO_ROOT), SCD_TEST_THREADS="1", OMP_NUM_THREADS="1",
+               TQDM_POSITION="-1")                     # progress bars on, even without a terminal
+    if hub is not None:
+        env["HF_ENDPOINT"] = hub.url
+    env.update(extra)
+    return env
+
+
+def run_client(env: dict[str, str], *loads: tuple[str, dict, str], timeout: float = 240) -> tuple[dict, str]:
+    """Load and decode each (name, load kwargs, prompt) in a new process: (results, stderr)."""
+    spec = json.dumps([list(x) for x in loads])
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), spec], env=env, cwd=str(REPO_ROOT),
+                          capture_output=True, text=True, timeout=timeout)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise AssertionError(f"client failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}")
+    return json.loads(lines[-1][len("RESULT "):]), proc.stderr
+
+
+def _client_main(spec: str) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    import scd_core
+    from scd_core.models import model_status
+
+    results = {}
+    for name, kwargs, prompt in json.loads(spec):
+        calls: list[tuple] = []
+        out = {"before": model_status(name).state}
+        try:
+            model = scd_core.load_model(name, device="cpu", progress=lambda *a: calls.append(a), **kwargs)
+            run = scd_core.generate(model, [prompt], method="sjd", window=4, seed=0, top_k=20)
+            out.update(ok=True, tokens=run.tokens[0].tolist(), images=len(run.images),
+                       size=list(run.images[0].size))
+        except Exception as exc:
+            out.update(ok=False, error=type(exc).__name__, message=str(exc),
+                       is_value_error=isinstance(exc, ValueError))
+        out.update(after=model_status(name).state, progress=[list(c) for c in calls])
+        results[name] = out
+    print("RESULT " + json.dumps(results), flush=True)
+
+
+# ------------------------------------------------------------------ in-process fixture
+
+@pytest.fixture
+def empty_hub_cache(tmp_path, monkeypatch):
+    """Downloads off (HF_HUB_OFFLINE=1, read when each load starts) and an empty Hugging Face
+    cache (huggingface_hub reads `constants.HF_HUB_CACHE` at every call)."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    return tmp_path / "hf-cache"
+
+
+if __name__ == "__main__":
+    _client_main(sys.argv[1])

@@ -1,0 +1,145 @@
+"""The model cache: one load per model and process, thread-safe, one large model resident.
+
+Memory is measured as the process's resident set (Linux /proc/self/statm): loading a second
+large model after a first must not hold both.
+"""
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+import weakref
+
+import pytest
+import torch
+
+import scd_core
+from scd_core.models import cache as model_cache
+from scd_core.models import llamagen as lg
+from scd_core.models.cache import ModelCache
+
+MB = 2 ** 20
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    import os
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+class Weights(torch.nn.Module):
+    def __init__(self, megabytes: int):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(megabytes * MB // 4))      # pages written: resident
+
+
+@pytest.fixture
+def synthetic():
+    loads: list[str] = []
+
+    def loader(name: str, megabytes: int = 64, **kwargs):
+        loads.append(name)
+        return Weights(megabytes)
+
+    return ModelCache(loader, large=lambda name: name.startswith("big")), loads
+
+
+def test_each_model_is_loaded_once_per_key(synthetic):
+    cache, loads = synthetic
+    a = cache.get("small", megabytes=1)
+    assert cache.get("small", megabytes=1, progress=print) is a            # how progress is shown is no key
+    assert cache.get("small", megabytes=2) is not a                        # other arguments: another entry
+    assert loads == ["small", "small"] and cache.peek("small", megabytes=1) is a
+    assert cache.peek("big") is None and loads == ["small", "small"]      # peek never loads
+    with pytest.raises(ValueError, match="name"):
+        cache.get("")
+
+
+def test_a_large_model_replaces_the_previous_one_and_its_memory_is_freed(synthetic):
+    cache, loads = synthetic
+    small = cache.get("small", megabytes=1)
+    base = resident_bytes()
+    first = cache.get("big-a", megabytes=96)
+    gone = weakref.ref(first)
+    with_first = resident_bytes()
+    del first
+    second = cache.get("big-b", megabytes=96)
+    with_second = resident_bytes()
+    assert gone() is None                                   # no reference left anywhere
+    assert cache.names() == ["small", "big-b"] and cache.peek("small", megabytes=1) is small
+    assert with_first - base > 90 * MB
+    assert with_second - base < 1.5 * 96 * MB               # one large model resident, not two
+    assert second.w.numel() == 96 * MB // 4
+
+
+def test_a_caller_still_using_the_old_model_keeps_it(synthetic):
+    cache, _ = synthetic
+    held = cache.get("big-a", megabytes=1)
+    cache.get("big-b", megabytes=1)
+    assert held.w.numel() == MB // 4 and cache.names() == ["big-b"]
+
+
+def test_concurrent_callers_share_one_load(synthetic):
+    cache, loads = synthetic
+    slow = ModelCache(lambda name, **kw: (time.sleep(0.2), loads.append(name), Weights(1))[-1])
+    got: list = []
+    threads = [threading.Thread(target=lambda: got.append(slow.get("big"))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert loads == ["big"] and len(got) == 8 and all(m is got[0] for m in got)
+
+
+def test_put_places_a_ready_model_and_clear_empties(synthetic):
+    cache, loads = synthetic
+    ready = Weights(1)
+    cache.put("big-x", ready)
+    assert cache.get("big-x") is ready and loads == []
+    cache.get("big-y", megabytes=1)
+    assert cache.peek("big-x") is None
+    cache.clear()
+    assert cache.names() == []
+
+
+def write_llamagen(folder, dim: int) -> None:
+    """A LlamaGen c2i checkpoint of a few tens of MB in the published layout."""
+    folder.mkdir()
+    cfg = lg.GPTConfig(dim=dim, n_layer=4, n_head=8, multiple_of=64, model_type="c2i", num_classes=10,
+                       vocab_size=64, block_size=16)
+    torch.manual_seed(0)
+    args = argparse.Namespace(gpt_model="GPT-test")
+    torch.save({"model": lg.Transformer(cfg).state_dict(), "args": args}, folder / "c2i_T_64.pt")
+
+
+def test_switching_real_models_by_folder_frees_the_first(tmp_path):
+    """The real loader through the cache: three local LlamaGen models (about 50 MB of weights
+    each). Loading the second reuses the memory of the first (released by the cache); as a
+    control, a third loaded while the test itself still holds the second adds its size."""
+    for name in "abc":
+        write_llamagen(tmp_path / name, 512)
+    cache = ModelCache()
+    load = lambda name: cache.get(str(tmp_path / name), image_size=64, n_head=8, device="cpu")  # noqa: E731
+    base = resident_bytes()
+    a = load("a")
+    gone = weakref.ref(a)
+    size = sum(p.numel() * p.element_size() for p in a.gpt.parameters())
+    with_a = resident_bytes()
+    del a
+    b = load("b")
+    with_b = resident_bytes()
+    assert gone() is None and b.grid == (4, 4) and size > 40 * MB
+    assert with_a - base > 0.8 * size                       # the first model is resident
+    assert with_b - with_a < 0.5 * size                     # the second took the first one's place
+    c = load("c")                                           # the cache lets go of b; this test does not
+    with_both = resident_bytes()
+    assert with_both - with_b > 0.8 * size and c is not b
+    cache.clear()
+
+
+def test_the_process_cache_loads_embedded_models_once():
+    model = model_cache.get("toy-grid", grid=(4, 6))
+    assert model_cache.get("toy-grid", grid=(4, 6)) is model
+    assert scd_core.generate(model, ["x"], method="ar", window=1, seed=0).tokens.shape == (1, 24)
+    assert "toy-grid" in model_cache.names()

@@ -1,0 +1,176 @@
+"""Serving: rows join and leave a running batch, and a row's tokens never depend on it."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+import scd_core
+from scd_core.decoding import Plan
+from scd_core.serve import Policy, Scheduler, Server
+
+METHODS = ["ar", "sjd", "scd-mc", "scd-gumbel"]
+PROMPTS = ["a cat", "a dog", "a red apple", "a cat", "a boat", "a tree"]
+
+
+@pytest.fixture(scope="module")
+def grid():
+    return scd_core.load_model("toy-grid", grid=(8, 8), vocab_size=64, hidden=64)
+
+
+def run_until_idle(scheduler: Scheduler, joins: dict[int, list[tuple[str, int]]] | None = None):
+    """Step the scheduler; `joins` maps a step number to requests submitted before it."""
+    requests, step = [], 0
+    joins = joins or {}
+    while True:
+        for prompt, seed in joins.get(step, []):
+            requests.append(scheduler.submit(prompt, seed))
+        if not scheduler.busy and step > max(joins, default=0):
+            return requests
+        scheduler.step()
+        step += 1
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("init", ["random", "repeat-above"])
+def test_rows_that_join_a_running_batch_equal_the_same_prompt_alone(grid, method, init):
+    kw = dict(method=method, window=1 if method == "ar" else 6, init=init, top_k=30, cfg_scale=2.0)
+    scheduler = Scheduler(grid, **kw)
+    joins = {0: [(PROMPTS[0], 5), (PROMPTS[1], 9)], 3: [(PROMPTS[2], 2)], 4: [(PROMPTS[3], 7), (PROMPTS[4], 1)],
+             9: [(PROMPTS[5], 3)]}
+    requests = run_until_idle(scheduler, joins)
+    for request in requests:
+        run = request.result()
+        alone = scd_core.generate(grid, [request.prompt], seed=request.seed, **kw)
+        assert torch.equal(run.tokens, alone.tokens), (request.prompt, request.seed)
+        assert run.nfe == alone.nfe == len(run.iterations)
+        assert [it.nfe for it in run.iterations] == list(range(1, run.nfe + 1))
+    assert scheduler.passes < sum(r.result().nfe for r in requests)            # passes were shared
+
+
+def test_a_row_leaves_as_soon_as_its_grid_is_complete(grid):
+    scheduler = Scheduler(grid, method="scd-mc", window=6, top_k=30)
+    fast, slow = scheduler.submit("a cat", 0), scheduler.submit("a dog", 1)
+    while not (fast.finished.is_set() or slow.finished.is_set()):
+        scheduler.step()
+    first = fast if fast.finished.is_set() else slow
+    other = slow if first is fast else fast
+    assert first.records[-1].n_after[0] == grid.N and not other.finished.is_set()
+    assert scheduler.batch_size == 1 and scheduler.state.n.shape == (1,)        # the row left the batch
+    run_until_idle(scheduler)
+    assert other.result().tokens.shape == (1, grid.N)
+
+
+def test_cancel_drops_only_that_row(grid):
+    scheduler = Scheduler(grid, method="sjd", window=6, top_k=30)
+    kept, cancelled = scheduler.submit("a cat", 3), scheduler.submit("a dog", 4)
+    scheduler.step()
+    scheduler.step()
+    cancelled.cancel()
+    run_until_idle(scheduler)
+    partial = cancelled.result()
+    assert partial.iterations[-1].n_after[0] < grid.N and len(partial.iterations) == 3   # prefill, 2 passes
+    alone = scd_core.generate(grid, ["a cat"], method="sjd", window=6, seed=3, top_k=30)
+    assert torch.equal(kept.result().tokens, alone.tokens)
+
+
+class FixedBatchModel:
+    """The toy grid model behind a session that cannot add or drop rows."""
+
+    def __init__(self, inner):
+        self.inner, self.vocab_size, self.grid = inner, inner.vocab_size, inner.grid
+
+    def start(self, prompts, cfg_scale):
+        session = self.inner.start(prompts, cfg_scale)
+
+        class Plain:
+            first_logits = session.first_logits
+            step = staticmethod(session.step)
+        return Plain()
+
+    def decode(self, tokens):
+        return self.inner.decode(tokens)
+
+
+def test_a_model_without_resizable_sessions_serves_one_batch_at_a_time(grid):
+    model = FixedBatchModel(grid)
+    scheduler = Scheduler(model, method="scd-mc", window=6, top_k=30)
+    requests = run_until_idle(scheduler, {0: [("a cat", 0), ("a dog", 1)], 2: [("a boat", 2)]})
+    for request in requests:
+        alone = scd_core.generate(grid, [request.prompt], method="scd-mc", window=6, seed=request.seed, top_k=30)
+        assert torch.equal(request.result().tokens, alone.tokens)
+    late = requests[2].result()
+    assert late.nfe == scd_core.generate(grid, ["a boat"], method="scd-mc", window=6, seed=2, top_k=30).nfe
+
+
+def test_bad_requests_are_refused_at_submit_and_harm_no_one(grid):
+    scheduler = Scheduler(grid, method="scd-mc", window=6)
+    good = scheduler.submit("a cat", 0)
+    with pytest.raises(ValueError, match="seed"):
+        scheduler.submit("a dog", -1)
+    with pytest.raises(ValueError, match="prompts"):
+        scheduler.submit(3, 0)
+    with pytest.raises(ValueError, match="window"):
+        Scheduler(grid, method="sjd", window=1)
+    run_until_idle(scheduler)
+    assert good.result().tokens.shape == (1, grid.N)
+
+
+def test_server_shares_passes_between_threads_and_keeps_groups_apart(grid):
+    server = Server(grid)
+    results, errors = {}, []
+
+    def visitor(i: int) -> None:
+        try:
+            method = "scd-mc" if i % 3 else "sjd"
+            request = server.submit(PROMPTS[i % len(PROMPTS)], seed=i, method=method, window=6, top_k=30)
+            results[i] = (method, request.result(timeout=60))
+        except Exception as exc:                                           # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=visitor, args=(i,)) for i in range(9)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    server.close()
+    assert not errors and len(results) == 9
+    for i, (method, run) in results.items():
+        alone = scd_core.generate(grid, [PROMPTS[i % len(PROMPTS)]], method=method, window=6, seed=i, top_k=30)
+        assert torch.equal(run.tokens, alone.tokens)
+    assert len(server.schedulers) <= 2
+
+
+def test_policy_picks_the_window_with_the_most_tokens_per_second():
+    # one pass costs 1 ms + 0.1 ms per token fed: speculation wins alone, AR in a big batch
+    seconds = {(B, L): 1e-3 + 1e-4 * B * L for B in (1, 8, 32) for L in (1, 4, 16)}
+    policy = Policy(seconds, tokens_per_pass={1: 1.0, 4: 2.0, 16: 5.0})
+    assert policy.window(1) == 16                    # 5 / 2.6 ms beats 2 / 1.4 ms and 1 / 1.1 ms
+    assert policy.window(8) == policy.window(40) == 1                        # 1 / 1.8 ms beats 2 / 4.2 ms
+
+
+def test_a_policy_that_changes_the_window_keeps_every_row_complete_and_exact(grid):
+    """The window follows the batch size: every row is still a full grid, and the greedy
+    tokens (the same for any window) equal AR's."""
+    class Alternating(Policy):
+        def __init__(self):
+            self.calls = 0
+
+        def window(self, batch):
+            self.calls += 1
+            return (1, 6, 3)[self.calls % 3]
+
+    scheduler = Scheduler(grid, method="scd-mc", window=6, top_k=1, policy=Alternating())
+    requests = run_until_idle(scheduler, {0: [("a cat", 0), ("a dog", 1)], 2: [("a boat", 2)]})
+    for request in requests:
+        ar = scd_core.generate(grid, [request.prompt], method="ar", top_k=1)
+        assert torch.equal(request.result().tokens, ar.tokens)
+
+
+def test_policy_measure_times_every_batch_and_window(grid):
+    plan, _ = scd_core.validate(grid, [""], "scd-mc", 4, "random", 0, 1.0, 30, 1.0, 1.0)
+    assert isinstance(plan, Plan)
+    policy = Policy.measure(grid, plan, batches=(1, 4), windows=(1, 4), samples=2, repeats=1)
+    assert set(policy.seconds) == {(1, 1), (1, 4), (4, 1), (4, 4)}
+    assert policy.tokens_per_pass[1] == pytest.approx(1.0) and policy.tokens_per_pass[4] > 1.0
