@@ -833,7 +833,10 @@ def race_note(samples: int, seed: int, greedy: bool, device: str, bench: str) ->
             + ("**Greedy**: every method must return exactly AR's tokens; the second column checks it."
                if greedy else "**Sampling**: the methods draw different samples from the same "
                "distribution; tick *Greedy* to see identical tokens.")
-            + f"  \nSame figures from the benchmark: `{bench}`" + (" (it numbers seeds from 0)" if seed else ""))
+            + f"  \nThe same NFE, step compression, mean accepted length, acceptance rate and draft "
+            f"stability from the benchmark: `{bench}`" + (" (it numbers seeds from 0)" if seed else "")
+            + f"; it times one sample at a time, and a batch of {samples} as here with `--seeds 1 "
+            f"--batch {samples}`.")
 
 
 def race_decoding(run) -> str:

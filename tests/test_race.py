@@ -103,22 +103,27 @@ def test_replay_reads_each_method_at_an_nfe(toy_grid):
     assert race.lockstep({"sjd": run}) == run.nfe
 
 
-def test_per_sample_figures_match_the_benchmark_for_the_same_settings(toy_grid):
-    """The race's per-sample metrics come out of the bench's per-run metrics: the same
-    definitions (the seeds differ while rows share one stream in a batch)."""
+def test_per_sample_figures_are_the_benchmarks_for_the_same_settings(toy_grid):
+    """Row b of a race batch draws from seed b, as the bench's run with seed b alone: the race's
+    per-sample figures are the bench's per-run figures, value for value."""
     from scd_core import bench
 
     settings = race.Settings("fox", window=8, seed=0)
-    run = decoded(toy_grid, settings, "scd-mc", 1)
-    metrics = bench.run_case(toy_grid, ["fox"], 1, 1, "scd-mc", 8, "random",
-                             dict(top_k=0, top_p=1.0, temperature=1.0, cfg_scale=1.0))[0]
-    sample = run.samples()[0]
-    assert (sample.nfe, sample.acceptance_rate, sample.mean_accepted_length,
-            sample.draft_stability) == pytest.approx((metrics.nfe, metrics.acceptance_rate,
-                                                      metrics.mean_accepted_length,
-                                                      metrics.draft_stability))
-    command = race.bench_command("toy-grid", settings, 8)
-    assert "--seeds 8" in command and "--windows 8" in command and "--model toy-grid" in command
+    run = decoded(toy_grid, settings, "scd-mc", 3)
+    runs = bench.run_case(toy_grid, ["fox"], 3, 1, "scd-mc", 8, "random",
+                          dict(top_k=0, top_p=1.0, temperature=1.0, cfg_scale=1.0))
+    for sample, metrics in zip(run.samples(), runs):
+        assert (sample.nfe, sample.step_compression) == (metrics.nfe, metrics.step_compression)
+        assert (sample.acceptance_rate, sample.mean_accepted_length, sample.draft_stability) == \
+            pytest.approx((metrics.acceptance_rate, metrics.mean_accepted_length, metrics.draft_stability))
+    command = race.bench_command("toy-grid", settings, 3)
+    assert "--seeds 3" in command and "--windows 8" in command and "--model toy-grid" in command
+
+
+def test_a_races_first_sample_is_a_single_generate_with_its_seed(texture):
+    run = decoded(texture, race.Settings("sunset rings", seed=5), "sjd", 3)
+    alone = scd_core.generate(texture, ["sunset rings"], method="sjd", window=16, seed=5)
+    assert torch.equal(run.tokens()[0], alone.tokens[0]) and run.samples()[0].nfe == alone.nfe
 
 
 def test_probe_sees_that_texture_p_depends_on_neighbours_only(texture):
