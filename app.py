@@ -36,6 +36,7 @@ except ImportError:
 log = logging.getLogger("scd_demo")
 QUEUE = dict(max_size=64, default_concurrency_limit=1)     # 64 visitors may wait their turn
 DECODE = dict(concurrency_limit=1, concurrency_id="decode")  # one decode at a time
+CLICK = dict(trigger_mode="always_last", **DECODE)  # a click while busy runs once more, after
 IMAGE_EVERY, PLOT_EVERY, STATUS_EVERY = 0.1, 0.5, 0.5       # seconds between live updates
 FULL_SPEED_EVERY = 0.25  # full speed: a picture at most this often, none before (a faster run
                          # shows its final picture only: the eye would not follow)
@@ -442,9 +443,9 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     race_outputs = [*race_images.values(), race_status, race_table, race_note, race_why, race_chart,
                     race_hist, race_flicker, race_state, race_sample]
     gen_btn.click(generate_stream, inputs, gen_outputs, validator=validator, api_name="generate",
-                  show_progress_on=[status], time_limit=600, js=page.click_js("Generate"), **DECODE)
+                  show_progress_on=[status], time_limit=600, js=page.click_js("Generate"), **CLICK)
     race_btn.click(race_stream, inputs, race_outputs, validator=validator, api_name="race",
-                   show_progress_on=[race_status], time_limit=900, js=page.click_js("Race"), **DECODE)
+                   show_progress_on=[race_status], time_limit=900, js=page.click_js("Race"), **CLICK)
     stop_btn.click(stop, ticket, None, queue=False, api_name="stop", js="() => [Date.now()]")
     model_dd.change(on_model_change, model_dd,
                     [model_md, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, pace_nb,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -50,8 +51,6 @@ WATCH = """() => {
 
 
 def browser(repeats: int) -> None:
-    import re
-
     from playwright.sync_api import sync_playwright
 
     sys.path.insert(0, str(ROOT))
@@ -65,7 +64,7 @@ def browser(repeats: int) -> None:
         pg.goto(app.demo.local_url)
         pg.wait_for_selector("#generate")
         pg.locator("#model input").click()
-        pg.get_by_role("option", name="tiny", exact=True).click()
+        pg.get_by_role("option", name=re.compile(r"^tiny ")).click()
         pg.wait_for_timeout(1500)
         for elem, value in (("pace", 0), ("prompt", "red apple")):
             box = pg.locator(f"#{elem} input, #{elem} textarea").first
@@ -89,7 +88,7 @@ def browser(repeats: int) -> None:
         print(f"tiny image, median of {len(rows)}: click to final picture {e2e:.3f} s, engine "
               f"{engine:.3f} s ({e2e / engine:.1f}x)")
         pg.locator("#model input").click()
-        pg.get_by_role("option", name="tiny-video", exact=True).click()
+        pg.get_by_role("option", name=re.compile(r"^tiny-video ")).click()
         pg.wait_for_timeout(1500)
         for elem, value in (("pace", 0), ("samples", 8)):
             box = pg.locator(f"#{elem} input")

@@ -7,6 +7,7 @@ Screenshots land in $SCD_SCREENSHOT_DIR (default: the system temp folder) for a 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 
@@ -183,7 +184,7 @@ def test_greedy_sets_temperature_zero(page):
 
 def test_video_race_frames_are_at_least_96px(page):
     page.locator("#model input").click()
-    page.get_by_role("option", name="tiny-video", exact=True).click()
+    page.get_by_role("option", name=re.compile(r"^tiny-video ")).click()
     page.wait_for_timeout(1500)
     fill(page, "samples", 2)
     fill(page, "pace", 0)
