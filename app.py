@@ -186,7 +186,8 @@ def race_panels(panels: R.RacePanels, runs: dict, tick: int | None = None) -> di
 def race_results(model, name: str, s: race.Settings, runs: dict, samples: int) -> dict:
     greedy = s.temperature == 0 or s.top_k == 1
     table = race.summarise(runs, greedy)
-    probe = race.context_sensitivity(model, s) if not REGISTRY[name].needs_weights else None
+    probe = None if REGISTRY[name].needs_weights else \
+        race.context_sensitivity(model, s, sample=runs["ar"].tokens()[0])
     progress, hist, flicker = R.race_figures(runs, samples)
     return {race_table: R.race_table_html(table, greedy), race_why: race.explain_gap(table, probe),
             race_note: R.race_note(samples, s.seed, greedy, page.device_name(),
@@ -208,6 +209,8 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
         pace, samples = page.check_pace(pace), page.check_samples(samples)
         runs, status_due = {}, page.Pacer(STATUS_EVERY)
         panels = R.RacePanels(model, 0 if page.is_video(name) else None)
+        yield dict.fromkeys([*race_images.values(), race_table, race_note, race_why, race_chart,
+                             race_hist, race_flicker], None) | {race_status: "Decoding…"}
         for m in race.METHOD_ORDER:
             for run in race.decode(model, s, m, samples, stopped):
                 if status_due():
@@ -295,13 +298,15 @@ def on_model_change(name: str):
     d, ok = page.page_defaults(name), page.unavailable(name, loaded(name) is not None) is None
     sd = page.sampling_defaults(name, loaded(name) or (
         get_model(name) if ok and not REGISTRY[name].needs_weights else None))
-    clip = page.takes_clip(name)
-    return (page.model_note(name, loaded(name) is not None), d["window"], d["init"], sd["temperature"],
-            sd["top_k"], sd["top_p"], sd["cfg_scale"], d["pace"], d["samples"],
-            sd["temperature"] == 0, gr.Row(visible=page.is_video(name)),
-            gr.Dataset(samples=examples_for(name) if ok and not clip else []),
-            gr.Column(visible=not clip), gr.Column(visible=clip),
-            gr.Button(interactive=ok), gr.Button(interactive=ok))
+    clip, prompts = page.takes_clip(name), examples_for(name) if ok else []
+    return {model_md: page.model_note(name, loaded(name) is not None), window_nb: d["window"],
+            init_dd: d["init"], temp_nb: sd["temperature"], topk_nb: sd["top_k"], topp_nb: sd["top_p"],
+            cfg_nb: sd["cfg_scale"], pace_nb: d["pace"], samples_nb: d["samples"],
+            greedy_cb: sd["temperature"] == 0, clip_row: gr.Row(visible=page.is_video(name)),
+            examples.dataset: gr.Dataset(samples=[] if clip else prompts),
+            prompt_tb: prompts[0][0] if prompts and not clip else gr.skip(),
+            text_box: gr.Column(visible=not clip), clip_box: gr.Column(visible=clip),
+            gen_btn: gr.Button(interactive=ok), race_btn: gr.Button(interactive=ok)}
 
 
 # ----------------------------------------------------------------------------- layout
@@ -449,8 +454,8 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     stop_btn.click(stop, ticket, None, queue=False, api_name="stop", js="() => [Date.now()]")
     model_dd.change(on_model_change, model_dd,
                     [model_md, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, pace_nb,
-                     samples_nb, greedy_cb, clip_row, examples.dataset, text_box, clip_box, gen_btn,
-                     race_btn], api_visibility="private").then(
+                     samples_nb, greedy_cb, clip_row, examples.dataset, prompt_tb, text_box, clip_box,
+                     gen_btn, race_btn], api_visibility="private").then(
         load_selected, model_dd, model_md, api_visibility="private", show_progress_on=[model_md],
         **DECODE)
     greedy_cb.input(lambda g, name: 0.0 if g else page.sampling_defaults(name, loaded(name))

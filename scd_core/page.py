@@ -412,6 +412,7 @@ def click_js(tab: str) -> str:
 
 CSS = """
 #controls .block { min-width: 0 !important; }
+#init input { font-size: 13px; }
 #race-table th { text-align: left; vertical-align: bottom; padding: 2px 4px; border-bottom: 1px solid #cbd5e1; }
 #race-table td { padding: 2px 4px; border-bottom: 1px solid #e5e7eb; overflow-wrap: anywhere; }
 #race-table td:nth-child(2) { font-weight: 600; }

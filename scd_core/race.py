@@ -252,14 +252,17 @@ class Sensitivity:
     sites: int
 
 
-def context_sensitivity(model, settings: Settings, sites: int = 12) -> Sensitivity:
-    """Redraw the token at `sites` positions of an AR sample (each from its own p, excluding
-    the token it had) and measure TV(p, p') at the following window - 1 positions.
+def context_sensitivity(model, settings: Settings, sites: int = 12,
+                        sample: torch.LongTensor | None = None) -> Sensitivity:
+    """Redraw the token at `sites` positions of a sample (`sample` [N], else an AR decode of
+    the prompt) and measure TV(p, p') at the following window - 1 positions; each redrawn
+    token comes from its own p, excluding the token it had.
 
-    Costs one AR decode and one forward pass over the whole grid for sites + 1 rows.
+    Costs two forward passes over the whole grid (one row, then `sites` rows).
     """
     sampling = SamplingConfig(settings.temperature or 1.0, settings.top_k, settings.top_p)
-    x = scd_core.generate(model, [settings.prompt], **settings.engine_kwargs("ar")).tokens[0]
+    x = sample if sample is not None else \
+        scd_core.generate(model, [settings.prompt], **settings.engine_kwargs("ar")).tokens[0]
     N = x.shape[0]
     reach = max(2, min(settings.window - 1, N - 2))
     js = torch.linspace(1, N - 2, sites).round().long().unique()

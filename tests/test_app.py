@@ -209,15 +209,19 @@ def test_unavailable_model_shows_its_full_reason_and_cannot_start():
     name = missing[0]
     assert dict((v, k) for k, v in app.choices())[name].endswith(model_status(name).state)
     reason = app.page.unavailable(name)
-    note, *_, gen_button, race_button = app.on_model_change(name)
-    assert reason in note and not gen_button.interactive and not race_button.interactive
+    out = app.on_model_change(name)
+    assert reason in out[app.model_md]
+    assert not out[app.gen_btn].interactive and not out[app.race_btn].interactive
     assert reason in app.problems(*args(model=name))["model"]
 
 
 def test_model_change_sets_each_models_defaults():
     for name in page.listed_models():
-        note, window, init, *_ = app.on_model_change(name)
-        assert name in note and window >= 2 and init in app.R.INIT_LABELS
+        out = app.on_model_change(name)
+        assert name in out[app.model_md] and out[app.window_nb] >= 2
+        assert out[app.init_dd] in app.R.INIT_LABELS
+    out = app.on_model_change("tiny")
+    assert out[app.prompt_tb] == app.examples_for("tiny")[0][0]           # a prompt it knows
 
 
 @pytest.mark.parametrize("name", [n for n in page.listed_models()

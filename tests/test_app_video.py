@@ -58,13 +58,13 @@ def test_clip_models_are_told_apart_by_their_registry_entry():
 
 
 def test_selecting_a_clip_model_shows_the_clip_input_and_its_defaults(served_model):
-    info, window, init, temp, top_k, top_p, cfg, pace, samples, greedy, clip_row, _, text_box, \
-        clip_box, gen_button, race_button = app.on_model_change(NAME)
-    assert init == "repeat-frame" and cfg == 1.0 and top_p == 0.8 and samples == 2
-    assert clip_row.visible and clip_box.visible and not text_box.visible
-    assert gen_button.interactive and race_button.interactive
-    *_, text_box, clip_box, _, _ = app.on_model_change("texture")
-    assert text_box.visible and not clip_box.visible
+    out = app.on_model_change(NAME)
+    assert out[app.init_dd] == "repeat-frame" and out[app.cfg_nb] == 1.0 and out[app.topp_nb] == 0.8
+    assert out[app.samples_nb] == 2
+    assert out[app.clip_row].visible and out[app.clip_box].visible and not out[app.text_box].visible
+    assert out[app.gen_btn].interactive and out[app.race_btn].interactive
+    out = app.on_model_change("texture")
+    assert out[app.text_box].visible and not out[app.clip_box].visible
 
 
 def test_unloaded_cosmos_stays_listed_as_unavailable_with_its_reason():
