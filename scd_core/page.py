@@ -422,5 +422,7 @@ CSS = """
   #main { flex-direction: column; }
   #controls { display: contents; }
   #top-controls { order: 1; } #results { order: 2; } #more-controls { order: 3; }
+  #race-summary { overflow-x: auto; }               /* the table scrolls sideways, method first */
+  #race-table { table-layout: auto !important; min-width: 640px; font-size: 0.8em !important; }
 }
 """

@@ -312,6 +312,7 @@ class TraceStats:
     streak: np.ndarray | None = None                      # [N] current run of unchanged passes
     longest_unchanged: np.ndarray | None = None           # [N] longest such run
     film: list[np.ndarray] = field(default_factory=list)  # [D] draft states after each pass
+    _sample: tuple[int, Sample] | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -364,7 +365,9 @@ class TraceStats:
 
     def sample(self) -> Sample:
         """This row's metrics over the records so far, by the trace's definitions."""
-        return sample_of(self.records, self.row, self.num_tokens)
+        if self._sample is None or self._sample[0] != len(self.records):
+            self._sample = (len(self.records), sample_of(self.records, self.row, self.num_tokens))
+        return self._sample[1]
 
     @property
     def running_acceptance(self) -> np.ndarray:
@@ -390,13 +393,18 @@ def _css(rgb: tuple[int, int, int], alpha: float | None = None) -> str:
     return f"rgb{rgb}" if alpha is None else f"rgba({rgb[0]}, {rgb[1]}, {rgb[2]}, {alpha})"
 
 
+def title(text: str, detail: str = "") -> str:
+    """A chart title short enough for a phone, its figures on a second, smaller line."""
+    return text + (f"<br><sub>{detail}</sub>" if detail else "")
+
+
 def _figure(data: list[dict], title: str, x: str, y: str, height: int = 300, **layout):
     """A plotly Figure from plain dicts (many times faster than the graph_objects builders)."""
     import plotly.graph_objects as go
 
     axis = dict(gridcolor="#e5e7eb", zerolinecolor="#cbd5e1", linecolor="#94a3b8")
     base = dict(title=dict(text=title, font=dict(size=14)), height=height,
-                margin=dict(l=50, r=10, t=40, b=40), plot_bgcolor="white", paper_bgcolor="white",
+                margin=dict(l=50, r=10, t=56, b=40), plot_bgcolor="white", paper_bgcolor="white",
                 xaxis=dict(title=dict(text=x, standoff=4), **axis),
                 yaxis=dict(title=dict(text=y), **axis),
                 legend=dict(orientation="h", x=0, y=-0.22, yanchor="top", font=dict(size=11)),
@@ -425,7 +433,8 @@ def committed_vs_nfe_figure(curves: dict[str, tuple[list[int], list[int]]], num_
                       shape="hv"),
             hovertemplate=(f"{label}<br>NFE %{{x}} (forward passes, prefill included)"
                            "<br>%{y} tokens committed<extra></extra>")))
-    return _figure(data, "Tokens committed vs forward passes (NFE)", "NFE", "tokens committed",
+    return _figure(data, title("Tokens committed vs NFE", "forward passes, the prefill included"), "NFE",
+                   "tokens committed",
                    height=320, xaxis=dict(range=[0, num_tokens * 1.02]),
                    yaxis=dict(range=[0, num_tokens * 1.05]))
 
@@ -458,7 +467,7 @@ def race_progress_figure(curves: dict[str, np.ndarray], num_tokens: int, upto: i
                          legendgroup=method, line=dict(color=colour, width=2.5),
                          hovertemplate=f"{label}<br>NFE %{{x}}: %{{y}} tokens on average over "
                                        f"{k} samples<extra></extra>"))
-    return _figure(data, "Tokens committed vs forward passes (NFE), mean over the samples",
+    return _figure(data, title("Tokens committed vs NFE", "mean over the samples, band: min–max"),
                    "NFE", "tokens committed", height=320,
                    xaxis=dict(range=[0, num_tokens * 1.02]), yaxis=dict(range=[0, num_tokens * 1.05]))
 
@@ -479,7 +488,7 @@ def accepted_length_figure(stats: TraceStats):
                          marker=dict(color=_css(colour)),
                          hovertemplate=f"pass %{{x}}: +%{{y}} {name}<extra></extra>"))
     mean_len = stats.sample().mean_accepted_length if stats.records else 0.0
-    return _figure(data, f"Tokens committed per pass (mean accepted length {mean_len:.2f})",
+    return _figure(data, title("Tokens committed per pass", f"mean accepted length {mean_len:.2f}"),
                    "pass", "tokens", barmode="stack", bargap=0.1)
 
 
@@ -494,7 +503,7 @@ def flicker_figure(stats: TraceStats):
                  marker=dict(color=_css(FILM_STYLE[F_KEPT][1])),
                  hovertemplate="pass %{x}: %{y} carried drafts unchanged<extra></extra>")]
     stab = stats.sample().draft_stability if stats.records else 0.0
-    return _figure(data, f"Drafts changed since the previous pass (draft stability {stab:.2f})",
+    return _figure(data, title("Drafts changed since the last pass", f"draft stability {stab:.2f}"),
                    "pass", "carried drafts", barmode="stack", bargap=0.1)
 
 
@@ -508,7 +517,7 @@ def acceptance_figure(stats: TraceStats):
                  hovertemplate="pass %{x}: acceptance rate %{y:.3f}<br>= accepted drafts / "
                                "verified drafts so far (≤ 1)<extra></extra>")]
     rate_now = stats.sample().acceptance_rate if stats.records else 0.0
-    return _figure(data, f"Acceptance rate ({rate_now:.3f})", "pass", "accepted / verified",
+    return _figure(data, title("Acceptance rate", f"{rate_now:.3f} so far"), "pass", "accepted / verified",
                    yaxis=dict(range=[0, 1.02]))
 
 
@@ -522,8 +531,8 @@ def histogram_figure(histograms: dict[str, list[float]], samples: int | None = N
                          name=label, marker=dict(color=METHOD_COLOURS.get(method)),
                          hovertemplate=f"{label}: %{{y:.1%}} of passes committed %{{x}} "
                                        f"token(s)<extra></extra>"))
-    over = f" ({samples} samples pooled)" if samples else ""
-    return _figure(data, "Tokens committed per pass: share of passes" + over,
+    over = f", {samples} samples pooled" if samples else ""
+    return _figure(data, title("Tokens committed per pass", "share of passes" + over),
                    "tokens committed in one pass", "share of passes", barmode="group", bargap=0.15,
                    xaxis=dict(dtick=1, range=[0.5, width + 0.5]), yaxis=dict(tickformat=".0%"))
 
@@ -540,7 +549,7 @@ def race_flicker_figure(changed: dict[str, np.ndarray]):
                          mode="lines", name=label, line=dict(color=METHOD_COLOURS.get(method), width=2),
                          hovertemplate=f"{label}<br>pass %{{x}}: %{{y}} drafts changed on "
                                        f"average<extra></extra>"))
-    return _figure(data, "Drafts changed since the previous pass (flicker), mean over the samples",
+    return _figure(data, title("Drafts changed since the last pass", "flicker, mean over the samples"),
                    "pass (NFE)", "changed drafts")
 
 
@@ -609,7 +618,7 @@ def accept_prob_figure(it: Iteration, grid: tuple[int, ...], row: int = 0):
     untested = np.isfinite(probs) & ~verified & (pos < n)
     vals = np.full(n, np.nan)
     vals[pos[verified]] = probs[verified]
-    fig = heatmap_figure(vals, grid, f"Acceptance probability min(1, p/q), pass {it.index}",
+    fig = heatmap_figure(vals, grid, title("min(1, p/q) of the verified drafts", f"pass {it.index}"),
                          "row %{y}, column %{x}<br>verified: min(1, p/q) = %{z:.3f}",
                          colorscale="RdYlGn", colorbar="min(1, p/q)").update_traces(zmin=0, zmax=1)
     mask = np.full(n, np.nan)
