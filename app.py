@@ -90,17 +90,9 @@ def validator(*values):
         [gr.validate(True, "")] * (len(values) - len(page.INPUTS))
 
 
-def prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
-            clip, clip_text):
+def prepare(name, method, *values):
     """The loaded model and checked Settings; ValueError with the message otherwise."""
-    page.check_model(name, loaded(name) is not None)
-    text = page.engine_prompt(name, prompt, clip, clip_text)
-    try:
-        model = get_model(name)
-    except Exception as exc:          # missing weights, no memory...: shown, not raised
-        raise ValueError(f"could not load model {name!r}: {exc}") from None
-    return model, page.settings(model, text, method, window, init, temperature, top_k, top_p,
-                                cfg_scale, seed)
+    return page.prepare(name, method, *values, load=get_model, loaded=loaded(name) is not None)
 
 
 def session_key(request: gr.Request | None) -> str:
@@ -240,7 +232,7 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
         return
     yield race_panels(panels, runs) | {race_status: R.race_progress(runs, None, "**Done.**")}
     yield race_results(model, name, s, runs, samples) | {
-        race_state: {"model": name, "runs": runs},
+        race_state: {"model": name, "runs": {m: r.final() for m, r in runs.items()}},
         race_sample: gr.Slider(maximum=samples, value=1, visible=panels.sample is not None)}
 
 

@@ -334,6 +334,20 @@ def engine_prompt(name: str, prompt, clip=None, clip_text="") -> str:
     return clip_prompt(clip, clip_text) if takes_clip(name) else check_prompt(prompt)
 
 
+def prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
+            clip, clip_text, load: Callable[[str], object], loaded: bool = False):
+    """The model (from `load(name)`) and the checked Settings of a decoding request; a
+    ValueError with the message otherwise (a model that fails to load included)."""
+    check_model(name, loaded)
+    text = engine_prompt(name, prompt, clip, clip_text)
+    try:
+        model = load(name)
+    except Exception as exc:          # missing weights, no memory...: a message, not a crash
+        raise ValueError(f"could not load model {name!r}: {exc}") from None
+    return model, settings(model, text, method, window, init, temperature, top_k, top_p,
+                           cfg_scale, seed)
+
+
 def problems(model, name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
              prompt, pace, samples, clip=None, clip_text="") -> dict[str, str]:
     """Every input the page or the library rejects, by its name in INPUTS, with the message.

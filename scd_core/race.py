@@ -157,6 +157,10 @@ class MethodRun:
         passes = sum(counts)
         return [c / passes for c in counts[1:]] if passes else []
 
+    def final(self) -> "MethodRun":
+        """This run reduced to its last record (what a finished picture needs), to keep."""
+        return MethodRun(self.method, self.records[-1:], self.num_tokens, self.stopped)
+
     def at(self, nfe: int) -> Iteration:
         """The record after `nfe` passes (the last one once the batch has finished)."""
         return self.records[min(max(nfe, 1), len(self.records)) - 1]

@@ -112,6 +112,9 @@ def test_race_on_a_clip_in_greedy_mode_gives_identical_tokens(served_model):
     rows = final(updates, app.race_table).split("<tr>")[3:]
     assert len(rows) == 3 and all(r.split("<td>")[2].startswith("yes") for r in rows)
     assert final(updates, app.race_images["sjd"]).shape[1] >= 3 * 96     # frames >= 96 px
+    other = app.show_race_sample(2, final(updates, app.race_state))       # the second sample
+    assert set(other) == set(app.race_images.values())
+    assert other[app.race_images["sjd"]].shape == final(updates, app.race_images["sjd"]).shape
 
 
 def test_bad_clips_are_clear_errors(served_model, tmp_path):
