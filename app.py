@@ -136,7 +136,7 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
     """Decode one sample and stream its passes to the page (every pass in slow motion, else a
     few pictures a second); Stop ends it after the current pass, keeping what is shown. An
     input the model refuses (a clip too short for it...) is said in the status, nothing lost."""
-    key, ticket = session_key(request), STOPS.stamp(ticket)
+    key, browser, ticket = session_key(request), ticket is not None, STOPS.stamp(ticket)
     stopped = lambda: STOPS.stopped(key, ticket)  # noqa: E731
     try:
         model, s = prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
@@ -158,7 +158,8 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
                 yield out | (run_charts(stats, history, method, live=True) if plot_due() else {})
                 continue
             yield out                                     # the final picture first, then the rest
-            page.sleep_until(page.now() + FIRST_PAINT)    # (drawing the charts would delay it)
+            if browser:                                   # (drawing the charts would delay it)
+                page.sleep_until(page.now() + FIRST_PAINT)
             if end == "done":
                 history[method] = {"nfe": stats.nfe, "committed": stats.committed, "wall": it.wall_time}
             yield run_charts(stats, history, method) | final_outputs(model, name, method, s.prompt,
@@ -233,7 +234,7 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
     yield race_panels(panels, runs) | {race_status: R.race_progress(runs, None, "**Done.**")}
     yield race_results(model, name, s, runs, samples) | {
         race_state: {"model": name, "runs": {m: r.final() for m, r in runs.items()}},
-        race_sample: gr.Slider(maximum=samples, value=1, visible=panels.sample is not None)}
+        race_sample: gr.Slider(maximum=samples, value=1, visible=panels.sample is not None and samples > 1)}
 
 
 def show_race_sample(index, state):
