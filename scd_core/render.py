@@ -632,7 +632,7 @@ def accept_prob_figure(it: Iteration, grid: tuple[int, ...], row: int = 0):
                                   "not tested<extra></extra>")
     fig.add_scatter(x=[None], y=[None], mode="markers", name="verified draft, coloured by min(1, p/q)",
                     marker=dict(symbol="square", size=9, color="rgb(26, 152, 80)"))
-    return fig
+    return fig.update_layout(height=420, margin=dict(b=110), legend=dict(y=-0.28))
 
 
 def filmstrip_image(film: Sequence[np.ndarray], height: int = 180, width: int = 720) -> np.ndarray:
