@@ -124,6 +124,8 @@ def decode_pass(session: Session, state: State, plan: Plan) -> tuple[State, Verd
 def advance(state: State, p: torch.Tensor, m: torch.LongTensor, plan: Plan) -> tuple[State, Verdict]:
     """Verify, commit, redraft, carry and fill, given p [B, L, V] for positions n .. n + L - 1
     and the number m [B] of drafts fed (slots 0 .. m - 1; p is valid at slots 0 .. m)."""
+    if plan.method == "ar":                     # a window of one token: no drafts to verify, carry or fill
+        return advance_ar(state, p, plan)
     B, L, V = p.shape
     D, N = plan.D, plan.N
     slots = torch.arange(L, device=p.device)                                    # [L]
@@ -167,6 +169,18 @@ def advance(state: State, p: torch.Tensor, m: torch.LongTensor, plan: Plan) -> t
     after = fill_empty(after, carried, u["init"][:, :D], plan)
     accept_prob = torch.where(was_fed, alpha, float("nan"))                         # [B, D]
     return after, Verdict(None, None, k.squeeze(1), rejected.squeeze(1), accept_prob)
+
+
+def advance_ar(state: State, p: torch.Tensor, plan: Plan) -> tuple[State, Verdict]:
+    """`advance` for AR: commit a draw from p [B, 1, V] at position n (the same draw the
+    general pass takes for its bonus: the "fresh" uniform of slot 0)."""
+    n = state.n.unsqueeze(1)                                                    # [B, 1]
+    token = coupling.sample(p, pass_uniforms(state, 1)["fresh"])                # [B, 1]
+    c = (n < plan.N).long()                                                     # [B, 1] nothing past the grid
+    after = State(commit(state.tokens, n, c, token), state.n + c.squeeze(1), state.drafts, state.q,
+                  state.keys, state.passes + 1)
+    none = torch.zeros_like(state.n)
+    return after, Verdict(None, None, none, none.bool(), p.new_zeros(p.shape[0], 0))
 
 
 def fill_empty(state: State, carried: torch.BoolTensor, u: torch.Tensor, plan: Plan) -> State:
@@ -231,13 +245,12 @@ def commit(tokens: torch.LongTensor, n: torch.LongTensor, c: torch.LongTensor,
 
 def pass_uniforms(state: State, L: int) -> dict[str, torch.Tensor]:
     """This pass's uniforms [B, L] per use, from each row's stream: counter = (the row's pass
-    count, use, slot), so no number is ever drawn twice and none depends on another row or
+    count, slot, use), so no number is ever drawn twice and none depends on another row or
     on the window (a row's window may change between passes: `resize`)."""
-    device = state.n.device
-    use = torch.arange(len(_STREAMS), device=device).unsqueeze(1) * MAX_WINDOW           # [5, 1]
-    counters = state.passes.unsqueeze(1) * (len(_STREAMS) * MAX_WINDOW) + (use + torch.arange(L, device=device)).flatten()
-    u = coupling.uniforms(state.keys, counters)                                          # [B, 5L]
-    return dict(zip(_STREAMS, u.view(-1, len(_STREAMS), L).unbind(1)))
+    uses = len(_STREAMS)
+    counters = state.passes.unsqueeze(1) * (uses * MAX_WINDOW) + torch.arange(uses * L, device=state.n.device)
+    u = coupling.uniforms(state.keys, counters).view(-1, L, uses)                     # [B, L, 5]
+    return dict(zip(_STREAMS, u.unbind(2)))
 
 
 def resize(state: State, plan: Plan) -> State:

@@ -34,9 +34,9 @@ class ResizableSession(Session, Protocol):
     `add_rows(prompts)` starts new rows after the existing ones (one forward pass over their
     prompts, with the session's guidance scale) and returns their first logits [b, V].
     `keep_rows(rows)` keeps only the rows listed, in that order; the others are forgotten.
-    Neither may change what the kept rows' later logits are. With both, requests join a
-    running batch and leave it as soon as their grid is complete; without them, a server
-    decodes one batch at a time.
+    Neither may change what the kept rows' later logits are, and a failed `add_rows` leaves
+    the session as it was. With both, requests join a running batch and leave it as soon as
+    their grid is complete; without them, a server decodes one batch at a time.
     """
 
     def add_rows(self, prompts: Sequence[str]) -> torch.Tensor: ...
@@ -80,6 +80,14 @@ def optional(model: Any, name: str, default: Any = None) -> Any:
                          f"known: {', '.join(OPTIONAL_ATTRIBUTES)}")
     value = getattr(model, name, None)
     return default if value is None else value
+
+
+def row_decoder(model: Any, session: Session, row: int):
+    """How to decode row `row`'s tokens [1, N] of `session`: its `row_decoder(row)` where the
+    model's decode needs per-row context (a video model decodes the frames it continued),
+    else `model.decode`. Capture it when the row starts: row indices change as rows leave."""
+    own = getattr(session, "row_decoder", None)
+    return own(row) if callable(own) else model.decode
 
 
 def can_resize(session: Session) -> bool:

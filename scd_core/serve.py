@@ -31,7 +31,7 @@ from typing import Iterator, Sequence
 import torch
 
 from scd_core.decoding import Plan, State, TimedSession, decode_pass, resize, start_rows, validate
-from scd_core.protocols import can_resize, optional
+from scd_core.protocols import can_resize, optional, row_decoder
 from scd_core.trace import Iteration, Run
 
 _END = object()
@@ -42,8 +42,9 @@ class Request:
     took part in, its prefill first); the iteration ends when its grid is complete or after
     `cancel`, and raises what the scheduler raised if its batch failed."""
 
-    def __init__(self, prompt: str, seed: int, decode) -> None:
-        self.prompt, self.seed, self._decode = prompt, seed, decode
+    def __init__(self, prompt: str, seed: int) -> None:
+        self.prompt, self.seed = prompt, seed
+        self.decode = None                  # the decoder of this row's tokens, set when it starts
         self.records: list[Iteration] = []
         self.cancelled = threading.Event()
         self.finished = threading.Event()
@@ -71,7 +72,7 @@ class Request:
             raise TimeoutError("the request did not finish in time")
         if self.error is not None:
             raise self.error
-        return Run.from_iterations(self.records, decode=self._decode)
+        return Run.from_iterations(self.records, decode=self.decode)
 
     def _deliver(self, record: Iteration, wall: float, step: float) -> None:
         self._wall += wall
@@ -162,7 +163,7 @@ class Scheduler:
         validate(self.model, [prompt], self.plan.method, self.plan.window, self.plan.init, seed,
                  self.plan.sampling.temperature, self.plan.sampling.top_k, self.plan.sampling.top_p,
                  self.plan.cfg_scale)
-        request = Request(prompt, seed, self.model.decode)
+        request = Request(prompt, seed)
         with self._lock:
             self._waiting.append(request)
         return request
@@ -200,7 +201,8 @@ class Scheduler:
             self._fail(exc)
 
     def _join(self) -> None:
-        """Start the waiting requests: a new batch, or new rows of the running one."""
+        """Start the waiting requests: a new batch, or new rows of the running one. If their
+        start fails (a bad prompt the model refuses), only they hear why."""
         resizable = self.session is not None and can_resize(self.session.session)
         if self.session is not None and not resizable:
             return                                    # one batch at a time: wait for it to end
@@ -210,18 +212,26 @@ class Scheduler:
         if not joining:
             return
         prompts, seeds = [r.prompt for r in joining], [r.seed for r in joining]
-        entered = time.perf_counter()
-        with torch.inference_mode():
-            if self.session is None:
-                self.session = TimedSession.start(self.model, prompts, self.plan.cfg_scale)
-                first, step = self.session.first_logits, self.session.seconds
-            else:
-                step_before = self.session.seconds
-                first = self.session.session.add_rows(prompts)
-                step = time.perf_counter() - entered
-                self.session.seconds = step_before + step
-            state, verdict = start_rows(first, seeds, self.plan)
-            record = Iteration.of(0, self.plan.method, None, state, verdict, 0, 0.0, 0.0)
+        entered, running, added = time.perf_counter(), len(self.rows), False
+        try:
+            with torch.inference_mode():
+                if self.session is None:
+                    self.session = TimedSession.start(self.model, prompts, self.plan.cfg_scale)
+                    first, step = self.session.first_logits, self.session.seconds
+                else:
+                    first, added = self.session.session.add_rows(prompts), True
+                    step = time.perf_counter() - entered
+                    self.session.seconds += step
+                state, verdict = start_rows(first, seeds, self.plan)
+                record = Iteration.of(0, self.plan.method, None, state, verdict, 0, 0.0, 0.0)
+        except Exception as exc:
+            for request in joining:
+                request._end(exc)
+            if not running:
+                self.session = None
+            elif added:                                       # rows added, then a failure
+                self.session.session.keep_rows(torch.arange(running, device=self.state.n.device))
+            return
         self.passes += 1
         if self.state is not None and state.drafts.shape[1] != self.state.drafts.shape[1]:   # a policy's window
             state = resize(state, _plan_with_window(self.plan, self.state.drafts.shape[1] + 1))
@@ -229,9 +239,9 @@ class Scheduler:
         self.rows += joining
         wall = time.perf_counter() - entered
         for b, request in enumerate(joining):
+            request.decode = row_decoder(self.model, self.session.session, running + b)
             request._deliver(record.row(b), wall, step)
-            if int(record.n_after[b]) >= self.plan.N:     # a grid of one token
-                self._leave([len(self.rows) - len(joining) + b])
+        self._leave([running + b for b in range(len(joining)) if int(record.n_after[b]) >= self.plan.N])
 
     def _deliver(self, record: Iteration, wall: float, step: float) -> None:
         for b, request in enumerate(self.rows):
@@ -354,6 +364,27 @@ def _visitors(server: Server, prompts: list[str], visitors: int, per_visitor: in
     return time.perf_counter() - t, latencies, nfes
 
 
+def burst(model, prompts: list[str], settings: dict, policy: Policy | None = None, repeats: int = 3) -> dict:
+    """Seconds for len(prompts) requests (seeds 0, 1, ...) run one after another with
+    `generate`, and submitted at once to a Server: the median of `repeats` alternations."""
+    from scd_core.decoding import generate
+
+    sequential, concurrent = [], []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for i, prompt in enumerate(prompts):
+            generate(model, [prompt], seed=i, **settings)
+        sequential.append(time.perf_counter() - t)
+        server = Server(model, policy=policy)
+        t = time.perf_counter()
+        requests = [server.submit(prompt, seed=i, **settings) for i, prompt in enumerate(prompts)]
+        for request in requests:
+            request.result()
+        concurrent.append(time.perf_counter() - t)
+        server.close()
+    return {"sequential": statistics.median(sequential), "concurrent": statistics.median(concurrent)}
+
+
 def _quantile(xs: list[float], q: float) -> float:
     return statistics.quantiles(xs, n=100, method="inclusive")[int(q * 100) - 1] if len(xs) > 1 else xs[0]
 
@@ -368,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--visitors", default="1,4,8,16", help="concurrent visitors (comma-separated)")
     ap.add_argument("--requests", type=int, default=16, help="requests per row of the table")
     ap.add_argument("--policy", action="store_true", help="let the measured policy choose each batch's window")
+    ap.add_argument("--burst", type=int, default=0,
+                    help="instead of the table: N requests one after another vs N submitted at once")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -379,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     prompts = list(optional(model, "example_prompts") or ["a red apple"])
     print(f"# {args.model}: window {args.window}, init {args.init}, {settings}, threads {torch.get_num_threads()}, "
           f"{args.requests} requests per row", file=sys.stderr)
+    if args.burst:
+        return _print_burst(model, prompts, settings, args)
     print("| method | visitors | policy | images/s | p50 latency s | p95 latency s | mean NFE |")
     print("|---|---|---|---|---|---|---|")
     for method in args.methods.split(","):
@@ -397,6 +432,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {method} | {visitors} | {'measured' if policy else 'fixed'} | {len(latencies) / seconds:.2f} | "
                   f"{_quantile(latencies, 0.5):.3f} | {_quantile(latencies, 0.95):.3f} | "
                   f"{statistics.fmean(nfes):.1f} |", flush=True)
+    return 0
+
+
+def _print_burst(model, prompts: list[str], settings: dict, args: argparse.Namespace) -> int:
+    batch = [prompts[i % len(prompts)] for i in range(args.burst)]
+    print(f"| method | L | policy | {args.burst} one after another s | {args.burst} at once s | speed-up |")
+    print("|---|---|---|---|---|---|")
+    for method in args.methods.split(","):
+        window = 1 if method == "ar" else args.window
+        group = dict(method=method, window=window, init=args.init, **settings)
+        policies = {"fixed": None}
+        if args.policy and method != "ar":
+            plan, _ = validate(model, [""], method, window, args.init, 0, settings.get("temperature", 1.0),
+                               settings.get("top_k", 0), settings.get("top_p", 1.0), settings.get("cfg_scale", 1.0))
+            policies["measured"] = Policy.measure(model, plan, windows=sorted({1, 4, 8, window}))
+        for name, policy in policies.items():
+            times = burst(model, batch, group, policy)
+            print(f"| {method} | {window} | {name} | {times['sequential']:.2f} | {times['concurrent']:.2f} | "
+                  f"{times['sequential'] / times['concurrent']:.2f}x |", flush=True)
     return 0
 
 

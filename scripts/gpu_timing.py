@@ -1,19 +1,10 @@
-"""GPU timing of the full-size models (issues 5 and 6): what one window forward costs against
-one single-token forward, and what share of an iteration the engine itself takes.
+"""GPU timing of the full-size models: what one window forward costs against one
+single-token forward, and what share of a pass the engine itself takes.
 
-    python scripts/gpu_timing.py --out $OUT/gpu_timing.json          # one H100/H200: ~3-4 min
+    python scripts/gpu_timing.py --out bench_out/gpu_timing.json     # one H100/H200: ~3-4 min
     python scripts/gpu_timing.py --tiny                               # CPU plumbing check, ~15 s
 
-On the project's H200 machine (its image has torch 2.11 and transformers 5.17; the Lumina
-adapter's slot cache needs transformers 5.24, with 5.17 its forward fails on a mask of the wrong
-length), carry transformers 5.24's pure-Python wheel (nothing else: the machine's huggingface_hub,
-tokenizers, safetensors and regex satisfy its pins). Here, once:
-    echo /.whl/ >> .git/info/exclude
-    python -m pip download --no-deps -d .whl transformers==5.24.0
-then one device call with carry [".whl"] and timeout_s 540:
-    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/transformers-5.24.0-*.whl &&
-      export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 &&
-      python3 scripts/gpu_timing.py --out $OUT/gpu_timing.json 2>&1 | tee $OUT/gpu_timing.log
+It needs transformers 5.24 (the Lumina adapter's slot cache).
 
 For each model (Janus-Pro-7B, Lumina-mGPT-7B-768, Cosmos-1.0-AR-4B) the published config is
 built with random weights, directly on the GPU in bf16 (no checkpoint, no download), and

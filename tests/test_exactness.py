@@ -27,7 +27,7 @@ VIDEO_CASES = [(m, "repeat-frame") for m in METHODS[1:]]
 SINGLE_ROW_SETTINGS = {"cfg-on, top-k": (2.0, {"top_k": 2}),
                        "cfg-off, top-p, temp-0.7": (1.0, {"top_p": 0.8, "temperature": 0.7})}
 SINGLE_ROW_CASES = list(itertools.product(METHODS, ["random", "repeat-above"], SINGLE_ROW_SETTINGS))
-NUM_TESTS = len(BATCH_CASES) + len(VIDEO_CASES) + len(SINGLE_ROW_CASES) + len(METHODS)
+NUM_TESTS = len(BATCH_CASES) + len(VIDEO_CASES) + len(SINGLE_ROW_CASES) + len(METHODS) + 3
 ALPHA = 1e-4 / NUM_TESTS
 PROMPTS = ("a red apple", "a cat")
 
@@ -107,6 +107,23 @@ def test_rows_that_join_a_running_batch_sample_the_exact_joint(toy, method):
         rows = state.tokens[joined * 8_000: (joined + 1) * 8_000]
         for p in joint_pvalues(toy, rows, cohort, 2.0, {}):
             assert p > ALPHA, f"{method}: cohort joining at pass {joined}: chi-square p = {p:.3g}"
+
+
+@pytest.mark.parametrize("method", ["sjd", "scd-mc", "scd-gumbel"])
+def test_a_window_that_changes_between_passes_keeps_the_law(toy, method):
+    """A serving policy may change the batch's window at any pass boundary (1: plain AR);
+    with `resize` the rows still sample the exact joint."""
+    plan, _ = decoding.validate(toy, ["x"], method, 3, "random", 0, 1.0, 0, 1.0, 2.0)
+    prompts = [PROMPTS[i % 2] for i in range(24_000)]
+    session = toy.start(prompts, plan.cfg_scale)
+    state, _ = decoding.start_rows(session.first_logits, range(24_000), plan)
+    for window in itertools.cycle((2, 1, 4, 3)):
+        if bool((state.n >= plan.N).all()):
+            break
+        now = dataclasses.replace(plan, window=window, method=method if window > 1 else "ar")
+        state, _ = decoding.decode_pass(session, decoding.resize(state, now), now)
+    for p in joint_pvalues(toy, state.tokens, prompts, 2.0, {}):
+        assert p > ALPHA, f"{method} with a changing window: chi-square p = {p:.3g}"
 
 
 # -- the test has power: known biased variants of the reference code fail it -------------

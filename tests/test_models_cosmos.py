@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from scd_core.models import cosmos
 from scd_core.models import cosmos_tokenizer as dv
 from fakehub import empty_hub_cache  # noqa: F401  (fixture: offline, empty Hugging Face cache)
+import rows_util
 
 LEVELS = [3, 4, 5]                       # tiny FSQ: 60 codes
 TINY = cosmos.CosmosConfig(dim=48, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=12,
@@ -546,3 +547,78 @@ def test_an_image_conditions_on_one_latent_frame_and_four_are_generated(tmp_path
     assert len(frames[0]) == 33
     with pytest.raises(ValueError, match="num_input_frames"):
         cosmos.CosmosVideoModel(model.net, num_input_frames=5)
+
+
+# -- rows join and leave a running session (serving) -------------------------------------
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    """Five 9-frame clips of random colour blocks, one per 16x16 tokenizer patch (varied prefixes)."""
+    import imageio.v3 as iio
+    folder = tmp_path_factory.mktemp("clips")
+    paths = []
+    for i in range(5):
+        g = torch.Generator().manual_seed(i)
+        blocks = torch.rand(9, 4, 5, 3, generator=g) * 255
+        video = blocks.repeat_interleave(16, 1).repeat_interleave(16, 2).to(torch.uint8).numpy()
+        iio.imwrite(folder / f"blocks{i}.gif", video, duration=125, loop=0)
+        paths.append(str(folder / f"blocks{i}.gif"))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def video_model(nine_frame_model):
+    """The tiny network with larger random weights (varied greedy runs) and the tiny tokenizer."""
+    return tiny_model(tokenizer=nine_frame_model.tokenizer)
+
+
+def test_added_rows_equal_their_prompts_started_alone(video_model, clips):
+    model = video_model
+    rows_util.check_added_rows(model, clips[:2], clips[2:4], 1.0)
+    s = model.start(clips[:2])
+    s.add_rows(clips[2:3])
+    assert torch.equal(model.last_prefix, model.encode_videos(clips[:3]))     # decode finds every row's prefix
+
+
+def test_kept_rows_equal_an_untouched_session(video_model, clips):
+    model = video_model
+    s = rows_util.check_kept_rows(model, clips[:3], [2, 0], 1.0)
+    assert torch.equal(s.prefix_tokens, model.encode_videos([clips[2], clips[0]]))
+    assert torch.equal(model.last_prefix, s.prefix_tokens)
+    with pytest.raises(ValueError, match="rows"):
+        s.keep_rows(torch.tensor([2]))
+    with pytest.raises(ValueError, match="prompts"):
+        s.add_rows(["/no/such/clip.mp4"])
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
+def test_video2world_rows_join_with_their_text_states(device):
+    model = cosmos.CosmosVideoModel(cosmos.random_model(TINY_V2W, device=device, std=0.2), device=device)
+    g = torch.Generator().manual_seed(9)
+    prefix = torch.randint(0, 60, (3, model.cfg.prefix_len), generator=g)
+    context = torch.randn(3, 7, model.cfg.context_dim, generator=g)
+    toks = torch.randint(0, 60, (3, 6), generator=g)
+    s = model.start_tokens(prefix[:2], context[:2])
+    s.step(toks[:2, :4], torch.tensor([0, 0]))
+    first = s.add_token_rows(prefix[2:], context[2:])
+    out = s.step(toks, torch.tensor([2, 4, 0]))
+    alone = model.start_tokens(prefix[2:], context[2:])
+    rows_util.assert_close_logits(first, alone.first_logits, "first logits of the added row")
+    rows_util.assert_close_logits(out[2:], alone.step(toks[2:], torch.tensor([0])), "the added row")
+    s.keep_rows(torch.tensor([2, 1]))
+    ref = model.start_tokens(prefix[1:2], context[1:2])
+    ref.step(toks[1:2, :4], torch.tensor([0]))
+    ref.step(toks[1:2], torch.tensor([4]))
+    more = torch.randint(0, 60, (2, 3), generator=g)
+    out = s.step(more, torch.tensor([6, 10]))
+    rows_util.assert_close_logits(out[1:], ref.step(more[1:], torch.tensor([10])), "a kept row")
+    with pytest.raises(ValueError, match="context"):
+        s.add_token_rows(prefix[:1], torch.randn(1, 5, model.cfg.context_dim))          # other text length
+    with pytest.raises(ValueError, match="prefix"):
+        s.add_token_rows(prefix[:1, :3], context[:1])
+
+
+def test_scheduler_rows_join_and_leave_with_greedy_tokens_of_ar_alone(video_model, clips):
+    joins = {0: clips[:2], 2: clips[2:3], 5: clips[3:5]}
+    rows_util.check_scheduler_greedy(video_model, joins, cfg_scale=1.0, window=8)

@@ -7,6 +7,7 @@ transformers = pytest.importorskip("transformers")
 from scd_core.models import janus as janus_mod  # noqa: E402
 from scd_core.models._hf import WeightsNotFoundError  # noqa: E402
 from fakehub import empty_hub_cache  # noqa: E402,F401  (fixture: offline, empty Hugging Face cache)
+import rows_util  # noqa: E402
 
 BOS, EOS, PAD, BOI = 1, 2, 0, 298
 V_IMG = 128
@@ -292,3 +293,55 @@ def test_cuda_bf16_step_and_run():
     # (no greedy AR == SCD equality here: bf16 window and single-token passes round differently)
     run = scd_core.generate(tm, PROMPTS, method="scd-mc", window=5, top_k=1, cfg_scale=5.0)
     assert run.tokens.shape == (2, tm.grid[0] * tm.grid[1]) and len(run.images) == 2
+
+
+# -- rows join and leave a running session (serving) -------------------------------------
+
+LONG = "a lighthouse on a cliff at dusk, waves below"                  # longer than any running prompt
+
+
+@pytest.mark.parametrize("cfg", [1.0, 5.0])
+def test_added_rows_equal_their_prompts_started_alone(tm, cfg):
+    rows_util.check_added_rows(tm, PROMPTS, [LONG, "dog"], cfg)
+
+
+@pytest.mark.parametrize("cfg", [1.0, 5.0])
+def test_kept_rows_equal_an_untouched_session(tm, cfg):
+    prompts = [PROMPTS[0], LONG, PROMPTS[1]]
+    rows_util.check_kept_rows(tm, prompts, [2, 0], cfg)
+
+
+def test_keep_rows_drops_the_slots_only_leaving_rows_used(tm):
+    s = tm.start([PROMPTS[0], LONG, PROMPTS[1]], 5.0)
+    s.step(torch.zeros(3, 6, dtype=torch.long), torch.zeros(3, dtype=torch.long))
+    s.keep_rows(torch.tensor([2, 0]))                                  # the longest prompt leaves
+    alone = tm.start([PROMPTS[1], PROMPTS[0]], 5.0)
+    alone.step(torch.zeros(2, 6, dtype=torch.long), torch.zeros(2, dtype=torch.long))
+    assert s.cache.get_seq_length() == alone.cache.get_seq_length() == s.slots.valid.shape[1]
+
+
+def test_bad_rows_and_prompts_are_refused_and_leave_the_session_as_it_was(tm):
+    s = tm.start(PROMPTS, 5.0)
+    for bad in ([2], [-1], [0, 0], [[0]], [0.5], "0"):
+        with pytest.raises(ValueError, match="rows"):
+            s.keep_rows(bad)
+    for bad in ("a cat", [], [3]):
+        with pytest.raises(ValueError, match="prompts"):
+            s.add_rows(bad)
+    out = s.step(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, dtype=torch.long))
+    ref = tm.start(PROMPTS, 5.0).step(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, dtype=torch.long))
+    rows_util.assert_close_logits(out, ref, "a session after refused changes")
+
+
+def test_scheduler_rows_join_and_leave_with_greedy_tokens_of_ar_alone(tm):
+    joins = {0: [PROMPTS[0], "dog"], 1: [LONG], 3: [PROMPTS[1], "a cat"]}
+    rows_util.check_scheduler_greedy(tm, joins, cfg_scale=5.0, window=4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_rows_join_and_leave():
+    """GPU check: rows join and leave a session on CUDA (float32, so the logits compare exactly)."""
+    gpu = janus_mod.JanusTokenModel(tiny_janus().to("cuda"), encode=encode, bos_token_id=BOS,
+                                    boi_token_id=BOI, pad_token_id=PAD)
+    rows_util.check_added_rows(gpu, PROMPTS, [LONG, "dog"], 5.0)
+    rows_util.check_kept_rows(gpu, [PROMPTS[0], LONG, PROMPTS[1]], [2, 0], 5.0)

@@ -10,6 +10,7 @@ import torch
 from scd_core.models import llamagen as lg
 from scd_core.models.llamagen import GPTConfig, LlamaGenTokenModel, Transformer, VQModel
 from fakehub import empty_hub_cache  # noqa: F401  (fixture: offline, empty Hugging Face cache)
+import rows_util
 
 V = 24
 GRID = 4
@@ -304,3 +305,61 @@ def test_cuda_bf16_matches_cpu_float32(c2i, t2i, kind):
         out.append(s.step(torch.tensor([[2, 3, 4], [5, 6, 7]]), torch.tensor([2, 5])).float().cpu())
     torch.testing.assert_close(out[1], out[0], atol=0.1, rtol=0.05)
     assert len(gpu.decode(torch.zeros(2, GRID * GRID, dtype=torch.long))) == 2
+
+
+# -- rows join and leave a running session (serving) -------------------------------------
+
+ROW_PROMPTS = {"c2i": (["7", "2"], ["5", "0"], ["3", "9", "1"]),
+               "t2i": (["a red apple on a table", "two cats"], ["a lighthouse at dusk", "dog"],
+                       ["a dog", "an old boat on a quiet lake", "snow"])}    # text masks of different lengths
+
+
+@pytest.mark.parametrize("kind", ["c2i", "t2i"])
+@pytest.mark.parametrize("cfg", [1.0, 4.0])
+def test_added_rows_equal_their_prompts_started_alone(c2i, t2i, kind, cfg):
+    tm = c2i if kind == "c2i" else t2i
+    old, new, _ = ROW_PROMPTS[kind]
+    rows_util.check_added_rows(tm, old, new, cfg)
+
+
+@pytest.mark.parametrize("kind", ["c2i", "t2i"])
+@pytest.mark.parametrize("cfg", [1.0, 4.0])
+def test_kept_rows_equal_an_untouched_session(c2i, t2i, kind, cfg):
+    tm = c2i if kind == "c2i" else t2i
+    s = rows_util.check_kept_rows(tm, ROW_PROMPTS[kind][2], [2, 0], cfg)
+    assert s.cond_mask.shape[0] == (2 if cfg == 1.0 else 4)
+    with pytest.raises(ValueError, match="rows"):
+        s.keep_rows(torch.tensor([1, 2]))
+    if kind == "c2i":
+        with pytest.raises(ValueError, match="prompts"):
+            s.add_rows(["a golden retriever"])                       # c2i takes class ids
+
+
+def spread(tm: LlamaGenTokenModel, std: float = 0.15) -> LlamaGenTokenModel:
+    """The same architecture with larger random weights: logits that depend strongly on the
+    context, so greedy runs do not collapse onto one repeated token (a weak comparison)."""
+    g = torch.Generator().manual_seed(5)
+    gpt = Transformer(tm.cfg)
+    with torch.no_grad():
+        for p in gpt.parameters():
+            if p.ndim >= 2:
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+    return LlamaGenTokenModel(gpt, None, tm.text_encoder)
+
+
+@pytest.mark.parametrize("kind", ["c2i", "t2i"])
+def test_scheduler_rows_join_and_leave_with_greedy_tokens_of_ar_alone(c2i, t2i, kind):
+    tm = spread(c2i if kind == "c2i" else t2i)
+    old, new, more = ROW_PROMPTS[kind]
+    rows_util.check_scheduler_greedy(tm, {0: old, 1: new[:1], 3: new[1:] + more[:1]}, cfg_scale=4.0, window=4,
+                                     pixels=False)   # the tiny config has no VQ decoder
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_rows_join_and_leave(t2i):
+    """GPU check: rows join and leave a session on CUDA (float32, so the logits compare exactly)."""
+    import copy
+    gpu = LlamaGenTokenModel(copy.deepcopy(t2i.gpt).to("cuda"), None, fake_text_encoder)
+    old, new, more = ROW_PROMPTS["t2i"]
+    rows_util.check_added_rows(gpu, old, new, 4.0)
+    rows_util.check_kept_rows(gpu, more, [2, 0], 4.0)

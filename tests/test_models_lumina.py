@@ -13,6 +13,7 @@ from transformers import ChameleonConfig, ChameleonForConditionalGeneration  # n
 from scd_core.models import lumina  # noqa: E402
 from scd_core.models.lumina import LuminaLayout, LuminaTokenModel  # noqa: E402
 from fakehub import empty_hub_cache  # noqa: E402,F401  (fixture: offline, empty Hugging Face cache)
+import rows_util  # noqa: E402
 
 N_CODES = 16
 LAYOUT = LuminaLayout(bos=0, sep=93, image_start=92, eoi=91, eol=90, grid_token_base=60, pad=1)
@@ -373,3 +374,37 @@ def test_cuda_bf16_matches_cpu_float32(tm):
         s.step(hist, torch.tensor([0, 0]))
         out.append(s.step(window, torch.tensor(starts)).float().cpu())
     torch.testing.assert_close(out[1], out[0], atol=0.1, rtol=0.05)
+
+
+# -- rows join and leave a running session (serving) -------------------------------------
+
+LONG = "a lighthouse on a cliff at dusk"                # a longer prompt than any running one
+
+
+@pytest.mark.parametrize("cfg", [1.0, 3.0])
+def test_added_rows_equal_their_prompts_started_alone(tm, cfg):
+    """The running rows' prompt region grows to the newcomer's longer prompt; windows cross
+    row ends (forced end-of-row tokens) at different places in each row."""
+    rows_util.check_added_rows(tm, ["a dog", "the quick brown fox"], [LONG, "cat"], cfg)
+
+
+@pytest.mark.parametrize("cfg", [1.0, 3.0])
+def test_kept_rows_equal_an_untouched_session(tm, cfg):
+    s = rows_util.check_kept_rows(tm, ["a dog", LONG, "the quick brown fox"], [2, 0], cfg)
+    assert s.P == len(tm.cond_ids("the quick brown fox"))       # the longest prompt left: its slots went
+    with pytest.raises(ValueError, match="rows"):
+        s.keep_rows([0, 2])
+
+
+def test_scheduler_rows_join_and_leave_with_greedy_tokens_of_ar_alone(tm):
+    joins = {0: ["a red apple", "cat"], 1: [LONG], 3: ["the quick brown fox", "a dog"]}
+    rows_util.check_scheduler_greedy(tm, joins, cfg_scale=3.0, window=4, pixels=False)   # no VQGAN here
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_rows_join_and_leave(tm):
+    """GPU check: rows join and leave a session on CUDA (float32, so the logits compare exactly)."""
+    import copy
+    gpu = LuminaTokenModel(copy.deepcopy(tm.model).to("cuda"), encode, GRID, layout=LAYOUT, prompt_template="{prompt}")
+    rows_util.check_added_rows(gpu, ["a dog", "the quick brown fox"], [LONG, "cat"], 3.0)
+    rows_util.check_kept_rows(gpu, ["a dog", LONG, "the quick brown fox"], [2, 0], 3.0)

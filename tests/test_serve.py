@@ -50,16 +50,19 @@ def test_rows_that_join_a_running_batch_equal_the_same_prompt_alone(grid, method
 
 
 def test_a_row_leaves_as_soon_as_its_grid_is_complete(grid):
-    scheduler = Scheduler(grid, method="scd-mc", window=6, top_k=30)
-    fast, slow = scheduler.submit("a cat", 0), scheduler.submit("a dog", 1)
-    while not (fast.finished.is_set() or slow.finished.is_set()):
+    kw = dict(method="scd-mc", window=6, top_k=30)
+    nfe = {seed: scd_core.generate(grid, ["a cat"], seed=seed, **kw).nfe for seed in range(6)}
+    fast_seed, slow_seed = min(nfe, key=nfe.get), max(nfe, key=nfe.get)
+    assert nfe[fast_seed] < nfe[slow_seed]
+    scheduler = Scheduler(grid, **kw)
+    fast, slow = scheduler.submit("a cat", fast_seed), scheduler.submit("a cat", slow_seed)
+    while not fast.finished.is_set():
         scheduler.step()
-    first = fast if fast.finished.is_set() else slow
-    other = slow if first is fast else fast
-    assert first.records[-1].n_after[0] == grid.N and not other.finished.is_set()
+    assert fast.records[-1].n_after[0] == grid.N and len(fast.records) == nfe[fast_seed]
+    assert not slow.finished.is_set()
     assert scheduler.batch_size == 1 and scheduler.state.n.shape == (1,)        # the row left the batch
     run_until_idle(scheduler)
-    assert other.result().tokens.shape == (1, grid.N)
+    assert slow.result().nfe == nfe[slow_seed]
 
 
 def test_cancel_drops_only_that_row(grid):
@@ -174,3 +177,51 @@ def test_policy_measure_times_every_batch_and_window(grid):
     policy = Policy.measure(grid, plan, batches=(1, 4), windows=(1, 4), samples=2, repeats=1)
     assert set(policy.seconds) == {(1, 1), (1, 4), (4, 1), (4, 4)}
     assert policy.tokens_per_pass[1] == pytest.approx(1.0) and policy.tokens_per_pass[4] > 1.0
+
+
+class RefusingModel(FixedBatchModel):
+    """The toy grid model, whose sessions can resize, refusing the prompt "refused"."""
+
+    def start(self, prompts, cfg_scale):
+        if "refused" in prompts:
+            raise ValueError("prompts: this model refuses 'refused'")
+        session = self.inner.start(prompts, cfg_scale)
+        outer = self
+
+        class Refusing:
+            first_logits = session.first_logits
+            step = staticmethod(session.step)
+            keep_rows = staticmethod(session.keep_rows)
+
+            @staticmethod
+            def add_rows(new):
+                outer.start(new, cfg_scale)                    # refuses before anything changes
+                return session.add_rows(new)
+        return Refusing()
+
+
+def test_a_request_the_model_refuses_fails_alone(grid):
+    model = RefusingModel(grid)
+    scheduler = Scheduler(model, method="scd-mc", window=6, top_k=30)
+    requests = run_until_idle(scheduler, {0: [("a cat", 0)], 2: [("refused", 1)], 3: [("a dog", 2)]})
+    good, refused, late = requests
+    with pytest.raises(ValueError, match="refuses"):
+        refused.result()
+    for request in (good, late):
+        alone = scd_core.generate(grid, [request.prompt], method="scd-mc", window=6, seed=request.seed, top_k=30)
+        assert torch.equal(request.result().tokens, alone.tokens)
+    first = run_until_idle(Scheduler(model, method="sjd", window=4), {0: [("refused", 0)]})[0]
+    with pytest.raises(ValueError, match="refuses"):
+        first.result()
+
+
+def test_each_request_decodes_with_its_own_rows_decoder(grid):
+    class PerRow(FixedBatchModel):
+        def start(self, prompts, cfg_scale):
+            session = self.inner.start(prompts, cfg_scale)
+            session.row_decoder = lambda row, prompts=list(prompts): (lambda tokens: [f"row of {prompts[row]}"])
+            return session
+
+    scheduler = Scheduler(PerRow(grid), method="sjd", window=4)
+    cat, dog = run_until_idle(scheduler, {0: [("a cat", 0), ("a dog", 1)]})
+    assert cat.result().images == ["row of a cat"] and dog.result().images == ["row of a dog"]

@@ -11,7 +11,13 @@ inside the functions that need them. Downloads go through `hub.fetch`.
 - `check_prompts`, `check_cfg`, `check_tokens`, `check_step`, `left_pad`: argument checks
   (ValueError naming the argument) and prompt padding shared by adapters.
 - `RowSlots`: bookkeeping that lets the rows of one `DynamicCache` sit at different
-  generated positions (per-row forgetting through the attention mask, explicit position ids).
+  generated positions (per-row forgetting through the attention mask, explicit position ids),
+  and lets rows join (`RowSlots.join`) and leave (`RowSlots.keep`) a running cache;
+  `ResizableRows` gives such a session `add_rows` and `keep_rows`.
+- `check_rows`, `guided_order`, `guided_rows`: the row arguments of `add_rows`/`keep_rows` for
+  sessions that keep conditional rows, then unconditional ones.
+- `cache_from_tensors`, `cache_tensors`: a `DynamicCache` built from, and read as, per-layer
+  key/value tensors (its constructor and its `layers`: public API).
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ import os
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 
 from .hub import HubFiles, ProgressFn, fetch, looks_like_hub_id
 from .hub import WeightsNotFoundError  # noqa: F401  (adapters and callers import it from here)
@@ -160,6 +167,54 @@ def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, 
     return ids.to(device), mask.to(device)
 
 
+def check_rows(rows, batch: int) -> torch.Tensor:
+    """The `rows` argument of `keep_rows`: distinct indices in [0, batch), as a 1-D LongTensor."""
+    try:
+        rows = torch.as_tensor(rows)
+    except (TypeError, ValueError, RuntimeError):
+        rows = None
+    if rows is None or rows.ndim != 1 or rows.dtype.is_floating_point or rows.dtype.is_complex \
+            or rows.dtype == torch.bool:
+        raise ValueError("rows: expected a 1-D tensor of integer row indices")
+    rows = rows.long().cpu()
+    if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= batch):
+        raise ValueError(f"rows: expected indices in [0, {batch}), got {rows.tolist()}")
+    if rows.unique().numel() != rows.numel():
+        raise ValueError(f"rows: each row may be kept once, got {rows.tolist()}")
+    return rows
+
+
+def guided_order(old: int, new: int, reps: int) -> torch.Tensor:
+    """Cache rows of a batch of `old` prompts followed by one of `new` prompts, each laid out
+    as `reps` blocks (conditional rows, then unconditional ones): the index into
+    cat([old rows, new rows]) that gives one block layout again (old + new per block)."""
+    blocks = []
+    for r in range(reps):
+        blocks.append(torch.arange(r * old, (r + 1) * old))
+        blocks.append(reps * old + torch.arange(r * new, (r + 1) * new))
+    return torch.cat(blocks)
+
+
+def guided_rows(rows: torch.Tensor, batch: int, reps: int) -> torch.Tensor:
+    """Cache rows of prompts `rows` in a block layout of `reps` blocks of `batch` rows."""
+    return torch.cat([rows + r * batch for r in range(reps)])
+
+
+def cache_from_tensors(layers: Sequence[tuple[torch.Tensor, torch.Tensor]]):
+    """A transformers `DynamicCache` holding these key/value tensors [R, heads, S, head_dim],
+    one pair per layer (the constructor's documented way of filling a cache from tensors)."""
+    from transformers import DynamicCache
+
+    return DynamicCache(ddp_cache_data=[(k, v) for k, v in layers])
+
+
+def cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The key/value tensors of every layer of a `DynamicCache` of full-attention layers."""
+    if any(cache.is_sliding):
+        raise ValueError("cache: rows can join and leave only a cache of full-attention layers")
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
 class RowSlots:
     """Per-row bookkeeping of a transformers `DynamicCache` whose rows advance independently.
 
@@ -170,6 +225,10 @@ class RowSlots:
     position ids keep every row's positions right. Slots invalid in every row at the end
     of the cache are cropped away, so for a batch of one the cache stays exactly as long as
     the sequence; with rows at different positions it holds at most the union of holes.
+
+    Rows join a running cache with `join` (the newcomers' prompt slots sit after the running
+    rows' slots, padded with invalid slots) and leave it with `keep`, which also drops the
+    slots no remaining row uses.
 
     Offsets are counted from the first generated token of the row's sequence (an adapter
     may feed extra forced tokens, such as end-of-row markers, as offsets of their own).
@@ -182,6 +241,12 @@ class RowSlots:
         self.valid = prompt_mask.bool().clone()
         self.off = torch.full(prompt_mask.shape, -1, dtype=torch.long, device=prompt_mask.device)
         self.base = prompt_mask.long().sum(-1)          # position id of offset 0, per row
+
+    @classmethod
+    def _of(cls, valid: torch.Tensor, off: torch.Tensor, base: torch.Tensor) -> "RowSlots":
+        slots = cls.__new__(cls)
+        slots.valid, slots.off, slots.base = valid, off, base
+        return slots
 
     @staticmethod
     def prompt_position_ids(prompt_mask: torch.Tensor) -> torch.Tensor:
@@ -224,6 +289,69 @@ class RowSlots:
             crop_to(cache, keep)
             self.valid = self.valid[:, :keep]
             self.off = self.off[:, :keep]
+
+    def keep(self, cache, rows: torch.Tensor):
+        """Keep only cache rows `rows` (in that order), then drop the slots that no kept row
+        uses any more. Returns the cache to use from now on (this one, or a compacted copy)."""
+        tensors = cache_tensors(cache)
+        rows = rows.to(self.off.device)
+        self.valid, self.off, self.base = self.valid[rows], self.off[rows], self.base[rows]
+        alive = self.valid.any(0)
+        if bool(alive.all()):
+            cache.batch_select_indices(rows)
+            return cache
+        cols = alive.nonzero().squeeze(1)
+        self.valid, self.off = self.valid[:, cols], self.off[:, cols]
+        return cache_from_tensors([(k[rows.to(k.device)][:, :, cols.to(k.device)],
+                                    v[rows.to(v.device)][:, :, cols.to(v.device)]) for k, v in tensors])
+
+    @staticmethod
+    def join(first: tuple[object, "RowSlots"], second: tuple[object, "RowSlots"],
+             order: torch.Tensor) -> tuple[object, "RowSlots"]:
+        """One cache and its bookkeeping from two (rows joining a running batch): the shorter
+        one's rows get invalid slots at the end, then cat([first rows, second rows])[order]."""
+        width = max(slots.valid.shape[1] for _, slots in (first, second))
+        layers, valid, off, base = [], [], [], []
+        for cache, slots in (first, second):
+            extra = width - slots.valid.shape[1]
+            valid.append(F.pad(slots.valid, (0, extra), value=False))
+            off.append(F.pad(slots.off, (0, extra), value=-1))
+            base.append(slots.base)
+            layers.append([(F.pad(k, (0, 0, 0, extra)), F.pad(v, (0, 0, 0, extra)))
+                           for k, v in cache_tensors(cache)])
+        order = order.to(first[1].off.device)
+        kv = [(torch.cat([ka, kb])[order.to(ka.device)], torch.cat([va, vb])[order.to(va.device)])
+              for (ka, va), (kb, vb) in zip(*layers)]
+        slots = RowSlots._of(torch.cat(valid)[order], torch.cat(off)[order], torch.cat(base)[order])
+        return cache_from_tensors(kv), slots
+
+
+class ResizableRows:
+    """`add_rows` / `keep_rows` for a session whose rows share one `DynamicCache` with
+    `RowSlots` bookkeeping, laid out as `reps` blocks of `batch` rows (conditional rows, then
+    unconditional ones). The session provides `tm` (whose `start(prompts, cfg_scale)` makes a
+    session of the same kind), `cfg_scale`, `batch`, `reps`, `n_rows`, `cache`, `slots` and
+    `first_logits`."""
+
+    @torch.no_grad()
+    def add_rows(self, prompts: Sequence[str]) -> torch.Tensor:
+        """Start new rows after the existing ones (one forward pass over their prompts, with
+        this session's guidance); returns their first logits [b, V]."""
+        new = self.tm.start(prompts, self.cfg_scale)
+        order = guided_order(self.batch, new.batch, self.reps)
+        self.cache, self.slots = RowSlots.join((self.cache, self.slots), (new.cache, new.slots), order)
+        self.batch += new.batch
+        self.n_rows = self.reps * self.batch
+        self.first_logits = torch.cat([self.first_logits, new.first_logits])
+        return new.first_logits
+
+    def keep_rows(self, rows: torch.LongTensor) -> None:
+        """Keep only the rows listed, in that order; the others are forgotten."""
+        rows = check_rows(rows, self.batch)
+        self.cache = self.slots.keep(self.cache, guided_rows(rows, self.batch, self.reps))
+        self.batch = int(rows.numel())
+        self.n_rows = self.reps * self.batch
+        self.first_logits = self.first_logits[rows.to(self.first_logits.device)]
 
 
 def load_pretrained(folder: str, model_cls, processor_cls, device, dtype, family: str):

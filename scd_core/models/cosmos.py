@@ -32,6 +32,10 @@ down a street"; only the first '|' splits, the text may be empty. The base 4B mo
 The KV cache is static and position-indexed (gpt-fast style): keys and values are written at
 their absolute sequence position and attention is masked by position, so `Session.step` with a
 smaller start simply overwrites: forgetting is free, and batch rows may sit at different starts.
+Every row has the same layout (the conditioning prefix fills positions 0..prefix_len - 1, after
+<bov> for Video2World), so rows join a running session (`add_rows`, `add_token_rows`) and leave
+it (`keep_rows`) by concatenating and selecting cache rows. The model's `last_prefix` follows
+the session's rows, so `decode` of the whole batch finds their conditioning tokens.
 
 Not implemented: YaRN (only the 12B/13B models use it), the optional diffusion decoder
 (Cosmos-1.0-Diffusion-7B-Decoder-DV8x16x16ToCV8x8x8), the guardrails.
@@ -58,6 +62,8 @@ GPU timing recipe (not run in the CPU tests), one forward of the full-size 4B at
 """
 from __future__ import annotations
 
+import functools
+
 import math
 import os
 from dataclasses import dataclass, field, replace
@@ -68,6 +74,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from scd_core.models import cosmos_tokenizer as dv
+from scd_core.models._hf import check_rows
 from scd_core.models.hub import HubFiles, ProgressFn, cached, fetch, read_checkpoint as read_file
 
 CHECKPOINT_FILES = ("model.pt", "model.safetensors", "model.pth")
@@ -350,6 +357,28 @@ class KVCache:
             pad = lambda t: torch.cat([t, t.new_zeros(*t.shape[:2], extra, t.shape[3])], dim=2)
             self.k, self.v = [pad(t) for t in self.k], [pad(t) for t in self.v]
 
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep only rows `rows` of every layer (self- and cross-attention), in that order."""
+        self.k, self.v = [t[rows] for t in self.k], [t[rows] for t in self.v]
+        self.context = [None if c is None else (c[0][rows], c[1][rows]) for c in self.context]
+
+    def join(self, other: "KVCache") -> None:
+        """Append the rows of `other` (a cache of the same network)."""
+        def shape(c):
+            return None if c is None else tuple(c[0].shape[1:])
+
+        for mine, theirs in zip(self.context, other.context):
+            if shape(mine) != shape(theirs):
+                raise ValueError(f"context: the new rows' text states give keys of shape {shape(theirs)}, "
+                                 f"the running rows' {shape(mine)}")
+        capacity = max(self.capacity, other.capacity)
+        self.grow(capacity)
+        other.grow(capacity)
+        self.k = [torch.cat([a, b]) for a, b in zip(self.k, other.k)]
+        self.v = [torch.cat([a, b]) for a, b in zip(self.v, other.v)]
+        self.context = [None if a is None else (torch.cat([a[0], b[0]]), torch.cat([a[1], b[1]]))
+                        for a, b in zip(self.context, other.context)]
+
 
 class CosmosTransformer(nn.Module):
     """The Cosmos-1 AR network; state-dict names match NVIDIA's checkpoints (after 'model.')."""
@@ -583,7 +612,8 @@ def parse_prompt(prompt: str, has_text: bool) -> tuple[str, str]:
 
 
 class CosmosSession:
-    """One batch being decoded: the conditioning prefix is in the cache from the start."""
+    """One batch being decoded: the conditioning prefix is in the cache from the start. Rows
+    join with `add_rows` and leave with `keep_rows` (a `ResizableSession`)."""
 
     def __init__(self, model: "CosmosVideoModel", prefix: torch.LongTensor,
                  context: torch.Tensor | None = None):
@@ -607,6 +637,36 @@ class CosmosSession:
         with torch.no_grad():
             self.first_logits = net(tokens, pos, self.cache)[:, -1]
         self.fed = torch.zeros(b, dtype=torch.long)           # generated positions fed per row
+
+    def add_rows(self, prompts: Sequence[str]) -> torch.Tensor:
+        """Start new rows after the existing ones (one forward pass over their conditioning
+        prefixes); `prompts` as for `start`. Returns their first logits [b, V]."""
+        prefix, context = self.model.conditioning(prompts)
+        return self.add_token_rows(prefix, context)
+
+    def add_token_rows(self, prefix: torch.LongTensor, context: torch.Tensor | None = None) -> torch.Tensor:
+        """`add_rows` from conditioning tokens [b, prefix_len] (and text states), as `start_tokens`."""
+        self.model.check_prefix(prefix)
+        new = CosmosSession(self.model, prefix.long(), context)
+        self.cache.join(new.cache)
+        self.prefix_tokens = torch.cat([self.prefix_tokens, new.prefix_tokens.to(self.prefix_tokens.device)])
+        self.fed = torch.cat([self.fed, new.fed])
+        self.first_logits = torch.cat([self.first_logits, new.first_logits])
+        self.model.last_prefix = self.prefix_tokens.cpu()
+        return new.first_logits
+
+    def row_decoder(self, row: int):
+        """The decoder of row `row`'s tokens [1, N]: with the conditioning frames it continues."""
+        return functools.partial(self.model.decode, prefix=self.prefix_tokens[row: row + 1].cpu())
+
+    def keep_rows(self, rows: torch.LongTensor) -> None:
+        """Keep only the rows listed, in that order; the others are forgotten."""
+        rows = check_rows(rows, self.fed.shape[0])
+        self.cache.keep(rows.to(self.model.device))
+        self.prefix_tokens = self.prefix_tokens[rows.to(self.prefix_tokens.device)]
+        self.fed = self.fed[rows]
+        self.first_logits = self.first_logits[rows.to(self.first_logits.device)]
+        self.model.last_prefix = self.prefix_tokens.cpu()
 
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
         b = self.fed.shape[0]
@@ -663,6 +723,10 @@ class CosmosVideoModel:
     def start(self, prompts: Sequence[str], cfg_scale: float = 1.0) -> CosmosSession:
         if cfg_scale != 1:
             raise ValueError(f"cfg_scale: Cosmos-1 AR has no classifier-free guidance; must be 1, got {cfg_scale}")
+        return self.start_tokens(*self.conditioning(prompts))
+
+    def conditioning(self, prompts: Sequence[str]) -> tuple[torch.LongTensor, torch.Tensor | None]:
+        """Prompts -> (prefix tokens [B, prefix_len], T5 states for Video2World or None)."""
         if isinstance(prompts, str) or not prompts:
             raise ValueError("prompts: expected a non-empty list of video paths")
         parsed = [parse_prompt(p, self.cfg.cross_attention) for p in prompts]
@@ -674,14 +738,20 @@ class CosmosVideoModel:
                 "model.with_input_frames(1), or load the model with num_input_frames=1")
         prefix = self.encode_videos([path for path, _ in parsed])
         context = self.encode_text([text for _, text in parsed]) if self.cfg.cross_attention else None
-        return self.start_tokens(prefix, context)
+        return prefix, context
+
+    def check_prefix(self, prefix) -> None:
+        """Conditioning tokens must be an integer tensor [B, prefix_len] of codes."""
+        if not isinstance(prefix, torch.Tensor) or prefix.ndim != 2 or prefix.shape[1] != self.cfg.prefix_len \
+                or prefix.dtype.is_floating_point:
+            raise ValueError(f"prefix: expected integer tokens [B, {self.cfg.prefix_len}], got "
+                             f"{tuple(getattr(prefix, 'shape', ()))}")
+        if bool((prefix < 0).any()) or bool((prefix >= self.vocab_size).any()):
+            raise ValueError(f"prefix: token ids must lie in [0, {self.vocab_size})")
 
     def start_tokens(self, prefix: torch.LongTensor, context: torch.Tensor | None = None) -> CosmosSession:
         """Start from conditioning tokens [B, prefix_len] (and T5 states [B, 512, 1024])."""
-        if prefix.ndim != 2 or prefix.shape[1] != self.cfg.prefix_len:
-            raise ValueError(f"prefix: expected [B, {self.cfg.prefix_len}], got {tuple(prefix.shape)}")
-        if bool((prefix < 0).any()) or bool((prefix >= self.vocab_size).any()):
-            raise ValueError(f"prefix: token ids must lie in [0, {self.vocab_size})")
+        self.check_prefix(prefix)
         self.last_prefix = prefix.detach().cpu().long()
         return CosmosSession(self, prefix.long(), context)
 

@@ -11,7 +11,9 @@ only the H x W grid of visual codes (V = the VQ codebook size); the adapter
   cond and negative rows have different lengths, so prompts are left-padded and every call
   passes explicit `position_ids` and a 2-D attention mask (`_hf.RowSlots`). Guidance is
   `u + (c - u) * cfg_scale` on the visual logits, which equals transformers' unbatched
-  log-softmax guidance restricted to the visual tokens up to a per-row constant.
+  log-softmax guidance restricted to the visual tokens up to a per-row constant;
+- rows joining (`add_rows`) and leaving (`keep_rows`) a running session: the cache keeps the
+  prompt rows of all prompts, then their negative-prompt rows (`_hf.RowSlots.join` / `keep`).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ._hf import (RowSlots, load_pretrained, check_cfg, check_prompts, check_step, check_tokens,
+from ._hf import (ResizableRows, RowSlots, load_pretrained, check_cfg, check_prompts, check_step, check_tokens,
                   config_model_type, left_pad, pick_device_dtype, resolve_weights)
 from .hub import HubFiles, ProgressFn
 
@@ -155,14 +157,16 @@ class Emu3TokenModel:
         return [_to_pil(img, self.processor) for img in pixels]                     # [3, H', W'] each
 
 
-class Emu3Session:
-    """Prompt rows then negative-prompt rows of one batch, prefilled in one forward."""
+class Emu3Session(ResizableRows):
+    """Prompt rows then negative-prompt rows of one batch, prefilled in one forward; rows join
+    with `add_rows` and leave with `keep_rows` (a `ResizableSession`)."""
 
     def __init__(self, tm: Emu3TokenModel, rows: list[list[int]], batch: int, cfg_scale: float):
         from transformers import DynamicCache
 
         self.tm, self.batch, self.cfg_scale = tm, batch, cfg_scale
         self.n_rows = len(rows)
+        self.reps = self.n_rows // batch                 # 2 with guidance: prompt block, negative block
         self._text = tm.model.model.text_model
         self._bpe = tm.code_to_bpe.to(tm.device)
         ids, mask = left_pad(rows, tm.pad_token_id, tm.device)
@@ -180,7 +184,7 @@ class Emu3Session:
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Hidden states of all rows -> guided visual-code logits of the B prompts (float32)."""
         scores = self.tm.model.lm_head(hidden)[..., self._bpe].float()
-        if self.n_rows == self.batch:
+        if self.reps == 1:
             return scores
         cond, uncond = scores[: self.batch], scores[self.batch:]
         return uncond + (cond - uncond) * self.cfg_scale
@@ -208,12 +212,11 @@ class Emu3Session:
         tokens, start = check_step(tokens, start, self.batch, self.tm.vocab_size)
         tokens, start = tokens.to(self.tm.device), start.to(self.tm.device)
         ids, offs, pick = self._layout(tokens, start)
-        reps = self.n_rows // self.batch
-        ids, offs = ids.repeat(reps, 1), offs.repeat(reps, 1)
-        forget = self.tm.offsets(start).repeat(reps)
+        ids, offs = ids.repeat(self.reps, 1), offs.repeat(self.reps, 1)
+        forget = self.tm.offsets(start).repeat(self.reps)
         mask, position_ids = self.slots.prepare(self.cache, forget, offs)
         hidden = self._forward(ids, mask, position_ids)
-        picked = torch.gather(hidden, 1, pick.repeat(reps, 1)[..., None].expand(-1, -1, hidden.shape[-1]))
+        picked = torch.gather(hidden, 1, pick.repeat(self.reps, 1)[..., None].expand(-1, -1, hidden.shape[-1]))
         return self._logits(picked)
 
 

@@ -10,7 +10,8 @@ with `generation_mode="image"`:
 - the image head: logits come from `model.model.generation_head` over the 16384-code image
   vocabulary, and fed tokens are embedded with `model.prepare_embeddings_for_image_generation`;
 - the cache: one `DynamicCache` for all rows, with per-row forgetting through the attention
-  mask (see `_hf.RowSlots`), so rows of a batch may continue from different positions.
+  mask (see `_hf.RowSlots`), so rows of a batch may continue from different positions, and
+  rows may join (`add_rows`) and leave (`keep_rows`) a running session.
 
 Paper settings (Janus-Pro in the SCD paper): CFG 5, top-k 1000, window L = 32.
 """
@@ -20,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ._hf import (RowSlots, load_pretrained, check_cfg, check_prompts, check_step, check_tokens,
+from ._hf import (ResizableRows, RowSlots, load_pretrained, check_cfg, check_prompts, check_step, check_tokens,
                   config_model_type, left_pad, pick_device_dtype, resolve_weights)
 from .hub import HubFiles, ProgressFn
 
@@ -138,14 +139,19 @@ class JanusTokenModel:
         return [_to_pil(img) for img in pixels]
 
 
-class JanusSession:
-    """Cond (and uncond) rows of one batch of prompts, prefilled; `step` feeds windows."""
+class JanusSession(ResizableRows):
+    """Cond (and uncond) rows of one batch of prompts, prefilled; `step` feeds windows.
+
+    The cache holds the conditional rows of all prompts, then their unconditional rows (when
+    guided); rows join with `add_rows` and leave with `keep_rows` (a `ResizableSession`).
+    """
 
     def __init__(self, tm: JanusTokenModel, rows: list[list[int]], batch: int, cfg_scale: float):
         from transformers import DynamicCache
 
         self.tm, self.batch, self.cfg_scale = tm, batch, cfg_scale
         self.n_rows = len(rows)
+        self.reps = self.n_rows // batch                 # 2 with guidance: cond block, uncond block
         self._lm = tm.model.model.language_model
         ids, mask = left_pad(rows, tm.pad_token_id, tm.device)
         self.slots = RowSlots(mask)
@@ -163,7 +169,7 @@ class JanusSession:
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Image-head logits of all rows -> guided logits of the B prompts (float32)."""
         scores = self.tm.model.model.generation_head(hidden).float()
-        if self.n_rows == self.batch:
+        if self.reps == 1:
             return scores
         cond, uncond = scores[: self.batch], scores[self.batch:]
         return uncond + (cond - uncond) * self.cfg_scale
@@ -172,9 +178,8 @@ class JanusSession:
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
         tokens, start = check_step(tokens, start, self.batch, self.tm.vocab_size)
         device = self.tm.device
-        reps = self.n_rows // self.batch
-        tokens = tokens.to(device).repeat(reps, 1)
-        start = start.to(device).repeat(reps)
+        tokens = tokens.to(device).repeat(self.reps, 1)
+        start = start.to(device).repeat(self.reps)
         offsets = start[:, None] + torch.arange(tokens.shape[1], device=device)
         mask, position_ids = self.slots.prepare(self.cache, start, offsets)
         embeds = self.tm.model.prepare_embeddings_for_image_generation(tokens)

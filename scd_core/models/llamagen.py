@@ -14,7 +14,9 @@ load strictly. Behaviour kept from the published code:
   attending to itself.
 The KV cache is static and position-indexed (gpt-fast style): a token at grid position g of
 a row is written to slot cls_token_num + g and masked by position, so rows can sit at
-different positions and forgetting costs nothing.
+different positions and forgetting costs nothing. Every row's cache has the same layout (the
+condition is always cls_token_num slots), so rows join a running session (`add_rows`) and
+leave it (`keep_rows`) by concatenating and selecting cache rows.
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._hf import WeightsNotFoundError, check_cfg, check_prompts, check_step, pick_device_dtype
+from ._hf import (WeightsNotFoundError, check_cfg, check_prompts, check_rows, check_step, guided_order,
+                  guided_rows, pick_device_dtype)
 from .hub import HubFiles, ProgressFn, cached, fetch, read_checkpoint as read_file
 
 DIR_ENV = "SCD_LLAMAGEN_DIR"
@@ -240,6 +243,15 @@ class StaticKV:
         self.k[rows, :, slots] = k.transpose(1, 2)
         self.v[rows, :, slots] = v.transpose(1, 2)
         return self.k[:, :, :view], self.v[:, :, :view]
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep only cache rows `rows`, in that order."""
+        self.k, self.v = self.k[rows], self.v[rows]
+
+    def join(self, other: "StaticKV", order: torch.Tensor) -> None:
+        """Append the rows of `other`, then reorder: cat([these rows, other rows])[order]."""
+        self.k = torch.cat([self.k, other.k])[order]
+        self.v = torch.cat([self.v, other.v])[order]
 
 
 class Transformer(nn.Module):
@@ -630,7 +642,8 @@ def to_pil(pixels: torch.Tensor) -> list:
 
 
 class LlamaGenSession:
-    """Cond rows 0..B-1, uncond rows B..2B-1 (when cfg_scale != 1), one static cache."""
+    """Cond rows 0..B-1, uncond rows B..2B-1 (when cfg_scale != 1), one static cache; rows join
+    with `add_rows` and leave with `keep_rows` (a `ResizableSession`)."""
 
     def __init__(self, tm: LlamaGenTokenModel, prompts: list[str], cfg_scale: float) -> None:
         self.tm = tm
@@ -638,6 +651,7 @@ class LlamaGenSession:
         self.cfg_scale = cfg_scale
         emb, self.cond_mask = tm.conditions(prompts, with_uncond=cfg_scale != 1.0)
         self.R = emb.shape[0]
+        self.reps = self.R // self.B                     # 2 with guidance: cond block, uncond block
         self.cls = tm.cfg.cls_token_num
         self.length = self.cls + tm.cfg.block_size
         self.cache = tm.gpt.new_cache(self.R)
@@ -646,8 +660,33 @@ class LlamaGenSession:
             logits = tm.gpt.forward_embeddings(emb, pos, self._mask(pos), self.cache)
         self.first_logits = self._mix(logits[:, -1])
 
+    @torch.no_grad()
+    def add_rows(self, prompts: Sequence[str]) -> torch.Tensor:
+        """Start new rows after the existing ones (one forward pass over their conditions, with
+        this session's guidance); returns their first logits [b, V]."""
+        new = self.tm.start(prompts, self.cfg_scale)
+        order = guided_order(self.B, new.B, self.reps).to(self.cond_mask.device)
+        for mine, theirs in zip(self.cache, new.cache):
+            mine.join(theirs, order)
+        self.cond_mask = torch.cat([self.cond_mask, new.cond_mask])[order]
+        self.B += new.B
+        self.R = self.reps * self.B
+        self.first_logits = torch.cat([self.first_logits, new.first_logits])
+        return new.first_logits
+
+    def keep_rows(self, rows: torch.LongTensor) -> None:
+        """Keep only the rows listed, in that order; the others are forgotten."""
+        rows = check_rows(rows, self.B)
+        index = guided_rows(rows, self.B, self.reps).to(self.cond_mask.device)
+        for layer in self.cache:
+            layer.keep(index)
+        self.cond_mask = self.cond_mask[index]
+        self.B = int(rows.numel())
+        self.R = self.reps * self.B
+        self.first_logits = self.first_logits[rows.to(self.first_logits.device)]
+
     def _mix(self, logits: torch.Tensor) -> torch.Tensor:
-        if self.R == self.B:
+        if self.reps == 1:
             return logits
         c, u = logits[: self.B], logits[self.B:]
         return u + self.cfg_scale * (c - u)
@@ -673,7 +712,7 @@ class LlamaGenSession:
             raise ValueError(f"start: start + W must be <= {n}, got starts {start.tolist()}")
         dev = self.tm.device
         tokens, start = tokens.to(dev), start.to(dev)
-        reps = self.R // self.B
+        reps = self.reps
         pos = (self.cls + start[:, None] + torch.arange(tokens.shape[1], device=dev)).repeat(reps, 1)
         h = self.tm.gpt.tok_embeddings(tokens.repeat(reps, 1))
         logits = self.tm.gpt.forward_embeddings(h, pos, self._mask(pos), self.cache)

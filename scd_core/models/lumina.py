@@ -12,7 +12,9 @@ What this adapter hides from the engine:
   only `<racm3:break> <h> <w>`; both run in ONE batched forward (left padding, explicit
   position ids and a 4-D attention mask).
 - the KV cache is position-indexed: generated sequence index s of a row lives in slot P + s, so
-  each row can start anywhere, and "forgetting" is simply masking and overwriting.
+  each row can start anywhere, and "forgetting" is simply masking and overwriting. Rows join a
+  running session (`add_rows`: the prompt regions of both batches are left-padded to the
+  longer one) and leave it (`keep_rows`: the prompt region shrinks to the longest kept prompt).
 - the checkpoint conversion: Lumina stores q/k-norm weights as (model_parallel_size, head_dim),
   transformers expects (num_heads, head_dim) (k: num_key_value_heads).
 """
@@ -26,8 +28,9 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 import torch
+import torch.nn.functional as F
 
-from ._hf import check_prompts, pick_device_dtype, resolve_weights
+from ._hf import check_prompts, check_rows, guided_order, guided_rows, pick_device_dtype, resolve_weights
 from .hub import HubFiles, ProgressFn, cached
 
 HUB_FILES = {name: HubFiles.transformers(repo, approx_gb=14.0) for name, repo in (
@@ -128,17 +131,22 @@ class _Slots:
         self.view = 0                             # keys returned to attention: slots [0, view)
 
 
-def _slot_cache(num_layers: int, capacity: int, slots: _Slots):
-    """A transformers `Cache` whose layers write key/value states at explicit slots."""
+def _slot_cache(num_layers: int, capacity: int, slots: _Slots,
+                tensors: list[tuple[torch.Tensor, torch.Tensor]] | None = None):
+    """A transformers `Cache` whose layers write key/value states at explicit slots; `tensors`
+    ([R, heads, capacity, head_dim] keys and values per layer) fill it from the start."""
     from transformers.cache_utils import Cache, CacheLayerMixin
 
     class SlotLayer(CacheLayerMixin):
         is_compileable = False
         is_sliding = False
 
-        def __init__(self) -> None:
+        def __init__(self, keys: torch.Tensor | None = None, values: torch.Tensor | None = None) -> None:
             super().__init__()
             self.capacity = capacity
+            if keys is not None:
+                self.keys, self.values, self.device = keys, values, keys.device
+                self.is_initialized = True
 
         def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
             r, h, _, d = key_states.shape
@@ -166,7 +174,7 @@ def _slot_cache(num_layers: int, capacity: int, slots: _Slots):
         def get_max_length(self) -> int:
             return capacity
 
-    return Cache(layers=[SlotLayer() for _ in range(num_layers)])
+    return Cache(layers=[SlotLayer(*kv) for kv in (tensors or [(None, None)] * num_layers)])
 
 
 # --------------------------------------------------------------------------- the model
@@ -248,7 +256,8 @@ class _Feed:
 
 
 class LuminaSession:
-    """One batch being decoded; cond rows 0..B-1, uncond rows B..2B-1 when cfg_scale != 1."""
+    """One batch being decoded; cond rows 0..B-1, uncond rows B..2B-1 when cfg_scale != 1.
+    Rows join with `add_rows` and leave with `keep_rows` (a `ResizableSession`)."""
 
     def __init__(self, tm: LuminaTokenModel, prompts: list[str], cfg_scale: float) -> None:
         self.tm = tm
@@ -258,6 +267,7 @@ class LuminaSession:
         if cfg_scale != 1.0:
             rows += [tm.uncond_ids() for _ in prompts]
         self.R = len(rows)
+        self.reps = self.R // self.B                     # 2 with guidance: cond block, uncond block
         self.P = max(len(r) for r in rows)
         dev = tm.device
         self.plen = torch.tensor([len(r) for r in rows], device=dev)
@@ -269,9 +279,49 @@ class LuminaSession:
         self.cache = _slot_cache(tm.model.config.num_hidden_layers, self.capacity, self.slots)
         self.first_logits = self._prefill(rows)
 
+    # -- rows joining and leaving -------------------------------------------------------
+    @torch.no_grad()
+    def add_rows(self, prompts: Sequence[str]) -> torch.Tensor:
+        """Start new rows after the existing ones (one forward pass over their prompts, with
+        this session's guidance); returns their first logits [b, V]."""
+        new = self.tm.start(prompts, self.cfg)
+        P = max(self.P, new.P)
+        order = guided_order(self.B, new.B, self.reps).to(self.plen.device)
+        kv = [(torch.cat([ka, kb])[order], torch.cat([va, vb])[order])
+              for (ka, va), (kb, vb) in zip(self._tensors(P), new._tensors(P))]
+        length = max(self.slots.length + P - self.P, new.slots.length + P - new.P)
+        self._relayout(P, torch.cat([self.plen, new.plen])[order], kv, length)
+        self.first_logits = torch.cat([self.first_logits, new.first_logits])
+        return new.first_logits
+
+    def keep_rows(self, rows: torch.LongTensor) -> None:
+        """Keep only the rows listed, in that order; the others are forgotten."""
+        rows = check_rows(rows, self.B)
+        index = guided_rows(rows, self.B, self.reps).to(self.plen.device)
+        plen = self.plen[index]
+        P = int(plen.max()) if len(plen) else self.P
+        cut = self.P - P                                 # prompt slots no kept row uses
+        kv = [(k[index][:, :, cut:], v[index][:, :, cut:]) for k, v in self._tensors(self.P)]
+        self._relayout(P, plen, kv, max(0, self.slots.length - cut))
+        self.first_logits = self.first_logits[rows.to(self.first_logits.device)]
+
+    def _tensors(self, P: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every layer's keys and values with the prompt region left-padded to P slots."""
+        pad = (0, 0, P - self.P, 0)
+        return [(F.pad(layer.keys, pad), F.pad(layer.values, pad)) for layer in self.cache.layers]
+
+    def _relayout(self, P: int, plen: torch.Tensor, kv: list, length: int) -> None:
+        self.P, self.plen = P, plen
+        self.R = int(plen.numel())
+        self.B = self.R // self.reps
+        self.capacity = P + self.seq_total + 1
+        self.scratch = self.capacity - 1
+        self.slots.length = length
+        self.cache = _slot_cache(len(kv), self.capacity, self.slots, kv)
+
     # -- helpers ----------------------------------------------------------------------
     def _mix(self, logits: torch.Tensor) -> torch.Tensor:
-        if self.R == self.B:
+        if self.reps == 1:
             return logits
         c, u = logits[: self.B], logits[self.B:]
         return u + self.cfg * (c - u)
@@ -345,15 +395,14 @@ class LuminaSession:
         if start.shape[0] != self.B or int(start.min()) < 0 or int((start + tokens.shape[1]).max()) > n:
             raise ValueError(f"start: expected [{self.B}] positions with start + W <= {n}, got {start.tolist()}")
         feed = self._layout(tokens, start)
-        reps = self.R // self.B
-        seq = feed.seq.repeat(reps, 1)
-        ids = feed.ids.repeat(reps, 1)
+        seq = feed.seq.repeat(self.reps, 1)
+        ids = feed.ids.repeat(self.reps, 1)
         valid = seq >= 0
         slot = torch.where(valid, self.P + seq, torch.full_like(seq, self.scratch))
         pos = torch.where(valid, self.plen[:, None] + seq, torch.zeros_like(seq))
         q_slot = torch.where(valid, slot, torch.full_like(seq, self.P - 1))
         hidden = self._forward(ids, pos, slot, q_slot)
-        out = feed.out.repeat(reps, 1)
+        out = feed.out.repeat(self.reps, 1)
         picked = torch.gather(hidden, 1, out[:, :, None].expand(-1, -1, hidden.shape[-1]))
         return self._mix(self.tm.image_logits(picked))
 
