@@ -90,6 +90,13 @@ def validator(*values):
         [gr.validate(True, "")] * (len(values) - len(page.INPUTS))
 
 
+def input_message(*values) -> str:
+    """Beside the buttons: what the validator marked on the fields (on a phone the fields may
+    be out of sight), or nothing."""
+    found = problems(*values[:len(page.INPUTS)])
+    return "" if not found else "**Not started:** " + "; ".join(found.values()) + "."
+
+
 def prepare(name, method, *values):
     """The loaded model and checked Settings; ValueError with the message otherwise."""
     return page.prepare(name, method, *values, load=get_model, loaded=loaded(name) is not None)
@@ -345,6 +352,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                     gen_btn = gr.Button("Generate", variant="primary", elem_id="generate", min_width=80)
                     race_btn = gr.Button("Race all methods", elem_id="race", min_width=80)
                     stop_btn = gr.Button("Stop", variant="stop", elem_id="stop", min_width=60)
+                input_md = gr.Markdown(elem_id="input-message")
             with gr.Column(elem_id="more-controls"):
                 examples = gr.Examples(examples_for(D0), inputs=prompt_tb, label="Example prompts")
                 method_rd = gr.Radio([(LABELS[m], m) for m in race.METHOD_ORDER], value="scd-mc",
@@ -440,6 +448,9 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                    replay_slider, clip_video, clip_gif, clip_files]
     race_outputs = [*race_images.values(), race_status, race_table, race_note, race_why, race_chart,
                     race_hist, race_flicker, race_state, race_sample]
+    for button in (gen_btn, race_btn):       # first: the click's js below switches tabs
+        button.click(input_message, inputs, input_md, queue=False, api_visibility="private",
+                     show_progress="hidden")
     gen_btn.click(generate_stream, inputs, gen_outputs, validator=validator, api_name="generate",
                   show_progress_on=[status], time_limit=600, js=page.click_js("Generate"), **CLICK)
     race_btn.click(race_stream, inputs, race_outputs, validator=validator, api_name="race",

@@ -356,3 +356,8 @@ def test_32_concurrent_visitors_are_all_served(url):
     for t in threads:
         t.join(timeout=300)
     assert results == [True] * 32
+
+
+def test_the_message_beside_the_buttons_repeats_what_the_fields_say():
+    assert app.input_message(*args()) == ""
+    assert app.input_message(*args(window=0)).startswith("**Not started:** window must be in")

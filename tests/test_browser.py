@@ -129,10 +129,14 @@ def test_an_input_error_after_a_good_run_keeps_the_picture(page):
     fill(page, "window", 0)
     page.locator("#generate").click()
     page.get_by_text("window must be in").first.wait_for(timeout=20_000)
+    wait_text(page, "input-message", "window must be in", timeout=10_000)    # beside the buttons too
     page.wait_for_timeout(800)
     assert image_src(page, "live-image") == before and text(page, "status") == status
     assert error_badges(page) == 0
     fill(page, "window", 16)
+    page.locator("#generate").click()
+    page.wait_for_function("() => !document.querySelector('#input-message').innerText.trim()",
+                           timeout=10_000)                                 # and gone once right
 
 
 def test_race_opens_its_tab_and_reports_k_samples_with_spread(page):
@@ -207,5 +211,11 @@ def test_phone_shows_the_picture_right_after_the_buttons(browser):
         assert pg.locator("#stop").bounding_box()["y"] < picture < \
             pg.locator("#method").bounding_box()["y"]
         pg.screenshot(path=os.path.join(SHOTS, "scd_generate_390.png"), full_page=True)
+        pg.evaluate("window.scrollTo(0, 0)")
+        pg.locator("#prompt textarea").fill("")                # a typo: the message where one looks
+        pg.locator("#generate").click()
+        wait_text(pg, "input-message", "please type a prompt", timeout=10_000)
+        box = pg.locator("#input-message").bounding_box()
+        assert 0 <= box["y"] and box["y"] + box["height"] <= 844
     finally:
         pg.close()
