@@ -1,13 +1,8 @@
-"""Gradio demo of lossless speculative decoding for autoregressive image and video models.
-
-Pick a model and a method, watch the image (or clip) form one forward pass at a time, and
-race AR, SJD and SCD over several samples. `demo` is the Blocks app (the Hugging Face Space
-entry point); `python app.py` serves it locally.
-
-This file is the page only: decoding is `scd_core.stream`, the race `scd_core.race`,
-pictures and plots `scd_core.render`, model list, checks, stop flags and pacing
-`scd_core.page`.
-"""
+"""Gradio demo of lossless speculative decoding for AR image and video models: watch a sample
+form pass by pass, race AR, SJD and SCD over several samples. `demo` is the Blocks app (the
+Hugging Face Space entry point); `python app.py` serves it locally. This file is the page:
+decoding is `scd_core.stream`, the race `scd_core.race`, pictures and charts
+`scd_core.render`, models, checks, stop stamps and pacing `scd_core.page` (docs/app.md)."""
 from __future__ import annotations
 
 import logging
@@ -23,11 +18,10 @@ from scd_core.clips import example_clips
 from scd_core.models import REGISTRY, cache
 from scd_core.protocols import optional
 
-try:  # ZeroGPU on Hugging Face Spaces; a no-op decorator everywhere else
+try:  # ZeroGPU on Hugging Face Spaces (hold a GPU for duration(*inputs) s); a no-op elsewhere
     import spaces
 
     def gpu(duration):
-        """Hold a (Zero)GPU for `duration(*inputs)` seconds per call."""
         return spaces.GPU(duration=duration)
 except ImportError:
     def gpu(duration):
@@ -63,10 +57,6 @@ def get_model(name: str, progress=None):
 
 def loaded(name: str):
     return MODELS.peek(name, **load_kwargs(name)) if name in REGISTRY else None
-
-
-def choices() -> list[tuple[str, str]]:
-    return [(page.model_label(n), n) for n in page.listed_models()]
 
 
 def examples_for(name: str) -> list[list[str]]:
@@ -132,7 +122,7 @@ def final_outputs(model, name: str, method: str, prompt: str, stats: R.TraceStat
                                     value=len(stats.records) - 1, step=1, interactive=True)}
     if page.is_video(name):
         mp4, gif = R.export_run_clip(model, stats.records[-1], f"{name}-{method}")
-        out |= {clip_video: mp4, clip_gif: gif, clip_files: [mp4, gif]}
+        out |= {clip_video: mp4, clip_files: [mp4, gif]}
     return out
 
 
@@ -336,7 +326,8 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     with gr.Row(equal_height=False, elem_id="main"):
         with gr.Column(scale=1, min_width=300, elem_id="controls"):
             with gr.Column(elem_id="top-controls"):
-                model_dd = gr.Dropdown(choices(), value=D0, label="Model", elem_id="model")
+                model_dd = gr.Dropdown([(page.model_label(n), n) for n in page.listed_models()],
+                                       value=D0, label="Model", elem_id="model")
                 model_md = gr.Markdown(page.model_note(D0), elem_id="model-info")
                 with gr.Column(visible=not page.takes_clip(D0)) as text_box:
                     prompt_tb = gr.Textbox(examples_for(D0)[0][0], label="Prompt", lines=1,
@@ -402,9 +393,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                     with gr.Row(visible=page.is_video(D0)) as clip_row:
                         clip_video = gr.Video(label="Finished clip (MP4)", elem_id="clip-video",
                                               interactive=False, height=260)
-                        clip_gif = gr.Image(label="Finished clip (GIF)", type="filepath",
-                                            interactive=False, elem_id="clip-gif", height=260)
-                        clip_files = gr.File(label="Download the clip", file_count="multiple",
+                        clip_files = gr.File(label="Download the clip (MP4, GIF)", file_count="multiple",
                                              interactive=False, elem_id="clip-files", height=260)
                     with gr.Accordion("Replay and export the last run", open=False):
                         replay_slider = gr.Slider(0, 1, value=0, step=1, label="Pass",
@@ -445,7 +434,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
               prompt_tb, pace_nb, samples_nb, clip_in, clip_text_tb, history_state, ticket]
     gen_outputs = [live_image, status, chart_committed, chart_length, chart_flicker, chart_rate,
                    heat_committed, heat_unchanged, film, summary, history_state, last_run,
-                   replay_slider, clip_video, clip_gif, clip_files]
+                   replay_slider, clip_video, clip_files]
     race_outputs = [*race_images.values(), race_status, race_table, race_note, race_why, race_chart,
                     race_hist, race_flicker, race_state, race_sample]
     for button in (gen_btn, race_btn):       # first: the click's js below switches tabs

@@ -207,7 +207,8 @@ def test_unavailable_model_shows_its_full_reason_and_cannot_start():
     if not missing:
         pytest.skip("every listed model can run here")
     name = missing[0]
-    assert dict((v, k) for k, v in app.choices())[name].endswith(model_status(name).state)
+    assert app.page.model_label(name).endswith(model_status(name).state)
+    assert app.model_dd.choices and (app.page.model_label(name), name) in app.model_dd.choices
     reason = app.page.unavailable(name)
     out = app.on_model_change(name)
     assert reason in out[app.model_md]
@@ -263,7 +264,8 @@ def test_video_model_streams_tiled_frames_then_mp4_and_gif(monkeypatch):
     h, w, _ = final(updates, app.live_image).shape
     assert w > 2.5 * h                                         # three frames side by side
     assert final(updates, app.clip_video).endswith(".mp4")
-    assert os.path.getsize(final(updates, app.clip_gif)) > 0
+    mp4, gif = final(updates, app.clip_files)
+    assert gif.endswith(".gif") and os.path.getsize(gif) > 0
 
 
 def test_gpu_work_is_wrapped_with_spaces_gpu_when_importable(tmp_path):
