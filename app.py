@@ -375,7 +375,9 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                             gr.Markdown("Committed tokens + current drafts", elem_classes="panel-title")
                             live_image = image("live-image")
                             gr.HTML(R.legend_html())
-                            status = gr.Markdown("Press **Generate**.", elem_id="status")
+                            status = gr.Markdown("Press **Generate** to watch one sample form, pass by pass, "
+                                                 "or **Race all methods** to compare them over several "
+                                                 "samples.", elem_id="status")
                         with gr.Column(scale=3, min_width=300):
                             chart_committed = plot("chart-committed")
                     with gr.Row():

@@ -396,7 +396,8 @@ def device_name() -> str:
 
     if torch.cuda.is_available():
         return f"CUDA ({torch.cuda.get_device_name(0)})"
-    return f"CPU ({torch.get_num_threads()} threads)"
+    threads = torch.get_num_threads()
+    return f"CPU ({threads} thread{'s' if threads != 1 else ''})"
 
 
 def device_note() -> str:
