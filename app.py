@@ -37,7 +37,7 @@ FULL_SPEED_EVERY = 0.25  # full speed: a picture at most this often, none before
 FIRST_PAINT = 0.1        # seconds for the browser to show the final picture before the charts
 STOPS = page.Stops()
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-LABELS = R.METHOD_LABELS
+LABELS = scd_core.METHOD_LABELS
 
 
 # ------------------------------------------------------------------------------ models
@@ -350,7 +350,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                                      label="Method (Generate)", elem_id="method")
                 d0, s0 = page.page_defaults(D0), page.sampling_defaults(D0, loaded(D0))
                 with gr.Accordion("Settings", open=True):
-                    init_dd = gr.Dropdown([(v, k) for k, v in R.INIT_LABELS.items()], value=d0["init"],
+                    init_dd = gr.Dropdown([(v, k) for k, v in scd_core.INIT_LABELS.items()], value=d0["init"],
                                           label="Draft init", elem_id="init")
                     with gr.Row():
                         window_nb = number(d0["window"], "Window L", "window", whole=True)

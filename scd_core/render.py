@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from scd_core.decoding import INIT_LABELS, METHOD_LABELS
+from scd_core.decoding import METHOD_LABELS
 from scd_core.race import MethodSummary, Sample, Spread, sample_of
 from scd_core.trace import Iteration
 

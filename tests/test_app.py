@@ -10,7 +10,6 @@ import threading
 import time
 from types import SimpleNamespace
 
-import gradio as gr
 import numpy as np
 import plotly.graph_objects as go
 import pytest
@@ -220,7 +219,7 @@ def test_model_change_sets_each_models_defaults():
     for name in page.listed_models():
         out = app.on_model_change(name)
         assert name in out[app.model_md] and out[app.window_nb] >= 2
-        assert out[app.init_dd] in app.R.INIT_LABELS
+        assert out[app.init_dd] in app.scd_core.INIT_LABELS
     out = app.on_model_change("tiny")
     assert out[app.prompt_tb] == app.examples_for("tiny")[0][0]           # a prompt it knows
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 
-import gradio as gr
 import imageio.v3 as iio
 import numpy as np
 import pytest
