@@ -470,7 +470,8 @@ LAUNCH = dict(css=page.CSS, theme=gr.themes.Soft(), max_file_size="50mb")   # te
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.basicConfig(format="%(asctime)s %(name)s %(message)s")
+    log.setLevel(logging.INFO)          # the page's one-line notes, not every library's
     if os.environ.get("SCD_THREADS"):   # else the embedded models' own choice (1 on <= 2 cores)
         torch.set_num_threads(int(os.environ["SCD_THREADS"]))
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"), **LAUNCH)
