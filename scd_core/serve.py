@@ -287,10 +287,15 @@ class Group:
 
 class Server:
     """Schedulers of one model, one per settings group, run by one worker thread that takes
-    one pass of each busy group in turn. Requests with the same settings share passes."""
+    one pass of each busy group in turn. Requests with the same settings share passes.
 
-    def __init__(self, model, max_batch: int = 32, policy: Policy | None = None) -> None:
+    `device_lock`, if given, is held for each pass: another user of the device (a benchmark
+    that must be timed alone) takes the same lock, and the server waits between passes."""
+
+    def __init__(self, model, max_batch: int = 32, policy: Policy | None = None,
+                 device_lock: threading.Lock | None = None) -> None:
         self.model, self.max_batch, self.policy = model, max_batch, policy
+        self.device_lock = device_lock or threading.Lock()
         self.schedulers: dict[Group, Scheduler] = {}
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -335,7 +340,8 @@ class Server:
                         return
                     continue
             for scheduler in busy:
-                scheduler.step()
+                with self.device_lock:
+                    scheduler.step()
 
 
 # --------------------------------------------------------------------------- benchmark

@@ -225,3 +225,13 @@ def test_each_request_decodes_with_its_own_rows_decoder(grid):
     scheduler = Scheduler(PerRow(grid), method="sjd", window=4)
     cat, dog = run_until_idle(scheduler, {0: [("a cat", 0), ("a dog", 1)]})
     assert cat.result().images == ["row of a cat"] and dog.result().images == ["row of a dog"]
+
+
+def test_the_server_waits_while_another_user_holds_the_device(grid):
+    lock = threading.Lock()
+    server = Server(grid, device_lock=lock)
+    with lock:
+        request = server.submit("a cat", seed=0, method="sjd", window=4)
+        assert not request.finished.wait(0.3) and not request.records      # no pass while held
+    assert request.result(timeout=30).tokens.shape == (1, grid.N)
+    server.close()
