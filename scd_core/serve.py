@@ -40,12 +40,14 @@ _END = object()
 class Request:
     """One prompt decoded by a scheduler. Iterate it for its row's records (one per pass it
     took part in, its prefill first); the iteration ends when its grid is complete or after
-    `cancel`, and raises what the scheduler raised if its batch failed."""
+    `cancel`, and raises what the scheduler raised if its batch failed. `batch_sizes[i]` is
+    the number of rows the pass of `records[i]` decoded (1: this row alone)."""
 
     def __init__(self, prompt: str, seed: int) -> None:
         self.prompt, self.seed = prompt, seed
         self.decode = None                  # the decoder of this row's tokens, set when it starts
         self.records: list[Iteration] = []
+        self.batch_sizes: list[int] = []    # rows decoded by the pass of each record (1: alone)
         self.cancelled = threading.Event()
         self.finished = threading.Event()
         self.error: BaseException | None = None
@@ -74,11 +76,12 @@ class Request:
             raise self.error
         return Run.from_iterations(self.records, decode=self.decode)
 
-    def _deliver(self, record: Iteration, wall: float, step: float) -> None:
+    def _deliver(self, record: Iteration, wall: float, step: float, batch: int) -> None:
         self._wall += wall
         self._step += step
         passes = len(self.records) + 1
         record = dataclasses.replace(record, index=passes - 1, nfe=passes, wall_time=self._wall, step_time=self._step)
+        self.batch_sizes.append(batch)
         self.records.append(record)
         self._queue.put(record)
 
@@ -240,13 +243,14 @@ class Scheduler:
         wall = time.perf_counter() - entered
         for b, request in enumerate(joining):
             request.decode = row_decoder(self.model, self.session.session, running + b)
-            request._deliver(record.row(b), wall, step)
+            request._deliver(record.row(b), wall, step, len(joining))
         self._leave([running + b for b in range(len(joining)) if int(record.n_after[b]) >= self.plan.N])
 
     def _deliver(self, record: Iteration, wall: float, step: float) -> None:
+        batch = self.batch_size
         for b, request in enumerate(self.rows):
             if request is not None:
-                request._deliver(record.row(b), wall, step)
+                request._deliver(record.row(b), wall, step, batch)
 
     def _leave(self, rows: list[int]) -> None:
         """End these rows' requests; drop the rows from the batch when the session can."""
