@@ -28,9 +28,16 @@ except ImportError:
         return lambda fn: fn
 
 log = logging.getLogger("scd_demo")
-QUEUE = dict(max_size=64, default_concurrency_limit=1)     # 64 visitors may wait their turn
-DECODE = dict(concurrency_limit=1, concurrency_id="decode")  # one decode at a time
-CLICK = dict(trigger_mode="always_last", **DECODE)  # a click while busy runs once more, after
+# Concurrency, in one place. Generate requests run side by side: their rows share the forward
+# passes of one server per model, which runs one pass at a time. A race (each method timed
+# alone: it holds the servers' device lock for its decode), a model load and an export run one
+# at a time. A running Generate holds a thread while its row waits for passes; the rest of the
+# threads serve Stop and the page's quick events. Up to 64 more visitors wait, told their place.
+SERVERS = page.Servers(max_batch=32)
+GENERATE = dict(concurrency_limit=SERVERS.max_batch, concurrency_id="generate")
+DECODE = dict(concurrency_limit=1, concurrency_id="decode")
+QUEUE = dict(max_size=64, default_concurrency_limit=1)
+THREADS = 2 * SERVERS.max_batch
 IMAGE_EVERY, PLOT_EVERY, STATUS_EVERY = 0.1, 0.5, 0.5       # seconds between live updates
 FULL_SPEED_EVERY = 0.25  # full speed: a picture at most this often, none before (a faster run
                          # shows its final picture only: the eye would not follow)
@@ -51,8 +58,11 @@ def load_kwargs(name: str) -> dict:
 
 
 def get_model(name: str, progress=None):
-    """The model, loaded (and downloaded) on first use; `progress(done, total, repo)`."""
-    return MODELS.get(name, **load_kwargs(name), **({"progress": progress} if progress else {}))
+    """The model, loaded (and downloaded) on first use; `progress(done, total, repo)`. The
+    servers of models the cache has dropped meanwhile close."""
+    model = MODELS.get(name, **load_kwargs(name), **({"progress": progress} if progress else {}))
+    SERVERS.keep(loaded(n) for n in MODELS.names())
+    return model
 
 
 def loaded(name: str):
@@ -110,18 +120,19 @@ def run_charts(stats: R.TraceStats, history: dict, method: str, live: bool = Fal
     return out
 
 
-def final_outputs(model, name: str, method: str, prompt: str, stats: R.TraceStats, wall: float,
+def final_outputs(model, name: str, method: str, prompt: str, stats: R.TraceStats, row,
                   history: dict) -> dict:
-    ar_wall = history.get("ar", {}).get("wall")
+    wall, shared = stats.records[-1].wall_time, page.shared_rows(row, len(stats.records))
     out = {summary: page.prompt_note(model, prompt) + R.run_summary(
-               LABELS[method], stats.sample(), wall, ar_wall, page.device_name()),
+               LABELS[method], stats.sample(), wall, history.get("ar", {}).get("wall"),
+               page.device_name(), shared),
            heat_committed: R.committed_at_figure(stats), heat_unchanged: R.unchanged_figure(stats),
            film: R.filmstrip_image(stats.film), history_state: history,
-           last_run: {"model": name, "method": method, "iterations": stats.records},
+           last_run: {"model": name, "method": method, "iterations": stats.records, "decode": row.decode},
            replay_slider: gr.Slider(minimum=0, maximum=len(stats.records) - 1,
                                     value=len(stats.records) - 1, step=1, interactive=True)}
     if page.is_video(name):
-        mp4, gif = R.export_run_clip(model, stats.records[-1], f"{name}-{method}")
+        mp4, gif = R.export_run_clip(model, stats.records[-1], f"{name}-{method}", row.decode)
         out |= {clip_video: mp4, clip_files: [mp4, gif]}
     return out
 
@@ -130,41 +141,53 @@ def final_outputs(model, name: str, method: str, prompt: str, stats: R.TraceStat
 def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                     pace=0.0, samples=1, clip=None, clip_text="", history=None, ticket=None,
                     request: gr.Request = None):
-    """Decode one sample and stream its passes to the page (every pass in slow motion, else a
-    few pictures a second); Stop ends it after the current pass, keeping what is shown. An
-    input the model refuses (a clip too short for it...) is said in the status, nothing lost."""
+    """Decode one sample as a row of the model's shared passes and stream them to the page
+    (every pass in slow motion, else a few pictures a second); Stop ends it at once, keeping
+    what is shown, and its row leaves the batch. An input the model refuses (a clip too short
+    for it...) is said in the status, nothing lost."""
     key, browser, ticket = session_key(request), ticket is not None, STOPS.stamp(ticket)
     stopped = lambda: STOPS.stopped(key, ticket)  # noqa: E731
     try:
         model, s = prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
                            prompt, clip, clip_text)
         pace = page.check_pace(pace)
+        if stopped():                                     # stopped while waiting in the queue
+            yield {status: "**Stopped** before its first pass."}
+            return
+        row, stats = SERVERS.submit(model, s, method), R.TraceStats(tuple(model.grid))
         history = dict(history or {}) if (history or {}).get("_model") == name else {"_model": name}
-        stats = R.TraceStats(tuple(model.grid))
         pic_due = page.Pacer(IMAGE_EVERY, pace, stopped) if pace else \
             page.Pacer(FULL_SPEED_EVERY, wait_first=True)
         plot_due = page.Pacer(PLOT_EVERY, wait_first=True)
-        for it in scd_core.stream(model, [s.prompt], **s.engine_kwargs(method)):
+        for it in page.follow(row, stopped):              # slow motion paces the display only
+            rows = row.batch_sizes[len(stats.records)]    # full speed: B rows share B's updates
+            show = pic_due(share=rows)
+            if stopped():
+                break                                     # what is shown stays
             stats.add(it)
-            end = "done" if stats.done else "stopped" if stopped() else None
-            if not pic_due(force=end is not None):
-                continue
-            out = {live_image: R.render_iteration(model, it),
-                   status: R.run_status(LABELS[method], stats, it.wall_time, end or "running")}
-            if end is None:
-                yield out | (run_charts(stats, history, method, live=True) if plot_due() else {})
-                continue
-            yield out                                     # the final picture first, then the rest
-            if browser:                                   # (drawing the charts would delay it)
-                page.sleep_until(page.now() + FIRST_PAINT)
-            if end == "done":
-                history[method] = {"nfe": stats.nfe, "committed": stats.committed, "wall": it.wall_time}
-            yield run_charts(stats, history, method) | final_outputs(model, name, method, s.prompt,
-                                                                      stats, it.wall_time, history)
-            return
+            if show and not stats.done:
+                yield {live_image: R.render_iteration(model, it, decode=row.decode),
+                       status: R.run_status(LABELS[method], stats, it.wall_time, "running",
+                                            page.shared_rows(row, len(stats.records)))} | \
+                    (run_charts(stats, history, method, live=True) if plot_due(share=rows) else {})
     except ValueError as exc:
         log.info("refused: %s", exc)
         yield {status: f"**Not started:** {exc}"}
+        return
+    if not stats.records:
+        yield {status: "**Stopped** before its first pass."}
+        return
+    it, shared, end = stats.records[-1], page.shared_rows(row, len(stats.records)), \
+        "done" if stats.done else "stopped"
+    yield {live_image: R.render_iteration(model, it, decode=row.decode),      # the final picture
+           status: R.run_status(LABELS[method], stats, it.wall_time, end, shared)}
+    if browser:                                           # first (drawing the charts delays it)
+        page.sleep_until(page.now() + FIRST_PAINT)
+    if end == "done":
+        history[method] = {"nfe": stats.nfe, "committed": stats.committed,
+                           "wall": None if shared else it.wall_time}
+    yield run_charts(stats, history, method) | final_outputs(model, name, method, s.prompt, stats,
+                                                              row, history)
 
 
 # ------------------------------------------------------------------------------- race
@@ -202,7 +225,7 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
         yield dict.fromkeys([*race_images.values(), race_table, race_note, race_why, race_chart,
                              race_hist, race_flicker], None) | {race_status: "Decoding…"}
         for m in race.METHOD_ORDER:
-            for run in race.decode(model, s, m, samples, stopped):
+            for run in race.decode(model, s, m, samples, stopped, SERVERS.device_lock):
                 if status_due():
                     yield {race_status: R.race_decoding(run)}
             runs[m] = run
@@ -248,7 +271,7 @@ def replay_view(index, run):
     its = run["iterations"]
     i = int(min(max(page.as_int(index) or 0, 0), len(its) - 1))
     model = get_model(run["model"])
-    return (R.render_iteration(model, its[i]), R.replay_caption(its, i),
+    return (R.render_iteration(model, its[i], decode=run.get("decode")), R.replay_caption(its, i),
             R.accept_prob_figure(its[i], tuple(model.grid)))
 
 
@@ -257,7 +280,7 @@ def export_run(run):
     if not run or not run.get("iterations"):
         return None, None
     mp4, gif = R.export_decoding(get_model(run["model"]), run["iterations"],
-                                 f"{run['model']}-{run['method']}-decoding")
+                                 f"{run['model']}-{run['method']}-decoding", decode=run.get("decode"))
     return mp4, [mp4, gif]
 
 
@@ -443,9 +466,11 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
         button.click(input_message, inputs, input_md, queue=False, api_visibility="private",
                      show_progress="hidden")
     gen_btn.click(generate_stream, inputs, gen_outputs, validator=validator, api_name="generate",
-                  show_progress_on=[status], time_limit=600, js=page.click_js("Generate"), **CLICK)
+                  show_progress_on=[status], time_limit=600, js=page.click_js("Generate"),
+                  trigger_mode="always_last", **GENERATE)   # a click while busy runs once more, after
     race_btn.click(race_stream, inputs, race_outputs, validator=validator, api_name="race",
-                   show_progress_on=[race_status], time_limit=900, js=page.click_js("Race"), **CLICK)
+                   show_progress_on=[race_status], time_limit=900, js=page.click_js("Race"),
+                   trigger_mode="always_last", **DECODE)
     stop_btn.click(stop, ticket, None, queue=False, api_name="stop", js="() => [Date.now()]")
     model_dd.change(on_model_change, model_dd,
                     [model_md, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, pace_nb,
@@ -466,7 +491,8 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     demo.unload(forget)
 
 demo.queue(**QUEUE)
-LAUNCH = dict(css=page.CSS, theme=gr.themes.Soft(), max_file_size="50mb")   # tests launch with these too
+LAUNCH = dict(css=page.CSS, theme=gr.themes.Soft(), max_file_size="50mb",   # tests launch with these too
+              max_threads=THREADS)
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
 """What the demo page needs besides Gradio: the model list, per-model settings, the checks
-that are the page's own, stop flags per visitor and the pace of live updates.
+that are the page's own, the servers whose forward passes visitors share, stop flags per
+visitor and the pace of live updates.
 
 The arguments of a decode are checked by the library (`scd_core.decoding.validate`, a
 ValueError naming the argument); the page only turns widget values into numbers first and
@@ -12,7 +13,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable, Iterator
 
 from scd_core.clips import clip_prompt
 from scd_core.decoding import METHODS, validate
@@ -20,6 +21,8 @@ from scd_core.models import REGISTRY
 from scd_core.models.status import MAX_GPU_SECONDS, MIN_GPU_SECONDS, gpu_seconds, model_status
 from scd_core.protocols import optional
 from scd_core.race import Settings
+from scd_core.serve import Request, Server
+from scd_core.trace import Iteration
 
 MAX_PROMPT_CHARS = 500
 MAX_PACE = 2.0                       # seconds per forward pass on screen
@@ -190,6 +193,80 @@ def shape_of(name: str) -> Shape:
     return Shape((1, 1, 1) if is_video(name) else (1, 1))
 
 
+# ----------------------------------------------------------------------------- serving
+
+class Servers:
+    """One `scd_core.serve.Server` per loaded model, made on first use: requests with the same
+    settings share its forward passes, and each row keeps its method, window and seed (no
+    serving policy), so a seed gives the same sample however busy the page is.
+
+    Every server holds `device_lock` for each pass; a run that must be timed alone (the race)
+    takes it for its whole decode. Servers are keyed by the model object: `keep(models)`
+    closes the servers of any other model (one the model cache dropped, or replaced), once
+    their requests are done, so that nothing here keeps a dropped model alive.
+    """
+
+    def __init__(self, max_batch: int = 32) -> None:
+        self.max_batch = max_batch
+        self.device_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._servers: dict[int, Server] = {}          # id(model) -> its server (which holds it)
+
+    def get(self, model) -> Server:
+        with self._lock:
+            server = self._servers.get(id(model))
+            if server is None:
+                server = Server(model, self.max_batch, device_lock=self.device_lock)
+                self._servers[id(model)] = server
+            return server
+
+    def submit(self, model, settings: Settings, method: str) -> Request:
+        """One row on the model's server; a ValueError names a bad argument at once."""
+        return self.get(model).submit(settings.prompt, **settings.engine_kwargs(method))
+
+    def keep(self, models: Iterable) -> None:
+        """Close the servers of every model not in `models` (in the background: a server
+        finishes the requests it has)."""
+        live = {id(m) for m in models if m is not None}
+        with self._lock:
+            gone = [server for key, server in self._servers.items() if key not in live]
+            self._servers = {key: server for key, server in self._servers.items() if key in live}
+        for server in gone:
+            threading.Thread(target=server.close, name="scd-server-close", daemon=True).start()
+
+    def models(self) -> list:
+        with self._lock:
+            return [server.model for server in self._servers.values()]
+
+
+def follow(request: Request, stopped: Callable[[], bool], poll: float = 0.05) -> Iterator[Iteration]:
+    """A served request's records as they arrive. Ends when the request ends (raising its
+    error if the model refused its start), or within `poll` seconds of `stopped()` turning
+    true even while the server waits for the device. However it ends (the caller may stop
+    reading), the request is cancelled: its row leaves the batch at the next pass boundary."""
+    seen = 0
+    try:
+        while True:
+            finished = request.finished.is_set()     # first: every record precedes the end
+            while seen < len(request.records):
+                yield request.records[seen]
+                seen += 1
+            if finished:
+                if request.error is not None:
+                    raise request.error
+                return
+            if stopped():
+                return
+            request.finished.wait(poll)
+    finally:
+        request.cancel()
+
+
+def shared_rows(request: Request, records: int) -> int:
+    """The most other rows that one of the request's first `records` passes decoded with it."""
+    return max(request.batch_sizes[:records], default=1) - 1
+
+
 # ----------------------------------------------------------------------- stop and pace
 
 class Stops:
@@ -222,10 +299,11 @@ class Stops:
 class Pacer:
     """When a live view may update.
 
-    Full speed (pace 0): at most once every `every` seconds (forced calls always pass; the
-    first passes too, unless `wait_first`). Slow motion: every call passes, `max(pace, every)`
-    seconds after the previous one; the wait is cut short when `stopped()` turns true, so a
-    stop is seen within a pass.
+    Full speed (pace 0): at most once every `every * share` seconds, where `share` is the
+    caller's part of the work (a row in a batch of B: B, so that B visitors together get the
+    updates one would); forced calls always pass; the first passes too, unless `wait_first`.
+    Slow motion: every call passes, `max(pace, every)` seconds after the previous one; the
+    wait is cut short when `stopped()` turns true, so a stop is seen within a pass.
     """
 
     def __init__(self, every: float, pace: float = 0.0, stopped: Callable[[], bool] = lambda: False,
@@ -233,7 +311,7 @@ class Pacer:
         self.every, self.pace, self.stopped = every, pace, stopped
         self.last = time.perf_counter() if wait_first else -1e9
 
-    def __call__(self, force: bool = False) -> bool:
+    def __call__(self, force: bool = False, share: float = 1.0) -> bool:
         now = time.perf_counter()
         if self.pace > 0:
             until = self.last + max(self.pace, self.every)
@@ -242,7 +320,7 @@ class Pacer:
                 now = time.perf_counter()
             self.last = now
             return True
-        if force or now - self.last >= self.every:
+        if force or now - self.last >= self.every * share:
             self.last = now
             return True
         return False

@@ -13,8 +13,10 @@ p moves at a position when one earlier token changes.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
+import threading
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence
 
@@ -181,22 +183,25 @@ class MethodSummary:
 
 
 def decode(model, settings: Settings, method: str, samples: int,
-           stop: Callable[[], bool] | None = None) -> Iterator[MethodRun]:
+           stop: Callable[[], bool] | None = None,
+           device_lock: threading.Lock | None = None) -> Iterator[MethodRun]:
     """Decode `samples` rows of one method, yielding the growing MethodRun after every pass.
 
     Nothing but the stop check runs between passes, so the run's wall time is the method's
     own; a consumer that renders between yields is not counted either (the engine's clock
-    stops between records). When `stop()` turns true the run ends after the current pass,
-    marked `stopped`.
+    stops between records). `device_lock` (a serving worker's, `scd_core.serve.Server`) is
+    held from the first pass to the last, so no other decoding shares the device meanwhile.
+    When `stop()` turns true the run ends after the current pass, marked `stopped`.
     """
     run = MethodRun(method, num_tokens=math.prod(int(g) for g in model.grid))
     prompts = [settings.prompt] * samples
-    for it in scd_core.stream(model, prompts, **settings.engine_kwargs(method)):
-        run.records.append(it)
-        run.stopped = stop is not None and not run.done and stop()
-        yield run
-        if run.stopped:
-            return
+    with device_lock or contextlib.nullcontext():
+        for it in scd_core.stream(model, prompts, **settings.engine_kwargs(method)):
+            run.records.append(it)
+            run.stopped = stop is not None and not run.done and stop()
+            yield run
+            if run.stopped:
+                return
 
 
 def summarise(runs: dict[str, MethodRun], greedy: bool) -> list[MethodSummary]:
