@@ -204,16 +204,18 @@ class Scheduler:
             self._fail(exc)
 
     def _join(self) -> None:
-        """Start the waiting requests: a new batch, or new rows of the running one. If their
-        start fails (a bad prompt the model refuses), only they hear why."""
-        resizable = self.session is not None and can_resize(self.session.session)
-        if self.session is not None and not resizable:
+        """Start the waiting requests: a new batch, or new rows of the running one."""
+        if self.session is not None and not can_resize(self.session.session):
             return                                    # one batch at a time: wait for it to end
         with self._lock:
             room = self.max_batch - self.batch_size
             joining, self._waiting = self._waiting[:room], self._waiting[room:]
-        if not joining:
-            return
+        if joining:
+            self._start(joining)
+
+    def _start(self, joining: list[Request]) -> None:
+        """Start these requests as new rows. If the model refuses their start (a bad prompt),
+        only the request it refuses hears why: a group that fails starts again one by one."""
         prompts, seeds = [r.prompt for r in joining], [r.seed for r in joining]
         entered, running, added = time.perf_counter(), len(self.rows), False
         try:
@@ -228,12 +230,19 @@ class Scheduler:
                 state, verdict = start_rows(first, seeds, self.plan)
                 record = Iteration.of(0, self.plan.method, None, state, verdict, 0, 0.0, 0.0)
         except Exception as exc:
-            for request in joining:
-                request._end(exc)
             if not running:
                 self.session = None
             elif added:                                       # rows added, then a failure
                 self.session.session.keep_rows(torch.arange(running, device=self.state.n.device))
+            if len(joining) == 1:
+                joining[0]._end(exc)
+                return
+            for i, request in enumerate(joining):
+                if self.session is not None and not can_resize(self.session.session):
+                    with self._lock:                          # the rest wait for this batch
+                        self._waiting[:0] = joining[i:]
+                    return
+                self._start([request])
             return
         self.passes += 1
         if self.state is not None and state.drafts.shape[1] != self.state.drafts.shape[1]:   # a policy's window
