@@ -8,12 +8,15 @@ adds its own limits (prompt length, slow-motion pace, race samples).
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
+
+import torch
 
 from scd_core.clips import clip_prompt
 from scd_core.decoding import METHODS, validate
@@ -28,6 +31,11 @@ MAX_PROMPT_CHARS = 500
 MAX_PACE = 2.0                       # seconds per forward pass on screen
 MAX_SAMPLES = 16                     # race samples per method
 SHOW_TEST_MODELS = "SCD_SHOW_TEST_MODELS"
+log = logging.getLogger("scd_demo")     # the page's one-line notes (app.main shows them)
+IMAGE_EVERY, PLOT_EVERY, STATUS_EVERY = 0.1, 0.5, 0.5       # seconds between live updates
+FULL_SPEED_EVERY = 0.25  # full speed: a picture at most this often, none before (a faster run
+                         # shows its final picture only: the eye would not follow)
+FIRST_PAINT = 0.1        # seconds for the browser to show the final picture before the charts
 
 # Page defaults per model: window, draft init, slow motion (s per pass on screen), race
 # samples; sampling settings come from the model's own `default_settings`.
@@ -113,6 +121,56 @@ def sampling_defaults(name: str, model=None) -> dict:
         dict(temperature=1.0, top_k=0, top_p=1.0, cfg_scale=1.0)
     own = optional(model, "default_settings") or {}
     return {**base, **{k: v for k, v in own.items() if k in base}}
+
+
+class Models:
+    """The page's models, loaded (and downloaded) on first use into `cache` with this device's
+    load arguments (large models in bfloat16 on a GPU). Every load also closes the servers of
+    the models the cache has dropped meanwhile."""
+
+    def __init__(self, cache, device: str, servers: "Servers") -> None:
+        self.cache, self.device, self.servers = cache, device, servers
+
+    def kwargs(self, name: str) -> dict:
+        large_on_gpu = self.device == "cuda" and REGISTRY[name].needs_weights
+        return dict(device=self.device, **({"dtype": torch.bfloat16} if large_on_gpu else {}))
+
+    def get(self, name: str, progress=None):
+        """The model; `progress(done, total, repo)` hears a download."""
+        model = self.cache.get(name, **self.kwargs(name), **({"progress": progress} if progress else {}))
+        self.servers.keep(self.loaded(n) for n in self.cache.names())
+        return model
+
+    def loaded(self, name: str):
+        """The model if it is loaded, else None (never loads)."""
+        return self.cache.peek(name, **self.kwargs(name)) if name in REGISTRY else None
+
+    def put(self, name: str, model) -> None:
+        """Use this ready model for `name` (tests, embedders)."""
+        self.cache.put(name, model, **self.kwargs(name))
+
+    def load_note(self, name: str, progress=None) -> str:
+        """Load a large model as soon as it is picked (`progress` as for `get`); the model's
+        note, with the reason when it could not load (Generate then says it again)."""
+        if self.loaded(name) is None and REGISTRY[name].needs_weights and unavailable(name) is None:
+            try:
+                self.get(name, progress)
+            except Exception as exc:              # missing weights, no memory...: said, not raised
+                log.info("could not load %s: %s", name, exc)
+                return model_note(name) + f" **Could not load it:** {exc}"
+        return model_note(name, self.loaded(name) is not None)
+
+    def defaults(self, name: str) -> tuple[dict, dict, bool]:
+        """The page's defaults for the model, its sampling defaults, and whether it can run here."""
+        ok = unavailable(name, self.loaded(name) is not None) is None
+        model = self.loaded(name) or (self.get(name) if ok and not REGISTRY[name].needs_weights else None)
+        return page_defaults(name), sampling_defaults(name, model), ok
+
+    def examples(self, name: str) -> list[str]:
+        """Up to 8 prompts the model draws recognisably (an embedded model loads to say)."""
+        entry = REGISTRY.get(name)
+        model = self.loaded(name) or (self.get(name) if entry and not entry.needs_weights else None)
+        return list(optional(model, "example_prompts") or ["a red apple"])[:8]
 
 
 # ------------------------------------------------------------------------------ inputs
@@ -262,6 +320,23 @@ def follow(request: Request, stopped: Callable[[], bool], poll: float = 0.05) ->
         request.cancel()
 
 
+def shown(request: Request, pace: float, stopped: Callable[[], bool]) -> Iterator[tuple[Iteration, bool, bool]]:
+    """A served request's records as a Generate run shows them: (record, picture due, charts
+    due). Slow motion (pace > 0) shows every pass, `max(pace, IMAGE_EVERY)` seconds apart; a
+    Stop cuts the wait short and ends it there (what is shown stays). Full speed shows a
+    picture at most every FULL_SPEED_EVERY * B seconds and none before, the live charts every
+    PLOT_EVERY * B, where B rows share the pass: B visitors together get the updates one
+    would, so that drawing them does not slow the shared decoding."""
+    picture = Pacer(IMAGE_EVERY, pace, stopped) if pace else Pacer(FULL_SPEED_EVERY, wait_first=True)
+    charts = Pacer(PLOT_EVERY, wait_first=True)
+    for i, record in enumerate(follow(request, stopped)):
+        share = request.batch_sizes[i]
+        due = picture(share=share)
+        if pace and stopped():
+            return
+        yield record, due and not stopped(), due and charts(share=share)
+
+
 def shared_rows(request: Request, records: int) -> int:
     """The most other rows that one of the request's first `records` passes decoded with it."""
     return max(request.batch_sizes[:records], default=1) - 1
@@ -326,6 +401,16 @@ class Pacer:
         return False
 
 
+def not_started(found: dict[str, str]) -> str:
+    """Beside the buttons: the inputs `problems` found, or nothing."""
+    return "" if not found else "**Not started:** " + "; ".join(found.values()) + "."
+
+
+def history_of(history: dict | None, name: str) -> dict:
+    """This session's earlier runs (by method) on model `name`; another model's are dropped."""
+    return dict(history or {}) if (history or {}).get("_model") == name else {"_model": name}
+
+
 def prompt_note(model, prompt: str) -> str:
     """For models that read a few known words (the embedded ones): which words they read."""
     known = getattr(optional(model, "vocab"), "known", None)
@@ -354,6 +439,12 @@ def sleep_until(deadline: float, stopped: Callable[[], bool] = lambda: False) ->
 HEADER = ("## Lossless speculative decoding for AR image & video models\n"
           "AR, SJD and SCD (coupled SJD) sample **exactly** the same distribution; SJD and SCD "
           "need fewer forward passes. ")
+
+GENERATE_HINT = ("Press **Generate** to watch one sample form, pass by pass, or **Race all methods** to "
+                 "compare them over several samples. Visitors generating with the same settings share "
+                 "forward passes; a seed gives the same picture however busy the page is.")
+RACE_HINT = ("Press **Race all methods**: K samples per method, each method timed alone, then replayed "
+             "side by side.")
 
 HOW_IT_WORKS = r"""
 ### How speculative Jacobi decoding stays exact
@@ -398,6 +489,15 @@ and says which it found.
 - **Race**: K samples per method (seeds s, s+1, ...), each method decoded alone and timed
   alone, then replayed side by side by NFE. The table gives means over the samples with their
   range. In greedy mode (temperature 0) every method returns exactly AR's tokens.
+
+### Many visitors at once
+Visitors who press **Generate** with the same model and settings share forward passes: their
+samples are decoded as one batch, each joining at the next pass and leaving as soon as it is
+complete, and slow motion only paces what your page shows. Your method, window and seed always
+run as you chose them, and each sample draws its random numbers from its own seed, so a seed
+gives the same picture however busy the page is. A run that shared its passes says so: its
+wall time includes the other samples' work, so it gives no latency speed-up; the **Race**
+times each method alone.
 """
 
 
@@ -470,8 +570,6 @@ def gpu_duration(race_all: bool) -> Callable[..., int]:
 
 
 def device_name() -> str:
-    import torch
-
     if torch.cuda.is_available():
         return f"CUDA ({torch.cuda.get_device_name(0)})"
     threads = torch.get_num_threads()

@@ -26,7 +26,9 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from scd_core.decoding import METHOD_LABELS
-from scd_core.race import MethodSummary, Sample, Spread, sample_of
+from scd_core.models import REGISTRY
+from scd_core.race import (MethodSummary, Sample, Spread, bench_command, context_sensitivity, explain_gap,
+                           sample_of, summarise)
 from scd_core.trace import Iteration
 
 EMPTY, COMMITTED, ACCEPTED, RESAMPLED, NEW, DRAFT = range(6)
@@ -418,6 +420,17 @@ def _figure(data: list[dict], title: str, x: str, y: str, height: int = 300, **l
         base["margin"]["b"] = base["margin"]["b"] + 40 + 16 * (legend_rows // 3)
         base["height"] = base["height"] + 16 * (legend_rows // 3)
     return go.Figure(dict(data=data, layout=base), skip_invalid=True)
+
+
+def run_figures(stats: TraceStats, history: dict, method: str, live: bool = False) -> tuple:
+    """A Generate run's charts: tokens vs NFE (with this session's earlier runs of other
+    methods, `history`), drafts changed per pass, then, once it has ended, tokens per pass and
+    the acceptance rate. While it runs only the first two, which move most: a chart costs the
+    browser far more to draw than the server to make."""
+    curves = {m: (h["nfe"], h["committed"]) for m, h in history.items() if m != "_model"}
+    curves[method] = (stats.nfe, stats.committed)
+    live_ones = (committed_vs_nfe_figure(curves, stats.num_tokens, method), flicker_figure(stats))
+    return live_ones if live else live_ones + (accepted_length_figure(stats), acceptance_figure(stats))
 
 
 def committed_vs_nfe_figure(curves: dict[str, tuple[list[int], list[int]]], num_tokens: int,
@@ -893,6 +906,19 @@ class RacePanels:
                 self._drawn[method] = (key, render_samples(self.model, it, rows, target=96))
             out[method] = self._drawn[method][1]
         return out
+
+
+def race_report(model, name: str, settings, runs: dict, samples: int, device: str) -> tuple:
+    """A finished race as shown: its table (HTML), why SCD's lead over SJD is what it is (the
+    embedded models measure how far p moves; a large one is not probed), how it was run with
+    the benchmark command that gives the same figures, and its three charts."""
+    greedy = settings.temperature == 0 or settings.top_k == 1
+    table = summarise(runs, greedy)
+    probe = None if REGISTRY[name].needs_weights else \
+        context_sensitivity(model, settings, sample=runs["ar"].tokens()[0])
+    return (race_table_html(table, greedy), explain_gap(table, probe),
+            race_note(samples, settings.seed, greedy, device, bench_command(name, settings, samples)),
+            race_figures(runs, samples))
 
 
 def race_figures(runs: dict, samples: int) -> tuple:
