@@ -151,6 +151,15 @@ def test_a_request_the_model_refuses_leaves_the_others_running(monkeypatch):
         assert np.array_equal(final(updates[name], app.live_image), picture), name
 
 
+def test_the_race_holds_the_device_while_a_method_decodes_and_lets_go_if_left():
+    race = app.race_stream(*args(samples=2))
+    assert "Decoding" in next(race)[app.race_status]
+    assert "Decoding **AR**" in next(race)[app.race_status]          # after AR's first pass
+    assert app.SERVERS.device_lock.locked()                           # no shared pass meanwhile
+    race.close()                                                      # the visitor went away
+    assert not app.SERVERS.device_lock.locked()
+
+
 # --------------------------------------------------------------- served, gradio_client
 
 @pytest.fixture(scope="module")
