@@ -86,7 +86,7 @@ def final_outputs(model, name: str, method: str, prompt: str, stats: R.TraceStat
     wall, shared = stats.records[-1].wall_time, page.shared_rows(row, len(stats.records))
     out = {summary: page.prompt_note(model, prompt) + R.run_summary(
                LABELS[method], stats.sample(), wall, history.get("ar", {}).get("wall"),
-               page.device_name(), shared),
+               page.device_name(), shared, stats.done),
            heat_committed: R.committed_at_figure(stats), heat_unchanged: R.unchanged_figure(stats),
            film: R.filmstrip_image(stats.film), history_state: history,
            last_run: {"model": name, "method": method, "iterations": stats.records, "decode": row.decode},

@@ -816,11 +816,15 @@ def export_decoding(model, iterations: Sequence[Iteration], stem: str, fps: floa
 
 
 def run_summary(label: str, sample: Sample, wall: float, ar_wall: float | None, device: str,
-                shared: int = 0) -> str:
-    """The finished run's metrics as a markdown table, each with its definition. `ar_wall`:
-    this session's last AR run that ran alone; `shared` as for `run_status`: a run that shared
-    its passes has no latency of its own (the race times each method alone)."""
-    if shared:
+                shared: int = 0, complete: bool = True) -> str:
+    """The ended run's metrics as a markdown table, each with its definition. `ar_wall`: this
+    session's last AR run that ran alone; `shared` as for `run_status`: a run that shared its
+    passes has no latency of its own (the race times each method alone); a stopped run
+    (`complete` False) has neither a step compression nor a latency speed-up."""
+    stopped = f"not measured: stopped after {sample.committed} tokens"
+    if not complete:
+        speedup = stopped
+    elif shared:
         speedup = f"not measured: this run's {shared_note(shared)} (the Race times each method alone)"
     elif ar_wall and label != "AR" and wall > 0:
         speedup = f"{ar_wall / wall:.2f}x (against this session's AR run, {ar_wall:.2f} s)"
@@ -829,7 +833,8 @@ def run_summary(label: str, sample: Sample, wall: float, ar_wall: float | None, 
     timed = f"engine time of this run on {device}" + (
         f"; its {shared_note(shared)}, so it includes their work" if shared else "")
     rows = [("NFE", sample.nfe, METRIC_HELP["nfe"]),
-            ("step compression", f"{sample.step_compression:.2f}x", METRIC_HELP["compression"]),
+            ("step compression", f"{sample.step_compression:.2f}x" if complete else stopped,
+             METRIC_HELP["compression"]),
             ("acceptance rate", f"{sample.acceptance_rate:.3f}", METRIC_HELP["acceptance"]),
             ("mean accepted length", f"{sample.mean_accepted_length:.2f}", METRIC_HELP["mean_len"]),
             ("draft stability", f"{sample.draft_stability:.3f}", METRIC_HELP["stability"]),

@@ -300,3 +300,13 @@ def test_a_run_that_shared_its_passes_says_so_and_gives_no_latency_speedup(toy_g
     assert "| latency speed-up | not measured: this run's passes shared" in shared
     assert "so it includes their work" in shared
     assert "| latency speed-up | 1.80x" in R.run_summary("SJD", stats.sample(), 0.5, 0.9, "CPU")
+
+
+def test_a_stopped_run_has_no_step_compression_or_speedup(toy_grid, sjd_iterations):
+    stats = R.TraceStats(tuple(toy_grid.grid))
+    for it in sjd_iterations[:3]:
+        stats.add(it)
+    text = R.run_summary("SJD", stats.sample(), 0.2, 0.9, "CPU", complete=False)
+    n = stats.committed[-1]
+    assert f"| step compression | not measured: stopped after {n} tokens |" in text
+    assert f"| latency speed-up | not measured: stopped after {n} tokens |" in text
