@@ -117,8 +117,11 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
             return
         row, stats = SERVERS.submit(model, s, method), R.TraceStats(tuple(model.grid))
         history = page.history_of(history, name)
-        for it, picture, charts in page.shown(row, pace, stopped):   # slow motion: the display's
-            stats.add(it)                                                # pace, not the decoding's
+        for it, picture, charts in page.shown(row, pace, stopped, SERVERS.timing_alone.is_set):
+            if it is None:                                # slow motion paces the display only
+                yield {status: page.WAITING}
+                continue
+            stats.add(it)
             if picture and not stats.done:
                 yield {live_image: R.render_iteration(model, it, decode=row.decode),
                        status: R.run_status(LABELS[method], stats, it.wall_time, "running",
@@ -173,7 +176,7 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
         yield dict.fromkeys([*race_images.values(), race_table, race_note, race_why, race_chart,
                              race_hist, race_flicker], None) | {race_status: "Decoding…"}
         for m in race.METHOD_ORDER:
-            for run in race.decode(model, s, m, samples, stopped, SERVERS.device_lock):
+            for run in race.decode(model, s, m, samples, stopped, SERVERS.alone()):
                 if status_due():
                     yield {race_status: R.race_decoding(run)}
             runs[m] = run

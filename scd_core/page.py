@@ -8,6 +8,7 @@ adds its own limits (prompt length, slow-motion pace, race samples).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -267,8 +268,19 @@ class Servers:
     def __init__(self, max_batch: int = 32) -> None:
         self.max_batch = max_batch
         self.device_lock = threading.Lock()
+        self.timing_alone = threading.Event()          # set while a run timed alone holds the device
         self._lock = threading.Lock()
         self._servers: dict[int, Server] = {}          # id(model) -> its server (which holds it)
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        """Hold the device for a run timed alone: no shared pass runs meanwhile."""
+        with self.device_lock:
+            self.timing_alone.set()
+            try:
+                yield
+            finally:
+                self.timing_alone.clear()
 
     def get(self, model) -> Server:
         with self._lock:
@@ -297,12 +309,14 @@ class Servers:
             return [server.model for server in self._servers.values()]
 
 
-def follow(request: Request, stopped: Callable[[], bool], poll: float = 0.05) -> Iterator[Iteration]:
+def follow(request: Request, stopped: Callable[[], bool], poll: float = 0.05,
+           waiting: Callable[[], bool] = lambda: False) -> Iterator[Iteration | None]:
     """A served request's records as they arrive. Ends when the request ends (raising its
     error if the model refused its start), or within `poll` seconds of `stopped()` turning
-    true even while the server waits for the device. However it ends (the caller may stop
-    reading), the request is cancelled: its row leaves the batch at the next pass boundary."""
-    seen = 0
+    true even while the server waits for the device. Before the first record it yields None
+    once if `waiting()` turns true (a run timed alone holds the device). However it ends (the
+    caller may stop reading), the request is cancelled: its row leaves at the next boundary."""
+    seen, told = 0, False
     try:
         while True:
             finished = request.finished.is_set()     # first: every record precedes the end
@@ -315,22 +329,30 @@ def follow(request: Request, stopped: Callable[[], bool], poll: float = 0.05) ->
                 return
             if stopped():
                 return
+            if not seen and not told and waiting():
+                told = True
+                yield None
             request.finished.wait(poll)
     finally:
         request.cancel()
 
 
-def shown(request: Request, pace: float, stopped: Callable[[], bool]) -> Iterator[tuple[Iteration, bool, bool]]:
+def shown(request: Request, pace: float, stopped: Callable[[], bool],
+          waiting: Callable[[], bool] = lambda: False) -> Iterator[tuple[Iteration | None, bool, bool]]:
     """A served request's records as a Generate run shows them: (record, picture due, charts
-    due). Slow motion (pace > 0) shows every pass, `max(pace, IMAGE_EVERY)` seconds apart; a
+    due), and (None, False, False) if its first pass waits for a run timed alone (`waiting`,
+    as for `follow`). Slow motion (pace > 0) shows every pass, `max(pace, IMAGE_EVERY)` seconds apart; a
     Stop cuts the wait short and ends it there (what is shown stays). Full speed shows a
     picture at most every FULL_SPEED_EVERY * B seconds and none before, the live charts every
     PLOT_EVERY * B, where B rows share the pass: B visitors together get the updates one
     would, so that drawing them does not slow the shared decoding."""
     picture = Pacer(IMAGE_EVERY, pace, stopped) if pace else Pacer(FULL_SPEED_EVERY, wait_first=True)
     charts = Pacer(PLOT_EVERY, wait_first=True)
-    for i, record in enumerate(follow(request, stopped)):
-        share = request.batch_sizes[i]
+    for record in follow(request, stopped, waiting=waiting):
+        if record is None:
+            yield None, False, False
+            continue
+        share = request.batch_sizes[record.index]
         due = picture(share=share)
         if pace and stopped():
             return
@@ -443,6 +465,8 @@ HEADER = ("## Lossless speculative decoding for AR image & video models\n"
 GENERATE_HINT = ("Press **Generate** to watch one sample form, pass by pass, or **Race all methods** to "
                  "compare them over several samples. Visitors generating with the same settings share "
                  "forward passes; a seed gives the same picture however busy the page is.")
+WAITING = ("**Waiting:** a race is timing each method alone, with nothing else on the device; "
+           "your sample starts as soon as the method being timed is done.")
 RACE_HINT = ("Press **Race all methods**: K samples per method, each method timed alone, then replayed "
              "side by side.")
 

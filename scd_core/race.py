@@ -16,9 +16,8 @@ from __future__ import annotations
 import contextlib
 import math
 import statistics
-import threading
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator, Sequence
+from typing import Callable, ContextManager, Iterator, Sequence
 
 import torch
 
@@ -184,18 +183,19 @@ class MethodSummary:
 
 def decode(model, settings: Settings, method: str, samples: int,
            stop: Callable[[], bool] | None = None,
-           device_lock: threading.Lock | None = None) -> Iterator[MethodRun]:
+           device: ContextManager | None = None) -> Iterator[MethodRun]:
     """Decode `samples` rows of one method, yielding the growing MethodRun after every pass.
 
     Nothing but the stop check runs between passes, so the run's wall time is the method's
     own; a consumer that renders between yields is not counted either (the engine's clock
-    stops between records). `device_lock` (a serving worker's, `scd_core.serve.Server`) is
-    held from the first pass to the last, so no other decoding shares the device meanwhile.
+    stops between records). `device` (a serving worker's device lock, `scd_core.serve.Server`,
+    or a context holding it) is held from the first pass to the last, so no other decoding
+    shares the device meanwhile.
     When `stop()` turns true the run ends after the current pass, marked `stopped`.
     """
     run = MethodRun(method, num_tokens=math.prod(int(g) for g in model.grid))
     prompts = [settings.prompt] * samples
-    with device_lock or contextlib.nullcontext():
+    with device or contextlib.nullcontext():
         for it in scd_core.stream(model, prompts, **settings.engine_kwargs(method)):
             run.records.append(it)
             run.stopped = stop is not None and not run.done and stop()
