@@ -231,7 +231,7 @@ def benchmark(args: argparse.Namespace, per_prompt: list[dict] | None = None) ->
                 runs = run_case(model, prompts, args.seeds, args.batch, method, window, init, settings)
                 rows.append(summarise(method, window, init, runs, ar_wall))
                 per_prompt += prompt_rows(method, window, init, records, args.seeds, runs)
-                print(f"  {method} L={window} {init}: {time.perf_counter() - t:.1f}s", file=sys.stderr)
+                print(f"  {method} L={window} {init} done ({time.perf_counter() - t:.1f} s since the start)", file=sys.stderr)
     return rows
 
 
