@@ -3,8 +3,11 @@ and how strongly the model's p reacts to one changed token.
 
     python scripts/draft_profile.py --model tiny                 # ~15 s on one CPU thread
     python scripts/draft_profile.py --model toy-grid --model-arg grid=8,8
+    python scripts/draft_profile.py --model texture
 
-Prints, at the bench's sampling settings (top-k 100, CFG 3 unless changed):
+Decodes the model's example prompts (at most 8; a fixed list of 8 for a model without any)
+at the model's own sampling settings (`default_settings`; top-k 100 and CFG 3 for a model
+without them, as in the benchmark tables), `--top-k` and `--cfg-scale` overriding. Prints:
 1. per method, the mean acceptance probability min(1, p/q) of each draft slot, and how often
    each slot is the first rejection, the last count being the passes with no rejection (slot
    0 is the draft right after the last committed token; after a rejection it was drafted for
@@ -28,17 +31,32 @@ if str(ROOT) not in sys.path:
 
 import scd_core  # noqa: E402
 from scd_core.bench import parse_model_args  # noqa: E402
+from scd_core.protocols import optional  # noqa: E402
 from scd_core.sampling import SamplingConfig, processed_probs  # noqa: E402
 
 PROMPTS = ["red apple", "grinning face", "cat face", "flag france", "rocket", "pizza", "dog face", "red heart"]
 
 
-def slot_profile(model, method: str, window: int, seeds: int, settings: dict) -> tuple[torch.Tensor, torch.Tensor]:
+def model_prompts(model) -> list[str]:
+    """The model's example prompts (at most 8), else PROMPTS."""
+    return list(optional(model, "example_prompts") or PROMPTS)[:8]
+
+
+def model_settings(model, top_k: int | None, cfg_scale: float | None) -> dict:
+    """The model's own sampling settings, else top-k 100 and CFG 3; top_k / cfg_scale override."""
+    settings = dict(top_k=100, top_p=1.0, temperature=1.0, cfg_scale=3.0)
+    settings.update({k: v for k, v in optional(model, "default_settings", {}).items() if k in settings})
+    settings.update({k: v for k, v in (("top_k", top_k), ("cfg_scale", cfg_scale)) if v is not None})
+    return settings
+
+
+def slot_profile(model, method: str, window: int, seeds: int, settings: dict,
+                 prompts: list[str] = PROMPTS) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean min(1, p/q) per draft slot [L - 1], and the passes whose first rejection is at each
     slot, then the passes with none [L]."""
     total, count = torch.zeros(window - 1), torch.zeros(window - 1)
     first = torch.zeros(window, dtype=torch.long)
-    for prompt in PROMPTS:
+    for prompt in prompts:
         for seed in range(seeds):
             for it in scd_core.stream(model, [prompt], method=method, window=window, seed=seed, **settings):
                 if it.index == 0:
@@ -51,14 +69,14 @@ def slot_profile(model, method: str, window: int, seeds: int, settings: dict) ->
     return total / count.clamp(min=1), first
 
 
-def sensitivity(model, distances: list[int], settings: dict, every: int) -> dict:
+def sensitivity(model, distances: list[int], settings: dict, every: int, prompts: list[str] = PROMPTS) -> dict:
     """Entropy, collision probability and TV(p_j, p_j | token j-d redrawn) on AR samples."""
-    run = scd_core.generate(model, PROMPTS, method="ar", seed=0, **settings)
+    run = scd_core.generate(model, prompts, method="ar", seed=0, **settings)
     tokens = run.tokens
     B, N = tokens.shape
     zero = torch.zeros(B, dtype=torch.long)
     sampling = SamplingConfig(temperature=settings["temperature"], top_k=settings["top_k"], top_p=settings["top_p"])
-    session = model.start(PROMPTS, settings["cfg_scale"])
+    session = model.start(prompts, settings["cfg_scale"])
     logits = torch.cat([session.first_logits.unsqueeze(1), session.step(tokens[:, :-1], zero)], 1)
     p = processed_probs(logits, sampling)
     redrawn = torch.multinomial(p.reshape(-1, p.shape[-1]), 1, generator=torch.Generator().manual_seed(1)).view(B, N)
@@ -69,7 +87,7 @@ def sensitivity(model, distances: list[int], settings: dict, every: int) -> dict
         for site in range(0, N - d, every):
             changed = tokens.clone()
             changed[:, site] = redrawn[:, site]
-            fed = model.start(PROMPTS, settings["cfg_scale"]).step(changed[:, : site + d], zero)[:, -1]
+            fed = model.start(prompts, settings["cfg_scale"]).step(changed[:, : site + d], zero)[:, -1]
             tvs.append(0.5 * (processed_probs(fed, sampling) - p[:, site + d]).abs().sum(-1))
         out[f"TV d={d}"] = float(torch.stack(tvs).mean())
     return out
@@ -82,8 +100,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--methods", default="sjd,scd-mc")
     ap.add_argument("--window", type=int, default=16)
     ap.add_argument("--seeds", type=int, default=2)
-    ap.add_argument("--top-k", type=int, default=100)
-    ap.add_argument("--cfg-scale", type=float, default=3.0)
+    ap.add_argument("--top-k", type=int, default=None, help="default: the model's (else 100)")
+    ap.add_argument("--cfg-scale", type=float, default=None, help="default: the model's (else 3)")
     ap.add_argument("--every", type=int, default=3, help="perturb every n-th position (default 3)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
@@ -94,18 +112,19 @@ def main(argv: list[str] | None = None) -> None:
         if getattr(args, name) < 1:
             ap.error(f"--{name}: expected an integer >= 1, got {getattr(args, name)}")
     torch.set_num_threads(args.threads)
-    settings = dict(top_k=args.top_k, top_p=1.0, temperature=1.0, cfg_scale=args.cfg_scale)
     try:
         model = scd_core.load_model(args.model, **parse_model_args(args.model_arg))
-        profiles = [(m, *slot_profile(model, m, args.window, args.seeds, settings)) for m in methods]
+        settings, prompts = model_settings(model, args.top_k, args.cfg_scale), model_prompts(model)
+        profiles = [(m, *slot_profile(model, m, args.window, args.seeds, settings, prompts)) for m in methods]
     except ValueError as err:                                     # a bad argument: its message, exit 2
         ap.error(str(err))
+    print(f"# {args.model}: {len(prompts)} prompts x {args.seeds} seeds, L = {args.window}, {settings}")
     for method, accept, first in profiles:
         print(f"{method}: mean min(1, p/q) per slot  " + " ".join(f"{v:.2f}" for v in accept.tolist()))
         print(f"{method}: first rejection per slot   " + " ".join(str(v) for v in first.tolist())
               + f" (last: none)  {first[0] / first.sum():.0%} at slot 0")
     W = int(model.grid[-1])
-    stats = sensitivity(model, [1, 2, 3, W - 1, W, W + 1, 2 * W], settings, args.every)
+    stats = sensitivity(model, [1, 2, 3, W - 1, W, W + 1, 2 * W], settings, args.every, prompts)
     print("AR samples: " + "  ".join(f"{k} {v:.3f}" for k, v in stats.items()))
 
 

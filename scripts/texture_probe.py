@@ -1,28 +1,34 @@
-"""Probe: does photo-like texture give SCD the lead over SJD that real models show?
+r"""Probe: does a photo-like background give SCD a larger lead over SJD on the emoji models?
 
-The shipped `tiny` prior draws emoji on white, where SCD-MC needs only ~1.14x fewer passes than
-SJD (the issue asks for 1.4x). This script builds the same image-token data with each
-emoji's alpha-composited over a random smooth texture (a few low-frequency colour waves plus
-fine noise, seeded per image and placement), so that the background tokens are uncertain
-and depend on their neighbours, as in photos. Train and bench a prior on it with the usual
-commands to compare against the same recipe on white:
+The shipped `tiny` prior draws emoji on white, where a quarter of the tokens are the
+near-certain white code and SCD-MC needs only about 1.2x fewer passes than SJD. This script
+builds the same image-token data with every emoji alpha-composited over a random texture
+(`waves`: a few low-frequency colour waves plus fine noise; `fractal`: a field with a natural
+image's 1/f^2 power spectrum), seeded per image and placement, so that background tokens are
+uncertain and depend on their neighbours, as in photos. The tokens come from the shipped
+tokenizer (`assets/tiny`), which never saw textures: fine for token statistics, not for
+pretty pictures. Nothing here is part of the shipped models.
 
-    python scripts/texture_probe.py --out data/tokens_tex          # ~1 min on one thread
+Textured tokens, a 700-step prior on them, a model folder, the benchmark (~15 min on one
+CPU thread, nearly all of it the prior):
+
+    python scripts/texture_probe.py --out data/tokens_tex                 # ~1 min
     python -m scd_core.train.prior --kind image --tokens data/tokens_tex --ckpt checkpoints/tex \
         --steps 700 --lr 0.0015 --threads 1 --fresh
-    python scripts/texture_probe.py --export checkpoints/tex --model-out /tmp/tiny_tex
+    python scripts/texture_probe.py --export checkpoints/tex --out data/tokens_tex --model-out /tmp/tiny_tex
     python -m scd_core.bench --model /tmp/tiny_tex --methods ar,sjd,scd-mc --windows 16 \
         --seeds 4 --threads 1 --top-k 100 --cfg-scale 3
 
-The same recipe on white: `python -m scd_core.train.tokens --vq assets/tiny --what image`
-(the shipped tokenizer's tokens in data/tokens), the prior command with `--tokens data/tokens
---ckpt checkpoints/white700`, then `--export checkpoints/white700 --out data/tokens`.
+The same recipe on white, for comparison (the shipped tokenizer's tokens of the plain renders):
 
-`--texture fractal` uses a field with a natural image's 1/f^2 power spectrum instead (every
-region continues its neighbours' colour, with detail at every scale).
+    python -m scd_core.train.data --out data/emoji32
+    python -m scd_core.train.tokens --vq assets/tiny --what image          # -> data/tokens
+    python -m scd_core.train.prior --kind image --tokens data/tokens --ckpt checkpoints/white700 \
+        --steps 700 --lr 0.0015 --threads 1 --fresh
+    python scripts/texture_probe.py --export checkpoints/white700 --out data/tokens --model-out /tmp/tiny_white
 
-The tokens come from the shipped tokenizer (`assets/tiny`), which never saw textures: fine
-for token statistics, not for pretty pictures. Nothing here is part of the shipped models.
+and the same benchmark command on `/tmp/tiny_white`. `--texture fractal` (with its own
+`--out`, `--ckpt` and `--model-out`) gives the 1/f^2 variant.
 """
 from __future__ import annotations
 

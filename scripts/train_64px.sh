@@ -6,7 +6,7 @@
 #
 # Everything goes to its own folders (data/emoji64, data/tokens64, checkpoints/vq64,
 # checkpoints/image_prior64, assets_64/); the shipped 32 px model in assets/tiny is not touched.
-# Budget: about 10 minutes of one H200 in all (see the estimate per step). Each trainer resumes
+# Budget: about 10 minutes on one data-centre GPU, by estimate (per step below). Each trainer resumes
 # from its checkpoint, so a second run continues rather than restarts; delete checkpoints/*64.*
 # (or pass FRESH=1) to start over. Each trainer also stops itself, with a checkpoint, after
 # --max-minutes, so the whole script cannot run away.

@@ -45,3 +45,14 @@ def test_bad_arguments_exit_2_naming_the_argument(argv, named, capsys):
     with pytest.raises(SystemExit) as exit_info:
         _script().main(["--model", "toy-grid", "--model-arg", "grid=4,6"] + argv)
     assert exit_info.value.code == 2 and named in capsys.readouterr().err
+
+
+def test_prompts_and_settings_are_the_models_own_else_the_benchmark_tables():
+    profile = _script()
+    tiny = scd_core.load_model("tiny")
+    grid = scd_core.load_model("toy-grid", grid=(4, 6))
+    assert profile.model_prompts(tiny) == tiny.example_prompts[:8]
+    assert profile.model_prompts(grid) == profile.PROMPTS
+    assert profile.model_settings(grid, None, None) == dict(top_k=100, top_p=1.0, temperature=1.0, cfg_scale=3.0)
+    assert profile.model_settings(tiny, 20, None)["top_k"] == 20
+    assert profile.model_settings(tiny, None, 1.5)["cfg_scale"] == 1.5

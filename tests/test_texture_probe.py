@@ -1,5 +1,5 @@
 """scripts/texture_probe.py: textured token data from the shipped tokenizer, and a model folder
-that loads and decodes (the probe behind the README's texture figures)."""
+that loads and decodes (the probe behind the texture figures of docs/embedded-models.md)."""
 from __future__ import annotations
 
 import importlib.util
