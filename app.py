@@ -1,812 +1,480 @@
-"""Gradio demo of lossless speculative decoding for autoregressive image and video models.
-
-Pick a model and a method, watch the image (or clip) form one forward pass at a time, and
-see acceptance and NFE plotted live against the AR baseline. `demo` is the Blocks app (the
-Hugging Face Space entry point); `python app.py` serves it locally.
-
-This file is the UI only: decoding is `scd_core.stream`, pictures and plots are
-`scd_core.render`.
-"""
+"""Gradio demo of lossless speculative decoding for AR image and video models: watch a sample
+form pass by pass, race AR, SJD and SCD over several samples. `demo` is the Blocks app (the
+Hugging Face Space entry point); `python app.py` serves it locally. This file is the page:
+decoding is `scd_core.stream`, the race `scd_core.race`, pictures and charts
+`scd_core.render`, models, checks, stop stamps and pacing `scd_core.page` (docs/app.md)."""
 from __future__ import annotations
 
-import functools
+import logging
 import os
-import tempfile
-import threading
-import time
-from dataclasses import asdict, dataclass, replace
-from typing import Iterator
 
 import gradio as gr
-import numpy as np
 import torch
 
 import scd_core
+from scd_core import page, race
 from scd_core import render as R
-from scd_core.models import REGISTRY, availability
+from scd_core.clips import example_clips
+from scd_core.models import REGISTRY, cache
+from scd_core.protocols import optional
 
-try:  # ZeroGPU on Hugging Face Spaces; a no-op decorator everywhere else
+try:  # ZeroGPU on Hugging Face Spaces (hold a GPU for duration(*inputs) s); a no-op elsewhere
     import spaces
 
-    def gpu(duration: int):
-        """Hold a (Zero)GPU for at most `duration` seconds per call."""
+    def gpu(duration):
         return spaces.GPU(duration=duration)
 except ImportError:
-    def gpu(duration: int):
-        """No `spaces` package: a no-op."""
+    def gpu(duration):
         return lambda fn: fn
 
-
-METHODS = [("AR", "ar"), ("SJD", "sjd"), ("SCD maximal coupling", "scd-mc"),
-           ("SCD Gumbel coupling", "scd-gumbel")]
-METHOD_NAMES = dict((v, k) for k, v in METHODS)
-INITS = [("random (uniform)", "random"),
-         ("repeat the token above", "repeat-above"),
-         ("repeat the previous frame (video)", "repeat-frame")]
-HIDDEN_MODELS = {"toy"}              # the enumerable exactness-test model: 5 tokens, nothing to see
-MAX_PROMPT_CHARS = 500
-MAX_WINDOW = 256
-IMAGE_EVERY = 0.05                   # at most ~20 picture updates a second
-PLOT_EVERY = 0.25                    # plots are heavier in the browser: ~4 a second
-EXAMPLES = ["red apple", "grinning face", "red heart", "flag france", "cat face",
-            "yellow star", "blue circle", "fox"]
-# pace: slow motion, seconds per forward pass on screen (the embedded models are too fast to
-# watch otherwise); the real models are slow enough at full speed.
-DEFAULTS = {
-    "toy-grid": dict(window=16, init="random", temperature=1.0, top_k=0, top_p=1.0, cfg_scale=1.0,
-                     pace=0.05),
-    "tiny": dict(window=16, init="random", temperature=1.0, top_k=100, top_p=1.0, cfg_scale=3.0,
-                 pace=0.15),
-    "tiny-video": dict(window=32, init="repeat-frame", temperature=1.0, top_k=100, top_p=1.0,
-                       cfg_scale=3.0, pace=0.05),
-}
-REAL_DEFAULTS = dict(window=32, init="random", temperature=1.0, top_k=1000, top_p=1.0,
-                     cfg_scale=5.0, pace=0.0)
-# models whose prompt is a clip to continue (Cosmos): no guidance, drafts copy the last frame
-CLIP_DEFAULTS = dict(window=128, init="repeat-frame", temperature=1.0, top_k=0, top_p=0.8,
-                     cfg_scale=1.0, pace=0.0)
-CLIP_FRAMES = 12                     # frames of each generated example clip
-MAX_CLIP_UPLOAD = "50mb"             # a prompt clip is short: only its first frames are read
-MAX_PACE = 2.0
+log = logging.getLogger("scd_demo")
+QUEUE = dict(max_size=64, default_concurrency_limit=1)     # 64 visitors may wait their turn
+DECODE = dict(concurrency_limit=1, concurrency_id="decode")  # one decode at a time
+CLICK = dict(trigger_mode="always_last", **DECODE)  # a click while busy runs once more, after
+IMAGE_EVERY, PLOT_EVERY, STATUS_EVERY = 0.1, 0.5, 0.5       # seconds between live updates
+FULL_SPEED_EVERY = 0.25  # full speed: a picture at most this often, none before (a faster run
+                         # shows its final picture only: the eye would not follow)
+FIRST_PAINT = 0.1        # seconds for the browser to show the final picture before the charts
+STOPS = page.Stops()
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+LABELS = scd_core.METHOD_LABELS
 
 
-# ------------------------------------------------------------------------- device, models
+# ------------------------------------------------------------------------------ models
 
-def pick_device() -> tuple[str, torch.dtype | None]:
-    """CUDA with bfloat16 for the real models when a GPU is present; else the CPU, where
-    each adapter keeps its own default dtype."""
-    if torch.cuda.is_available():
-        return "cuda", torch.bfloat16
-    return "cpu", None
+MODELS = cache      # one copy of each model per process, one large model resident at a time
 
 
-DEVICE, REAL_DTYPE = pick_device()
+def load_kwargs(name: str) -> dict:
+    large_on_gpu = DEVICE == "cuda" and REGISTRY[name].needs_weights
+    return dict(device=DEVICE, **({"dtype": torch.bfloat16} if large_on_gpu else {}))
 
 
-def device_note() -> str:
-    if DEVICE == "cuda":
-        name = torch.cuda.get_device_name(0) if torch.cuda.is_initialized() else "GPU"
-        return f"Engine: **CUDA** ({name}); real models in bfloat16, embedded models in float32."
-    return ("Engine: **CPU** (no GPU found). The embedded models run in seconds here; "
-            "the large models need a GPU.")
+def get_model(name: str, progress=None):
+    """The model, loaded (and downloaded) on first use; `progress(done, total, repo)`."""
+    return MODELS.get(name, **load_kwargs(name), **({"progress": progress} if progress else {}))
 
 
-_models: dict[str, object] = {}
-_models_lock = threading.Lock()
+def loaded(name: str):
+    return MODELS.peek(name, **load_kwargs(name)) if name in REGISTRY else None
 
 
-def get_model(name: str):
-    """Load a model once per process (lazily, on first use) and keep it.
-
-    `_models` is also the seam for tests and embedders: a model put there under a registry
-    name is used as is (and counts as available)."""
-    with _models_lock:
-        if name not in _models:
-            dtype = REAL_DTYPE if REGISTRY[name].needs_weights else None   # embedded: float32
-            _models[name] = _load(name, dtype)
-        return _models[name]
+def examples_for(name: str) -> list[list[str]]:
+    entry = REGISTRY.get(name)
+    model = loaded(name) or (get_model(name) if entry and not entry.needs_weights else None)
+    return [[p] for p in (optional(model, "example_prompts") or ["a red apple"])[:8]]
 
 
-def model_or_error(name: str):
-    """get_model for an event handler: a failed load becomes a message on the page."""
-    try:
-        return get_model(name)
-    except Exception as exc:
-        raise gr.Error(f"Could not load model {name!r}: {exc}")
+# ------------------------------------------------------------------------------ checks
+
+def problems(name, *values) -> dict[str, str]:
+    return page.problems(loaded(name), name, *values)
 
 
-def _load(name: str, dtype: torch.dtype | None):
-    """Ask for the device (and dtype) when the loader accepts them; load_model raises
-    TypeError for unexpected keywords."""
-    first = dict(device=DEVICE, dtype=dtype) if dtype is not None else dict(device=DEVICE)
-    for kwargs in (first, dict(device=DEVICE), {}):
-        try:
-            return scd_core.load_model(name, **kwargs)
-        except TypeError:
-            if not kwargs:
-                raise
-    raise AssertionError("unreachable")
+def validator(*values):
+    """Runs before a request joins the queue: each rejected input gets its message."""
+    found = problems(*values[:len(page.INPUTS)])
+    if found:
+        log.info("input rejected: %s", "; ".join(found.values()))
+    return [gr.validate(n not in found, found.get(n, "")) for n in page.INPUTS] + \
+        [gr.validate(True, "")] * (len(values) - len(page.INPUTS))
 
 
-def model_names() -> list[str]:
-    return [n for n in REGISTRY if n not in HIDDEN_MODELS]
+def input_message(*values) -> str:
+    """Beside the buttons: what the validator marked on the fields (on a phone the fields may
+    be out of sight), or nothing."""
+    found = problems(*values[:len(page.INPUTS)])
+    return "" if not found else "**Not started:** " + "; ".join(found.values()) + "."
 
 
-def model_choices() -> list[tuple[str, str]]:
-    """(label, name) for the dropdown; unavailable models stay listed with the reason."""
-    out = []
-    for name in model_names():
-        reason = availability(name)
-        if reason is not None and len(reason) > 60:
-            reason = reason[:57].rstrip() + "…"
-        out.append((name if reason is None else f"{name} (unavailable: {reason})", name))
+def prepare(name, method, *values):
+    """The loaded model and checked Settings; ValueError with the message otherwise."""
+    return page.prepare(name, method, *values, load=get_model, loaded=loaded(name) is not None)
+
+
+def session_key(request: gr.Request | None) -> str:
+    return getattr(request, "session_hash", None) or ""
+
+
+# ----------------------------------------------------------------------------- generate
+
+def run_charts(stats: R.TraceStats, history: dict, method: str, live: bool = False) -> dict:
+    """The run's charts; while it runs only the two that move most (a chart costs the browser
+    far more to draw than the server to make)."""
+    curves = {m: (h["nfe"], h["committed"]) for m, h in history.items() if m != "_model"}
+    curves[method] = (stats.nfe, stats.committed)
+    out = {chart_committed: R.committed_vs_nfe_figure(curves, stats.num_tokens, method),
+           chart_flicker: R.flicker_figure(stats)}
+    if not live:
+        out |= {chart_length: R.accepted_length_figure(stats), chart_rate: R.acceptance_figure(stats)}
     return out
 
 
-def default_model() -> str:
-    return "tiny" if availability("tiny") is None else "toy-grid"
+def final_outputs(model, name: str, method: str, prompt: str, stats: R.TraceStats, wall: float,
+                  history: dict) -> dict:
+    ar_wall = history.get("ar", {}).get("wall")
+    out = {summary: page.prompt_note(model, prompt) + R.run_summary(
+               LABELS[method], stats.sample(), wall, ar_wall, page.device_name()),
+           heat_committed: R.committed_at_figure(stats), heat_unchanged: R.unchanged_figure(stats),
+           film: R.filmstrip_image(stats.film), history_state: history,
+           last_run: {"model": name, "method": method, "iterations": stats.records},
+           replay_slider: gr.Slider(minimum=0, maximum=len(stats.records) - 1,
+                                    value=len(stats.records) - 1, step=1, interactive=True)}
+    if page.is_video(name):
+        mp4, gif = R.export_run_clip(model, stats.records[-1], f"{name}-{method}")
+        out |= {clip_video: mp4, clip_files: [mp4, gif]}
+    return out
 
 
-def peek_model(name: str):
-    """The model if it is loaded already or cheap to load (embedded), else None."""
-    if name in _models:
-        return _models[name]
-    entry = REGISTRY.get(name)
-    if entry is None or entry.needs_weights or availability(name) is not None:
-        return None
+@gpu(page.gpu_duration(race_all=False))
+def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
+                    pace=0.0, samples=1, clip=None, clip_text="", history=None, ticket=None,
+                    request: gr.Request = None):
+    """Decode one sample and stream its passes to the page (every pass in slow motion, else a
+    few pictures a second); Stop ends it after the current pass, keeping what is shown. An
+    input the model refuses (a clip too short for it...) is said in the status, nothing lost."""
+    key, browser, ticket = session_key(request), ticket is not None, STOPS.stamp(ticket)
+    stopped = lambda: STOPS.stopped(key, ticket)  # noqa: E731
     try:
-        return get_model(name)
-    except Exception:   # shown later, with the reason, when the user presses Generate
-        return None
-
-
-def takes_clip(name: str) -> bool:
-    """Whether the model's prompts are video clips to continue (the Cosmos family): said by
-    the loaded adapter's `prompt_kind`, else by its registry entry."""
-    kind = getattr(_models.get(name), "prompt_kind", None)
-    if kind is not None:
-        return kind == "video"
-    entry = REGISTRY.get(name)
-    return entry is not None and entry.module == "cosmos"
-
-
-def model_defaults(name: str) -> dict:
-    """App defaults for the model, overridden by its adapter's `default_settings`."""
-    real = REAL_DEFAULTS if REGISTRY.get(name) and REGISTRY[name].needs_weights else None
-    base = DEFAULTS.get(name, CLIP_DEFAULTS if takes_clip(name) else real or DEFAULTS["toy-grid"])
-    own = getattr(peek_model(name), "default_settings", None) or {}
-    return {**base, **{k: v for k, v in own.items() if k in base}}
-
-
-def model_examples(name: str) -> list[str]:
-    return list(getattr(peek_model(name), "example_prompts", None) or EXAMPLES)[:12]
-
-
-@functools.lru_cache(maxsize=1)
-def example_clips() -> tuple[str, ...]:
-    """Two short synthetic clips for the picker, written once per process to a temp folder
-    (a disc crossing a gradient; a growing ring): nothing to ship, nothing to download."""
-    folder = tempfile.mkdtemp(prefix="scd_clips_")
-    yy, xx = np.mgrid[0:96, 0:128].astype(np.float32)
-    paths = []
-    for name, colour in (("red-ball", (220, 40, 40)), ("blue-ring", (40, 90, 220))):
-        frames = []
-        for t in range(CLIP_FRAMES):
-            img = np.stack([40 + xx, 80 + yy, 160 + 0 * xx], -1)
-            if name == "red-ball":
-                mask = (xx - 16 - 8 * t) ** 2 + (yy - 48) ** 2 < 14 ** 2
-            else:
-                r = np.hypot(xx - 64, yy - 48)
-                mask = abs(r - 6 - 3 * t) < 4
-            img[mask] = colour
-            frames.append(np.clip(img, 0, 255).astype(np.uint8))
-        paths.append(R.write_mp4(frames, os.path.join(folder, f"{name}.mp4"), fps=8))
-    return tuple(paths)
-
-
-def model_info(name: str) -> str:
-    entry = REGISTRY.get(name)
-    if entry is None:
-        return f"Unknown model {name!r}."
-    reason = None if name in _models else availability(name)
-    state = "ready" if reason is None else f"**unavailable here:** {reason}"
-    return f"`{name}` ({entry.kind}): {entry.description}. {state}"
-
-
-# ------------------------------------------------------------------------------ inputs
-
-@dataclass(frozen=True)
-class Settings:
-    model: str
-    method: str
-    window: int
-    init: str
-    temperature: float
-    top_k: int
-    top_p: float
-    cfg_scale: float
-    seed: int
-    prompt: str
-
-    def engine_kwargs(self, **override) -> dict:
-        d = asdict(replace(self, **override))
-        d.pop("model"), d.pop("prompt")
-        return d
-
-
-def _number(value, name: str) -> float:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise gr.Error(f"{name} must be a number, got {value!r}.")
-    if not np.isfinite(x):
-        raise gr.Error(f"{name} must be a finite number, got {value!r}.")
-    return x
-
-
-def _integer(value, name: str) -> int:
-    x = _number(value, name)
-    if x != int(x):
-        raise gr.Error(f"{name} must be a whole number, got {value!r}.")
-    return int(x)
-
-
-def check_model(model) -> None:
-    if model not in REGISTRY or model in HIDDEN_MODELS:
-        raise gr.Error(f"Unknown model {model!r}. Choose one of: {', '.join(model_names())}.")
-    reason = None if model in _models else availability(model)
-    if reason is not None:
-        raise gr.Error(f"Model {model!r} is unavailable here: {reason}")
-
-
-def clip_path(clip) -> str:
-    """The prompt clip (a path from gr.Video, or a file dict) checked to be a readable video."""
-    path = clip.get("path") if isinstance(clip, dict) else clip
-    if path is None or path == "":
-        raise gr.Error("Prompt clip: pick one of the example clips or upload a short video "
-                       "(MP4) for the model to continue.")
-    if not isinstance(path, str):
-        raise gr.Error(f"Prompt clip: expected a video file, got {type(path).__name__}.")
-    if not os.path.isfile(path):
-        raise gr.Error(f"Prompt clip: file not found: {os.path.basename(path)!r}. "
-                       "Pick an example clip or upload the video again.")
-    if "|" in path:
-        raise gr.Error("Prompt clip: the file name must not contain '|'; rename it and upload again.")
-    import imageio.v3 as iio
-    try:
-        frames = iio.imiter(path)
-        first = next(frames, None)
-        frames.close()
-    except Exception as exc:
-        raise gr.Error(f"Prompt clip: cannot read {os.path.basename(path)!r} as a video "
-                       f"({type(exc).__name__}). Upload an MP4 or WebM clip.")
-    if first is None:
-        raise gr.Error(f"Prompt clip: {os.path.basename(path)!r} has no frames.")
-    return path
-
-
-def resolve_prompt(model, prompt, clip=None, clip_text="") -> str:
-    """The engine's prompt: the text box, or for a clip model 'clip.mp4' / 'clip.mp4|text'
-    (the text only for Video2World; the adapter says so if the model takes none)."""
-    check_model(model)
-    if not takes_clip(model):
-        return prompt
-    if clip_text is not None and not isinstance(clip_text, str):
-        raise gr.Error("Clip text must be text.")
-    text = (clip_text or "").strip()
-    if len(text) > MAX_PROMPT_CHARS:
-        raise gr.Error(f"Clip text is {len(text):,} characters long; the limit is "
-                       f"{MAX_PROMPT_CHARS}. Please shorten it.")
-    path = clip_path(clip)
-    return f"{path}|{text}" if text else path
-
-
-def check_inputs(model, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
-                 prompt) -> Settings:
-    """Every control checked with a message a user can act on (raises gr.Error)."""
-    check_model(model)
-    if method not in METHOD_NAMES:
-        raise gr.Error(f"Unknown method {method!r}. Choose one of: {', '.join(METHOD_NAMES)}.")
-    prompt = (prompt or "").strip() if isinstance(prompt, str) or prompt is None else None
-    if prompt is None:
-        raise gr.Error("The prompt must be text.")
-    if not prompt:
-        raise gr.Error("Please type a prompt (or click one of the examples).")
-    if len(prompt) > MAX_PROMPT_CHARS and not takes_clip(model):  # a clip prompt: checked
-        raise gr.Error(f"The prompt is {len(prompt):,} characters long; the limit is "
-                       f"{MAX_PROMPT_CHARS}. Please shorten it.")
-    window = _integer(window, "Window L")
-    if method != "ar" and not 2 <= window <= MAX_WINDOW:
-        raise gr.Error(f"Window L must be between 2 and {MAX_WINDOW} (tokens per forward pass); "
-                       f"got {window}.")
-    if init not in dict((v, k) for k, v in INITS):
-        raise gr.Error(f"Unknown draft init {init!r}. Choose random, repeat-above or repeat-frame.")
-    if init == "repeat-frame" and REGISTRY[model].kind != "video":
-        raise gr.Error("Draft init 'repeat previous frame' needs a video model; "
-                       f"{model!r} makes images.")
-    temperature = _number(temperature, "Temperature")
-    if not 0 <= temperature <= 10:
-        raise gr.Error(f"Temperature must be between 0 (greedy) and 10; got {temperature}.")
-    top_k = _integer(top_k, "Top-k")
-    if top_k < 0:
-        raise gr.Error(f"Top-k must be 0 (off) or a positive number of tokens; got {top_k}.")
-    top_p = _number(top_p, "Top-p")
-    if not 0 < top_p <= 1:
-        raise gr.Error(f"Top-p must be in (0, 1]: it keeps the smallest set of tokens whose "
-                       f"probability reaches top-p (1 = off); got {top_p}.")
-    cfg_scale = _number(cfg_scale, "CFG scale")
-    if not 0 <= cfg_scale <= 100:
-        raise gr.Error(f"CFG scale must be between 0 and 100 (1 = no guidance); got {cfg_scale}.")
-    seed = _integer(seed, "Seed")
-    if not 0 <= seed < 2**63:
-        raise gr.Error(f"Seed must be a non-negative whole number; got {seed}.")
-    return Settings(model, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
-                    prompt)
-
-
-def timed(gen: Iterator) -> Iterator[tuple[object, float]]:
-    """Yield (item, seconds spent producing it): engine time without our rendering time.
-
-    The engine's ValueError (an argument it rejects) becomes a gr.Error for the page.
-    """
-    while True:
-        t = time.perf_counter()
-        try:
-            item = next(gen)
-        except StopIteration:
+        model, s = prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
+                           prompt, clip, clip_text)
+        pace = page.check_pace(pace)
+        history = dict(history or {}) if (history or {}).get("_model") == name else {"_model": name}
+        stats = R.TraceStats(tuple(model.grid))
+        pic_due = page.Pacer(IMAGE_EVERY, pace, stopped) if pace else \
+            page.Pacer(FULL_SPEED_EVERY, wait_first=True)
+        plot_due = page.Pacer(PLOT_EVERY, wait_first=True)
+        for it in scd_core.stream(model, [s.prompt], **s.engine_kwargs(method)):
+            stats.add(it)
+            end = "done" if stats.done else "stopped" if stopped() else None
+            if not pic_due(force=end is not None):
+                continue
+            out = {live_image: R.render_iteration(model, it),
+                   status: R.run_status(LABELS[method], stats, it.wall_time, end or "running")}
+            if end is None:
+                yield out | (run_charts(stats, history, method, live=True) if plot_due() else {})
+                continue
+            yield out                                     # the final picture first, then the rest
+            if browser:                                   # (drawing the charts would delay it)
+                page.sleep_until(page.now() + FIRST_PAINT)
+            if end == "done":
+                history[method] = {"nfe": stats.nfe, "committed": stats.committed, "wall": it.wall_time}
+            yield run_charts(stats, history, method) | final_outputs(model, name, method, s.prompt,
+                                                                      stats, it.wall_time, history)
             return
-        except ValueError as exc:
-            raise gr.Error(str(exc))
-        yield item, time.perf_counter() - t
-
-
-class Throttle:
-    """Which iterations reach the page, and when.
-
-    Full speed (pace 0): True at most once every `every` seconds (the first and the forced
-    calls always pass). Slow motion (pace > 0): always True, after sleeping so that calls are
-    at least max(pace, every) seconds apart: every iteration is shown.
-    """
-
-    def __init__(self, every: float, pace: float = 0.0) -> None:
-        self.every, self.pace, self.last = every, pace, -1e9
-
-    def __call__(self, force: bool = False) -> bool:
-        now = time.perf_counter()
-        if self.pace > 0:
-            time.sleep(max(0.0, self.last + max(self.pace, self.every) - now))
-            self.last = time.perf_counter()
-            return True
-        if force or now - self.last >= self.every:
-            self.last = now
-            return True
-        return False
-
-
-def check_pace(pace) -> float:
-    pace = _number(pace, "Slow motion")
-    if not 0 <= pace <= MAX_PACE:
-        raise gr.Error(f"Slow motion must be between 0 (full speed) and {MAX_PACE} seconds per "
-                       f"forward pass; got {pace}.")
-    return pace
-
-
-# ---------------------------------------------------------------------------- one run
-
-def status_line(s: Settings, stats: R.TraceStats, wall: float, done: bool) -> str:
-    n, total = stats.committed[-1], stats.num_tokens
-    head = f"**{METHOD_NAMES[s.method]}** · {n}/{total} tokens · NFE {stats.nfe[-1]}"
-    if not done:
-        return head + f" · acceptance {stats.acceptance_rate:.2f} · decoding…"
-    return (head + f" · **done** in {wall:.2f} s · step compression "
-            f"{total / stats.nfe[-1]:.2f}x · acceptance {stats.acceptance_rate:.2f} · "
-            f"mean accepted length {stats.mean_accepted_length:.2f}")
-
-
-def prompt_note(model, prompt: str) -> str:
-    """For bag-of-words models (the embedded ones): which prompt words the model knows."""
-    known = getattr(getattr(model, "vocab", None), "known", None)
-    if known is None:
-        return ""
-    words = known(prompt)
-    if not words:
-        return ("None of the prompt's words is in the model's vocabulary: this is an "
-                "unconditional sample. Try an example prompt.\n\n")
-    return f"Prompt words the model knows: {', '.join(words)}.\n\n"
-
-
-def summary_markdown(s: Settings, stats: R.TraceStats, wall: float, history: dict) -> str:
-    total, nfe = stats.num_tokens, stats.nfe[-1]
-    ar = history.get("ar")
-    speedup = (f"{ar['wall'] / wall:.2f}x (AR run of this session: {ar['wall']:.2f} s)"
-               if ar and s.method != "ar" and wall > 0 else "run AR once to measure it")
-    rows = [
-        ("NFE", f"{nfe}", R.METRIC_HELP["nfe"]),
-        ("step compression", f"{total / nfe:.2f}x", R.METRIC_HELP["compression"]),
-        ("acceptance rate", f"{stats.acceptance_rate:.3f}", R.METRIC_HELP["acceptance"]),
-        ("mean accepted length", f"{stats.mean_accepted_length:.2f}", R.METRIC_HELP["mean_len"]),
-        ("wall time", f"{wall:.2f} s", "engine time of this run (rendering excluded)"),
-        ("latency speed-up", speedup, R.METRIC_HELP["speedup"]),
-    ]
-    body = "\n".join(f"| {a} | {b} | {c} |" for a, b, c in rows)
-    return f"| metric | value | definition |\n|---|---|---|\n{body}"
-
-
-def final_media(model, s: Settings, iterations: list) -> tuple[str | None, str | None]:
-    """For a video model: the finished clip as MP4 and GIF (None, None for images)."""
-    if REGISTRY[s.model].kind != "video":
-        return None, None
-    frames = R.decode_frames(model, iterations[-1].canvas[0])
-    fps = float(getattr(model, "fps", 6))
-    return R.export_clip(frames, f"{s.model}-{s.method}-seed{s.seed}", fps=fps)
-
-
-@gpu(duration=120)
-def generate_stream(model_name, method, window, init, temperature, top_k, top_p, cfg_scale,
-                    seed, prompt, pace=0.0, history=None, clip=None, clip_text=""):
-    """Decode one sample and stream its iterations to the page (all of them in slow motion,
-    else at most ~20 a second). For a clip model the prompt is `clip` (+ `clip_text`)."""
-    prompt = resolve_prompt(model_name, prompt, clip, clip_text)
-    s = check_inputs(model_name, method, window, init, temperature, top_k, top_p, cfg_scale,
-                     seed, prompt)
-    pace = check_pace(pace)
-    model = model_or_error(s.model)
-    history = dict(history or {})
-    if history.get("_model") != s.model:
-        history = {"_model": s.model}
-    stats, iterations, wall = R.TraceStats(tuple(model.grid)), [], 0.0
-    pic_due, plot_due = Throttle(IMAGE_EVERY, pace), Throttle(PLOT_EVERY)
-    gen = scd_core.stream(model, [s.prompt], **s.engine_kwargs())
-    for it, dt in timed(gen):
-        iterations.append(it)
-        stats.add(it)
-        wall += dt
-        done = stats.done
-        if not pic_due(done):
-            continue
-        out = {live_image: R.render_iteration(model, it), status: status_line(s, stats, wall, done)}
-        if plot_due(done):
-            curves = {m: (h["nfe"], h["committed"]) for m, h in history.items() if m != "_model"}
-            curves[s.method] = (stats.nfe, stats.committed)
-            out |= {chart_committed: R.committed_vs_nfe_figure(curves, stats.num_tokens, s.method),
-                    chart_length: R.accepted_length_figure(stats),
-                    chart_rate: R.acceptance_figure(stats),
-                    heat_committed: R.committed_at_figure(stats),
-                    heat_stability: R.stability_figure(stats)}
-        if done:
-            history[s.method] = {"nfe": stats.nfe, "committed": stats.committed, "wall": wall}
-            mp4, gif = final_media(model, s, iterations)
-            out |= {summary: prompt_note(model, s.prompt) + summary_markdown(s, stats, wall, history),
-                    history_state: history,
-                    last_run: {"model": s.model, "method": s.method, "iterations": iterations},
-                    replay_slider: gr.Slider(minimum=0, maximum=len(iterations) - 1,
-                                             value=len(iterations) - 1, step=1, interactive=True),
-                    clip_video: mp4, clip_gif: gif, clip_files: [mp4, gif] if mp4 else None}
-        yield out
+    except ValueError as exc:
+        log.info("refused: %s", exc)
+        yield {status: f"**Not started:** {exc}"}
 
 
 # ------------------------------------------------------------------------------- race
 
-RACE_ORDER = ["ar", "sjd", "scd-mc", "scd-gumbel"]
+def race_panels(panels: R.RacePanels, runs: dict, tick: int | None = None) -> dict:
+    return {race_images[m]: pic for m, pic in panels.at(runs, tick).items()}
 
 
-def race_table(model_tokens: dict, stats: dict, wall: dict) -> list[list]:
-    ar_nfe, ar_wall, ar_tokens = stats["ar"].nfe[-1], wall["ar"], model_tokens["ar"]
-    rows = []
-    for m in RACE_ORDER:
-        st = stats[m]
-        rows.append([METHOD_NAMES[m], st.nfe[-1], round(wall[m], 3),
-                     round(ar_nfe / st.nfe[-1], 2), round(ar_wall / wall[m], 2) if wall[m] else None,
-                     round(st.acceptance_rate, 3) if m != "ar" else None,
-                     round(st.mean_accepted_length, 2),
-                     "yes" if torch.equal(model_tokens[m], ar_tokens) else "no"])
-    return rows
+def race_results(model, name: str, s: race.Settings, runs: dict, samples: int) -> dict:
+    greedy = s.temperature == 0 or s.top_k == 1
+    table = race.summarise(runs, greedy)
+    probe = None if REGISTRY[name].needs_weights else \
+        race.context_sensitivity(model, s, sample=runs["ar"].tokens()[0])
+    progress, hist, flicker = R.race_figures(runs, samples)
+    return {race_table: R.race_table_html(table, greedy), race_why: race.explain_gap(table, probe),
+            race_note: R.race_note(samples, s.seed, greedy, page.device_name(),
+                                   race.bench_command(name, s, samples)),
+            race_chart: progress, race_hist: hist, race_flicker: flicker}
 
 
-RACE_HEADERS = ["method", "NFE", "wall (s)", "step compression", "latency speed-up",
-                "acceptance rate", "mean accepted length", "same tokens as AR"]
-
-
-@gpu(duration=240)
-def race_stream(model_name, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
-                greedy=False, pace=0.0, history=None, clip=None, clip_text=""):
-    """AR, SJD, SCD-MC and SCD-Gumbel in lockstep: each tick is one forward pass of each.
-
-    The finished curves also go into the session history, so the Generate tab's chart shows
-    them next to later runs."""
-    prompt = resolve_prompt(model_name, prompt, clip, clip_text)
-    s = check_inputs(model_name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale,
-                     seed, prompt)
-    pace = check_pace(pace)
-    if greedy:
-        s = replace(s, temperature=0.0)
-    model = model_or_error(s.model)
-    gens = {m: timed(scd_core.stream(model, [s.prompt], **s.engine_kwargs(method=m)))
-            for m in RACE_ORDER}
-    stats = {m: R.TraceStats(tuple(model.grid)) for m in RACE_ORDER}
-    wall, last, tokens = dict.fromkeys(RACE_ORDER, 0.0), {}, {}
-    pic_due, plot_due = Throttle(2 * IMAGE_EVERY, pace), Throttle(PLOT_EVERY)  # 4 pictures a tick
-    pictures: dict[str, tuple[int, np.ndarray]] = {}     # method -> (iteration drawn, picture)
-    active = list(RACE_ORDER)
-    while active:
-        for m in list(active):
-            item = next(gens[m], None)
-            if item is None:
-                active.remove(m)
-                continue
-            it, dt = item
-            wall[m] += dt
-            stats[m].add(it)
-            last[m] = it
-            if stats[m].done:
-                tokens[m] = it.canvas[0].clone()
-        done = not active
-        if not pic_due(done):
-            continue
-        for m in RACE_ORDER:     # draw only the panels that moved since the last update
-            if pictures.get(m, (-1,))[0] != last[m].index:
-                pictures[m] = (last[m].index, R.render_iteration(model, last[m]))
-        out = {race_images[m]: pictures[m][1] for m in RACE_ORDER}
-        out[race_status] = " · ".join(
-            f"**{METHOD_NAMES[m]}**: NFE {stats[m].nfe[-1]}, {stats[m].committed[-1]}/"
-            f"{stats[m].num_tokens}" + (" ✓" if stats[m].done else "") for m in RACE_ORDER)
-        if plot_due(done):
-            curves = {m: (stats[m].nfe, stats[m].committed) for m in RACE_ORDER}
-            out[race_chart] = R.committed_vs_nfe_figure(curves, stats["ar"].num_tokens)
-        if done:
-            out[race_summary] = race_table(tokens, stats, wall)
-            out[history_state] = {"_model": s.model, **{
-                m: {"nfe": stats[m].nfe, "committed": stats[m].committed, "wall": wall[m]}
-                for m in RACE_ORDER}}
-            same = all(torch.equal(tokens[m], tokens["ar"]) for m in RACE_ORDER)
-            out[race_note] = (
-                f"Greedy (temperature 0): every method returned **{'the same' if same else 'DIFFERENT'}"
-                "** tokens as AR, pixel for pixel." if s.temperature == 0 else
-                "Sampling (temperature > 0): each method draws a **different sample from the same "
-                "distribution**: the images differ, their law does not. Tick *greedy* to see "
-                "identical pixels from every method.")
+@gpu(page.gpu_duration(race_all=True))
+def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
+                pace=0.0, samples=8, clip=None, clip_text="", history=None, ticket=None,
+                request: gr.Request = None):
+    """Decode K samples per method, each method alone and timed alone, then replay the
+    recorded passes in lockstep by NFE (at the slow-motion pace) and report the figures."""
+    key, ticket = session_key(request), STOPS.stamp(ticket)
+    stopped = lambda: STOPS.stopped(key, ticket)  # noqa: E731
+    try:
+        model, s = prepare(name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale, seed,
+                           prompt, clip, clip_text)
+        pace, samples = page.check_pace(pace), page.check_samples(samples)
+        runs, status_due = {}, page.Pacer(STATUS_EVERY)
+        panels = R.RacePanels(model, 0 if page.is_video(name) else None)
+        yield dict.fromkeys([*race_images.values(), race_table, race_note, race_why, race_chart,
+                             race_hist, race_flicker], None) | {race_status: "Decoding…"}
+        for m in race.METHOD_ORDER:
+            for run in race.decode(model, s, m, samples, stopped):
+                if status_due():
+                    yield {race_status: R.race_decoding(run)}
+            runs[m] = run
+            if run.stopped:
+                done = {k: r for k, r in runs.items() if r.done}
+                yield race_panels(panels, runs) | {
+                    race_status: R.race_decoding(run),
+                    race_table: R.race_table_html(race.summarise(done, False), False)}
+                return
+    except ValueError as exc:
+        log.info("refused: %s", exc)
+        yield {race_status: f"**Not started:** {exc}"}
+        return
+    plot_due, tick, last = page.Pacer(PLOT_EVERY, wait_first=True), 0, race.lockstep(runs)
+    for tick in page.replay_ticks(last, pace, IMAGE_EVERY, stopped) if pace else ():
+        out = race_panels(panels, runs, tick) | {race_status: R.race_progress(runs, tick)}
+        if plot_due():
+            out[race_chart] = R.race_progress_figure(
+                {m: r.committed_curves() for m, r in runs.items()}, runs["ar"].num_tokens, tick)
         yield out
+    if stopped() and tick < last:
+        yield race_results(model, name, s, runs, samples) | {race_status: R.race_progress(
+            runs, tick, f"**Replay stopped at NFE {tick}**; every method had finished decoding: "
+                        "the figures below are complete.")}
+        return
+    yield race_panels(panels, runs) | {race_status: R.race_progress(runs, None, "**Done.**")}
+    yield race_results(model, name, s, runs, samples) | {
+        race_state: {"model": name, "runs": {m: r.final() for m, r in runs.items()}},
+        race_sample: gr.Slider(maximum=samples, value=1, visible=panels.sample is not None and samples > 1)}
+
+
+def show_race_sample(index, state):
+    if not state:
+        return {}
+    return race_panels(R.RacePanels(get_model(state["model"]), max(0, int(index) - 1)), state["runs"])
 
 
 # ----------------------------------------------------------------------------- replay
 
-def replay_view(index, run: dict | None):
+def replay_view(index, run):
     if not run or not run.get("iterations"):
-        raise gr.Error("Nothing to replay yet: generate an image first.")
+        return gr.skip(), "Nothing to replay yet: generate an image first.", gr.skip()
     its = run["iterations"]
-    i = int(min(max(_integer(index, "Iteration"), 0), len(its) - 1))
-    it = its[i]
-    model = model_or_error(run["model"])
-    nb, na = int(it.n_before[0]), int(it.n_after[0])
-    text = (f"iteration {i} of {len(its) - 1} · NFE {it.nfe} · committed {nb} → {na} "
-            f"(+{na - nb}: {int(it.accepted[0].sum())} accepted drafts"
-            f"{', 1 resampled' if bool(it.resampled[0]) else ''})")
-    return R.render_iteration(model, it), text, R.accept_prob_figure(it, tuple(model.grid))
+    i = int(min(max(page.as_int(index) or 0, 0), len(its) - 1))
+    model = get_model(run["model"])
+    return (R.render_iteration(model, its[i]), R.replay_caption(its, i),
+            R.accept_prob_figure(its[i], tuple(model.grid)))
 
 
-@gpu(duration=120)
-def export_run(run: dict | None):
+@gpu(lambda run: 60)
+def export_run(run):
     if not run or not run.get("iterations"):
-        raise gr.Error("Nothing to export yet: generate an image first.")
-    model = model_or_error(run["model"])
-    mp4, gif = R.export_decoding(model, run["iterations"], f"{run['model']}-{run['method']}-decoding")
+        return None, None
+    mp4, gif = R.export_decoding(get_model(run["model"]), run["iterations"],
+                                 f"{run['model']}-{run['method']}-decoding")
     return mp4, [mp4, gif]
 
 
-def is_video(name: str) -> bool:
-    return name in REGISTRY and REGISTRY[name].kind == "video"
+def stop(at=None, request: gr.Request = None):
+    STOPS.stop(session_key(request), at)
+
+
+def forget(request: gr.Request = None):
+    STOPS.forget(session_key(request))
+
+
+def load_selected(name: str, progress=gr.Progress()):
+    """Load a large model as soon as it is picked, its download shown as progress."""
+    if loaded(name) is None and REGISTRY[name].needs_weights and page.unavailable(name) is None:
+        def report(done, total, repo):
+            progress((done, total) if total else 0.0, desc=f"Downloading {repo}", unit="bytes")
+        try:
+            get_model(name, progress=report)
+        except Exception as exc:                 # shown; Generate then says it again
+            log.info("could not load %s: %s", name, exc)
+            return page.model_note(name) + f" **Could not load it:** {exc}"
+    return page.model_note(name, loaded(name) is not None)
 
 
 def on_model_change(name: str):
-    """Show what the model is (or why it is unavailable) and load its default settings."""
-    d = model_defaults(name)
-    init = d["init"] if d["init"] != "repeat-frame" or is_video(name) else "random"
-    clip = takes_clip(name)
-    return (model_info(name), d["window"], init, d["temperature"], d["top_k"], d["top_p"],
-            d["cfg_scale"], d["pace"], gr.Row(visible=is_video(name)),
-            gr.Dataset(samples=[[p] for p in model_examples(name)]),
-            gr.Column(visible=not clip), gr.Column(visible=clip))
+    """What the model is (or why it cannot run here), its defaults; Generate and Race are
+    disabled for a model that cannot run."""
+    d, ok = page.page_defaults(name), page.unavailable(name, loaded(name) is not None) is None
+    sd = page.sampling_defaults(name, loaded(name) or (
+        get_model(name) if ok and not REGISTRY[name].needs_weights else None))
+    clip, prompts = page.takes_clip(name), examples_for(name) if ok else []
+    return {model_md: page.model_note(name, loaded(name) is not None), window_nb: d["window"],
+            init_dd: d["init"], temp_nb: sd["temperature"], topk_nb: sd["top_k"], topp_nb: sd["top_p"],
+            cfg_nb: sd["cfg_scale"], pace_nb: d["pace"], samples_nb: d["samples"],
+            greedy_cb: sd["temperature"] == 0, clip_row: gr.Row(visible=page.is_video(name)),
+            examples.dataset: gr.Dataset(samples=[] if clip else prompts),
+            prompt_tb: prompts[0][0] if prompts and not clip else gr.skip(),
+            text_box: gr.Column(visible=not clip), clip_box: gr.Column(visible=clip),
+            gen_btn: gr.Button(interactive=ok), race_btn: gr.Button(interactive=ok)}
 
 
 # ----------------------------------------------------------------------------- layout
 
-EXPLAIN = r"""
-### How speculative Jacobi decoding stays exact
-An AR model needs one forward pass per token. **SJD** feeds a window of **L** tokens per pass:
-the last committed token and L-1 *drafts* for the next positions. One pass returns the model's
-distribution **p** at every window position. Going left to right, a draft x drawn from **q**
-is **accepted** if `U < min(1, p(x) / q(x))`. At the first rejection the position gets a
-sample of the **residual** `norm(max(0, p - q))`, and the rest of the window is redrafted.
-If every draft passes, one **bonus** token is sampled from the last p. This is speculative
-sampling: every committed token has exactly the AR distribution, whatever the drafts were.
+D0 = page.listed_models()[0]
 
-**SCD** (speculative *coupled* decoding) changes only how the next drafts are drawn: coupled
-to the previous ones, so they stop flickering and get accepted more often.
-- **Maximal coupling**: keep the previous draft with probability `min(1, p_t / p_{t-1})`,
-  otherwise draw from the residual `norm(max(0, p_t - p_{t-1}))`. The draft changes only when
-  the distribution really moved.
-- **Gumbel coupling**: draft = `argmax(log p + G)` with a Gumbel vector **G fixed per
-  position**: the same noise at every iteration, so the draft changes only when p does.
 
-Plain SJD redraws independently each time, so drafts flicker (low *draft stability*).
+def image(elem_id: str) -> gr.Image:
+    """A picture with no label or toolbar over it (they would cover the first token row)."""
+    return gr.Image(show_label=False, buttons=[], format="png", type="numpy", interactive=False,
+                    elem_id=elem_id, container=False, elem_classes="bare")
 
-### Reading the views
-- **The picture**: the committed tokens and the current drafts, decoded together. Plain
-  cells were committed earlier; **green** outlines are drafts accepted by this pass;
-  **orange/red** is the first rejected draft, replaced by a residual sample; **blue** is the
-  one token sampled from p (an AR step, or the bonus after a fully accepted window);
-  **hatched** cells are still drafts; **grey** cells hold nothing yet.
-- **Tokens vs NFE**: AR climbs the dashed diagonal, one token per forward pass; a speculative
-  method climbs in steps, and its slope is the tokens it commits per pass.
-- **Committed at iteration k**: the pass that committed each token. Long runs of one colour
-  are several tokens accepted in one pass (CLLM's "fast forwarding").
-- **Draft stability**: the longest run of passes in which a position's draft kept the same
-  token (CLLM's "stationary tokens"). Coupling raises it; that is where SCD's gain comes from.
-- **Replay**: step through every recorded pass, with the acceptance probability
-  `min(1, p/q)` of each draft it verified.
-- **Race**: the four methods on the same prompt and seed. With sampling they draw different
-  images from the same distribution; in greedy mode (temperature 0) every method returns
-  exactly AR's tokens.
-"""
 
-METRICS_MD = " · ".join(f"*{v}*" for v in R.METRIC_HELP.values())
+def number(value, label: str, elem_id: str, whole: bool = False) -> gr.Number:
+    return gr.Number(value, label=label, elem_id=elem_id, precision=0 if whole else None, min_width=100)
 
-with gr.Blocks(title="Speculative coupled decoding") as demo:
-    history_state = gr.State({})
-    last_run = gr.State(None)
-    gr.Markdown("# Lossless speculative decoding for AR image & video models\n"
-                "AR, SJD and SCD (coupled SJD) sample **exactly** the same distribution; "
-                "SJD and SCD need fewer forward passes. " + device_note(), elem_id="header")
-    with gr.Row():
-        with gr.Column(scale=1, min_width=320):
-            model_dd = gr.Dropdown(model_choices(), value=default_model(), label="Model",
-                                   elem_id="model")
-            model_md = gr.Markdown(model_info(default_model()), elem_id="model-info")
-            with gr.Column(visible=not takes_clip(default_model())) as text_box:
-                prompt_tb = gr.Textbox("red apple", label="Prompt", lines=1, max_lines=3,
-                                       elem_id="prompt")
-                examples = gr.Examples([[p] for p in model_examples(default_model())],
-                                       inputs=prompt_tb, label="Example prompts")
-            with gr.Column(visible=takes_clip(default_model())) as clip_box:
-                clip_in = gr.Video(label="Prompt clip: the model continues it", sources=["upload"],
-                                   format=None, include_audio=True, elem_id="prompt-clip",
-                                   height=200)
-                clip_text_tb = gr.Textbox("", label="Clip text (Video2World only)", lines=1,
-                                          max_lines=3, elem_id="clip-text",
-                                          info="optional; leave empty for the 4B base model")
-                gr.Examples([[p] for p in example_clips()], inputs=clip_in,
-                            label="Example clips")
-            method_rd = gr.Radio(METHODS, value="scd-mc", label="Method", elem_id="method")
-            d0 = model_defaults(default_model())
-            with gr.Row():
-                window_nb = gr.Number(d0["window"], label="Window L", precision=0,
-                                      info=f"tokens per pass, 2-{MAX_WINDOW}", elem_id="window")
-                init_dd = gr.Dropdown(INITS, value=d0["init"], label="Draft init", elem_id="init")
-            with gr.Row():
-                temp_nb = gr.Number(d0["temperature"], label="Temperature", info="0 = greedy",
-                                    elem_id="temperature")
-                topk_nb = gr.Number(d0["top_k"], label="Top-k", precision=0, info="0 = off",
-                                    elem_id="top-k")
-            with gr.Row():
-                topp_nb = gr.Number(d0["top_p"], label="Top-p", info="(0, 1], 1 = off",
-                                    elem_id="top-p")
-                cfg_nb = gr.Number(d0["cfg_scale"], label="CFG scale", info="1 = no guidance",
-                                   elem_id="cfg")
-            with gr.Row():
-                seed_nb = gr.Number(0, label="Seed", precision=0, elem_id="seed")
-                pace_nb = gr.Number(d0["pace"], label="Slow motion", elem_id="pace",
-                                    info="s per forward pass on screen; 0 = full speed")
-            with gr.Row():
-                gen_btn = gr.Button("Generate", variant="primary", elem_id="generate")
-                race_btn = gr.Button("Race all methods", elem_id="race")
-                stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
-        with gr.Column(scale=2):
-            with gr.Tabs():
+
+def plot(elem_id: str) -> gr.Plot:
+    return gr.Plot(show_label=False, elem_id=elem_id)
+
+
+with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) as demo:
+    history_state, last_run = gr.State({}, time_to_live=3600), gr.State(None, time_to_live=3600)
+    race_state = gr.State(None, time_to_live=1800)
+    ticket = gr.Number(None, visible=False)       # the click's time stamp, set by the browser
+    gr.Markdown(page.HEADER + page.device_note(), elem_id="header")
+    with gr.Row(equal_height=False, elem_id="main"):
+        with gr.Column(scale=1, min_width=300, elem_id="controls"):
+            with gr.Column(elem_id="top-controls"):
+                model_dd = gr.Dropdown([(page.model_label(n), n) for n in page.listed_models()],
+                                       value=D0, label="Model", elem_id="model")
+                model_md = gr.Markdown(page.model_note(D0), elem_id="model-info")
+                with gr.Column(visible=not page.takes_clip(D0)) as text_box:
+                    prompt_tb = gr.Textbox(examples_for(D0)[0][0], label="Prompt", lines=1,
+                                           max_lines=3, elem_id="prompt")
+                with gr.Column(visible=page.takes_clip(D0)) as clip_box:
+                    clip_in = gr.Video(label="Prompt clip: the model continues it", sources=["upload"],
+                                       format=None, elem_id="prompt-clip", height=160)
+                    clip_text_tb = gr.Textbox("", label="Clip text (Video2World only)", lines=1,
+                                              elem_id="clip-text")
+                    gr.Examples([[p] for p in example_clips()], inputs=clip_in, label="Example clips",
+                                example_labels=["red ball", "blue ring"])
+                with gr.Row():
+                    gen_btn = gr.Button("Generate", variant="primary", elem_id="generate", min_width=80)
+                    race_btn = gr.Button("Race all methods", elem_id="race", min_width=80)
+                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop", min_width=60)
+                input_md = gr.Markdown(elem_id="input-message")
+            with gr.Column(elem_id="more-controls"):
+                examples = gr.Examples(examples_for(D0), inputs=prompt_tb, label="Example prompts")
+                method_rd = gr.Radio([(LABELS[m], m) for m in race.METHOD_ORDER], value="scd-mc",
+                                     label="Method (Generate)", elem_id="method")
+                d0, s0 = page.page_defaults(D0), page.sampling_defaults(D0, loaded(D0))
+                with gr.Accordion("Settings", open=True):
+                    init_dd = gr.Dropdown([(v, k) for k, v in scd_core.INIT_LABELS.items()], value=d0["init"],
+                                          label="Draft init", elem_id="init")
+                    with gr.Row():
+                        window_nb = number(d0["window"], "Window L", "window", whole=True)
+                        seed_nb = number(0, "Seed", "seed", whole=True)
+                    with gr.Row():
+                        temp_nb = number(s0["temperature"], "Temperature", "temperature")
+                        greedy_cb = gr.Checkbox(s0["temperature"] == 0, label="Greedy (temperature 0)",
+                                                elem_id="greedy", min_width=100)
+                    with gr.Row():
+                        topk_nb = number(s0["top_k"], "Top-k (0: off)", "top-k", whole=True)
+                        topp_nb = number(s0["top_p"], "Top-p (1: off)", "top-p")
+                    with gr.Row():
+                        cfg_nb = number(s0["cfg_scale"], "CFG scale", "cfg")
+                        samples_nb = number(d0["samples"], "Race samples K", "samples", whole=True)
+                    pace_nb = number(d0["pace"], "Slow motion: seconds per pass on screen (0: full "
+                                     "speed)", "pace")
+        with gr.Column(scale=3, elem_id="results"):
+            with gr.Tabs() as tabs:
                 with gr.Tab("Generate", id="tab-generate"):
                     with gr.Row():
-                        with gr.Column(scale=1):
-                            live_image = gr.Image(label="Committed tokens + current drafts",
-                                                  format="png", type="numpy", interactive=False,
-                                                  elem_id="live-image", height=360)
+                        with gr.Column(scale=2, min_width=300):
+                            gr.Markdown("Committed tokens + current drafts", elem_classes="panel-title")
+                            live_image = image("live-image")
                             gr.HTML(R.legend_html())
-                            status = gr.Markdown("Press **Generate**.", elem_id="status")
-                        with gr.Column(scale=1):
-                            chart_committed = gr.Plot(label="Tokens vs NFE", elem_id="chart-committed")
+                            status = gr.Markdown("Press **Generate** to watch one sample form, pass by pass, "
+                                                 "or **Race all methods** to compare them over several "
+                                                 "samples.", elem_id="status")
+                        with gr.Column(scale=3, min_width=300):
+                            chart_committed = plot("chart-committed")
                     with gr.Row():
-                        chart_length = gr.Plot(label="Accepted length", elem_id="chart-length")
-                        chart_rate = gr.Plot(label="Acceptance rate", elem_id="chart-rate")
+                        chart_length = plot("chart-length")
+                        chart_flicker = plot("chart-flicker")
+                    gr.Markdown("Drafts after each pass: one column per pass, one row per window "
+                                "slot (top: the next position to decide)", elem_classes="panel-title")
+                    film = image("film")
+                    gr.HTML(R.film_legend_html())
                     summary = gr.Markdown(elem_id="summary")
                     with gr.Row():
-                        heat_committed = gr.Plot(label="Committed at iteration k",
-                                                 elem_id="heat-committed")
-                        heat_stability = gr.Plot(label="Draft stability", elem_id="heat-stability")
-                    with gr.Row(visible=is_video(default_model())) as clip_row:
+                        chart_rate = plot("chart-rate")
+                        heat_committed = plot("heat-committed")
+                        heat_unchanged = plot("heat-unchanged")
+                    with gr.Row(visible=page.is_video(D0)) as clip_row:
                         clip_video = gr.Video(label="Finished clip (MP4)", elem_id="clip-video",
-                                              interactive=False, height=300)
-                        clip_gif = gr.Image(label="Finished clip (GIF)", type="filepath",
-                                            interactive=False, elem_id="clip-gif", height=300)
-                        clip_files = gr.File(label="Download the clip (MP4, GIF)",
-                                             file_count="multiple", interactive=False,
-                                             elem_id="clip-files", height=300)
+                                              interactive=False, height=260)
+                        clip_files = gr.File(label="Download the clip (MP4, GIF)", file_count="multiple",
+                                             interactive=False, elem_id="clip-files", height=260)
                     with gr.Accordion("Replay and export the last run", open=False):
-                        replay_slider = gr.Slider(0, 1, value=0, step=1, label="Iteration",
-                                                  interactive=True, elem_id="replay-slider")
+                        replay_slider = gr.Slider(0, 1, value=0, step=1, label="Pass",
+                                                  elem_id="replay-slider")
                         with gr.Row():
-                            replay_image = gr.Image(label="Replay", format="png",
-                                                    interactive=False, elem_id="replay-image")
-                            replay_probs = gr.Plot(label="Acceptance probabilities",
-                                                   elem_id="replay-probs")
-                        replay_text = gr.Markdown()
+                            replay_image = image("replay-image")
+                            replay_probs = plot("replay-probs")
+                        replay_text = gr.Markdown(elem_id="replay-text")
                         with gr.Row():
-                            with gr.Column():
-                                export_btn = gr.Button("Export the decoding as GIF + MP4",
-                                                       elem_id="export")
-                                export_files = gr.File(label="Downloads", file_count="multiple")
-                            export_video = gr.Video(label="Decoding", interactive=False,
-                                                    height=400)
+                            export_btn = gr.Button("Export the decoding as GIF + MP4", elem_id="export")
+                            export_files = gr.File(label="Downloads", file_count="multiple")
+                        export_video = gr.Video(label="Decoding", interactive=False, height=300)
                 with gr.Tab("Race", id="tab-race"):
-                    gr.Markdown("One click runs **AR, SJD, SCD-MC and SCD-Gumbel** on the same "
-                                "prompt and seed, one forward pass each per tick. With sampling, "
-                                "the methods draw **different samples from the same "
-                                "distribution**; in greedy mode every method returns "
-                                "identical pixels: the lossless property made visible.")
-                    greedy_cb = gr.Checkbox(False, label="Greedy (temperature 0): identical "
-                                            "pixels from every method", elem_id="greedy")
-                    with gr.Row():
-                        race_images = {m: gr.Image(label=METHOD_NAMES[m], format="png",
-                                                   interactive=False, elem_id=f"race-{m}",
-                                                   min_width=120, height=190)
-                                       for m in RACE_ORDER}
+                    race_status = gr.Markdown("Press **Race all methods**: K samples per method, "
+                                              "each method timed alone, then replayed side by side.",
+                                              elem_id="race-status")
+                    race_images = {}
+                    for pair in (race.METHOD_ORDER[:2], race.METHOD_ORDER[2:]):
+                        with gr.Row():
+                            for m in pair:
+                                with gr.Column(min_width=240):
+                                    gr.Markdown(LABELS[m], elem_classes="panel-title")
+                                    race_images[m] = image(f"race-{m}")
+                    race_sample = gr.Slider(1, 8, value=1, step=1, label="Sample shown", visible=False,
+                                            elem_id="race-sample")
                     gr.HTML(R.legend_html().replace('id="scd-legend"', 'id="race-legend"'))
-                    race_status = gr.Markdown(elem_id="race-status")
+                    race_table = gr.HTML(elem_id="race-summary")
                     race_note = gr.Markdown(elem_id="race-note")
-                    race_summary = gr.Dataframe(headers=RACE_HEADERS, label="Race summary",
-                                                interactive=False, elem_id="race-summary")
-                    gr.Markdown(" · ".join(R.METRIC_HELP[k] for k in
-                                           ("compression", "speedup", "acceptance", "mean_len"))
-                                + " (wall: engine time of each method, same process)")
-                    race_chart = gr.Plot(label="Tokens vs NFE", elem_id="race-chart")
+                    race_why = gr.Markdown(elem_id="race-why")
+                    race_chart = plot("race-chart")
+                    with gr.Row():
+                        race_hist = plot("race-hist")
+                        race_flicker = plot("race-flicker")
                 with gr.Tab("How it works", id="tab-explain"):
-                    gr.Markdown(EXPLAIN)
-            gr.Markdown("Metrics: " + METRICS_MD)
+                    gr.Markdown(page.HOW_IT_WORKS)
 
-    controls = [model_dd, method_rd, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb,
-                seed_nb, prompt_tb]
-    gen_outputs = [live_image, status, chart_committed, chart_length, chart_rate,
-                   heat_committed, heat_stability, summary, history_state, last_run,
-                   replay_slider, clip_video, clip_gif, clip_files]
-    clip_inputs = [clip_in, clip_text_tb]
-    gen_event = gen_btn.click(generate_stream, controls + [pace_nb, history_state] + clip_inputs,
-                              gen_outputs,
-                              api_name="generate", concurrency_limit=1, concurrency_id="gpu",
-                              time_limit=600)
-    race_inputs = [model_dd, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, seed_nb,
-                   prompt_tb, greedy_cb, pace_nb, history_state] + clip_inputs
-    race_event = race_btn.click(race_stream, race_inputs,
-                                [*race_images.values(), race_status, race_chart, race_summary,
-                                 race_note, history_state],
-                                api_name="race", concurrency_limit=1, concurrency_id="gpu",
-                                time_limit=900)
-    stop_btn.click(None, None, None, cancels=[gen_event, race_event])
+    inputs = [model_dd, method_rd, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, seed_nb,
+              prompt_tb, pace_nb, samples_nb, clip_in, clip_text_tb, history_state, ticket]
+    gen_outputs = [live_image, status, chart_committed, chart_length, chart_flicker, chart_rate,
+                   heat_committed, heat_unchanged, film, summary, history_state, last_run,
+                   replay_slider, clip_video, clip_files]
+    race_outputs = [*race_images.values(), race_status, race_table, race_note, race_why, race_chart,
+                    race_hist, race_flicker, race_state, race_sample]
+    for button in (gen_btn, race_btn):       # first: the click's js below switches tabs
+        button.click(input_message, inputs, input_md, queue=False, api_visibility="private",
+                     show_progress="hidden")
+    gen_btn.click(generate_stream, inputs, gen_outputs, validator=validator, api_name="generate",
+                  show_progress_on=[status], time_limit=600, js=page.click_js("Generate"), **CLICK)
+    race_btn.click(race_stream, inputs, race_outputs, validator=validator, api_name="race",
+                   show_progress_on=[race_status], time_limit=900, js=page.click_js("Race"), **CLICK)
+    stop_btn.click(stop, ticket, None, queue=False, api_name="stop", js="() => [Date.now()]")
     model_dd.change(on_model_change, model_dd,
                     [model_md, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, pace_nb,
-                     clip_row,
-                     examples.dataset, text_box, clip_box],
+                     samples_nb, greedy_cb, clip_row, examples.dataset, prompt_tb, text_box, clip_box,
+                     gen_btn, race_btn], api_visibility="private").then(
+        load_selected, model_dd, model_md, api_visibility="private", show_progress_on=[model_md],
+        **DECODE)
+    greedy_cb.input(lambda g, name: 0.0 if g else page.sampling_defaults(name, loaded(name))
+                    ["temperature"] or 1.0, [greedy_cb, model_dd], temp_nb, queue=False,
                     api_visibility="private")
+    temp_nb.change(lambda t: t == 0, temp_nb, greedy_cb, queue=False, api_visibility="private")
+    race_sample.release(show_race_sample, [race_sample, race_state], list(race_images.values()),
+                        api_visibility="private")
     replay_slider.release(replay_view, [replay_slider, last_run],
-                          [replay_image, replay_text, replay_probs],
-                          api_name="replay")
+                          [replay_image, replay_text, replay_probs], api_name="replay")
     export_btn.click(export_run, last_run, [export_video, export_files], api_name="export",
-                     concurrency_limit=1, concurrency_id="gpu", time_limit=300)
+                     time_limit=300, **DECODE)
+    demo.unload(forget)
 
-demo.queue(max_size=16, default_concurrency_limit=1)
+demo.queue(**QUEUE)
+LAUNCH = dict(css=page.CSS, theme=gr.themes.Soft(), max_file_size="50mb")   # tests launch with these too
 
 
 def main() -> None:
+    logging.basicConfig(format="%(asctime)s %(name)s %(message)s")
+    log.setLevel(logging.INFO)          # the page's one-line notes, not every library's
     if os.environ.get("SCD_THREADS"):   # else the embedded models' own choice (1 on <= 2 cores)
         torch.set_num_threads(int(os.environ["SCD_THREADS"]))
-    demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
-                theme=gr.themes.Soft(), max_file_size=MAX_CLIP_UPLOAD)
+    demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"), **LAUNCH)
 
 
 if __name__ == "__main__":

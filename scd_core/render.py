@@ -25,6 +25,8 @@ from typing import Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from scd_core.decoding import METHOD_LABELS
+from scd_core.race import MethodSummary, Sample, Spread, sample_of
 from scd_core.trace import Iteration
 
 EMPTY, COMMITTED, ACCEPTED, RESAMPLED, NEW, DRAFT = range(6)
@@ -32,9 +34,9 @@ EMPTY, COMMITTED, ACCEPTED, RESAMPLED, NEW, DRAFT = range(6)
 # state -> (legend label, RGB colour, tint alpha, draw outline)
 STYLE: dict[int, tuple[str, tuple[int, int, int], float, bool]] = {
     COMMITTED: ("committed earlier", (255, 255, 255), 0.0, False),
-    ACCEPTED: ("accepted this iteration", (22, 163, 74), 0.35, True),
-    RESAMPLED: ("rejected -> resampled", (234, 88, 12), 0.45, True),
-    NEW: ("new sample (AR step / bonus)", (37, 99, 235), 0.25, True),
+    ACCEPTED: ("accepted this pass", (22, 163, 74), 0.35, True),
+    RESAMPLED: ("residual sample (first rejection)", (234, 88, 12), 0.45, True),
+    NEW: ("bonus / AR sample", (37, 99, 235), 0.25, True),
     DRAFT: ("still draft", (100, 116, 139), 0.55, False),
     EMPTY: ("empty", (200, 200, 200), 1.0, False),
 }
@@ -48,6 +50,8 @@ METRIC_HELP = {
                 "each pass commits one token more (the residual or bonus token)",
     "compression": "step compression = AR NFE / this NFE (AR needs one pass per token)",
     "speedup": "latency speed-up = AR wall time / this wall time, same process",
+    "stability": "draft stability = carried-over drafts whose token did not change from one pass "
+                 "to the next / carried-over drafts",
 }
 
 
@@ -189,14 +193,39 @@ def render_iteration(model, it: Iteration, row: int = 0, target: int = 320,
     Small images are upscaled (nearest) to about `target` px, large ones box-filtered down
     so that streaming a picture per iteration stays cheap.
     """
+    return _draw(model, decode_frames(model, it.canvas[row]), token_states(it, row), target, overlay)
+
+
+def render_samples(model, it: Iteration, rows: Sequence[int], target: int = 96,
+                   cols: int = 4) -> np.ndarray:
+    """Some rows of one iteration side by side (one decode call), each about `target` px a
+    side, `cols` to a line; a video row shows its frames, four to a line."""
+    decoded = model.decode(fill_empty(it.canvas))        # every row: a model may decode a batch
+    pics = []                                            # only as a whole (Cosmos: its prompts)
+    for b in rows:
+        out = decoded[b]
+        frames = [to_rgb(f) for f in (out if isinstance(out, (list, tuple)) else [out])]
+        pics.append(_draw(model, frames, token_states(it, b), target, True, frame_target=target,
+                          at_least=True))
+    if len(pics) == 1:
+        return pics[0]
+    return tile_frames(pics, cols=min(cols, len(pics)), gap=4)
+
+
+def _draw(model, decoded: list[np.ndarray], states: np.ndarray, target: int, overlay: bool,
+          frame_target: int | None = None, at_least: bool = False) -> np.ndarray:
+    """Frames shrunk or upscaled to about `frame_target` px (at least that with `at_least`),
+    overlaid with the token states, tiled."""
     T, H, W = grid3(model.grid)
-    frame_target = target if T == 1 else max(96, target // 2)
-    decoded = decode_frames(model, it.canvas[row])
+    if frame_target is None:
+        frame_target = target if T == 1 else max(96, target // 2)
     if len(decoded) != T:   # a temporal tokenizer: show one decoded frame per token frame
         decoded = [decoded[i] for i in token_frame_picks(model, len(decoded), T, H * W)]
     frames = [shrink(f, frame_target) for f in decoded]
-    states = token_states(it, row).reshape(T, H, W)
+    states = states.reshape(T, H, W)
     scale = scale_for(*frames[0].shape[:2], target=frame_target)
+    if at_least:
+        scale = max(scale, math.ceil(frame_target / max(frames[0].shape[:2])))
     if overlay:
         drawn = [overlay_frame(f, states[t], scale) for t, f in enumerate(frames)]
     else:
@@ -249,35 +278,54 @@ def legend_strip(width: int) -> np.ndarray:
 
 # ---------------------------------------------------------------------- trace stats
 
+# filmstrip states: what each position held after a pass, seen against the pass before
+F_EMPTY, F_KEPT, F_CHANGED, F_FRESH = range(4)
+FILM_STYLE: dict[int, tuple[str, tuple[int, int, int]]] = {
+    F_KEPT: ("draft unchanged since the previous pass", (51, 65, 85)),
+    F_CHANGED: ("draft changed since the previous pass (flicker)", (220, 38, 38)),
+    F_FRESH: ("fresh draft (init scheme)", (196, 181, 253)),
+    F_EMPTY: ("no draft (past the grid's end)", (241, 245, 249)),
+}
+
+
 @dataclass
 class TraceStats:
-    """Per-iteration numbers of row 0, accumulated as iterations arrive (O(N) each)."""
+    """Per-pass numbers of one row, gathered as records arrive (O(N) each).
+
+    The run's metrics (acceptance rate, mean accepted length, draft stability) are the
+    trace's own, computed from the records kept here; the per-pass lists feed the charts.
+    """
 
     grid: tuple[int, ...]
+    row: int = 0
     method: str = ""
+    records: list[Iteration] = field(default_factory=list)
     index: list[int] = field(default_factory=list)
     nfe: list[int] = field(default_factory=list)
     committed: list[int] = field(default_factory=list)   # cumulative tokens committed
     accepted: list[int] = field(default_factory=list)    # accepted drafts this pass
     verified: list[int] = field(default_factory=list)    # verified drafts this pass
     new_kind: list[str] = field(default_factory=list)    # "resampled" / "bonus" / "sample" / ""
-    wall: list[float] = field(default_factory=list)
-    committed_at: np.ndarray | None = None                # [N] iteration that committed it
-    streak: np.ndarray | None = None                      # [N] current unchanged-draft run
-    stability: np.ndarray | None = None                   # [N] longest unchanged-draft run
-    _prev: np.ndarray | None = None
+    carried: list[int] = field(default_factory=list)     # drafts fed and still drafts after the pass
+    changed: list[int] = field(default_factory=list)     # of those, drafts whose token changed
+    committed_at: np.ndarray | None = None                # [N] pass that committed the position
+    streak: np.ndarray | None = None                      # [N] current run of unchanged passes
+    longest_unchanged: np.ndarray | None = None           # [N] longest such run
+    film: list[np.ndarray] = field(default_factory=list)  # [D] draft states after each pass
+    _sample: tuple[int, Sample] | None = None
 
     @property
     def num_tokens(self) -> int:
         return int(np.prod(self.grid))
 
-    def add(self, it: Iteration, row: int = 0) -> None:
-        n = self.num_tokens
+    def add(self, it: Iteration) -> None:
+        n, row = self.num_tokens, self.row
         if self.committed_at is None:
             self.committed_at = np.full(n, -1, np.int64)
             self.streak = np.zeros(n, np.int64)
-            self.stability = np.zeros(n, np.int64)
+            self.longest_unchanged = np.zeros(n, np.int64)
         nb, na = int(it.n_before[row]), int(it.n_after[row])
+        self.records.append(it)
         self.method = it.method
         self.index.append(it.index)
         self.nfe.append(int(it.nfe))
@@ -286,33 +334,46 @@ class TraceStats:
         self.verified.append(int(it.verified[row].sum()))
         self.new_kind.append("" if na <= nb else "resampled" if bool(it.resampled[row])
                              else "bonus" if bool(it.bonus[row]) else "sample")
-        self.wall.append(float(it.wall_time))
+        self.carried.append(int(it.carried[row].sum()))
+        self.changed.append(int(it.changed[row]))
         self.committed_at[nb:na] = it.index
-        self._track_drafts(it.canvas[row].numpy(), na)
+        self._track_drafts(it, na)
 
-    def _track_drafts(self, canvas: np.ndarray, n_after: int) -> None:
-        is_draft = (np.arange(canvas.shape[0]) >= n_after) & (canvas >= 0)
-        prev = self._prev if self._prev is not None else np.full_like(canvas, -2)
-        same = is_draft & (canvas == prev)
-        self.streak = np.where(is_draft, np.where(same, self.streak + 1, 1), 0)
-        self.stability = np.maximum(self.stability, self.streak)
-        self._prev = np.where(is_draft, canvas, -2)
+    def _track_drafts(self, it: Iteration, na: int) -> None:
+        """Each draft after the pass against the token its position was fed in the pass:
+        unchanged, changed (flicker), fresh from the init scheme, or none (past the grid)."""
+        row, n = self.row, self.num_tokens
+        drafts = it.drafts_after[row].numpy()
+        pos = na + np.arange(drafts.shape[0])
+        carried = it.carried[row].numpy()
+        start, fed = int(it.start[row]), it.window_tokens[row].numpy()
+        at = pos - start
+        was = np.where((at >= 0) & (at < fed.shape[0]), fed[np.clip(at, 0, max(fed.shape[0] - 1, 0))]
+                       if fed.shape[0] else -1, -1)
+        kept = carried & (drafts == was)
+        film = np.full(drafts.shape[0], F_EMPTY, np.int8)
+        film[(pos < n) & ~carried] = F_FRESH
+        film[carried & ~kept] = F_CHANGED
+        film[kept] = F_KEPT
+        self.film.append(film)
+        inside = pos < n
+        streak = np.zeros(n, np.int64)
+        streak[pos[inside]] = np.where(kept[inside], self.streak[pos[inside]] + 1,
+                                       (drafts[inside] >= 0).astype(np.int64))
+        self.streak = streak
+        self.longest_unchanged = np.maximum(self.longest_unchanged, streak)
 
-    @property
-    def acceptance_rate(self) -> float:
-        v = sum(self.verified)
-        return sum(self.accepted) / v if v else 0.0
+    def sample(self) -> Sample:
+        """This row's metrics over the records so far, by the trace's definitions."""
+        if self._sample is None or self._sample[0] != len(self.records):
+            self._sample = (len(self.records), sample_of(self.records, self.row, self.num_tokens))
+        return self._sample[1]
 
     @property
     def running_acceptance(self) -> np.ndarray:
+        """Accepted / verified drafts up to each pass (the same ratio, accumulated)."""
         acc, ver = np.cumsum(self.accepted), np.cumsum(self.verified)
         return np.where(ver > 0, acc / np.maximum(ver, 1), np.nan)
-
-    @property
-    def mean_accepted_length(self) -> float:
-        """Accepted drafts per speculative pass (prefill excluded), as `Run` defines it."""
-        passes = sum(1 for n in self.committed[:-1] if n < self.num_tokens)
-        return sum(self.accepted[1:]) / passes if passes else 0.0
 
     @property
     def done(self) -> bool:
@@ -322,8 +383,19 @@ class TraceStats:
 # --------------------------------------------------------------------------- charts
 
 METHOD_COLOURS = {"ar": "#64748b", "sjd": "#f59e0b", "scd-mc": "#16a34a", "scd-gumbel": "#7c3aed"}
-METHOD_LABELS = {"ar": "AR", "sjd": "SJD", "scd-mc": "SCD (maximal coupling)",
-                 "scd-gumbel": "SCD (Gumbel coupling)"}
+
+
+def _rgb(colour: str) -> tuple[int, int, int]:
+    return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))  # type: ignore[return-value]
+
+
+def _css(rgb: tuple[int, int, int], alpha: float | None = None) -> str:
+    return f"rgb{rgb}" if alpha is None else f"rgba({rgb[0]}, {rgb[1]}, {rgb[2]}, {alpha})"
+
+
+def title(text: str, detail: str = "") -> str:
+    """A chart title short enough for a phone, its figures on a second, smaller line."""
+    return text + (f"<br><sub>{detail}</sub>" if detail else "")
 
 
 def _figure(data: list[dict], title: str, x: str, y: str, height: int = 300, **layout):
@@ -332,68 +404,153 @@ def _figure(data: list[dict], title: str, x: str, y: str, height: int = 300, **l
 
     axis = dict(gridcolor="#e5e7eb", zerolinecolor="#cbd5e1", linecolor="#94a3b8")
     base = dict(title=dict(text=title, font=dict(size=14)), height=height,
-                margin=dict(l=50, r=10, t=40, b=80), plot_bgcolor="white", paper_bgcolor="white",
+                margin=dict(l=50, r=10, t=56, b=40), plot_bgcolor="white", paper_bgcolor="white",
                 xaxis=dict(title=dict(text=x, standoff=4), **axis),
                 yaxis=dict(title=dict(text=y), **axis),
-                legend=dict(orientation="h", x=0, y=-0.3, yanchor="top", font=dict(size=10)),
+                legend=dict(orientation="h", x=0, y=-0.22, yanchor="top", font=dict(size=11)),
                 hovermode="closest")
     for key, value in layout.items():
         base[key] = {**base[key], **value} if isinstance(base.get(key), dict) else value
+    legend_rows = sum(1 for d in data if d.get("showlegend", True) and d.get("name"))
+    if legend_rows:
+        base["margin"]["b"] = base["margin"]["b"] + 40 + 16 * (legend_rows // 3)
+        base["height"] = base["height"] + 16 * (legend_rows // 3)
     return go.Figure(dict(data=data, layout=base), skip_invalid=True)
 
 
 def committed_vs_nfe_figure(curves: dict[str, tuple[list[int], list[int]]], num_tokens: int,
                             current: str | None = None):
-    """Tokens committed against forward passes: the AR diagonal, then one curve per method."""
+    """Tokens committed against forward passes: the AR diagonal, then one curve per run."""
     data = [dict(type="scatter", x=[0, num_tokens], y=[0, num_tokens], mode="lines",
-                 name="AR (1 token / pass)", line=dict(color="#94a3b8", dash="dash"),
-                 hovertemplate="AR diagonal: one token per forward pass<br>NFE %{x} → %{y} "
+                 name="one token per pass (AR)", line=dict(color="#94a3b8", dash="dash"),
+                 hovertemplate="AR: one token per forward pass<br>NFE %{x} → %{y} "
                                "tokens<extra></extra>")]
     for method, (nfe, committed) in curves.items():
         label = METHOD_LABELS.get(method, method)
         data.append(dict(
-            type="scatter", x=[0, *nfe], y=[0, *committed], mode="lines+markers", name=label,
-            marker=dict(size=3), line=dict(color=METHOD_COLOURS.get(method),
-                                           width=3 if method == current else 1.5, shape="hv"),
-            customdata=[0.0] + [num_tokens / x if x else 0.0 for x in nfe],
+            type="scatter", x=[0, *nfe], y=[0, *committed], mode="lines", name=label,
+            line=dict(color=METHOD_COLOURS.get(method), width=3 if method == current else 1.5,
+                      shape="hv"),
             hovertemplate=(f"{label}<br>NFE %{{x}} (forward passes, prefill included)"
-                           "<br>%{y} tokens committed<br>tokens per NFE so far: "
-                           "%{customdata:.2f}<br>(at the end: step compression = AR NFE / NFE)"
-                           "<extra></extra>")))
-    return _figure(data, "Tokens committed vs forward passes (NFE)", "NFE", "tokens committed",
-                   height=360, xaxis=dict(range=[0, num_tokens * 1.02]),
+                           "<br>%{y} tokens committed<extra></extra>")))
+    return _figure(data, title("Tokens committed vs NFE", "forward passes, the prefill included"), "NFE",
+                   "tokens committed",
+                   height=320, xaxis=dict(range=[0, num_tokens * 1.02]),
                    yaxis=dict(range=[0, num_tokens * 1.05]))
 
 
+def race_progress_figure(curves: dict[str, np.ndarray], num_tokens: int, upto: int | None = None):
+    """Per method, the mean over its K samples of tokens committed after each pass, with a
+    band from the slowest to the fastest sample. `curves[m]` is [K, NFE]; `upto` cuts the
+    curves at that NFE (the lockstep replay)."""
+    data = [dict(type="scatter", x=[0, num_tokens], y=[0, num_tokens], mode="lines",
+                 name="one token per pass (AR)", line=dict(color="#94a3b8", dash="dash"),
+                 hoverinfo="skip")]
+    for method, c in curves.items():
+        c = np.asarray(c, dtype=float)
+        if upto is not None:
+            c = c[:, :upto]
+        if c.size == 0:
+            continue
+        x = list(range(0, c.shape[1] + 1))
+        mean, low, high = (np.concatenate([[0.0], f(c, 0)]) for f in (np.mean, np.min, np.max))
+        colour = METHOD_COLOURS.get(method, "#000000")
+        label = METHOD_LABELS.get(method, method)
+        k = c.shape[0]
+        data.append(dict(type="scatter", x=x, y=low.tolist(), mode="lines", line=dict(width=0),
+                         showlegend=False, legendgroup=method, hoverinfo="skip"))
+        data.append(dict(type="scatter", x=x, y=high.tolist(), mode="lines", line=dict(width=0),
+                         fill="tonexty", fillcolor=_css(_rgb(colour), 0.18), showlegend=False,
+                         legendgroup=method, hoverinfo="skip"))
+        data.append(dict(type="scatter", x=x, y=mean.round(1).tolist(), mode="lines",
+                         name=f"{label}: mean of {k}" + (", band min-max" if k > 1 else ""),
+                         legendgroup=method, line=dict(color=colour, width=2.5),
+                         hovertemplate=f"{label}<br>NFE %{{x}}: %{{y}} tokens on average over "
+                                       f"{k} samples<extra></extra>"))
+    return _figure(data, title("Tokens committed vs NFE", "mean over the samples, band: min–max"),
+                   "NFE", "tokens committed", height=320,
+                   xaxis=dict(range=[0, num_tokens * 1.02]), yaxis=dict(range=[0, num_tokens * 1.05]))
+
+
 def accepted_length_figure(stats: TraceStats):
-    """Per forward pass: accepted drafts (green) + the resampled/bonus/AR token on top."""
-    new = np.clip(np.diff([0, *stats.committed]) - np.asarray(stats.accepted, int), 0, None)
-    colour = [f"rgb{STYLE[RESAMPLED][1] if k == 'resampled' else STYLE[NEW][1]}"
-              for k in stats.new_kind]
+    """Per forward pass: accepted drafts (green), then the one token sampled from p: the
+    residual at the first rejection (orange) or the bonus / AR sample (blue)."""
+    steps = np.diff([0, *stats.committed]) - np.asarray(stats.accepted, int)
+    kinds = np.asarray(stats.new_kind)
     data = [dict(type="bar", x=stats.index, y=stats.accepted, name="accepted drafts",
-                 marker=dict(color="rgb(22,163,74)"),
-                 hovertemplate="pass %{x}: %{y} drafts accepted (U < min(1, p/q))<br>"
-                               "mean accepted length = accepted drafts per pass"
-                               "<extra></extra>"),
-            dict(type="bar", x=stats.index, y=new.tolist(),
-                 name="+1 resampled / bonus / AR token", marker=dict(color=colour),
-                 customdata=stats.new_kind,
-                 hovertemplate="pass %{x}: +%{y} %{customdata} token<extra></extra>")]
-    return _figure(data, f"Tokens committed per pass (mean accepted length "
-                         f"{stats.mean_accepted_length:.2f})", "iteration (forward pass)", "tokens",
-                   barmode="stack", bargap=0.1)
+                 marker=dict(color=_css(STYLE[ACCEPTED][1])),
+                 hovertemplate="pass %{x}: %{y} drafts accepted (U < min(1, p/q))<extra></extra>")]
+    for kind, name, colour in (("resampled", "residual sample (first rejection)", STYLE[RESAMPLED][1]),
+                               ("new", "bonus / AR sample", STYLE[NEW][1])):
+        mask = (kinds == "resampled") if kind == "resampled" else np.isin(kinds, ["bonus", "sample"])
+        data.append(dict(type="bar", x=np.asarray(stats.index)[mask].tolist(),
+                         y=np.clip(steps[mask], 0, None).tolist(), name=name,
+                         marker=dict(color=_css(colour)),
+                         hovertemplate=f"pass %{{x}}: +%{{y}} {name}<extra></extra>"))
+    mean_len = stats.sample().mean_accepted_length if stats.records else 0.0
+    return _figure(data, title("Tokens committed per pass", f"mean accepted length {mean_len:.2f}"),
+                   "pass", "tokens", barmode="stack", bargap=0.1)
+
+
+def flicker_figure(stats: TraceStats):
+    """Per pass: carried-over drafts whose token changed since the previous pass (flicker)
+    against those that stayed the same. SJD redraws nearly all; coupling keeps most."""
+    kept = (np.asarray(stats.carried) - np.asarray(stats.changed)).tolist()
+    data = [dict(type="bar", x=stats.index, y=stats.changed, name="drafts changed (flicker)",
+                 marker=dict(color=_css(FILM_STYLE[F_CHANGED][1])),
+                 hovertemplate="pass %{x}: %{y} carried drafts changed<extra></extra>"),
+            dict(type="bar", x=stats.index, y=kept, name="drafts unchanged",
+                 marker=dict(color=_css(FILM_STYLE[F_KEPT][1])),
+                 hovertemplate="pass %{x}: %{y} carried drafts unchanged<extra></extra>")]
+    stab = stats.sample().draft_stability if stats.records else 0.0
+    return _figure(data, title("Drafts changed since the last pass", f"draft stability {stab:.2f}"),
+                   "pass", "carried drafts", barmode="stack", bargap=0.1)
 
 
 def acceptance_figure(stats: TraceStats):
     """Running acceptance rate: accepted drafts / verified drafts so far."""
     rate = stats.running_acceptance
+    colour = METHOD_COLOURS.get(stats.method, "#16a34a")
     data = [dict(type="scatter", x=stats.index, y=[None if np.isnan(r) else float(r) for r in rate],
-                 mode="lines", line=dict(color=METHOD_COLOURS.get(stats.method, "#16a34a"), width=2),
-                 name="acceptance rate",
+                 mode="lines", line=dict(color=colour, width=2),
+                 name=f"{METHOD_LABELS.get(stats.method, stats.method)}: acceptance rate so far",
                  hovertemplate="pass %{x}: acceptance rate %{y:.3f}<br>= accepted drafts / "
                                "verified drafts so far (≤ 1)<extra></extra>")]
-    return _figure(data, f"Running acceptance rate ({stats.acceptance_rate:.3f})",
-                   "iteration (forward pass)", "accepted / verified", yaxis=dict(range=[0, 1.02]))
+    rate_now = stats.sample().acceptance_rate if stats.records else 0.0
+    return _figure(data, title("Acceptance rate", f"{rate_now:.3f} so far"), "pass", "accepted / verified",
+                   yaxis=dict(range=[0, 1.02]))
+
+
+def histogram_figure(histograms: dict[str, list[float]], samples: int | None = None):
+    """Share of passes that committed 1, 2, 3, ... tokens, one bar group per method."""
+    width = max((len(h) for h in histograms.values()), default=1)
+    data = []
+    for method, h in histograms.items():
+        label = METHOD_LABELS.get(method, method)
+        data.append(dict(type="bar", x=list(range(1, len(h) + 1)), y=[round(v, 4) for v in h],
+                         name=label, marker=dict(color=METHOD_COLOURS.get(method)),
+                         hovertemplate=f"{label}: %{{y:.1%}} of passes committed %{{x}} "
+                                       f"token(s)<extra></extra>"))
+    over = f", {samples} samples pooled" if samples else ""
+    return _figure(data, title("Tokens committed per pass", "share of passes" + over),
+                   "tokens committed in one pass", "share of passes", barmode="group", bargap=0.15,
+                   xaxis=dict(dtick=1, range=[0.5, width + 0.5]), yaxis=dict(tickformat=".0%"))
+
+
+def race_flicker_figure(changed: dict[str, np.ndarray]):
+    """Per method: carried-over drafts that changed in each pass, mean over the samples."""
+    data = []
+    for method, c in changed.items():
+        c = np.asarray(c, dtype=float)
+        if c.size == 0 or method == "ar":
+            continue
+        label = METHOD_LABELS.get(method, method)
+        data.append(dict(type="scatter", x=list(range(1, c.shape[1] + 1)), y=c.mean(0).round(2).tolist(),
+                         mode="lines", name=label, line=dict(color=METHOD_COLOURS.get(method), width=2),
+                         hovertemplate=f"{label}<br>pass %{{x}}: %{{y}} drafts changed on "
+                                       f"average<extra></extra>"))
+    return _figure(data, title("Drafts changed since the last pass", "flicker, mean over the samples"),
+                   "pass (NFE)", "changed drafts")
 
 
 def _tile_maps(values: np.ndarray, grid: tuple[int, ...], cols: int = 4) -> np.ndarray:
@@ -411,47 +568,161 @@ def _tile_maps(values: np.ndarray, grid: tuple[int, ...], cols: int = 4) -> np.n
     return sheet
 
 
+def _map_axes(shape: tuple[int, int]) -> dict:
+    """Axes of a token map: row and column numbers, cells separated by white gaps (no grid
+    lines through the cells), square cells."""
+    h, w = shape
+    axis = dict(showgrid=False, zeroline=False, ticks="outside", constrain="domain")
+    return dict(xaxis=dict(axis, title=dict(text="column"), dtick=1 if w <= 16 else None),
+                yaxis=dict(axis, title=dict(text="row"), autorange="reversed", scaleanchor="x",
+                           dtick=1 if h <= 16 else None))
+
+
 def heatmap_figure(values: np.ndarray, grid: tuple[int, ...], title: str, hover: str,
-                   colorscale: str = "Viridis", missing: float | None = None):
+                   colorscale: str = "Viridis", missing: float | None = None, colorbar: str = ""):
     z = _tile_maps(values, grid)
     if missing is not None:
         z = np.where(z == missing, np.nan, z)
     rows = [[None if np.isnan(v) else float(v) for v in r] for r in z]
-    data = [dict(type="heatmap", z=rows, colorscale=colorscale, hoverongaps=False,
-                 hovertemplate=hover + "<extra></extra>", colorbar=dict(thickness=10))]
-    return _figure(data, title, "", "", height=300, margin=dict(b=20),
-                   xaxis=dict(showticklabels=False, showgrid=False, constrain="domain"),
-                   yaxis=dict(autorange="reversed", scaleanchor="x", showticklabels=False,
-                              showgrid=False, constrain="domain"))
+    gap = 1 if max(z.shape) <= 32 else 0
+    data = [dict(type="heatmap", z=rows, colorscale=colorscale, hoverongaps=False, xgap=gap, ygap=gap,
+                 hovertemplate=hover + "<extra></extra>",
+                 colorbar=dict(thickness=10, title=dict(text=colorbar, side="right")))]
+    return _figure(data, title, "", "", height=300, margin=dict(b=40), **_map_axes(z.shape))
 
 
 def committed_at_figure(stats: TraceStats):
-    """'Accepted at iteration k' map: which forward pass committed each token."""
+    """Which forward pass committed each token."""
     vals = stats.committed_at if stats.committed_at is not None else np.full(stats.num_tokens, -1)
-    return heatmap_figure(vals, stats.grid, "Committed at iteration k",
+    return heatmap_figure(vals, stats.grid, "Committed by pass k",
                           "row %{y}, column %{x}<br>committed by forward pass %{z}",
-                          missing=-1)
+                          missing=-1, colorbar="pass")
 
 
-def stability_figure(stats: TraceStats):
-    """Draft-stability map: the longest run of passes a position's draft stayed unchanged."""
-    vals = stats.stability if stats.stability is not None else np.zeros(stats.num_tokens)
-    return heatmap_figure(vals, stats.grid, "Draft stability (passes a draft stayed unchanged)",
+def unchanged_figure(stats: TraceStats):
+    """The longest run of passes in which each position's draft kept the same token."""
+    n = stats.num_tokens
+    vals = stats.longest_unchanged if stats.longest_unchanged is not None else np.zeros(n)
+    return heatmap_figure(vals, stats.grid, "Longest run a draft stayed unchanged",
                           "row %{y}, column %{x}<br>draft unchanged for %{z} consecutive passes"
-                          "<br>(0: never drafted)", colorscale="Magma")
+                          "<br>(0: never drafted)", colorscale="Magma", colorbar="passes")
 
 
 def accept_prob_figure(it: Iteration, grid: tuple[int, ...], row: int = 0):
-    """min(1, p/q) of every draft fed in this pass, drawn at its position on the grid."""
+    """min(1, p/q) of the drafts this pass verified (the accepted ones and the first
+    rejection), at their positions; drafts fed after the first rejection were never tested."""
     n = int(np.prod(grid))
     probs = it.accept_prob[row].float().numpy()
     pos = int(it.n_before[row]) + np.arange(probs.shape[0])
-    keep = pos < n
+    verified = it.verified[row].numpy() & (pos < n)
+    untested = np.isfinite(probs) & ~verified & (pos < n)
     vals = np.full(n, np.nan)
-    vals[pos[keep]] = probs[keep]
-    return heatmap_figure(vals, grid, f"Acceptance probability min(1, p/q), pass {it.index}",
-                          "row %{y}, column %{x}<br>min(1, p/q) = %{z:.3f}",
-                          colorscale="RdYlGn").update_traces(zmin=0, zmax=1)
+    vals[pos[verified]] = probs[verified]
+    fig = heatmap_figure(vals, grid, title("min(1, p/q) of the verified drafts", f"pass {it.index}"),
+                         "row %{y}, column %{x}<br>verified: min(1, p/q) = %{z:.3f}",
+                         colorscale="RdYlGn", colorbar="min(1, p/q)").update_traces(zmin=0, zmax=1)
+    mask = np.full(n, np.nan)
+    mask[pos[untested]] = 1.0
+    sheet = _tile_maps(mask, grid)
+    ys, xs = np.nonzero(np.isfinite(sheet))
+    fig.add_scatter(x=xs.tolist(), y=ys.tolist(), mode="markers",
+                    marker=dict(symbol="square-open", size=7, color="#94a3b8"),
+                    name="fed, not verified (after the first rejection)",
+                    hovertemplate="row %{y}, column %{x}<br>draft fed after the first rejection: "
+                                  "not tested<extra></extra>")
+    fig.add_scatter(x=[None], y=[None], mode="markers", name="verified draft, coloured by min(1, p/q)",
+                    marker=dict(symbol="square", size=9, color="rgb(26, 152, 80)"))
+    return fig.update_layout(height=420, margin=dict(b=110), legend=dict(y=-0.28))
+
+
+def filmstrip_image(film: Sequence[np.ndarray], height: int = 180, width: int = 720) -> np.ndarray:
+    """The window's drafts across passes: one column per pass (left to right), one row per
+    draft slot after that pass (top: the next position to decide), coloured unchanged since
+    the previous pass, changed (flicker), fresh (init) or none."""
+    if not film:
+        return np.full((height, 8, 3), 255, np.uint8)
+    states = np.stack(film, axis=1)                                  # [slots, passes]
+    lut = np.zeros((len(FILM_STYLE), 3), np.uint8)
+    for s, (_, colour) in FILM_STYLE.items():
+        lut[s] = colour
+    sy = max(2, height // max(states.shape[0], 1))
+    sx = max(1, min(12, width // states.shape[1]))
+    img = np.repeat(np.repeat(lut[states], sy, axis=0), sx, axis=1)
+    if sx >= 4:                                                      # a gap between passes
+        img[:, sx - 1::sx] = 255
+    return img
+
+
+def film_legend_html() -> str:
+    items = []
+    for s, (label, colour) in FILM_STYLE.items():
+        items.append(f'<span style="display:inline-flex;align-items:center;margin-right:12px;'
+                     f'white-space:nowrap"><span style="display:inline-block;width:14px;height:14px;'
+                     f'margin-right:4px;border:1px solid #94a3b8;background:rgb{colour}"></span>'
+                     f'{label}</span>')
+    return f'<div id="film-legend" style="font-size:0.85em;line-height:1.8">{"".join(items)}</div>'
+
+
+# ----------------------------------------------------------------------------- tables
+
+def _spread(s: Spread, fmt: str = "{:.2f}", ends: str | None = None) -> str:
+    """'mean (min–max)', or the value alone when every sample gave the same."""
+    if s.count < 2 or s.low == s.high:
+        return fmt.format(s.mean)
+    ends = ends or fmt
+    return f"{fmt.format(s.mean)} ({ends.format(s.low)}–{ends.format(s.high)})"
+
+
+RACE_HEADERS = ["method", "same tokens as AR", "NFE: mean (min–max)", "step compression",
+                "latency speed-up", "mean accepted length", "acceptance rate", "draft stability",
+                "wall (s)"]
+
+
+def race_rows(summaries: Sequence[MethodSummary], greedy: bool) -> list[list[str]]:
+    rows = []
+    for s in summaries:
+        if s.method == "ar":
+            same = "— (reference)"
+        elif not greedy:
+            same = "n/a (sampling)"
+        else:
+            same = "—" if s.same_as_ar is None else "yes" if s.same_as_ar else "NO"
+        spec = s.method != "ar"
+        rows.append([METHOD_LABELS.get(s.method, s.method), same, _spread(s.nfe, "{:.1f}", "{:.0f}"),
+                     f"{s.step_compression.mean:.2f}x",
+                     f"{s.latency_speedup:.2f}x" if s.latency_speedup is not None else "—",
+                     _spread(s.mean_accepted_length) if spec else "—",
+                     _spread(s.acceptance_rate) if spec else "—",
+                     _spread(s.draft_stability) if spec else "—",
+                     f"{s.wall:.2f}"])
+    return rows
+
+
+def race_table_html(summaries: Sequence[MethodSummary], greedy: bool) -> str:
+    """The race summary as a compact HTML table that wraps instead of scrolling."""
+    if not summaries:
+        return ""
+    head = "".join(f"<th>{h}</th>" for h in RACE_HEADERS)
+    body = "".join("<tr>" + "".join(f"<td>{v}</td>" for v in r) + "</tr>"
+                   for r in race_rows(summaries, greedy))
+    return (f'<table id="race-table" style="width:100%;table-layout:fixed;font-size:0.9em;'
+            f'border-collapse:collapse"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+
+
+# --------------------------------------------------------------------------- text
+
+def run_status(label: str, stats: TraceStats, wall: float, state: str) -> str:
+    """One line: method, tokens, NFE; `state` is "running", "done" or "stopped"."""
+    n, total, nfe = stats.committed[-1], stats.num_tokens, stats.nfe[-1]
+    if state == "stopped":
+        return f"**{label}** · **stopped at NFE {nfe}, {n}/{total} tokens**"
+    head = f"**{label}** · {n}/{total} tokens · NFE {nfe}"
+    if state != "done":
+        return head + " · decoding…"
+    sample = stats.sample()
+    return (head + f" · **done** in {wall:.2f} s · step compression {sample.step_compression:.2f}x"
+            f" · acceptance {sample.acceptance_rate:.2f} · mean accepted length "
+            f"{sample.mean_accepted_length:.2f}")
 
 
 # --------------------------------------------------------------------------- export
@@ -521,3 +792,100 @@ def export_decoding(model, iterations: Sequence[Iteration], stem: str, fps: floa
     held = frames + [frames[-1]] * int(fps)     # hold the final picture for a second
     return (write_mp4(held, os.path.join(folder, f"{stem}.mp4"), fps),
             write_gif(frames, os.path.join(folder, f"{stem}.gif"), fps, hold_last=1.0))
+
+
+def run_summary(label: str, sample: Sample, wall: float, ar_wall: float | None, device: str) -> str:
+    """The finished run's metrics as a markdown table, each with its definition."""
+    speedup = (f"{ar_wall / wall:.2f}x (against this session's AR run, {ar_wall:.2f} s)"
+               if ar_wall and label != "AR" and wall > 0 else "run AR once to measure it")
+    rows = [("NFE", sample.nfe, METRIC_HELP["nfe"]),
+            ("step compression", f"{sample.step_compression:.2f}x", METRIC_HELP["compression"]),
+            ("acceptance rate", f"{sample.acceptance_rate:.3f}", METRIC_HELP["acceptance"]),
+            ("mean accepted length", f"{sample.mean_accepted_length:.2f}", METRIC_HELP["mean_len"]),
+            ("draft stability", f"{sample.draft_stability:.3f}", METRIC_HELP["stability"]),
+            ("wall time", f"{wall:.2f} s", f"engine time of this run on {device}"),
+            ("latency speed-up", speedup, METRIC_HELP["speedup"])]
+    return "| metric | value | definition |\n|---|---|---|\n" + \
+        "\n".join(f"| {a} | {b} | {c} |" for a, b, c in rows)
+
+
+def replay_caption(iterations: Sequence[Iteration], i: int) -> str:
+    it = iterations[i]
+    nb, na = int(it.n_before[0]), int(it.n_after[0])
+    acc, ver = int(it.accepted[0].sum()), int(it.verified[0].sum())
+    return (f"pass {i} of {len(iterations) - 1} · NFE {it.nfe} · committed {nb} → {na} (+{na - nb}): "
+            f"{ver} drafts verified, {acc} accepted"
+            + (", the first rejection replaced by a residual sample" if bool(it.resampled[0]) else
+               ", then one token sampled from p" if na > nb + acc else ""))
+
+
+def race_progress(runs: dict, tick: int | None, note: str = "") -> str:
+    """Per method at NFE `tick` (the end when None): tokens committed, mean over the samples,
+    or when its slowest sample finished."""
+    parts = []
+    for method, run in runs.items():
+        it = run.records[-1] if tick is None else run.at(tick)
+        done = int(it.n_after.min()) >= run.num_tokens
+        parts.append(f"**{METHOD_LABELS[method]}** " + (
+            f"all done at NFE {it.index + 1} ✓" if done else
+            f"{float(it.n_after.float().mean()):.0f}/{run.num_tokens}"))
+    return ("" if tick is None else f"NFE {tick}: ") + " · ".join(parts) + (f"  \n{note}" if note else "")
+
+
+def race_note(samples: int, seed: int, greedy: bool, device: str, bench: str) -> str:
+    """How the race was run and timed, and the benchmark command that gives the same figures."""
+    cpu = (" On a CPU latency follows NFE poorly: a pass over a window of L tokens costs more "
+           "than a single-token pass, and batched AR passes are cheap." if device.startswith("CPU") else "")
+    return (f"{samples} samples per method (seeds {seed}–{seed + samples - 1}), each method's batch "
+            f"decoded alone and timed on its own (engine time, rendering excluded) on **{device}**."
+            f"{cpu}  \n"
+            + ("**Greedy**: every method must return exactly AR's tokens; the second column checks it."
+               if greedy else "**Sampling**: the methods draw different samples from the same "
+               "distribution; tick *Greedy* to see identical tokens.")
+            + f"  \nThe same NFE, step compression, mean accepted length, acceptance rate and draft "
+            f"stability from the benchmark: `{bench}`" + (" (it numbers seeds from 0)" if seed else "")
+            + f"; it times one sample at a time, and a batch of {samples} as here with `--seeds 1 "
+            f"--batch {samples}`.")
+
+
+def race_decoding(run) -> str:
+    """A method's batch while it decodes, or where Stop ended it."""
+    label, n, N = METHOD_LABELS[run.method], int(run.records[-1].n_after.min()), run.num_tokens
+    if run.stopped:
+        return (f"**Stopped at NFE {run.nfe}, {n}/{N} tokens** (the slowest of {run.rows} samples) "
+                f"while decoding {label}; the methods before it finished.")
+    return (f"Decoding **{label}**: {run.rows} samples, timed alone · NFE {run.nfe} · {n}/{N} tokens "
+            "in the slowest sample")
+
+
+class RacePanels:
+    """Each method's samples at a tick of the race replay, redrawn only when they changed:
+    all K samples of an image model, or the frames of one sample (`sample`) of a video model."""
+
+    def __init__(self, model, sample: int | None = None) -> None:
+        self.model, self.sample, self._drawn = model, sample, {}
+
+    def at(self, runs: dict, tick: int | None = None) -> dict[str, np.ndarray]:
+        """{method: picture} after `tick` passes (the end when None)."""
+        out = {}
+        for method, run in runs.items():
+            it = run.records[-1] if tick is None else run.at(tick)
+            rows = list(range(run.rows)) if self.sample is None else [self.sample]
+            key = (it.index, tuple(rows))
+            if self._drawn.get(method, (None,))[0] != key:
+                self._drawn[method] = (key, render_samples(self.model, it, rows, target=96))
+            out[method] = self._drawn[method][1]
+        return out
+
+
+def race_figures(runs: dict, samples: int) -> tuple:
+    """The race's three charts: tokens vs NFE (mean and band), tokens per pass, flicker."""
+    return (race_progress_figure({m: r.committed_curves() for m, r in runs.items()},
+                                 next(iter(runs.values())).num_tokens),
+            histogram_figure({m: r.histogram() for m, r in runs.items() if m != "ar"}, samples),
+            race_flicker_figure({m: r.changed_per_pass() for m, r in runs.items()}))
+
+
+def export_run_clip(model, it: Iteration, stem: str) -> tuple[str, str]:
+    """A video model's finished clip (row 0 after `it`) as (mp4, gif), at the model's fps."""
+    return export_clip(decode_frames(model, it.canvas[0]), stem, fps=float(getattr(model, "fps", 6)))

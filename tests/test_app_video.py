@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 
-import gradio as gr
 import imageio.v3 as iio
 import numpy as np
 import pytest
 
 import app
+from scd_core.clips import CLIP_FRAMES
+from scd_core.models.cache import ModelCache
 from scd_core.models import cosmos
 from scd_core.models import cosmos_tokenizer as dv
 from test_models_cosmos import LEVELS, TINY, save_tokenizer, write_clip
@@ -34,58 +35,64 @@ def tiny_cosmos(tmp_path_factory):
 
 @pytest.fixture
 def served_model(tiny_cosmos, monkeypatch):
-    monkeypatch.setitem(app._models, NAME, tiny_cosmos[0])
+    monkeypatch.setattr(app, "MODELS", ModelCache())
+    app.MODELS.put(NAME, tiny_cosmos[0], **app.load_kwargs(NAME))
     return tiny_cosmos
 
 
-def args(clip, method="scd-gumbel", init="repeat-frame", window=8, pace=0.0, text=""):
-    """generate_stream's inputs: the page's controls, pace, history, then the clip inputs."""
-    return [NAME, method, window, init, 1.0, 0, 0.8, 1.0, 0, "", pace, {}, clip, text]
+def args(clip, method="scd-gumbel", init="repeat-frame", window=8, pace=0.0, text="", samples=2,
+         temperature=1.0):
+    """The Generate and Race events' inputs: the page's controls, then the clip inputs."""
+    return [NAME, method, window, init, temperature, 0, 0.8, 1.0, 0, "", pace, samples, clip, text]
+
+
+def final(updates, key):
+    return next(u[key] for u in reversed(updates) if key in u)
 
 
 def test_clip_models_are_told_apart_by_their_registry_entry():
-    assert app.takes_clip(NAME) and app.takes_clip("cosmos-1-ar-5b-video2world")
-    assert not app.takes_clip("tiny") and not app.takes_clip("tiny-video")
-    assert not app.takes_clip("no-such-model")
+    assert app.page.takes_clip(NAME) and app.page.takes_clip("cosmos-1-ar-5b-video2world")
+    assert not app.page.takes_clip("tiny") and not app.page.takes_clip("tiny-video")
+    assert not app.page.takes_clip("no-such-model")
 
 
 def test_selecting_a_clip_model_shows_the_clip_input_and_its_defaults(served_model):
-    info, window, init, temp, top_k, top_p, cfg, pace, clip_row, _, text_box, clip_box = \
-        app.on_model_change(NAME)
-    assert init == "repeat-frame" and cfg == 1.0 and top_p == 0.8
-    assert clip_row.visible and clip_box.visible and not text_box.visible
-    *_, text_box, clip_box = app.on_model_change("toy-grid")
-    assert text_box.visible and not clip_box.visible
+    out = app.on_model_change(NAME)
+    assert out[app.init_dd] == "repeat-frame" and out[app.cfg_nb] == 1.0 and out[app.topp_nb] == 0.8
+    assert out[app.samples_nb] == 2
+    assert out[app.clip_row].visible and out[app.clip_box].visible and not out[app.text_box].visible
+    assert out[app.gen_btn].interactive and out[app.race_btn].interactive
+    out = app.on_model_change("texture")
+    assert out[app.text_box].visible and not out[app.clip_box].visible
 
 
 def test_unloaded_cosmos_stays_listed_as_unavailable_with_its_reason():
-    reason = app.availability(NAME)
+    reason = app.page.unavailable(NAME)
     if reason is None:
         pytest.skip("Cosmos weights and a GPU are present here")
-    assert "unavailable" in dict((v, k) for k, v in app.model_choices())[NAME]
-    with pytest.raises(gr.Error, match="unavailable"):
-        next(app.generate_stream(*args(app.example_clips()[0])))
+    assert "needs GPU" in app.page.model_label(NAME)
+    assert reason in app.problems(*args(app.example_clips()[0]))["model"]
 
 
 def test_example_clips_are_small_readable_videos():
     clips = app.example_clips()
     assert len(clips) == 2 and sum(os.path.getsize(c) for c in clips) < 200_000
     for c in clips:
-        assert iio.imread(c).shape[0] == app.CLIP_FRAMES
+        assert iio.imread(c).shape[0] == CLIP_FRAMES
 
 
 def test_continuing_a_clip_streams_new_frames_then_an_mp4(served_model):
     _, clip, _ = served_model
     updates = list(app.generate_stream(*args(clip, pace=0.02)))
-    run = updates[-1][app.last_run]
-    assert len(updates) > 1 and len(updates) == len(run["iterations"])   # every pass shown
-    first, final = updates[0][app.live_image], updates[-1][app.live_image]
-    h, w, _ = final.shape
+    run = final(updates, app.last_run)
+    pictures = [u[app.live_image] for u in updates if app.live_image in u]
+    assert len(pictures) == len(run["iterations"])                       # every pass shown
+    h, w, _ = pictures[-1].shape
     assert w > 2.5 * h                                  # the 3 generated frames side by side
-    assert not np.array_equal(first, final)             # the frames formed on screen
-    assert "done" in updates[-1][app.status]
-    mp4, gif = updates[-1][app.clip_video], updates[-1][app.clip_gif]
-    assert updates[-1][app.clip_files] == [mp4, gif]
+    assert not np.array_equal(pictures[0], pictures[-1])   # the frames formed on screen
+    assert "done" in final(updates, app.status)
+    mp4, gif = final(updates, app.clip_files)
+    assert final(updates, app.clip_video) == mp4
     frames = iio.imread(mp4)
     assert frames.shape[0] == 33 and frames.shape[-1] == 3    # 9 given + 24 new frames
     assert gif.endswith(".gif") and os.path.getsize(gif) > 0
@@ -93,51 +100,54 @@ def test_continuing_a_clip_streams_new_frames_then_an_mp4(served_model):
 
 @pytest.mark.parametrize("method", ["ar", "sjd", "scd-mc"])
 def test_every_method_continues_an_example_clip(served_model, method):
-    final = list(app.generate_stream(*args(app.example_clips()[1], method=method,
-                                           init="random")))[-1]
-    assert final[app.last_run]["method"] == method
-    assert final[app.clip_video].endswith(".mp4")
+    updates = list(app.generate_stream(*args(app.example_clips()[1], method=method, init="random")))
+    assert final(updates, app.last_run)["method"] == method
+    assert final(updates, app.clip_video).endswith(".mp4")
 
 
 def test_race_on_a_clip_in_greedy_mode_gives_identical_tokens(served_model):
     _, clip, _ = served_model
-    final = list(app.race_stream(NAME, 8, "repeat-frame", 1.0, 0, 0.8, 1.0, 0, "", True, 0.0,
-                                 None, clip, ""))[-1]
-    assert all(row[-1] == "yes" for row in final[app.race_summary])
+    updates = list(app.race_stream(*args(clip, temperature=0.0)))
+    rows = final(updates, app.race_table).split("<tr>")[3:]
+    assert len(rows) == 3 and all(r.split("<td>")[2].startswith("yes") for r in rows)
+    assert final(updates, app.race_images["sjd"]).shape[1] >= 3 * 96     # frames >= 96 px
+    other = app.show_race_sample(2, final(updates, app.race_state))       # the second sample
+    assert set(other) == set(app.race_images.values())
+    assert other[app.race_images["sjd"]].shape == final(updates, app.race_images["sjd"]).shape
 
 
 def test_bad_clips_are_clear_errors(served_model, tmp_path):
     bad = tmp_path / "bad.mp4"
     bad.write_bytes(b"not a video")
-    cases = [(None, "Prompt clip: pick"),
-             (str(tmp_path / "missing.mp4"), "Prompt clip: file not found"),
-             (str(bad), "Prompt clip: cannot read"),
-             (write_clip(tmp_path / "short.mp4", frames=4), "fewer than the 9")]
-    for clip, words in cases:
-        with pytest.raises(gr.Error) as err:
-            next(app.generate_stream(*args(clip)))
-        assert words in str(err.value.message)
-    with pytest.raises(gr.Error, match="takes no text"):          # the 4B model: no text
-        next(app.generate_stream(*args(served_model[1], text="a red car")))
-    with pytest.raises(gr.Error, match="Clip text"):
-        next(app.generate_stream(*args(served_model[1], text="x" * 10_000)))
+    for clip, words in [(None, "Prompt clip: pick"),
+                        (str(tmp_path / "missing.mp4"), "Prompt clip: file not found"),
+                        (str(bad), "Prompt clip: cannot read")]:
+        assert words in app.problems(*args(clip))["clip"]              # refused before the queue
+    assert "Clip text" in app.problems(*args(served_model[1], text="x" * 10_000))["clip"]
+    # what only the model can tell: said in the status, nothing raised, nothing erased
+    for clip, text, words in [(write_clip(tmp_path / "short.mp4", frames=4), "", "fewer than the 9"),
+                              (served_model[1], "a red car", "takes no text")]:
+        updates = list(app.generate_stream(*args(clip, text=text)))
+        assert len(updates) == 1 and words in updates[0][app.status]
 
 
 def test_served_bad_clip_is_an_error_then_a_clip_gives_an_mp4(served_model):
     from gradio_client import Client, handle_file
 
-    app.demo.queue(max_size=16, default_concurrency_limit=1).launch(
-        server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    app.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **app.LAUNCH)
     try:
         client = Client(app.demo.local_url, verbose=False)
         with pytest.raises(Exception, match="Prompt clip"):
-            client.predict(*args(None)[:11], None, "", api_name="/generate")
+            client.predict(*args(None), api_name="/generate")
         video = handle_file(served_model[1])                # the server still serves
-        out = client.predict(*args(video)[:11], video, "", api_name="/generate")
-        assert out[0] and os.path.exists(out[0])                           # the live picture
-        mp4 = out[-3]["video"] if isinstance(out[-3], dict) else out[-3]
+        job = client.submit(*args(video), api_name="/generate")
+        job.result(timeout=120)
+        last = lambda i: next(o[i] for o in reversed(job.outputs())  # noqa: E731
+                              if o[i] and not (isinstance(o[i], dict) and "__type__" in o[i]))
+        assert os.path.exists(last(0))                                      # the live picture
+        mp4 = last(11)["video"] if isinstance(last(11), dict) else last(11)   # states left out
         assert mp4.endswith(".mp4") and iio.imread(mp4).shape[0] == 33
-        assert [os.path.splitext(f)[1] for f in out[-1]] == [".mp4", ".gif"]   # downloads
+        assert [os.path.splitext(f)[1] for f in last(12)] == [".mp4", ".gif"]   # downloads
     finally:
         app.demo.close()
 

@@ -1,11 +1,13 @@
 """The page in a real browser: Playwright drives Debian's chromium against the app served
-in-process. Skipped (with the reason) only when chromium or playwright is absent.
+in-process (one server for the module), at 1400x1000 and at a phone's 390x844. Skipped (with
+the reason) only when chromium or playwright is absent.
 
-The screenshot lands in $SCD_SCREENSHOT_DIR (default: the system temp folder) for a look.
+Screenshots land in $SCD_SCREENSHOT_DIR (default: the system temp folder) for a look.
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 
@@ -19,83 +21,201 @@ if CHROMIUM is None:
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 
 import app  # noqa: E402
+from legend_check import unnamed_colours  # noqa: E402
 
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
+SHOTS = os.environ.get("SCD_SCREENSHOT_DIR", tempfile.gettempdir())
 
 
 @pytest.fixture(scope="module")
-def page():
-    app.demo.queue(max_size=16, default_concurrency_limit=1).launch(
-        server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+def browser():
+    app.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **app.LAUNCH)
     try:
         with sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
             try:
-                pg = browser.new_page(viewport={"width": 1400, "height": 1300})
-                pg.goto(app.demo.local_url)
-                pg.wait_for_selector("#generate", timeout=60_000)
-                yield pg
+                yield b
             finally:
-                browser.close()
+                b.close()
     finally:
         app.demo.close()
 
 
-def _status(pg) -> str:
-    return pg.locator("#status").inner_text()
+def open_page(browser, width: int, height: int):
+    pg = browser.new_page(viewport={"width": width, "height": height})
+    pg.goto(app.demo.local_url)
+    pg.wait_for_selector("#generate", timeout=60_000)
+    pg.wait_for_timeout(500)
+    return pg
 
 
-def test_generate_in_the_browser(page):
-    page.locator("#model input").click()
-    page.get_by_role("option", name="toy-grid", exact=True).click()
-    page.locator("#prompt textarea").fill("a red apple")
+@pytest.fixture(scope="module")
+def page(browser):
+    pg = open_page(browser, 1400, 1000)
+    yield pg
+    pg.close()
+
+
+def fill(pg, elem_id: str, value) -> None:
+    box = pg.locator(f"#{elem_id} input")
+    box.fill(str(value))
+    box.press("Tab")
+
+
+def text(pg, elem_id: str) -> str:
+    return pg.locator(f"#{elem_id}").inner_text()
+
+
+def wait_text(pg, elem_id: str, words: str, timeout: int = 120_000) -> None:
+    pg.wait_for_function(f"() => (document.querySelector('#{elem_id}')?.innerText || '')"
+                         f".includes({words!r})", timeout=timeout)
+
+
+def image_src(pg, elem_id: str) -> str | None:
+    img = pg.locator(f"#{elem_id} img")
+    return img.get_attribute("src") if img.count() else None
+
+
+def error_badges(pg) -> int:
+    """Gradio's red error state on any component."""
+    return pg.locator(".error").count() + pg.get_by_text("Error", exact=True).count()
+
+
+@pytest.mark.parametrize("size", [(1400, 1000), (390, 844)])
+def test_first_visit_shows_generate_race_and_stop_without_scrolling(browser, size):
+    pg = open_page(browser, *size)
+    try:
+        for button in ("generate", "race", "stop"):
+            box = pg.locator(f"#{button}").bounding_box()
+            assert box["y"] + box["height"] <= size[1], button
+        pg.screenshot(path=os.path.join(SHOTS, f"scd_first_visit_{size[0]}.png"))
+    finally:
+        pg.close()
+
+
+def test_generate_shows_the_picture_with_nothing_over_it(page):
+    fill(page, "pace", 0)
     page.locator("#generate").click()
-    page.wait_for_function(
-        "() => (document.querySelector('#status')?.innerText || '').includes('done')",
-        timeout=120_000)
-    assert "256/256 tokens" in _status(page)
-
+    wait_text(page, "status", "done")
+    assert "576/576 tokens" in text(page, "status")
     img = page.locator("#live-image img")
-    img.wait_for(timeout=10_000)
-    size = img.evaluate("el => [el.naturalWidth, el.naturalHeight]")
-    assert size == [320, 320]
-    assert img.get_attribute("src").split("?")[0].endswith(".png")
-
-    page.wait_for_selector("#chart-committed .js-plotly-plot", timeout=20_000)
-    curves = page.locator("#chart-committed .js-plotly-plot .scatterlayer .trace").count()
-    assert curves >= 2                                       # the AR diagonal + this run
-    assert page.locator("#scd-legend").is_visible()
-    assert "accepted this iteration" in page.locator("#scd-legend").inner_text()
-
-    folder = os.environ.get("SCD_SCREENSHOT_DIR", tempfile.gettempdir())
-    page.screenshot(path=os.path.join(folder, "scd_demo_generate.png"), full_page=True)
+    assert img.evaluate("el => [el.naturalWidth, el.naturalHeight]") == [384, 384]
+    covered = img.evaluate("""el => { const r = el.getBoundingClientRect();
+        return [[r.left + 3, r.top + 3], [r.right - 3, r.top + 3]].map(
+            ([x, y]) => document.elementFromPoint(x, y) === el); }""")
+    assert covered == [True, True]                       # first token row: no label, no toolbar
+    page.screenshot(path=os.path.join(SHOTS, "scd_generate_1400.png"), full_page=True)
 
 
-def test_bad_input_shows_an_error_and_the_page_keeps_working(page):
-    page.locator("#prompt textarea").fill("")
+def test_stop_mid_run_keeps_the_picture_and_says_stopped(page):
+    fill(page, "pace", 0.2)
     page.locator("#generate").click()
-    toast = page.get_by_text("Please type a prompt")
-    toast.first.wait_for(timeout=20_000)
-    page.locator("#prompt textarea").fill("blue circle")
-    page.locator("#method").get_by_text("SJD", exact=True).click()   # a status we can tell apart
-    page.locator("#generate").click()
-    page.wait_for_function(
-        "() => { const s = document.querySelector('#status')?.innerText || '';"
-        " return s.startsWith('SJD') && s.includes('done'); }", timeout=120_000)
-    assert "256/256 tokens" in _status(page)
-
-
-def test_stop_button_cancels_a_race(page):
-    page.get_by_role("tab", name="Race").click()
-    page.locator("#race").click()
-    page.wait_for_function(
-        "() => (document.querySelector('#race-status')?.innerText || '').includes('NFE')",
-        timeout=60_000)
+    wait_text(page, "status", "decoding")
     page.locator("#stop").click()
+    wait_text(page, "status", "stopped at NFE", timeout=10_000)
+    frozen = text(page, "status")
+    page.wait_for_timeout(1200)
+    assert text(page, "status") == frozen and "/576 tokens" in frozen
+    assert image_src(page, "live-image") and error_badges(page) == 0
+    assert page.locator("#chart-committed .js-plotly-plot").count() == 1
+    fill(page, "pace", 0)
+
+
+def test_an_input_error_after_a_good_run_keeps_the_picture(page):
+    page.locator("#generate").click()
+    wait_text(page, "status", "done")
+    before, status = image_src(page, "live-image"), text(page, "status")
+    fill(page, "window", 0)
+    page.locator("#generate").click()
+    page.get_by_text("window must be in").first.wait_for(timeout=20_000)
+    wait_text(page, "input-message", "window must be in", timeout=10_000)    # beside the buttons too
+    page.wait_for_timeout(800)
+    assert image_src(page, "live-image") == before and text(page, "status") == status
+    assert error_badges(page) == 0
+    fill(page, "window", 16)
+    page.locator("#generate").click()
+    page.wait_for_function("() => !document.querySelector('#input-message').innerText.trim()",
+                           timeout=10_000)                                 # and gone once right
+
+
+def test_race_opens_its_tab_and_reports_k_samples_with_spread(page):
+    fill(page, "samples", 3)
+    page.locator("#race").click()
+    page.wait_for_function("() => document.querySelector('#race-status')?.offsetParent !== null",
+                           timeout=10_000)                    # the Race tab is showing
+    wait_text(page, "race-status", "Done")
+    wait_text(page, "race-summary", "Gumbel")
+    rows = page.locator("#race-table tbody tr")
+    assert rows.count() == 4
+    for i in range(1, 4):
+        nfe = rows.nth(i).locator("td").nth(2).inner_text()
+        assert "(" in nfe and "–" in nfe                      # mean (min–max)
+    assert "3 samples per method" in text(page, "race-note")
+    page.screenshot(path=os.path.join(SHOTS, "scd_race_1400.png"), full_page=True)
+
+
+def test_every_race_table_column_is_visible_at_1400px(page):
+    table = page.locator("#race-table")
+    assert table.evaluate("el => el.scrollWidth <= el.parentElement.clientWidth + 1")
+    heads = page.locator("#race-table th")
+    assert heads.nth(1).inner_text() == "same tokens as AR"
+    for i in range(heads.count()):
+        box = heads.nth(i).bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= 1400
+
+
+def test_every_chart_names_each_colour_it_draws(page):
+    for tab in ("Race", "Generate"):
+        page.get_by_role("tab", name=tab).click()
+        page.wait_for_timeout(600)
+        plots = page.locator(".js-plotly-plot")
+        for i in range(plots.count()):
+            if not plots.nth(i).is_visible():
+                continue
+            figure = plots.nth(i).evaluate("el => ({data: el.data})")
+            assert unnamed_colours(figure) == [], (tab, i)
+
+
+def test_greedy_sets_temperature_zero(page):
+    page.locator("#greedy input").check()
+    page.wait_for_timeout(500)
+    assert float(page.locator("#temperature input").input_value()) == 0
+    page.locator("#greedy input").uncheck()
+    page.wait_for_timeout(500)
+    assert float(page.locator("#temperature input").input_value()) == 1
+
+
+def test_video_race_frames_are_at_least_96px(page):
+    page.locator("#model input").click()
+    page.get_by_role("option", name=re.compile(r"^tiny-video ")).click()
     page.wait_for_timeout(1500)
-    frozen = page.locator("#race-status").inner_text()
-    page.wait_for_timeout(2000)
-    assert page.locator("#race-status").inner_text() == frozen          # no more updates
-    assert "Gumbel" not in page.locator("#race-summary").inner_text()   # never finished
-    assert "AR: NFE" in frozen and "AR: NFE 256," not in frozen          # AR was cut short
+    fill(page, "samples", 1)
+    fill(page, "pace", 0)
+    page.locator("#race").click()
+    wait_text(page, "race-status", "all done at NFE 512", timeout=180_000)   # this race's AR
+    page.wait_for_function("() => document.querySelector('#race-sjd img')?.naturalWidth > 0",
+                           timeout=20_000)
+    img = page.locator("#race-sjd img")
+    width = img.evaluate("el => el.getBoundingClientRect().width")
+    assert width / 4 >= 96                                    # four frames to a line
+
+
+def test_phone_shows_the_picture_right_after_the_buttons(browser):
+    pg = open_page(browser, 390, 844)
+    try:
+        fill(pg, "pace", 0)
+        pg.locator("#generate").click()
+        wait_text(pg, "status", "done")
+        picture = pg.locator("#live-image").bounding_box()["y"]
+        assert pg.locator("#stop").bounding_box()["y"] < picture < \
+            pg.locator("#method").bounding_box()["y"]
+        pg.screenshot(path=os.path.join(SHOTS, "scd_generate_390.png"), full_page=True)
+        pg.evaluate("window.scrollTo(0, 0)")
+        pg.locator("#prompt textarea").fill("")                # a typo: the message where one looks
+        pg.locator("#generate").click()
+        wait_text(pg, "input-message", "please type a prompt", timeout=10_000)
+        box = pg.locator("#input-message").bounding_box()
+        assert 0 <= box["y"] and box["y"] + box["height"] <= 844
+    finally:
+        pg.close()

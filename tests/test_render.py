@@ -11,6 +11,8 @@ import torch
 from PIL import Image
 
 import scd_core
+from legend_check import unnamed_colours
+from scd_core import race
 from scd_core import render as R
 from scd_core.trace import Iteration, Run
 
@@ -75,6 +77,14 @@ def test_render_iteration_of_an_image_model(toy_grid, sjd_iterations):
     assert 256 <= pic.shape[0] <= 384 and pic.shape[0] == pic.shape[1]   # 64 px upscaled
 
 
+def test_render_samples_tiles_the_rows_at_least_the_target_size(toy_grid):
+    its = list(scd_core.stream(toy_grid, ["fox"] * 3, method="sjd", window=8, seed=0))
+    sheet = R.render_samples(toy_grid, its[4], [0, 1, 2], target=96, cols=2)
+    cell = R.render_samples(toy_grid, its[4], [1], target=96)
+    assert cell.shape[0] >= 96 and sheet.shape[1] == 2 * cell.shape[1] + 4
+    assert np.array_equal(sheet[:cell.shape[0], cell.shape[1] + 4:], cell)
+
+
 def test_render_iteration_of_a_video_model_tiles_the_frames():
     model = scd_core.load_model("toy", vocab_size=3, grid=(3, 2, 2))
     its = list(scd_core.stream(model, ["x"], method="scd-mc", window=4, seed=0))
@@ -115,44 +125,113 @@ def test_trace_stats_agree_with_the_run_metrics(toy_grid, sjd_iterations):
     run = Run.from_iterations(sjd_iterations, decode=toy_grid.decode)
     assert stats.done and stats.committed[-1] == run.num_tokens
     assert stats.nfe[-1] == run.nfe == len(sjd_iterations)
-    assert stats.acceptance_rate == pytest.approx(run.acceptance_rate)
-    assert stats.mean_accepted_length == pytest.approx(run.mean_accepted_length)
-    rate = stats.running_acceptance
-    assert np.nanmax(rate) <= 1.0
+    sample = stats.sample()
+    assert sample.acceptance_rate == pytest.approx(run.acceptance_rate)
+    assert sample.mean_accepted_length == pytest.approx(run.mean_accepted_length)
+    assert sample.draft_stability == pytest.approx(run.draft_stability)
+    assert stats.running_acceptance[-1] == pytest.approx(run.acceptance_rate)
     # every position was committed by exactly one pass, in raster order
     assert (stats.committed_at >= 0).all() and (np.diff(stats.committed_at) >= 0).all()
-    assert stats.stability.max() >= 1
+    assert stats.longest_unchanged.max() >= 1
 
 
-def test_draft_stability_is_higher_with_coupling(toy_grid):
-    """The quantity SCD raises: maximal coupling keeps drafts that SJD redraws."""
+def test_the_flicker_views_count_what_the_trace_counts(toy_grid, sjd_iterations):
+    """Per pass: changed drafts = carried - unchanged (the trace's), and the filmstrip shows
+    exactly that many changed and unchanged drafts."""
+    stats = R.TraceStats(tuple(toy_grid.grid))
+    for it in sjd_iterations:
+        stats.add(it)
+    for it, changed, carried, film in zip(sjd_iterations, stats.changed, stats.carried, stats.film):
+        assert changed == int(it.carried[0].sum()) - int(it.unchanged[0])
+        assert carried == int(it.carried[0].sum())
+        assert (film == R.F_CHANGED).sum() == changed and (film == R.F_KEPT).sum() == carried - changed
+    img = R.filmstrip_image(stats.film)
+    assert img.dtype == np.uint8 and img.shape[0] >= len(stats.film[0])
+
+
+def test_coupling_keeps_drafts_that_sjd_redraws(toy_grid):
+    """The quantity SCD raises, seen on the maps: longer runs of unchanged drafts."""
     def longest(method):
         means = []
         for seed in (3, 4):
             stats = R.TraceStats(tuple(toy_grid.grid))
             for it in scd_core.stream(toy_grid, ["fox"], method=method, window=16, seed=seed):
                 stats.add(it)
-            means.append(stats.stability.mean())
+            means.append(stats.longest_unchanged.mean())
         return np.mean(means)
     sjd = longest("sjd")
     assert longest("scd-mc") > 1.1 * sjd and longest("scd-gumbel") > 1.1 * sjd
 
 
-def test_figures_are_plotly_with_hover_definitions(toy_grid, sjd_iterations):
-    import plotly.graph_objects as go
-
+def all_figures(toy_grid, sjd_iterations):
     stats = R.TraceStats(tuple(toy_grid.grid))
     for it in sjd_iterations:
         stats.add(it)
-    figs = [R.committed_vs_nfe_figure({"sjd": (stats.nfe, stats.committed)}, stats.num_tokens, "sjd"),
-            R.accepted_length_figure(stats), R.acceptance_figure(stats),
-            R.committed_at_figure(stats), R.stability_figure(stats)]
+    settings = race.Settings("fox", window=8)
+    runs = {m: list(race.decode(toy_grid, settings, m, 2))[-1] for m in ("ar", "sjd", "scd-mc")}
+    return stats, [
+        R.committed_vs_nfe_figure({"sjd": (stats.nfe, stats.committed)}, stats.num_tokens, "sjd"),
+        R.accepted_length_figure(stats), R.acceptance_figure(stats), R.flicker_figure(stats),
+        R.committed_at_figure(stats), R.unchanged_figure(stats),
+        R.accept_prob_figure(sjd_iterations[3], tuple(toy_grid.grid)),
+        R.race_progress_figure({m: r.committed_curves() for m, r in runs.items()}, 256),
+        R.histogram_figure({m: r.histogram() for m, r in runs.items()}, 2),
+        R.race_flicker_figure({m: r.changed_per_pass() for m, r in runs.items()})]
+
+
+def test_figures_are_plotly_with_hover_definitions(toy_grid, sjd_iterations):
+    import plotly.graph_objects as go
+
+    stats, figs = all_figures(toy_grid, sjd_iterations)
     assert all(isinstance(f, go.Figure) for f in figs)
     curve = figs[0]
     assert curve.data[0].x == (0, stats.num_tokens)             # the AR diagonal
     assert "forward passes" in curve.data[1].hovertemplate
     assert "verified" in figs[2].data[0].hovertemplate
-    assert figs[3].data[0].type == "heatmap"
+    assert figs[4].data[0].type == "heatmap" and figs[4].layout.xaxis.title.text == "column"
+
+
+def test_every_chart_names_each_colour_it_draws(toy_grid, sjd_iterations):
+    for fig in all_figures(toy_grid, sjd_iterations)[1]:
+        assert unnamed_colours(fig) == [], fig.layout.title.text
+
+
+def test_accepted_length_bars_take_the_colour_their_legend_gives(toy_grid, sjd_iterations):
+    stats, _ = all_figures(toy_grid, sjd_iterations)
+    fig = R.accepted_length_figure(stats)
+    by_name = {t.name: t for t in fig.data}
+    residual = by_name["residual sample (first rejection)"]
+    assert isinstance(residual.marker.color, str)                # one colour per legend entry
+    assert len(residual.x) == stats.new_kind.count("resampled")
+
+
+def test_race_progress_band_spans_the_samples():
+    curves = {"sjd": np.array([[1, 3, 6, 8], [1, 2, 4, 8]])}
+    fig = R.race_progress_figure(curves, 8)
+    low, high, mean = fig.data[1:4]
+    assert list(low.y) == [0, 1, 2, 4, 8] and list(high.y) == [0, 1, 3, 6, 8]
+    assert list(mean.y) == [0, 1, 2.5, 5, 8] and mean.name == "SJD: mean of 2, band min-max"
+    assert len(R.race_progress_figure(curves, 8, upto=2).data[3].y) == 3
+
+
+def test_accept_prob_map_colours_only_the_verified_drafts(toy_grid, sjd_iterations):
+    for it in sjd_iterations[1:6]:
+        fig = R.accept_prob_figure(it, tuple(toy_grid.grid))
+        z = np.array(fig.data[0].z, dtype=float)
+        assert np.isfinite(z).sum() == int(it.verified[0].sum())
+        untested = fig.data[1]
+        assert len(untested.x) == int(np.isfinite(it.accept_prob[0].numpy()).sum()) - \
+            int(it.verified[0].sum())
+
+
+def test_race_table_puts_the_losslessness_check_second():
+    spread = race.Spread.of
+    s = race.MethodSummary("sjd", 3, spread([20, 22, 24]), spread([3.2, 2.9, 2.7]),
+                           spread([0.6, 0.7, 0.8]), spread([1, 2, 3]), spread([0.1, 0.2, 0.3]),
+                           0.5, 1.5, True)
+    html = R.race_table_html([s], greedy=True)
+    assert R.RACE_HEADERS[1] == "same tokens as AR"
+    assert "<td>SJD</td><td>yes</td><td>22.0 (20–24)</td>" in html
 
 
 def test_video_maps_are_tiled_like_the_frames():

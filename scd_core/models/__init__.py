@@ -31,6 +31,7 @@ class ModelEntry:
     needs_weights: bool    # True when weights are not shipped (downloaded from the Hub)
     tokens: int = 0        # tokens generated per sample with the default settings (N)
     gpu_ms: float = 0.0    # estimated ms per forward pass on a GPU (bf16, CFG pair, small window)
+    test_only: bool = False  # for tests and timing, nothing to look at: demos leave it out
 
 
 REGISTRY: dict[str, ModelEntry] = {}
@@ -45,11 +46,14 @@ def _builtin_entries() -> list[ModelEntry]:
     # gpu_ms: Janus-Pro-7B's 36.4 ms per forward is the SCD paper's figure; the others are
     # scaled from it by parameters and sequence length (estimates: no GPU run behind them).
     return [
-        e("toy", "toy", "load_toy", "image", "exactly enumerable toy model (V=3, N=6)", False, 6, 1.0),
+        e("toy", "toy", "load_toy", "image", "exactly enumerable toy model (V=3, N=6)", False, 6, 1.0,
+          test_only=True),
         e("toy-grid", "toy", "load_toy_grid", "image", "fast synthetic grid model with tunable entropy", False,
-          256, 1.0),
+          256, 1.0, test_only=True),
         e("random-logits", "toy", "load_random_logits", "image", "instant random logits: times the engine alone",
-          False, 576, 1.0),
+          False, 576, 1.0, test_only=True),
+        e("texture", "texture", "load_texture", "image",
+          "synthetic textures (hand-built, not trained): where coupling helps most", False, 576, 1.0),
         e("tiny", "tiny", "load_tiny", "image", "embedded emoji model (32x32, 8x8 tokens)", False, 64, 2.0),
         e("tiny-video", "tiny", "load_tiny_video", "video", "embedded emoji clip model", False, 512, 2.0),
         e("janus-pro-1b", "janus", "load_janus", "image", "Janus-Pro 1B (deepseek-community/Janus-Pro-1B)", True,

@@ -362,11 +362,15 @@ def cfg_blocks(cfg: GPTConfig) -> range:
     return range(cfg.n_layers)
 
 
-IMAGE_PROMPTS = ["grinning face", "red heart", "red apple", "cat face", "dog face", "flag france",
-                 "flag japan", "sun", "pile poo", "ghost", "rocket", "four leaf clover", "basketball",
-                 "birthday cake", "fire", "snowman"]
-VIDEO_PROMPTS = ["grinning face moving left", "red heart zooming in", "cat face bouncing", "sun moving right",
-                 "basketball moving down", "flag japan tilting left", "red apple zooming out", "ghost moving up"]
+# The first eight image prompts look like their names in 8 of 8 samples (seeds 0-7, SCD-MC, the
+# default settings), the rest in most; the demo page offers the first eight. Each clip prompt
+# gives its object in 4 of 4 clips.
+IMAGE_PROMPTS = ["red heart", "cat face", "green apple", "earth globe", "basketball", "tomato",
+                 "smiling face with heart eyes", "four leaf clover", "blue heart", "yellow heart", "red apple",
+                 "pile poo", "sun", "dog face", "fire", "lemon"]
+VIDEO_PROMPTS = ["red heart zooming in", "grinning face moving left", "red apple zooming out",
+                 "basketball moving down", "green apple moving right", "earth globe moving left",
+                 "four leaf clover zooming out", "cat face bouncing"]
 
 
 class TinyModel:

@@ -1,0 +1,443 @@
+"""What the demo page needs besides Gradio: the model list, per-model settings, the checks
+that are the page's own, stop flags per visitor and the pace of live updates.
+
+The arguments of a decode are checked by the library (`scd_core.decoding.validate`, a
+ValueError naming the argument); the page only turns widget values into numbers first and
+adds its own limits (prompt length, slow-motion pace, race samples).
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from scd_core.clips import clip_prompt
+from scd_core.decoding import METHODS, validate
+from scd_core.models import REGISTRY
+from scd_core.models.status import MAX_GPU_SECONDS, MIN_GPU_SECONDS, gpu_seconds, model_status
+from scd_core.protocols import optional
+from scd_core.race import Settings
+
+MAX_PROMPT_CHARS = 500
+MAX_PACE = 2.0                       # seconds per forward pass on screen
+MAX_SAMPLES = 16                     # race samples per method
+SHOW_TEST_MODELS = "SCD_SHOW_TEST_MODELS"
+
+# Page defaults per model: window, draft init, slow motion (s per pass on screen), race
+# samples; sampling settings come from the model's own `default_settings`.
+PAGE_DEFAULTS = {
+    "texture": dict(window=16, init="random", pace=0.02, samples=8),
+    "tiny": dict(window=16, init="random", pace=0.15, samples=8),
+    "tiny-video": dict(window=32, init="repeat-frame", pace=0.05, samples=8),
+    "toy-grid": dict(window=16, init="random", pace=0.05, samples=8),
+}
+EMBEDDED_DEFAULTS = dict(window=16, init="random", pace=0.05, samples=8)
+REAL_DEFAULTS = dict(window=32, init="random", pace=0.0, samples=2)
+CLIP_DEFAULTS = dict(window=128, init="repeat-frame", pace=0.0, samples=2)
+REAL_SAMPLING = dict(temperature=1.0, top_k=1000, top_p=1.0, cfg_scale=5.0)
+CLIP_SAMPLING = dict(temperature=1.0, top_k=0, top_p=0.8, cfg_scale=1.0)
+ORDER = ["texture", "tiny", "tiny-video"]           # listed first, in this order
+
+
+# ------------------------------------------------------------------------------ models
+
+def listed_models() -> list[str]:
+    """The models the page offers: test-only ones only when SCD_SHOW_TEST_MODELS=1."""
+    show_test = os.environ.get(SHOW_TEST_MODELS, "") not in ("", "0")
+    names = [n for n in REGISTRY if show_test or not REGISTRY[n].test_only]
+    return sorted(names, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), 0))
+
+
+def takes_clip(name: str) -> bool:
+    """Whether the model's prompt is a video clip to continue (the Cosmos family)."""
+    entry = REGISTRY.get(name)
+    return entry is not None and entry.module == "cosmos"
+
+
+def is_video(name: str) -> bool:
+    entry = REGISTRY.get(name)
+    return entry is not None and entry.kind == "video"
+
+
+def unavailable(name: str, loaded: bool = False) -> str | None:
+    """None when the model can run here (shipped, cached, downloadable, or loaded already),
+    else the full reason."""
+    if name not in REGISTRY:
+        return f"unknown model {name!r}"
+    status = model_status(name)
+    return None if loaded or status.usable else status.reason
+
+
+def model_label(name: str) -> str:
+    """For the model list: the name and where the model stands here (embedded, cached,
+    downloadable with its size, needs GPU, unavailable)."""
+    status = model_status(name)
+    size = f", {status.download_gb:.1f} GB" if status.state == "downloadable" and status.download_gb else ""
+    return f"{name} · {status.state}{size}"
+
+
+def model_note(name: str, loaded: bool = False) -> str:
+    """What the model is and where it stands here, with the full reason when it cannot run."""
+    entry = REGISTRY.get(name)
+    if entry is None:
+        return f"Unknown model {name!r}."
+    status = model_status(name)
+    if loaded:
+        state = " Loaded."
+    elif status.usable:
+        state = f" {status.state.capitalize()}: {status.reason}."
+    else:
+        state = f" **Cannot run here ({status.state}):** {status.reason}."
+    return f"`{name}`: {entry.description}.{state}"
+
+
+def page_defaults(name: str) -> dict:
+    if name in PAGE_DEFAULTS:
+        return dict(PAGE_DEFAULTS[name])
+    entry = REGISTRY.get(name)
+    if takes_clip(name):
+        return dict(CLIP_DEFAULTS)
+    return dict(REAL_DEFAULTS if entry is not None and entry.needs_weights else EMBEDDED_DEFAULTS)
+
+
+def sampling_defaults(name: str, model=None) -> dict:
+    """Temperature, top-k, top-p, CFG: the model's `default_settings` when it is loaded."""
+    base = CLIP_SAMPLING if takes_clip(name) else REAL_SAMPLING if \
+        REGISTRY.get(name) is not None and REGISTRY[name].needs_weights else \
+        dict(temperature=1.0, top_k=0, top_p=1.0, cfg_scale=1.0)
+    own = optional(model, "default_settings") or {}
+    return {**base, **{k: v for k, v in own.items() if k in base}}
+
+
+# ------------------------------------------------------------------------------ inputs
+
+def as_int(value):
+    """A widget number as an int when it is whole (gr.Number gives floats); else unchanged,
+    so that the library names the argument in its message."""
+    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+        return int(value)
+    return value
+
+
+def as_float(value):
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def check_prompt(prompt, clip_model: bool = False) -> str:
+    if not isinstance(prompt, str) and prompt is not None:
+        raise ValueError("prompt must be text")
+    prompt = (prompt or "").strip()
+    if not prompt:
+        raise ValueError("prompt: please type a prompt (or click one of the examples)")
+    if len(prompt) > MAX_PROMPT_CHARS and not clip_model:
+        raise ValueError(f"prompt: {len(prompt):,} characters long; the limit is "
+                         f"{MAX_PROMPT_CHARS}. Please shorten it.")
+    return prompt
+
+
+def check_pace(pace) -> float:
+    pace = as_float(pace)
+    if not isinstance(pace, float) or not 0 <= pace <= MAX_PACE:
+        raise ValueError(f"slow motion must be between 0 (full speed) and {MAX_PACE} seconds per "
+                         f"forward pass, got {pace!r}")
+    return pace
+
+
+def check_samples(samples) -> int:
+    samples = as_int(samples)
+    if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= MAX_SAMPLES:
+        raise ValueError(f"samples must be a whole number from 1 to {MAX_SAMPLES}, got {samples!r}")
+    return samples
+
+
+def check_model(name, loaded: bool = False) -> str:
+    if not isinstance(name, str) or name not in listed_models():
+        raise ValueError(f"model: unknown model {name!r}; choose one of {', '.join(listed_models())}")
+    reason = unavailable(name, loaded)
+    if reason is not None:
+        raise ValueError(f"model: {name!r} is not available here: {reason}")
+    return name
+
+
+def settings(model, prompt: str, method: str, window, init, temperature, top_k, top_p, cfg_scale,
+             seed) -> Settings:
+    """Widget values -> Settings, checked by the library (its ValueError names the argument).
+    `model` is the loaded model or, before loading, anything with `grid` and `vocab_size`."""
+    plan, seeds = validate(model, [prompt], method, as_int(window), init, as_int(seed),
+                           as_float(temperature), as_int(top_k), as_float(top_p), as_float(cfg_scale))
+    return Settings(prompt, int(as_int(window)), init, plan.sampling.temperature, plan.sampling.top_k,
+                    plan.sampling.top_p, plan.cfg_scale, seeds[0])
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A stand-in with a model's grid and vocabulary, to check settings before loading it."""
+
+    grid: tuple[int, ...]
+    vocab_size: int = 2
+
+    def start(self, prompts, cfg_scale):      # the contract's methods, never called
+        raise NotImplementedError
+
+    def decode(self, tokens):
+        raise NotImplementedError
+
+
+def shape_of(name: str) -> Shape:
+    return Shape((1, 1, 1) if is_video(name) else (1, 1))
+
+
+# ----------------------------------------------------------------------- stop and pace
+
+class Stops:
+    """Stop requests per visitor, by time stamps: a run clicked at or before the visitor's
+    last Stop is stopped (running or still waiting in the queue), a later one is not. The
+    page stamps both clicks with the browser's clock; a call without a stamp (the API) gets
+    the server's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._at: dict[str, float] = {}
+
+    @staticmethod
+    def stamp(value=None) -> float:
+        """A click's time stamp in milliseconds: the browser's, else the server's clock now."""
+        return float(value) if isinstance(value, (int, float)) and value > 0 else time.time() * 1000
+
+    def stop(self, key: str, at=None) -> None:
+        with self._lock:
+            self._at[key] = max(self._at.get(key, float("-inf")), self.stamp(at))
+
+    def stopped(self, key: str, ticket: float) -> bool:
+        return ticket <= self._at.get(key, float("-inf"))
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._at.pop(key, None)
+
+
+class Pacer:
+    """When a live view may update.
+
+    Full speed (pace 0): at most once every `every` seconds (forced calls always pass; the
+    first passes too, unless `wait_first`). Slow motion: every call passes, `max(pace, every)`
+    seconds after the previous one; the wait is cut short when `stopped()` turns true, so a
+    stop is seen within a pass.
+    """
+
+    def __init__(self, every: float, pace: float = 0.0, stopped: Callable[[], bool] = lambda: False,
+                 wait_first: bool = False):
+        self.every, self.pace, self.stopped = every, pace, stopped
+        self.last = time.perf_counter() if wait_first else -1e9
+
+    def __call__(self, force: bool = False) -> bool:
+        now = time.perf_counter()
+        if self.pace > 0:
+            until = self.last + max(self.pace, self.every)
+            while now < until and not self.stopped():
+                time.sleep(min(0.02, until - now))
+                now = time.perf_counter()
+            self.last = now
+            return True
+        if force or now - self.last >= self.every:
+            self.last = now
+            return True
+        return False
+
+
+def prompt_note(model, prompt: str) -> str:
+    """For models that read a few known words (the embedded ones): which words they read."""
+    known = getattr(optional(model, "vocab"), "known", None)
+    if known is None:
+        return ""
+    words = known(prompt)
+    if not words:
+        return ("None of the prompt's words is known to this model: this is an unconditional "
+                "sample. Try an example prompt.\n\n")
+    return f"Prompt words the model knows: {', '.join(words)}.\n\n"
+
+
+def now() -> float:
+    return time.perf_counter()
+
+
+def sleep_until(deadline: float, stopped: Callable[[], bool] = lambda: False) -> None:
+    """Sleep until `deadline` (perf_counter seconds) in short steps, waking early on a stop."""
+    while not stopped():
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return
+        time.sleep(min(0.02, left))
+
+
+HEADER = ("## Lossless speculative decoding for AR image & video models\n"
+          "AR, SJD and SCD (coupled SJD) sample **exactly** the same distribution; SJD and SCD "
+          "need fewer forward passes. ")
+
+HOW_IT_WORKS = r"""
+### How speculative Jacobi decoding stays exact
+An AR model needs one forward pass per token. **SJD** feeds a window of **L** tokens per pass:
+the last committed token and L-1 *drafts* for the next positions. One pass returns the model's
+distribution **p** at every window position. Going left to right, a draft x drawn from **q**
+is **accepted** if `U < min(1, p(x) / q(x))`. At the first rejection the position gets a
+sample of the **residual** `norm(max(0, p - q))`, and the rest of the window is redrafted.
+If every draft passes, one **bonus** token is sampled from the last p. This is speculative
+sampling: every committed token has exactly the AR distribution, whatever the drafts were.
+
+**SCD** (speculative *coupled* decoding) changes only how the next drafts are drawn: coupled
+to the previous ones, so they stop flickering and get accepted more often.
+- **Maximal coupling**: keep the previous draft with probability `min(1, p_t / p_{t-1})`,
+  otherwise draw from the residual `norm(max(0, p_t - p_{t-1}))`. The draft changes only when
+  the distribution really moved.
+- **Gumbel coupling**: draft = `argmax(log p + G)` with a Gumbel vector **G fixed per
+  position**: the same noise at every pass, so the draft changes only when p does.
+
+Plain SJD redraws independently each time, so its drafts flicker: low **draft stability**
+(the share of carried-over drafts whose token did not change from one pass to the next).
+
+### When coupling helps most
+Coupling keeps a draft as long as p at its position stays put. If p at a position depends
+only on nearby tokens (the synthetic **texture** model: its left and upper neighbours), a
+change at the front of the window leaves p further along untouched, coupled drafts there
+stay valid, and SCD needs about half of SJD's passes, as on Lumina-mGPT in the paper. If p
+moves wherever an earlier token changes (the trained **tiny** emoji model reads its whole
+prefix), coupled drafts go stale too and the gap is smaller. The race measures both effects
+and says which it found.
+
+### Reading the views
+- **The picture**: committed tokens and current drafts, decoded together. Plain cells were
+  committed earlier; **green** outlines: drafts accepted by this pass; **orange/red**: the
+  first rejected draft, replaced by a residual sample; **blue**: the one token sampled from p
+  (an AR step, or the bonus after a fully accepted window); **hatched**: still drafts;
+  **grey**: nothing there yet.
+- **Tokens vs NFE**: AR climbs the dashed diagonal, one token per forward pass; a speculative
+  method climbs in steps, and its slope is the tokens it commits per pass.
+- **Drafts changed per pass** and the **trajectory** strip (one line per pass, one column per
+  position): red drafts changed since the previous pass (flicker), dark ones stayed.
+- **Race**: K samples per method (seeds s, s+1, ...), each method decoded alone and timed
+  alone, then replayed side by side by NFE. The table gives means over the samples with their
+  range. In greedy mode (temperature 0) every method returns exactly AR's tokens.
+"""
+
+
+# ------------------------------------------------------------------------ whole inputs
+
+INPUTS = ["model", "method", "window", "init", "temperature", "top_k", "top_p", "cfg", "seed",
+          "prompt", "pace", "samples", "clip", "clip_text"]      # the decoding events' inputs
+
+
+def engine_prompt(name: str, prompt, clip=None, clip_text="") -> str:
+    """The prompt the engine gets: the text, or for a clip model the clip (and its text)."""
+    return clip_prompt(clip, clip_text) if takes_clip(name) else check_prompt(prompt)
+
+
+def prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
+            clip, clip_text, load: Callable[[str], object], loaded: bool = False):
+    """The model (from `load(name)`) and the checked Settings of a decoding request; a
+    ValueError with the message otherwise (a model that fails to load included)."""
+    check_model(name, loaded)
+    text = engine_prompt(name, prompt, clip, clip_text)
+    try:
+        model = load(name)
+    except Exception as exc:          # missing weights, no memory...: a message, not a crash
+        raise ValueError(f"could not load model {name!r}: {exc}") from None
+    return model, settings(model, text, method, window, init, temperature, top_k, top_p,
+                           cfg_scale, seed)
+
+
+def problems(model, name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
+             prompt, pace, samples, clip=None, clip_text="") -> dict[str, str]:
+    """Every input the page or the library rejects, by its name in INPUTS, with the message.
+    `model` is the loaded model, or None when it is not loaded yet."""
+    try:
+        check_model(name, model is not None)
+    except ValueError as exc:
+        return {"model": str(exc)}
+    out = {}
+    try:
+        prompt = engine_prompt(name, prompt, clip, clip_text)
+    except ValueError as exc:
+        out["clip" if takes_clip(name) else "prompt"] = str(exc)
+        prompt = ""
+    for key, check, value in (("pace", check_pace, pace), ("samples", check_samples, samples)):
+        try:
+            check(value)
+        except ValueError as exc:
+            out[key] = str(exc)
+    try:
+        settings(model or shape_of(name), prompt, method, window, init, temperature, top_k, top_p,
+                 cfg_scale, seed)
+    except ValueError as exc:           # the library's message starts with the argument's name
+        arg = str(exc).split(" ", 1)[0].strip("':")
+        out[{"cfg_scale": "cfg", "prompts": "prompt"}.get(arg, arg)] = str(exc)
+    return out
+
+
+def gpu_duration(race_all: bool) -> Callable[..., int]:
+    """ZeroGPU's seconds for one Generate (or one Race: every method, K samples) from the
+    event's inputs; bad inputs never reach the decode, so any estimate serves them."""
+    def seconds(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
+                pace=0.0, samples=1, *rest, **named) -> int:
+        try:
+            w, k, p = int(as_int(window)), int(as_int(samples)) if race_all else 1, float(pace or 0)
+            methods = METHODS if race_all else [method]
+            total = sum(gpu_seconds(name, w if m != "ar" else 1, k, m, p, clamp=False) for m in methods)
+        except (ValueError, TypeError):
+            return MIN_GPU_SECONDS
+        return max(MIN_GPU_SECONDS, min(MAX_GPU_SECONDS, total))
+    return seconds
+
+
+def device_name() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return f"CUDA ({torch.cuda.get_device_name(0)})"
+    threads = torch.get_num_threads()
+    return f"CPU ({threads} thread{'s' if threads != 1 else ''})"
+
+
+def device_note() -> str:
+    if device_name().startswith("CUDA"):
+        return f"Engine: **{device_name()}**; large models in bfloat16."
+    return (f"Engine: **{device_name()}**, no GPU: the embedded models run here, the large ones "
+            "need a GPU.")
+
+
+def replay_ticks(last: int, pace: float, every: float, stopped: Callable[[], bool]):
+    """NFE ticks of a lockstep replay lasting last * pace seconds, at most one per `every`
+    seconds (later ticks skip ahead); ends early on a stop."""
+    start, tick = now(), 0
+    while tick < last and not stopped():
+        tick = min(last, 1 + int((now() - start) / pace))
+        yield tick
+        sleep_until(max(start + tick * pace, now() + every), stopped)
+
+
+def click_js(tab: str) -> str:
+    """Browser code run before a Generate or Race request: show `tab`, and stamp the click (the
+    last input) with the browser's clock, so that a later Stop stops this run even queued."""
+    return (f"(...args) => {{ [...document.querySelectorAll('button[role=tab]')].find("
+            f"b => b.innerText.trim() === {tab!r})?.click(); args[args.length - 1] = Date.now(); "
+            f"return args; }}")
+
+
+CSS = """
+#controls .block { min-width: 0 !important; }
+#init input { font-size: 13px; }
+#race-table th { text-align: left; vertical-align: bottom; padding: 2px 4px; border-bottom: 1px solid #cbd5e1; }
+#race-table td { padding: 2px 4px; border-bottom: 1px solid #e5e7eb; overflow-wrap: anywhere; }
+#race-table td:nth-child(2) { font-weight: 600; }
+.panel-title p { margin: 0 !important; font-weight: 600; }
+.bare .icon-button-wrapper { display: none !important; }
+@media (max-width: 720px) {   /* phones: model, prompt and buttons, then the results, then the rest */
+  #main { flex-direction: column; }
+  #controls { display: contents; }
+  #top-controls { order: 1; } #results { order: 2; } #more-controls { order: 3; }
+  #race-summary { overflow-x: auto; }               /* the table scrolls sideways, method first */
+  #race-table { table-layout: auto !important; min-width: 640px; font-size: 0.8em !important; }
+}
+"""
