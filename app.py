@@ -1,8 +1,9 @@
 """Gradio demo of lossless speculative decoding for AR image and video models: watch a sample
 form pass by pass, race AR, SJD and SCD over several samples. `demo` is the Blocks app (the
 Hugging Face Space entry point); `python app.py` serves it locally. This file is the page:
-decoding is `scd_core.stream`, the race `scd_core.race`, pictures and charts
-`scd_core.render`, models, checks, stop stamps and pacing `scd_core.page` (docs/app.md)."""
+Generate decodes as a row of `scd_core.serve` (one server per model, visitors share its
+passes), the race is `scd_core.race`, pictures and charts `scd_core.render`, models, servers,
+checks, stop stamps and pacing `scd_core.page` (docs/app.md)."""
 from __future__ import annotations
 
 import logging
@@ -15,8 +16,7 @@ import scd_core
 from scd_core import page, race
 from scd_core import render as R
 from scd_core.clips import example_clips
-from scd_core.models import REGISTRY, cache
-from scd_core.protocols import optional
+from scd_core.models import cache
 
 try:  # ZeroGPU on Hugging Face Spaces (hold a GPU for duration(*inputs) s); a no-op elsewhere
     import spaces
@@ -28,47 +28,26 @@ except ImportError:
         return lambda fn: fn
 
 log = logging.getLogger("scd_demo")
-QUEUE = dict(max_size=64, default_concurrency_limit=1)     # 64 visitors may wait their turn
-DECODE = dict(concurrency_limit=1, concurrency_id="decode")  # one decode at a time
-CLICK = dict(trigger_mode="always_last", **DECODE)  # a click while busy runs once more, after
-IMAGE_EVERY, PLOT_EVERY, STATUS_EVERY = 0.1, 0.5, 0.5       # seconds between live updates
-FULL_SPEED_EVERY = 0.25  # full speed: a picture at most this often, none before (a faster run
-                         # shows its final picture only: the eye would not follow)
-FIRST_PAINT = 0.1        # seconds for the browser to show the final picture before the charts
+# Concurrency, in one place. Generate requests run side by side: their rows share the forward
+# passes of one server per model, which runs one pass at a time. A race (each method timed
+# alone: it holds the servers' device lock for its decode), a model load and an export run one
+# at a time. A running Generate holds a thread while its row waits for passes; the rest of the
+# threads serve Stop and the page's quick events. Up to 64 more visitors wait, told their place.
+SERVERS = page.Servers(max_batch=32)
+GENERATE = dict(concurrency_limit=SERVERS.max_batch, concurrency_id="generate")
+DECODE = dict(concurrency_limit=1, concurrency_id="decode")
+QUEUE = dict(max_size=64, default_concurrency_limit=1)
+THREADS = 2 * SERVERS.max_batch
 STOPS = page.Stops()
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+MODELS = page.Models(cache, DEVICE, SERVERS)   # one large model resident at a time
 LABELS = scd_core.METHOD_LABELS
-
-
-# ------------------------------------------------------------------------------ models
-
-MODELS = cache      # one copy of each model per process, one large model resident at a time
-
-
-def load_kwargs(name: str) -> dict:
-    large_on_gpu = DEVICE == "cuda" and REGISTRY[name].needs_weights
-    return dict(device=DEVICE, **({"dtype": torch.bfloat16} if large_on_gpu else {}))
-
-
-def get_model(name: str, progress=None):
-    """The model, loaded (and downloaded) on first use; `progress(done, total, repo)`."""
-    return MODELS.get(name, **load_kwargs(name), **({"progress": progress} if progress else {}))
-
-
-def loaded(name: str):
-    return MODELS.peek(name, **load_kwargs(name)) if name in REGISTRY else None
-
-
-def examples_for(name: str) -> list[list[str]]:
-    entry = REGISTRY.get(name)
-    model = loaded(name) or (get_model(name) if entry and not entry.needs_weights else None)
-    return [[p] for p in (optional(model, "example_prompts") or ["a red apple"])[:8]]
 
 
 # ------------------------------------------------------------------------------ checks
 
 def problems(name, *values) -> dict[str, str]:
-    return page.problems(loaded(name), name, *values)
+    return page.problems(MODELS.loaded(name), name, *values)
 
 
 def validator(*values):
@@ -83,13 +62,12 @@ def validator(*values):
 def input_message(*values) -> str:
     """Beside the buttons: what the validator marked on the fields (on a phone the fields may
     be out of sight), or nothing."""
-    found = problems(*values[:len(page.INPUTS)])
-    return "" if not found else "**Not started:** " + "; ".join(found.values()) + "."
+    return page.not_started(problems(*values[:len(page.INPUTS)]))
 
 
 def prepare(name, method, *values):
     """The loaded model and checked Settings; ValueError with the message otherwise."""
-    return page.prepare(name, method, *values, load=get_model, loaded=loaded(name) is not None)
+    return page.prepare(name, method, *values, load=MODELS.get, loaded=MODELS.loaded(name) is not None)
 
 
 def session_key(request: gr.Request | None) -> str:
@@ -99,29 +77,23 @@ def session_key(request: gr.Request | None) -> str:
 # ----------------------------------------------------------------------------- generate
 
 def run_charts(stats: R.TraceStats, history: dict, method: str, live: bool = False) -> dict:
-    """The run's charts; while it runs only the two that move most (a chart costs the browser
-    far more to draw than the server to make)."""
-    curves = {m: (h["nfe"], h["committed"]) for m, h in history.items() if m != "_model"}
-    curves[method] = (stats.nfe, stats.committed)
-    out = {chart_committed: R.committed_vs_nfe_figure(curves, stats.num_tokens, method),
-           chart_flicker: R.flicker_figure(stats)}
-    if not live:
-        out |= {chart_length: R.accepted_length_figure(stats), chart_rate: R.acceptance_figure(stats)}
-    return out
+    charts = (chart_committed, chart_flicker) + (() if live else (chart_length, chart_rate))
+    return dict(zip(charts, R.run_figures(stats, history, method, live)))
 
 
-def final_outputs(model, name: str, method: str, prompt: str, stats: R.TraceStats, wall: float,
+def final_outputs(model, name: str, method: str, prompt: str, stats: R.TraceStats, row,
                   history: dict) -> dict:
-    ar_wall = history.get("ar", {}).get("wall")
+    wall, shared = stats.records[-1].wall_time, page.shared_rows(row, len(stats.records))
     out = {summary: page.prompt_note(model, prompt) + R.run_summary(
-               LABELS[method], stats.sample(), wall, ar_wall, page.device_name()),
+               LABELS[method], stats.sample(), wall, history.get("ar", {}).get("wall"),
+               page.device_name(), shared, stats.done),
            heat_committed: R.committed_at_figure(stats), heat_unchanged: R.unchanged_figure(stats),
            film: R.filmstrip_image(stats.film), history_state: history,
-           last_run: {"model": name, "method": method, "iterations": stats.records},
+           last_run: {"model": name, "method": method, "iterations": stats.records, "decode": row.decode},
            replay_slider: gr.Slider(minimum=0, maximum=len(stats.records) - 1,
                                     value=len(stats.records) - 1, step=1, interactive=True)}
     if page.is_video(name):
-        mp4, gif = R.export_run_clip(model, stats.records[-1], f"{name}-{method}")
+        mp4, gif = R.export_run_clip(model, stats.records[-1], f"{name}-{method}", row.decode)
         out |= {clip_video: mp4, clip_files: [mp4, gif]}
     return out
 
@@ -130,41 +102,49 @@ def final_outputs(model, name: str, method: str, prompt: str, stats: R.TraceStat
 def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                     pace=0.0, samples=1, clip=None, clip_text="", history=None, ticket=None,
                     request: gr.Request = None):
-    """Decode one sample and stream its passes to the page (every pass in slow motion, else a
-    few pictures a second); Stop ends it after the current pass, keeping what is shown. An
-    input the model refuses (a clip too short for it...) is said in the status, nothing lost."""
+    """Decode one sample as a row of the model's shared passes and stream them to the page
+    (every pass in slow motion, else a few pictures a second); Stop ends it at once, keeping
+    what is shown, and its row leaves the batch. An input the model refuses (a clip too short
+    for it...) is said in the status, nothing lost."""
     key, browser, ticket = session_key(request), ticket is not None, STOPS.stamp(ticket)
     stopped = lambda: STOPS.stopped(key, ticket)  # noqa: E731
     try:
         model, s = prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
                            prompt, clip, clip_text)
         pace = page.check_pace(pace)
-        history = dict(history or {}) if (history or {}).get("_model") == name else {"_model": name}
-        stats = R.TraceStats(tuple(model.grid))
-        pic_due = page.Pacer(IMAGE_EVERY, pace, stopped) if pace else \
-            page.Pacer(FULL_SPEED_EVERY, wait_first=True)
-        plot_due = page.Pacer(PLOT_EVERY, wait_first=True)
-        for it in scd_core.stream(model, [s.prompt], **s.engine_kwargs(method)):
-            stats.add(it)
-            end = "done" if stats.done else "stopped" if stopped() else None
-            if not pic_due(force=end is not None):
-                continue
-            out = {live_image: R.render_iteration(model, it),
-                   status: R.run_status(LABELS[method], stats, it.wall_time, end or "running")}
-            if end is None:
-                yield out | (run_charts(stats, history, method, live=True) if plot_due() else {})
-                continue
-            yield out                                     # the final picture first, then the rest
-            if browser:                                   # (drawing the charts would delay it)
-                page.sleep_until(page.now() + FIRST_PAINT)
-            if end == "done":
-                history[method] = {"nfe": stats.nfe, "committed": stats.committed, "wall": it.wall_time}
-            yield run_charts(stats, history, method) | final_outputs(model, name, method, s.prompt,
-                                                                      stats, it.wall_time, history)
+        if stopped():                                     # stopped while waiting in the queue
+            yield {status: "**Stopped** before its first pass."}
             return
+        row, stats = SERVERS.submit(model, s, method), R.TraceStats(tuple(model.grid))
+        history = page.history_of(history, name)
+        for it, picture, charts in page.shown(row, pace, stopped, SERVERS.timing_alone.is_set):
+            if it is None:                                # slow motion paces the display only
+                yield {status: page.WAITING}
+                continue
+            stats.add(it)
+            if picture and not stats.done:
+                yield {live_image: R.render_iteration(model, it, decode=row.decode),
+                       status: R.run_status(LABELS[method], stats, it.wall_time, "running",
+                                            page.shared_rows(row, len(stats.records)))} | \
+                    (run_charts(stats, history, method, live=True) if charts else {})
     except ValueError as exc:
         log.info("refused: %s", exc)
         yield {status: f"**Not started:** {exc}"}
+        return
+    if not stats.records:
+        yield {status: "**Stopped** before its first pass."}
+        return
+    it, shared, end = stats.records[-1], page.shared_rows(row, len(stats.records)), \
+        "done" if stats.done else "stopped"
+    yield {live_image: R.render_iteration(model, it, decode=row.decode),      # the final picture
+           status: R.run_status(LABELS[method], stats, it.wall_time, end, shared)}
+    if browser:                                           # first (drawing the charts delays it)
+        page.sleep_until(page.now() + page.FIRST_PAINT)
+    if end == "done":
+        history[method] = {"nfe": stats.nfe, "committed": stats.committed,
+                           "wall": None if shared else it.wall_time}
+    yield run_charts(stats, history, method) | final_outputs(model, name, method, s.prompt, stats,
+                                                              row, history)
 
 
 # ------------------------------------------------------------------------------- race
@@ -174,15 +154,9 @@ def race_panels(panels: R.RacePanels, runs: dict, tick: int | None = None) -> di
 
 
 def race_results(model, name: str, s: race.Settings, runs: dict, samples: int) -> dict:
-    greedy = s.temperature == 0 or s.top_k == 1
-    table = race.summarise(runs, greedy)
-    probe = None if REGISTRY[name].needs_weights else \
-        race.context_sensitivity(model, s, sample=runs["ar"].tokens()[0])
-    progress, hist, flicker = R.race_figures(runs, samples)
-    return {race_table: R.race_table_html(table, greedy), race_why: race.explain_gap(table, probe),
-            race_note: R.race_note(samples, s.seed, greedy, page.device_name(),
-                                   race.bench_command(name, s, samples)),
-            race_chart: progress, race_hist: hist, race_flicker: flicker}
+    table, why, note, figures = R.race_report(model, name, s, runs, samples, page.device_name())
+    return {race_table: table, race_why: why, race_note: note} | \
+        dict(zip((race_chart, race_hist, race_flicker), figures))
 
 
 @gpu(page.gpu_duration(race_all=True))
@@ -197,12 +171,12 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
         model, s = prepare(name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale, seed,
                            prompt, clip, clip_text)
         pace, samples = page.check_pace(pace), page.check_samples(samples)
-        runs, status_due = {}, page.Pacer(STATUS_EVERY)
+        runs, status_due = {}, page.Pacer(page.STATUS_EVERY)
         panels = R.RacePanels(model, 0 if page.is_video(name) else None)
         yield dict.fromkeys([*race_images.values(), race_table, race_note, race_why, race_chart,
                              race_hist, race_flicker], None) | {race_status: "Decoding…"}
         for m in race.METHOD_ORDER:
-            for run in race.decode(model, s, m, samples, stopped):
+            for run in race.decode(model, s, m, samples, stopped, SERVERS.alone()):
                 if status_due():
                     yield {race_status: R.race_decoding(run)}
             runs[m] = run
@@ -216,8 +190,8 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
         log.info("refused: %s", exc)
         yield {race_status: f"**Not started:** {exc}"}
         return
-    plot_due, tick, last = page.Pacer(PLOT_EVERY, wait_first=True), 0, race.lockstep(runs)
-    for tick in page.replay_ticks(last, pace, IMAGE_EVERY, stopped) if pace else ():
+    plot_due, tick, last = page.Pacer(page.PLOT_EVERY, wait_first=True), 0, race.lockstep(runs)
+    for tick in page.replay_ticks(last, pace, page.IMAGE_EVERY, stopped) if pace else ():
         out = race_panels(panels, runs, tick) | {race_status: R.race_progress(runs, tick)}
         if plot_due():
             out[race_chart] = R.race_progress_figure(
@@ -237,7 +211,7 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
 def show_race_sample(index, state):
     if not state:
         return {}
-    return race_panels(R.RacePanels(get_model(state["model"]), max(0, int(index) - 1)), state["runs"])
+    return race_panels(R.RacePanels(MODELS.get(state["model"]), max(0, int(index) - 1)), state["runs"])
 
 
 # ----------------------------------------------------------------------------- replay
@@ -247,8 +221,8 @@ def replay_view(index, run):
         return gr.skip(), "Nothing to replay yet: generate an image first.", gr.skip()
     its = run["iterations"]
     i = int(min(max(page.as_int(index) or 0, 0), len(its) - 1))
-    model = get_model(run["model"])
-    return (R.render_iteration(model, its[i]), R.replay_caption(its, i),
+    model = MODELS.get(run["model"])
+    return (R.render_iteration(model, its[i], decode=run.get("decode")), R.replay_caption(its, i),
             R.accept_prob_figure(its[i], tuple(model.grid)))
 
 
@@ -256,8 +230,8 @@ def replay_view(index, run):
 def export_run(run):
     if not run or not run.get("iterations"):
         return None, None
-    mp4, gif = R.export_decoding(get_model(run["model"]), run["iterations"],
-                                 f"{run['model']}-{run['method']}-decoding")
+    mp4, gif = R.export_decoding(MODELS.get(run["model"]), run["iterations"],
+                                 f"{run['model']}-{run['method']}-decoding", decode=run.get("decode"))
     return mp4, [mp4, gif]
 
 
@@ -271,30 +245,21 @@ def forget(request: gr.Request = None):
 
 def load_selected(name: str, progress=gr.Progress()):
     """Load a large model as soon as it is picked, its download shown as progress."""
-    if loaded(name) is None and REGISTRY[name].needs_weights and page.unavailable(name) is None:
-        def report(done, total, repo):
-            progress((done, total) if total else 0.0, desc=f"Downloading {repo}", unit="bytes")
-        try:
-            get_model(name, progress=report)
-        except Exception as exc:                 # shown; Generate then says it again
-            log.info("could not load %s: %s", name, exc)
-            return page.model_note(name) + f" **Could not load it:** {exc}"
-    return page.model_note(name, loaded(name) is not None)
+    return MODELS.load_note(name, lambda done, total, repo: progress(
+        (done, total) if total else 0.0, desc=f"Downloading {repo}", unit="bytes"))
 
 
 def on_model_change(name: str):
     """What the model is (or why it cannot run here), its defaults; Generate and Race are
     disabled for a model that cannot run."""
-    d, ok = page.page_defaults(name), page.unavailable(name, loaded(name) is not None) is None
-    sd = page.sampling_defaults(name, loaded(name) or (
-        get_model(name) if ok and not REGISTRY[name].needs_weights else None))
-    clip, prompts = page.takes_clip(name), examples_for(name) if ok else []
-    return {model_md: page.model_note(name, loaded(name) is not None), window_nb: d["window"],
+    d, sd, ok = MODELS.defaults(name)
+    clip, prompts = page.takes_clip(name), MODELS.examples(name) if ok else []
+    return {model_md: page.model_note(name, MODELS.loaded(name) is not None), window_nb: d["window"],
             init_dd: d["init"], temp_nb: sd["temperature"], topk_nb: sd["top_k"], topp_nb: sd["top_p"],
             cfg_nb: sd["cfg_scale"], pace_nb: d["pace"], samples_nb: d["samples"],
             greedy_cb: sd["temperature"] == 0, clip_row: gr.Row(visible=page.is_video(name)),
-            examples.dataset: gr.Dataset(samples=[] if clip else prompts),
-            prompt_tb: prompts[0][0] if prompts and not clip else gr.skip(),
+            examples.dataset: gr.Dataset(samples=[] if clip else [[p] for p in prompts]),
+            prompt_tb: prompts[0] if prompts and not clip else gr.skip(),
             text_box: gr.Column(visible=not clip), clip_box: gr.Column(visible=clip),
             gen_btn: gr.Button(interactive=ok), race_btn: gr.Button(interactive=ok)}
 
@@ -330,7 +295,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                                        value=D0, label="Model", elem_id="model")
                 model_md = gr.Markdown(page.model_note(D0), elem_id="model-info")
                 with gr.Column(visible=not page.takes_clip(D0)) as text_box:
-                    prompt_tb = gr.Textbox(examples_for(D0)[0][0], label="Prompt", lines=1,
+                    prompt_tb = gr.Textbox(MODELS.examples(D0)[0], label="Prompt", lines=1,
                                            max_lines=3, elem_id="prompt")
                 with gr.Column(visible=page.takes_clip(D0)) as clip_box:
                     clip_in = gr.Video(label="Prompt clip: the model continues it", sources=["upload"],
@@ -345,10 +310,10 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                     stop_btn = gr.Button("Stop", variant="stop", elem_id="stop", min_width=60)
                 input_md = gr.Markdown(elem_id="input-message")
             with gr.Column(elem_id="more-controls"):
-                examples = gr.Examples(examples_for(D0), inputs=prompt_tb, label="Example prompts")
+                examples = gr.Examples([[p] for p in MODELS.examples(D0)], inputs=prompt_tb, label="Example prompts")
                 method_rd = gr.Radio([(LABELS[m], m) for m in race.METHOD_ORDER], value="scd-mc",
                                      label="Method (Generate)", elem_id="method")
-                d0, s0 = page.page_defaults(D0), page.sampling_defaults(D0, loaded(D0))
+                d0, s0, _ = MODELS.defaults(D0)
                 with gr.Accordion("Settings", open=True):
                     init_dd = gr.Dropdown([(v, k) for k, v in scd_core.INIT_LABELS.items()], value=d0["init"],
                                           label="Draft init", elem_id="init")
@@ -375,9 +340,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                             gr.Markdown("Committed tokens + current drafts", elem_classes="panel-title")
                             live_image = image("live-image")
                             gr.HTML(R.legend_html())
-                            status = gr.Markdown("Press **Generate** to watch one sample form, pass by pass, "
-                                                 "or **Race all methods** to compare them over several "
-                                                 "samples.", elem_id="status")
+                            status = gr.Markdown(page.GENERATE_HINT, elem_id="status")
                         with gr.Column(scale=3, min_width=300):
                             chart_committed = plot("chart-committed")
                     with gr.Row():
@@ -409,9 +372,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                             export_files = gr.File(label="Downloads", file_count="multiple")
                         export_video = gr.Video(label="Decoding", interactive=False, height=300)
                 with gr.Tab("Race", id="tab-race"):
-                    race_status = gr.Markdown("Press **Race all methods**: K samples per method, "
-                                              "each method timed alone, then replayed side by side.",
-                                              elem_id="race-status")
+                    race_status = gr.Markdown(page.RACE_HINT, elem_id="race-status")
                     race_images = {}
                     for pair in (race.METHOD_ORDER[:2], race.METHOD_ORDER[2:]):
                         with gr.Row():
@@ -443,9 +404,11 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
         button.click(input_message, inputs, input_md, queue=False, api_visibility="private",
                      show_progress="hidden")
     gen_btn.click(generate_stream, inputs, gen_outputs, validator=validator, api_name="generate",
-                  show_progress_on=[status], time_limit=600, js=page.click_js("Generate"), **CLICK)
+                  show_progress_on=[status], time_limit=600, js=page.click_js("Generate"),
+                  trigger_mode="always_last", **GENERATE)   # a click while busy runs once more, after
     race_btn.click(race_stream, inputs, race_outputs, validator=validator, api_name="race",
-                   show_progress_on=[race_status], time_limit=900, js=page.click_js("Race"), **CLICK)
+                   show_progress_on=[race_status], time_limit=900, js=page.click_js("Race"),
+                   trigger_mode="always_last", **DECODE)
     stop_btn.click(stop, ticket, None, queue=False, api_name="stop", js="() => [Date.now()]")
     model_dd.change(on_model_change, model_dd,
                     [model_md, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, pace_nb,
@@ -453,7 +416,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                      gen_btn, race_btn], api_visibility="private").then(
         load_selected, model_dd, model_md, api_visibility="private", show_progress_on=[model_md],
         **DECODE)
-    greedy_cb.input(lambda g, name: 0.0 if g else page.sampling_defaults(name, loaded(name))
+    greedy_cb.input(lambda g, name: 0.0 if g else page.sampling_defaults(name, MODELS.loaded(name))
                     ["temperature"] or 1.0, [greedy_cb, model_dd], temp_nb, queue=False,
                     api_visibility="private")
     temp_nb.change(lambda t: t == 0, temp_nb, greedy_cb, queue=False, api_visibility="private")
@@ -466,7 +429,8 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     demo.unload(forget)
 
 demo.queue(**QUEUE)
-LAUNCH = dict(css=page.CSS, theme=gr.themes.Soft(), max_file_size="50mb")   # tests launch with these too
+LAUNCH = dict(css=page.CSS, theme=gr.themes.Soft(), max_file_size="50mb",   # tests launch with these too
+              max_threads=THREADS)
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
 """What the demo page needs besides Gradio: the model list, per-model settings, the checks
-that are the page's own, stop flags per visitor and the pace of live updates.
+that are the page's own, the servers whose forward passes visitors share, stop flags per
+visitor and the pace of live updates.
 
 The arguments of a decode are checked by the library (`scd_core.decoding.validate`, a
 ValueError naming the argument); the page only turns widget values into numbers first and
@@ -7,12 +8,16 @@ adds its own limits (prompt length, slow-motion pace, race samples).
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable, Iterator
+
+import torch
 
 from scd_core.clips import clip_prompt
 from scd_core.decoding import METHODS, validate
@@ -20,11 +25,18 @@ from scd_core.models import REGISTRY
 from scd_core.models.status import MAX_GPU_SECONDS, MIN_GPU_SECONDS, gpu_seconds, model_status
 from scd_core.protocols import optional
 from scd_core.race import Settings
+from scd_core.serve import Request, Server
+from scd_core.trace import Iteration
 
 MAX_PROMPT_CHARS = 500
 MAX_PACE = 2.0                       # seconds per forward pass on screen
 MAX_SAMPLES = 16                     # race samples per method
 SHOW_TEST_MODELS = "SCD_SHOW_TEST_MODELS"
+log = logging.getLogger("scd_demo")     # the page's one-line notes (app.main shows them)
+IMAGE_EVERY, PLOT_EVERY, STATUS_EVERY = 0.1, 0.5, 0.5       # seconds between live updates
+FULL_SPEED_EVERY = 0.25  # full speed: a picture at most this often, none before (a faster run
+                         # shows its final picture only: the eye would not follow)
+FIRST_PAINT = 0.1        # seconds for the browser to show the final picture before the charts
 
 # Page defaults per model: window, draft init, slow motion (s per pass on screen), race
 # samples; sampling settings come from the model's own `default_settings`.
@@ -112,6 +124,56 @@ def sampling_defaults(name: str, model=None) -> dict:
     return {**base, **{k: v for k, v in own.items() if k in base}}
 
 
+class Models:
+    """The page's models, loaded (and downloaded) on first use into `cache` with this device's
+    load arguments (large models in bfloat16 on a GPU). Every load also closes the servers of
+    the models the cache has dropped meanwhile."""
+
+    def __init__(self, cache, device: str, servers: "Servers") -> None:
+        self.cache, self.device, self.servers = cache, device, servers
+
+    def kwargs(self, name: str) -> dict:
+        large_on_gpu = self.device == "cuda" and REGISTRY[name].needs_weights
+        return dict(device=self.device, **({"dtype": torch.bfloat16} if large_on_gpu else {}))
+
+    def get(self, name: str, progress=None):
+        """The model; `progress(done, total, repo)` hears a download."""
+        model = self.cache.get(name, **self.kwargs(name), **({"progress": progress} if progress else {}))
+        self.servers.keep(self.loaded(n) for n in self.cache.names())
+        return model
+
+    def loaded(self, name: str):
+        """The model if it is loaded, else None (never loads)."""
+        return self.cache.peek(name, **self.kwargs(name)) if name in REGISTRY else None
+
+    def put(self, name: str, model) -> None:
+        """Use this ready model for `name` (tests, embedders)."""
+        self.cache.put(name, model, **self.kwargs(name))
+
+    def load_note(self, name: str, progress=None) -> str:
+        """Load a large model as soon as it is picked (`progress` as for `get`); the model's
+        note, with the reason when it could not load (Generate then says it again)."""
+        if self.loaded(name) is None and REGISTRY[name].needs_weights and unavailable(name) is None:
+            try:
+                self.get(name, progress)
+            except Exception as exc:              # missing weights, no memory...: said, not raised
+                log.info("could not load %s: %s", name, exc)
+                return model_note(name) + f" **Could not load it:** {exc}"
+        return model_note(name, self.loaded(name) is not None)
+
+    def defaults(self, name: str) -> tuple[dict, dict, bool]:
+        """The page's defaults for the model, its sampling defaults, and whether it can run here."""
+        ok = unavailable(name, self.loaded(name) is not None) is None
+        model = self.loaded(name) or (self.get(name) if ok and not REGISTRY[name].needs_weights else None)
+        return page_defaults(name), sampling_defaults(name, model), ok
+
+    def examples(self, name: str) -> list[str]:
+        """Up to 8 prompts the model draws recognisably (an embedded model loads to say)."""
+        entry = REGISTRY.get(name)
+        model = self.loaded(name) or (self.get(name) if entry and not entry.needs_weights else None)
+        return list(optional(model, "example_prompts") or ["a red apple"])[:8]
+
+
 # ------------------------------------------------------------------------------ inputs
 
 def as_int(value):
@@ -190,6 +252,118 @@ def shape_of(name: str) -> Shape:
     return Shape((1, 1, 1) if is_video(name) else (1, 1))
 
 
+# ----------------------------------------------------------------------------- serving
+
+class Servers:
+    """One `scd_core.serve.Server` per loaded model, made on first use: requests with the same
+    settings share its forward passes, and each row keeps its method, window and seed (no
+    serving policy), so a seed gives the same sample however busy the page is.
+
+    Every server holds `device_lock` for each pass; a run that must be timed alone (the race)
+    takes it for its whole decode. Servers are keyed by the model object: `keep(models)`
+    closes the servers of any other model (one the model cache dropped, or replaced), once
+    their requests are done, so that nothing here keeps a dropped model alive.
+    """
+
+    def __init__(self, max_batch: int = 32) -> None:
+        self.max_batch = max_batch
+        self.device_lock = threading.Lock()
+        self.timing_alone = threading.Event()          # set while a run timed alone holds the device
+        self._lock = threading.Lock()
+        self._servers: dict[int, Server] = {}          # id(model) -> its server (which holds it)
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        """Hold the device for a run timed alone: no shared pass runs meanwhile."""
+        with self.device_lock:
+            self.timing_alone.set()
+            try:
+                yield
+            finally:
+                self.timing_alone.clear()
+
+    def get(self, model) -> Server:
+        with self._lock:
+            server = self._servers.get(id(model))
+            if server is None:
+                server = Server(model, self.max_batch, device_lock=self.device_lock)
+                self._servers[id(model)] = server
+            return server
+
+    def submit(self, model, settings: Settings, method: str) -> Request:
+        """One row on the model's server; a ValueError names a bad argument at once."""
+        return self.get(model).submit(settings.prompt, **settings.engine_kwargs(method))
+
+    def keep(self, models: Iterable) -> None:
+        """Close the servers of every model not in `models` (in the background: a server
+        finishes the requests it has)."""
+        live = {id(m) for m in models if m is not None}
+        with self._lock:
+            gone = [server for key, server in self._servers.items() if key not in live]
+            self._servers = {key: server for key, server in self._servers.items() if key in live}
+        for server in gone:
+            threading.Thread(target=server.close, name="scd-server-close", daemon=True).start()
+
+    def models(self) -> list:
+        with self._lock:
+            return [server.model for server in self._servers.values()]
+
+
+def follow(request: Request, stopped: Callable[[], bool], poll: float = 0.05,
+           waiting: Callable[[], bool] = lambda: False) -> Iterator[Iteration | None]:
+    """A served request's records as they arrive. Ends when the request ends (raising its
+    error if the model refused its start), or within `poll` seconds of `stopped()` turning
+    true even while the server waits for the device. Before the first record it yields None
+    once if `waiting()` turns true (a run timed alone holds the device). However it ends (the
+    caller may stop reading), the request is cancelled: its row leaves at the next boundary."""
+    seen, told = 0, False
+    try:
+        while True:
+            finished = request.finished.is_set()     # first: every record precedes the end
+            while seen < len(request.records):
+                yield request.records[seen]
+                seen += 1
+            if finished:
+                if request.error is not None:
+                    raise request.error
+                return
+            if stopped():
+                return
+            if not seen and not told and waiting():
+                told = True
+                yield None
+            request.finished.wait(poll)
+    finally:
+        request.cancel()
+
+
+def shown(request: Request, pace: float, stopped: Callable[[], bool],
+          waiting: Callable[[], bool] = lambda: False) -> Iterator[tuple[Iteration | None, bool, bool]]:
+    """A served request's records as a Generate run shows them: (record, picture due, charts
+    due), and (None, False, False) if its first pass waits for a run timed alone (`waiting`,
+    as for `follow`). Slow motion (pace > 0) shows every pass, `max(pace, IMAGE_EVERY)` seconds apart; a
+    Stop cuts the wait short and ends it there (what is shown stays). Full speed shows a
+    picture at most every FULL_SPEED_EVERY * B seconds and none before, the live charts every
+    PLOT_EVERY * B, where B rows share the pass: B visitors together get the updates one
+    would, so that drawing them does not slow the shared decoding."""
+    picture = Pacer(IMAGE_EVERY, pace, stopped) if pace else Pacer(FULL_SPEED_EVERY, wait_first=True)
+    charts = Pacer(PLOT_EVERY, wait_first=True)
+    for record in follow(request, stopped, waiting=waiting):
+        if record is None:
+            yield None, False, False
+            continue
+        share = request.batch_sizes[record.index]
+        due = picture(share=share)
+        if pace and stopped():
+            return
+        yield record, due and not stopped(), due and charts(share=share)
+
+
+def shared_rows(request: Request, records: int) -> int:
+    """The most other rows that one of the request's first `records` passes decoded with it."""
+    return max(request.batch_sizes[:records], default=1) - 1
+
+
 # ----------------------------------------------------------------------- stop and pace
 
 class Stops:
@@ -222,10 +396,11 @@ class Stops:
 class Pacer:
     """When a live view may update.
 
-    Full speed (pace 0): at most once every `every` seconds (forced calls always pass; the
-    first passes too, unless `wait_first`). Slow motion: every call passes, `max(pace, every)`
-    seconds after the previous one; the wait is cut short when `stopped()` turns true, so a
-    stop is seen within a pass.
+    Full speed (pace 0): at most once every `every * share` seconds, where `share` is the
+    caller's part of the work (a row in a batch of B: B, so that B visitors together get the
+    updates one would); forced calls always pass; the first passes too, unless `wait_first`.
+    Slow motion: every call passes, `max(pace, every)` seconds after the previous one; the
+    wait is cut short when `stopped()` turns true, so a stop is seen within a pass.
     """
 
     def __init__(self, every: float, pace: float = 0.0, stopped: Callable[[], bool] = lambda: False,
@@ -233,7 +408,7 @@ class Pacer:
         self.every, self.pace, self.stopped = every, pace, stopped
         self.last = time.perf_counter() if wait_first else -1e9
 
-    def __call__(self, force: bool = False) -> bool:
+    def __call__(self, force: bool = False, share: float = 1.0) -> bool:
         now = time.perf_counter()
         if self.pace > 0:
             until = self.last + max(self.pace, self.every)
@@ -242,10 +417,20 @@ class Pacer:
                 now = time.perf_counter()
             self.last = now
             return True
-        if force or now - self.last >= self.every:
+        if force or now - self.last >= self.every * share:
             self.last = now
             return True
         return False
+
+
+def not_started(found: dict[str, str]) -> str:
+    """Beside the buttons: the inputs `problems` found, or nothing."""
+    return "" if not found else "**Not started:** " + "; ".join(found.values()) + "."
+
+
+def history_of(history: dict | None, name: str) -> dict:
+    """This session's earlier runs (by method) on model `name`; another model's are dropped."""
+    return dict(history or {}) if (history or {}).get("_model") == name else {"_model": name}
 
 
 def prompt_note(model, prompt: str) -> str:
@@ -276,6 +461,14 @@ def sleep_until(deadline: float, stopped: Callable[[], bool] = lambda: False) ->
 HEADER = ("## Lossless speculative decoding for AR image & video models\n"
           "AR, SJD and SCD (coupled SJD) sample **exactly** the same distribution; SJD and SCD "
           "need fewer forward passes. ")
+
+GENERATE_HINT = ("Press **Generate** to watch one sample form, pass by pass, or **Race all methods** to "
+                 "compare them over several samples. Visitors generating with the same settings share "
+                 "forward passes; a seed gives the same picture however busy the page is.")
+WAITING = ("**Waiting:** a race is timing each method alone, with nothing else on the device; "
+           "your sample starts as soon as the method being timed is done.")
+RACE_HINT = ("Press **Race all methods**: K samples per method, each method timed alone, then replayed "
+             "side by side.")
 
 HOW_IT_WORKS = r"""
 ### How speculative Jacobi decoding stays exact
@@ -320,6 +513,15 @@ and says which it found.
 - **Race**: K samples per method (seeds s, s+1, ...), each method decoded alone and timed
   alone, then replayed side by side by NFE. The table gives means over the samples with their
   range. In greedy mode (temperature 0) every method returns exactly AR's tokens.
+
+### Many visitors at once
+Visitors who press **Generate** with the same model and settings share forward passes: their
+samples are decoded as one batch, each joining at the next pass and leaving as soon as it is
+complete, and slow motion only paces what your page shows. Your method, window and seed always
+run as you chose them, and each sample draws its random numbers from its own seed, so a seed
+gives the same picture however busy the page is. A run that shared its passes says so: its
+wall time includes the other samples' work, so it gives no latency speed-up; the **Race**
+times each method alone.
 """
 
 
@@ -392,8 +594,6 @@ def gpu_duration(race_all: bool) -> Callable[..., int]:
 
 
 def device_name() -> str:
-    import torch
-
     if torch.cuda.is_available():
         return f"CUDA ({torch.cuda.get_device_name(0)})"
     threads = torch.get_num_threads()

@@ -13,10 +13,11 @@ p moves at a position when one earlier token changes.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator, Sequence
+from typing import Callable, ContextManager, Iterator, Sequence
 
 import torch
 
@@ -181,22 +182,26 @@ class MethodSummary:
 
 
 def decode(model, settings: Settings, method: str, samples: int,
-           stop: Callable[[], bool] | None = None) -> Iterator[MethodRun]:
+           stop: Callable[[], bool] | None = None,
+           device: ContextManager | None = None) -> Iterator[MethodRun]:
     """Decode `samples` rows of one method, yielding the growing MethodRun after every pass.
 
     Nothing but the stop check runs between passes, so the run's wall time is the method's
     own; a consumer that renders between yields is not counted either (the engine's clock
-    stops between records). When `stop()` turns true the run ends after the current pass,
-    marked `stopped`.
+    stops between records). `device` (a serving worker's device lock, `scd_core.serve.Server`,
+    or a context holding it) is held from the first pass to the last, so no other decoding
+    shares the device meanwhile.
+    When `stop()` turns true the run ends after the current pass, marked `stopped`.
     """
     run = MethodRun(method, num_tokens=math.prod(int(g) for g in model.grid))
     prompts = [settings.prompt] * samples
-    for it in scd_core.stream(model, prompts, **settings.engine_kwargs(method)):
-        run.records.append(it)
-        run.stopped = stop is not None and not run.done and stop()
-        yield run
-        if run.stopped:
-            return
+    with device or contextlib.nullcontext():
+        for it in scd_core.stream(model, prompts, **settings.engine_kwargs(method)):
+            run.records.append(it)
+            run.stopped = stop is not None and not run.done and stop()
+            yield run
+            if run.stopped:
+                return
 
 
 def summarise(runs: dict[str, MethodRun], greedy: bool) -> list[MethodSummary]:

@@ -26,7 +26,9 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from scd_core.decoding import METHOD_LABELS
-from scd_core.race import MethodSummary, Sample, Spread, sample_of
+from scd_core.models import REGISTRY
+from scd_core.race import (MethodSummary, Sample, Spread, bench_command, context_sensitivity, explain_gap,
+                           sample_of, summarise)
 from scd_core.trace import Iteration
 
 EMPTY, COMMITTED, ACCEPTED, RESAMPLED, NEW, DRAFT = range(6)
@@ -86,9 +88,10 @@ def fill_empty(canvas, fill: int = 0):
     return canvas.clamp(min=0) if fill == 0 else canvas.masked_fill(canvas < 0, fill)
 
 
-def decode_frames(model, canvas_row) -> list[np.ndarray]:
-    """Decode one canvas row [N] into a list of HxWx3 uint8 frames (one for an image)."""
-    out = model.decode(fill_empty(canvas_row.reshape(1, -1)))[0]
+def decode_frames(model, canvas_row, decode=None) -> list[np.ndarray]:
+    """Decode one canvas row [N] into a list of HxWx3 uint8 frames (one for an image), with
+    `decode` (the row's own decoder: a served request's `decode`) or else `model.decode`."""
+    out = (decode or model.decode)(fill_empty(canvas_row.reshape(1, -1)))[0]
     frames = out if isinstance(out, (list, tuple)) else [out]
     return [to_rgb(f) for f in frames]
 
@@ -187,13 +190,14 @@ def token_frame_picks(model, n_decoded: int, T: int, frame_tokens: int) -> list[
 
 
 def render_iteration(model, it: Iteration, row: int = 0, target: int = 320,
-                     overlay: bool = True) -> np.ndarray:
-    """The picture of one iteration: decoded canvas (committed + drafts) with the grid overlay.
+                     overlay: bool = True, decode=None) -> np.ndarray:
+    """The picture of one iteration: decoded canvas (committed + drafts) with the grid overlay;
+    `decode` as for `decode_frames`.
 
     Small images are upscaled (nearest) to about `target` px, large ones box-filtered down
     so that streaming a picture per iteration stays cheap.
     """
-    return _draw(model, decode_frames(model, it.canvas[row]), token_states(it, row), target, overlay)
+    return _draw(model, decode_frames(model, it.canvas[row], decode), token_states(it, row), target, overlay)
 
 
 def render_samples(model, it: Iteration, rows: Sequence[int], target: int = 96,
@@ -416,6 +420,17 @@ def _figure(data: list[dict], title: str, x: str, y: str, height: int = 300, **l
         base["margin"]["b"] = base["margin"]["b"] + 40 + 16 * (legend_rows // 3)
         base["height"] = base["height"] + 16 * (legend_rows // 3)
     return go.Figure(dict(data=data, layout=base), skip_invalid=True)
+
+
+def run_figures(stats: TraceStats, history: dict, method: str, live: bool = False) -> tuple:
+    """A Generate run's charts: tokens vs NFE (with this session's earlier runs of other
+    methods, `history`), drafts changed per pass, then, once it has ended, tokens per pass and
+    the acceptance rate. While it runs only the first two, which move most: a chart costs the
+    browser far more to draw than the server to make."""
+    curves = {m: (h["nfe"], h["committed"]) for m, h in history.items() if m != "_model"}
+    curves[method] = (stats.nfe, stats.committed)
+    live_ones = (committed_vs_nfe_figure(curves, stats.num_tokens, method), flicker_figure(stats))
+    return live_ones if live else live_ones + (accepted_length_figure(stats), acceptance_figure(stats))
 
 
 def committed_vs_nfe_figure(curves: dict[str, tuple[list[int], list[int]]], num_tokens: int,
@@ -711,18 +726,24 @@ def race_table_html(summaries: Sequence[MethodSummary], greedy: bool) -> str:
 
 # --------------------------------------------------------------------------- text
 
-def run_status(label: str, stats: TraceStats, wall: float, state: str) -> str:
-    """One line: method, tokens, NFE; `state` is "running", "done" or "stopped"."""
+def shared_note(others: int) -> str:
+    """How many other samples shared a run's forward passes, in words ("" when none)."""
+    return f"passes shared with up to {others} other sample{'s' if others != 1 else ''}" if others else ""
+
+
+def run_status(label: str, stats: TraceStats, wall: float, state: str, shared: int = 0) -> str:
+    """One line: method, tokens, NFE; `state` is "running", "done" or "stopped"; `shared`: the
+    most other samples (other visitors' rows) that one of its passes decoded with it."""
     n, total, nfe = stats.committed[-1], stats.num_tokens, stats.nfe[-1]
     if state == "stopped":
         return f"**{label}** · **stopped at NFE {nfe}, {n}/{total} tokens**"
     head = f"**{label}** · {n}/{total} tokens · NFE {nfe}"
     if state != "done":
-        return head + " · decoding…"
+        return head + (f" · decoding, {shared_note(shared)}…" if shared else " · decoding…")
     sample = stats.sample()
-    return (head + f" · **done** in {wall:.2f} s · step compression {sample.step_compression:.2f}x"
-            f" · acceptance {sample.acceptance_rate:.2f} · mean accepted length "
-            f"{sample.mean_accepted_length:.2f}")
+    return (head + f" · **done** in {wall:.2f} s" + (f" ({shared_note(shared)})" if shared else "")
+            + f" · step compression {sample.step_compression:.2f}x · acceptance "
+            f"{sample.acceptance_rate:.2f} · mean accepted length {sample.mean_accepted_length:.2f}")
 
 
 # --------------------------------------------------------------------------- export
@@ -782,28 +803,42 @@ def pick_frames(count: int, limit: int = 200) -> list[int]:
 
 
 def export_decoding(model, iterations: Sequence[Iteration], stem: str, fps: float = 10,
-                    folder: str | None = None, limit: int = 200) -> tuple[str, str]:
+                    folder: str | None = None, limit: int = 200, decode=None) -> tuple[str, str]:
     """The decoding itself (one frame per iteration, with overlay and legend) as (mp4, gif)."""
     folder = folder or tempfile.mkdtemp(prefix="scd_")
     frames = []
     for i in pick_frames(len(iterations), limit):
-        pic = render_iteration(model, iterations[i])
+        pic = render_iteration(model, iterations[i], decode=decode)
         frames.append(np.concatenate([pic, legend_strip(pic.shape[1])], axis=0))
     held = frames + [frames[-1]] * int(fps)     # hold the final picture for a second
     return (write_mp4(held, os.path.join(folder, f"{stem}.mp4"), fps),
             write_gif(frames, os.path.join(folder, f"{stem}.gif"), fps, hold_last=1.0))
 
 
-def run_summary(label: str, sample: Sample, wall: float, ar_wall: float | None, device: str) -> str:
-    """The finished run's metrics as a markdown table, each with its definition."""
-    speedup = (f"{ar_wall / wall:.2f}x (against this session's AR run, {ar_wall:.2f} s)"
-               if ar_wall and label != "AR" and wall > 0 else "run AR once to measure it")
+def run_summary(label: str, sample: Sample, wall: float, ar_wall: float | None, device: str,
+                shared: int = 0, complete: bool = True) -> str:
+    """The ended run's metrics as a markdown table, each with its definition. `ar_wall`: this
+    session's last AR run that ran alone; `shared` as for `run_status`: a run that shared its
+    passes has no latency of its own (the race times each method alone); a stopped run
+    (`complete` False) has neither a step compression nor a latency speed-up."""
+    stopped = f"not measured: stopped after {sample.committed} tokens"
+    if not complete:
+        speedup = stopped
+    elif shared:
+        speedup = f"not measured: this run's {shared_note(shared)} (the Race times each method alone)"
+    elif ar_wall and label != "AR" and wall > 0:
+        speedup = f"{ar_wall / wall:.2f}x (against this session's AR run, {ar_wall:.2f} s)"
+    else:
+        speedup = "run AR once to measure it (a run that shared its passes does not count)"
+    timed = f"engine time of this run on {device}" + (
+        f"; its {shared_note(shared)}, so it includes their work" if shared else "")
     rows = [("NFE", sample.nfe, METRIC_HELP["nfe"]),
-            ("step compression", f"{sample.step_compression:.2f}x", METRIC_HELP["compression"]),
+            ("step compression", f"{sample.step_compression:.2f}x" if complete else stopped,
+             METRIC_HELP["compression"]),
             ("acceptance rate", f"{sample.acceptance_rate:.3f}", METRIC_HELP["acceptance"]),
             ("mean accepted length", f"{sample.mean_accepted_length:.2f}", METRIC_HELP["mean_len"]),
             ("draft stability", f"{sample.draft_stability:.3f}", METRIC_HELP["stability"]),
-            ("wall time", f"{wall:.2f} s", f"engine time of this run on {device}"),
+            ("wall time", f"{wall:.2f} s", timed),
             ("latency speed-up", speedup, METRIC_HELP["speedup"])]
     return "| metric | value | definition |\n|---|---|---|\n" + \
         "\n".join(f"| {a} | {b} | {c} |" for a, b, c in rows)
@@ -878,6 +913,19 @@ class RacePanels:
         return out
 
 
+def race_report(model, name: str, settings, runs: dict, samples: int, device: str) -> tuple:
+    """A finished race as shown: its table (HTML), why SCD's lead over SJD is what it is (the
+    embedded models measure how far p moves; a large one is not probed), how it was run with
+    the benchmark command that gives the same figures, and its three charts."""
+    greedy = settings.temperature == 0 or settings.top_k == 1
+    table = summarise(runs, greedy)
+    probe = None if REGISTRY[name].needs_weights else \
+        context_sensitivity(model, settings, sample=runs["ar"].tokens()[0])
+    return (race_table_html(table, greedy), explain_gap(table, probe),
+            race_note(samples, settings.seed, greedy, device, bench_command(name, settings, samples)),
+            race_figures(runs, samples))
+
+
 def race_figures(runs: dict, samples: int) -> tuple:
     """The race's three charts: tokens vs NFE (mean and band), tokens per pass, flicker."""
     return (race_progress_figure({m: r.committed_curves() for m, r in runs.items()},
@@ -886,6 +934,6 @@ def race_figures(runs: dict, samples: int) -> tuple:
             race_flicker_figure({m: r.changed_per_pass() for m, r in runs.items()}))
 
 
-def export_run_clip(model, it: Iteration, stem: str) -> tuple[str, str]:
+def export_run_clip(model, it: Iteration, stem: str, decode=None) -> tuple[str, str]:
     """A video model's finished clip (row 0 after `it`) as (mp4, gif), at the model's fps."""
-    return export_clip(decode_frames(model, it.canvas[0]), stem, fps=float(getattr(model, "fps", 6)))
+    return export_clip(decode_frames(model, it.canvas[0], decode), stem, fps=float(getattr(model, "fps", 6)))

@@ -40,12 +40,14 @@ _END = object()
 class Request:
     """One prompt decoded by a scheduler. Iterate it for its row's records (one per pass it
     took part in, its prefill first); the iteration ends when its grid is complete or after
-    `cancel`, and raises what the scheduler raised if its batch failed."""
+    `cancel`, and raises what the scheduler raised if its batch failed. `batch_sizes[i]` is
+    the number of rows the pass of `records[i]` decoded (1: this row alone)."""
 
     def __init__(self, prompt: str, seed: int) -> None:
         self.prompt, self.seed = prompt, seed
         self.decode = None                  # the decoder of this row's tokens, set when it starts
         self.records: list[Iteration] = []
+        self.batch_sizes: list[int] = []    # rows decoded by the pass of each record (1: alone)
         self.cancelled = threading.Event()
         self.finished = threading.Event()
         self.error: BaseException | None = None
@@ -74,11 +76,12 @@ class Request:
             raise self.error
         return Run.from_iterations(self.records, decode=self.decode)
 
-    def _deliver(self, record: Iteration, wall: float, step: float) -> None:
+    def _deliver(self, record: Iteration, wall: float, step: float, batch: int) -> None:
         self._wall += wall
         self._step += step
         passes = len(self.records) + 1
         record = dataclasses.replace(record, index=passes - 1, nfe=passes, wall_time=self._wall, step_time=self._step)
+        self.batch_sizes.append(batch)
         self.records.append(record)
         self._queue.put(record)
 
@@ -201,16 +204,18 @@ class Scheduler:
             self._fail(exc)
 
     def _join(self) -> None:
-        """Start the waiting requests: a new batch, or new rows of the running one. If their
-        start fails (a bad prompt the model refuses), only they hear why."""
-        resizable = self.session is not None and can_resize(self.session.session)
-        if self.session is not None and not resizable:
+        """Start the waiting requests: a new batch, or new rows of the running one."""
+        if self.session is not None and not can_resize(self.session.session):
             return                                    # one batch at a time: wait for it to end
         with self._lock:
             room = self.max_batch - self.batch_size
             joining, self._waiting = self._waiting[:room], self._waiting[room:]
-        if not joining:
-            return
+        if joining:
+            self._start(joining)
+
+    def _start(self, joining: list[Request]) -> None:
+        """Start these requests as new rows. If the model refuses their start (a bad prompt),
+        only the request it refuses hears why: a group that fails starts again one by one."""
         prompts, seeds = [r.prompt for r in joining], [r.seed for r in joining]
         entered, running, added = time.perf_counter(), len(self.rows), False
         try:
@@ -225,12 +230,19 @@ class Scheduler:
                 state, verdict = start_rows(first, seeds, self.plan)
                 record = Iteration.of(0, self.plan.method, None, state, verdict, 0, 0.0, 0.0)
         except Exception as exc:
-            for request in joining:
-                request._end(exc)
             if not running:
                 self.session = None
             elif added:                                       # rows added, then a failure
                 self.session.session.keep_rows(torch.arange(running, device=self.state.n.device))
+            if len(joining) == 1:
+                joining[0]._end(exc)
+                return
+            for i, request in enumerate(joining):
+                if self.session is not None and not can_resize(self.session.session):
+                    with self._lock:                          # the rest wait for this batch
+                        self._waiting[:0] = joining[i:]
+                    return
+                self._start([request])
             return
         self.passes += 1
         if self.state is not None and state.drafts.shape[1] != self.state.drafts.shape[1]:   # a policy's window
@@ -240,13 +252,14 @@ class Scheduler:
         wall = time.perf_counter() - entered
         for b, request in enumerate(joining):
             request.decode = row_decoder(self.model, self.session.session, running + b)
-            request._deliver(record.row(b), wall, step)
+            request._deliver(record.row(b), wall, step, len(joining))
         self._leave([running + b for b in range(len(joining)) if int(record.n_after[b]) >= self.plan.N])
 
     def _deliver(self, record: Iteration, wall: float, step: float) -> None:
+        batch = self.batch_size
         for b, request in enumerate(self.rows):
             if request is not None:
-                request._deliver(record.row(b), wall, step)
+                request._deliver(record.row(b), wall, step, batch)
 
     def _leave(self, rows: list[int]) -> None:
         """End these rows' requests; drop the rows from the batch when the session can."""

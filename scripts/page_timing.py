@@ -1,7 +1,7 @@
 """What the demo page costs: end-to-end times in a real browser, many visitors at once, and
 memory over many requests.
 
-    python scripts/page_timing.py                       # all three, about 3 minutes on 2 cores
+    python scripts/page_timing.py                       # all three, about 4 minutes on 2 cores
     python scripts/page_timing.py --only browser        # or: visitors, memory
 
 1. browser: a `tiny` image at full speed (slow motion 0), from the click on Generate to the
@@ -9,7 +9,9 @@ memory over many requests.
    (median of --repeats runs after a warm-up); then the `tiny-video` race (K = 8) from the
    click to its table.
 2. visitors: `python app.py` in a subprocess; 32 gradio_client visitors press Generate at
-   once (tiny, SCD maximal coupling): how many were served, p50 and p95 latency.
+   once (tiny, the page's defaults at full speed, seeds 0-31: their rows share passes), in
+   --bursts bursts: how many were served, p50 and p95 latency (nearest rank: the 31st of 32)
+   of each burst, and their medians.
 3. memory: the server's resident memory after 10 warm-up requests and after 100 more.
 
 Needs playwright and Chromium (CHROMIUM or /usr/bin/chromium) for the first.
@@ -17,6 +19,7 @@ Needs playwright and Chromium (CHROMIUM or /usr/bin/chromium) for the first.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import statistics
@@ -120,37 +123,45 @@ def serve(port: int) -> tuple[subprocess.Popen, str]:
     raise SystemExit("the app did not start")
 
 
-def request(client) -> float:
+def request(client, seed: int = 0) -> float:
     t = time.perf_counter()
-    client.submit(*TINY, api_name="/generate").result(timeout=600)
+    client.submit(*TINY[:8], seed, *TINY[9:], api_name="/generate").result(timeout=600)
     return time.perf_counter() - t
 
 
-def visitors(port: int, count: int = 32) -> None:
+def visitors(port: int, count: int = 32, bursts: int = 3) -> None:
     from gradio_client import Client
 
     server, url = serve(port)
     try:
         request(Client(url, verbose=False))                    # warm-up: the model loads
-        clients = [Client(url, verbose=False) for _ in range(count)]
-        results: list = []
+        p50s, p95s = [], []
+        for burst in range(bursts):
+            clients = [Client(url, verbose=False) for _ in range(count)]
+            results: list = []
 
-        def visit(c):
-            try:
-                results.append(request(c))
-            except Exception as exc:                           # noqa: BLE001: counted
-                results.append(repr(exc)[:80])
+            def visit(c, seed):
+                try:
+                    results.append(request(c, seed))
+                except Exception as exc:                       # noqa: BLE001: counted
+                    results.append(repr(exc)[:80])
 
-        threads = [threading.Thread(target=visit, args=(c,)) for c in clients]
-        t = time.perf_counter()
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        ok = sorted(r for r in results if isinstance(r, float))
-        print(f"{count} visitors at once: {len(ok)} served in {time.perf_counter() - t:.1f} s; "
-              f"latency p50 {statistics.median(ok):.2f} s, p95 {ok[int(0.95 * len(ok)) - 1]:.2f} s"
-              + "".join(f"\n  refused: {r}" for r in results if not isinstance(r, float)))
+            threads = [threading.Thread(target=visit, args=(c, i)) for i, c in enumerate(clients)]
+            t = time.perf_counter()
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            ok = sorted(r for r in results if isinstance(r, float))
+            p50s.append(statistics.median(ok))
+            p95s.append(ok[math.ceil(0.95 * len(ok)) - 1])
+            print(f"  burst {burst + 1}: {count} visitors at once, {len(ok)} served in "
+                  f"{time.perf_counter() - t:.1f} s; latency p50 {p50s[-1]:.2f} s, p95 {p95s[-1]:.2f} s "
+                  f"({p95s[-1] / p50s[-1]:.2f}x)" + "".join(f"\n  refused: {r}" for r in results
+                                                            if not isinstance(r, float)))
+        p50, p95 = statistics.median(p50s), statistics.median(p95s)
+        print(f"{count} visitors at once, median of {bursts} bursts: p50 {p50:.2f} s, p95 {p95:.2f} s "
+              f"({p95 / p50:.2f}x)")
     finally:
         server.terminate()
         server.wait()
@@ -169,11 +180,11 @@ def memory(port: int) -> None:
     server, url = serve(port)
     try:
         client = Client(url, verbose=False)
-        for _ in range(10):
-            request(client)
+        for seed in range(10):
+            request(client, seed)
         before = rss(server.pid)
-        for _ in range(100):
-            request(client)
+        for seed in range(10, 110):
+            request(client, seed)
         after = rss(server.pid)
         print(f"server memory: {before:.0f} MB after 10 requests, {after:.0f} MB after 100 more "
               f"({100 * (after / before - 1):+.1f}%)")
@@ -186,14 +197,16 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", choices=["browser", "visitors", "memory"])
     ap.add_argument("--repeats", type=int, default=7, help="timed browser runs (default 7)")
+    ap.add_argument("--bursts", type=int, default=3, help="bursts of 32 visitors (default 3)")
     ap.add_argument("--port", type=int, default=7871)
     args = ap.parse_args(argv)
-    if args.repeats < 1:
-        ap.error(f"--repeats: expected an integer >= 1, got {args.repeats}")
+    for name in ("repeats", "bursts"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name}: expected an integer >= 1, got {getattr(args, name)}")
     if args.only in (None, "browser"):
         browser(args.repeats)
     if args.only in (None, "visitors"):
-        visitors(args.port)
+        visitors(args.port, bursts=args.bursts)
     if args.only in (None, "memory"):
         memory(args.port)
 

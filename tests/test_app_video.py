@@ -35,8 +35,8 @@ def tiny_cosmos(tmp_path_factory):
 
 @pytest.fixture
 def served_model(tiny_cosmos, monkeypatch):
-    monkeypatch.setattr(app, "MODELS", ModelCache())
-    app.MODELS.put(NAME, tiny_cosmos[0], **app.load_kwargs(NAME))
+    monkeypatch.setattr(app.MODELS, "cache", ModelCache())
+    app.MODELS.put(NAME, tiny_cosmos[0])
     return tiny_cosmos
 
 

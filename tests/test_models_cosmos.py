@@ -302,8 +302,6 @@ def test_missing_checkpoint_or_tokenizer_is_reported(tmp_path, empty_hub_cache):
 
 def test_generate_scd_gumbel_on_the_tiny_model(tiny_folder):
     import scd_core
-    if not hasattr(scd_core, "generate"):
-        pytest.skip("engine not there yet")
     folder, clip = tiny_folder
     model = cosmos.load_cosmos(folder, device="cpu", config=TINY)
     run = scd_core.generate(model, [clip], method="scd-gumbel", window=8, seed=0, init="repeat-frame",

@@ -163,8 +163,6 @@ def test_engine_top1_matches_library_generate(tm, method):
     """Rule 7 end to end: greedy AR, SJD and SCD through the engine give the library's tokens
     (rows of the batch accept different lengths, so they step from different starts)."""
     import scd_core
-    if not hasattr(scd_core, "generate"):
-        pytest.skip("scd_core.generate has not landed yet")
     run = scd_core.generate(tm, PROMPTS, method=method, window=1 if method == "ar" else 5, seed=0,
                             temperature=1.0, top_k=1, top_p=1.0, cfg_scale=3.0, init="random")
     for b, p in enumerate(PROMPTS):
@@ -173,8 +171,6 @@ def test_engine_top1_matches_library_generate(tm, method):
 
 def test_engine_sampled_batch_run_decodes(tm):
     import scd_core
-    if not hasattr(scd_core, "generate"):
-        pytest.skip("scd_core.generate has not landed yet")
     run = scd_core.generate(tm, PROMPTS, method="scd-mc", window=6, seed=3, top_k=20, cfg_scale=3.0)
     n = tm.grid[0] * tm.grid[1]
     assert run.tokens.shape == (2, n) and int(run.tokens.max()) < tm.vocab_size

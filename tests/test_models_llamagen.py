@@ -282,8 +282,6 @@ def test_weights_only_refuses_arbitrary_objects(tmp_path):
 
 def test_generate_runs_on_the_tiny_model(c2i, t2i):
     import scd_core
-    if not hasattr(scd_core, "generate"):
-        pytest.skip("engine not there yet")
     for tm, prompts in ((c2i, ["1", "2"]), (t2i, ["a red apple", "a cat"])):
         run = scd_core.generate(tm, prompts, method="scd-mc", window=4, seed=0, top_k=8, cfg_scale=4.0)
         assert run.tokens.shape == (2, GRID * GRID) and int(run.tokens.max()) < V

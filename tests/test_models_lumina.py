@@ -353,8 +353,6 @@ def test_vqgan_checkpoint_roundtrip_and_decode_shape(tmp_path, tm):
 
 def test_generate_runs_on_the_tiny_model(tm):
     import scd_core
-    if not hasattr(scd_core, "generate"):
-        pytest.skip("engine not there yet")
     run = scd_core.generate(tm, ["a red apple", "a cat"], method="scd-mc", window=4, seed=0,
                             top_k=8, cfg_scale=3.0)
     assert run.tokens.shape == (2, GRID[0] * GRID[1])

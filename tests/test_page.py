@@ -1,11 +1,15 @@
 """scd_core.page: the page's own checks, widget numbers, stop stamps and the pace of updates."""
 from __future__ import annotations
 
+import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
+import scd_core
 from scd_core import page
+from scd_core.race import Settings
 
 
 def test_widget_numbers_become_ints_only_when_whole():
@@ -71,3 +75,65 @@ def test_a_stop_cuts_the_slow_motion_wait_short():
     slow()
     page.sleep_until(time.perf_counter() + 5, lambda: flag["stop"])
     assert time.perf_counter() - t < 0.1
+
+
+# ---------------------------------------------------------------------------- serving
+
+class Finished:
+    """A served request that has ended with `n` records, each from a pass of `batch` rows."""
+
+    def __init__(self, n: int, batch: int = 1) -> None:
+        self.records, self.batch_sizes = [SimpleNamespace(index=i) for i in range(n)], [batch] * n
+        self.finished, self.cancelled, self.error = threading.Event(), threading.Event(), None
+        self.finished.set()
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+@pytest.fixture(scope="module")
+def grid():
+    return scd_core.load_model("toy-grid", grid=(6, 6), vocab_size=32, hidden=32)
+
+
+def test_one_server_per_model_closed_once_the_model_is_dropped(grid):
+    other = scd_core.load_model("toy-grid", grid=(6, 6), vocab_size=32, hidden=32)
+    servers = page.Servers(max_batch=4)
+    first = servers.get(grid)
+    assert servers.get(grid) is first and servers.get(other) is not first
+    row = servers.submit(grid, Settings("a cat", window=4), "sjd")
+    servers.keep([other, None])                    # the cache dropped `grid`
+    assert servers.models() == [other]
+    assert row.result(timeout=30).tokens.shape == (1, 36)       # what it had, it finishes
+    assert servers.get(grid) is not first                       # asked again: a new server
+
+
+def test_follow_ends_at_a_stop_even_while_the_device_is_busy(grid):
+    servers, flag = page.Servers(), threading.Event()
+    with servers.device_lock:                      # a race holds the device: no pass runs
+        row = servers.submit(grid, Settings("a cat", window=4), "sjd")
+        threading.Timer(0.1, flag.set).start()
+        t = time.perf_counter()
+        assert list(page.follow(row, flag.is_set)) == []
+        assert time.perf_counter() - t < 1 and row.cancelled.is_set()
+    row.result(timeout=30)            # it joined at the next boundary, and left at the one after
+    assert len(row.records) <= 2 and int(row.records[-1].n_after[0]) < 36
+
+
+def test_slow_motion_shows_every_pass_and_a_stop_keeps_what_is_shown():
+    t, seen = time.perf_counter(), []
+    for record, picture, _ in page.shown(Finished(5), 0.05, lambda: len(seen) >= 3):
+        assert picture
+        seen.append(record)
+    assert [r.index for r in seen] == [0, 1, 2] and time.perf_counter() - t >= 2 * page.IMAGE_EVERY
+    assert [r.index for r, _, _ in page.shown(Finished(5), 0.05, lambda: False)] == [0, 1, 2, 3, 4]
+
+
+def test_full_speed_shares_the_live_updates_among_the_rows_of_a_pass():
+    assert page.Pacer(0.01)(share=32) and not page.Pacer(0.01, wait_first=True)(share=32)
+    busy = page.Pacer(0.01)
+    busy(share=32)
+    time.sleep(0.05)
+    assert page.Pacer(0.01, wait_first=True)(share=1) is False
+    assert not busy(share=32) and busy(share=1)                 # 0.05 s: past 0.01 s, not 0.32 s
+    assert [p for _, p, _ in page.shown(Finished(40, 32), 0.0, lambda: False)] == [False] * 40

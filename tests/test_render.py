@@ -286,3 +286,27 @@ def test_pick_frames_keeps_ends():
     assert idx[0] == 0 and idx[-1] == 999 and len(idx) <= 50
     assert R.pick_frames(7) == list(range(7))
 
+
+
+def test_a_run_that_shared_its_passes_says_so_and_gives_no_latency_speedup(toy_grid, sjd_iterations):
+    stats = R.TraceStats(tuple(toy_grid.grid))
+    for it in sjd_iterations:
+        stats.add(it)
+    assert "(passes shared with up to 3 other samples)" in R.run_status("SJD", stats, 0.5, "done", 3)
+    assert "shared" not in R.run_status("SJD", stats, 0.5, "done")
+    assert R.run_status("SJD", stats, 0.5, "running", 1).endswith(
+        "decoding, passes shared with up to 1 other sample…")
+    shared = R.run_summary("SJD", stats.sample(), 0.5, 0.9, "CPU", shared=3)
+    assert "| latency speed-up | not measured: this run's passes shared" in shared
+    assert "so it includes their work" in shared
+    assert "| latency speed-up | 1.80x" in R.run_summary("SJD", stats.sample(), 0.5, 0.9, "CPU")
+
+
+def test_a_stopped_run_has_no_step_compression_or_speedup(toy_grid, sjd_iterations):
+    stats = R.TraceStats(tuple(toy_grid.grid))
+    for it in sjd_iterations[:3]:
+        stats.add(it)
+    text = R.run_summary("SJD", stats.sample(), 0.2, 0.9, "CPU", complete=False)
+    n = stats.committed[-1]
+    assert f"| step compression | not measured: stopped after {n} tokens |" in text
+    assert f"| latency speed-up | not measured: stopped after {n} tokens |" in text

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -235,3 +236,32 @@ def test_the_server_waits_while_another_user_holds_the_device(grid):
         assert not request.finished.wait(0.3) and not request.records      # no pass while held
     assert request.result(timeout=30).tokens.shape == (1, grid.N)
     server.close()
+
+
+def test_each_record_says_how_many_rows_its_pass_decoded(grid):
+    scheduler = Scheduler(grid, method="sjd", window=6, top_k=30)
+    cat, dog, boat = run_until_idle(scheduler, {0: [("a cat", 0), ("a dog", 1)], 2: [("a boat", 2)]})
+    assert cat.batch_sizes[:3] == dog.batch_sizes[:3] == [2, 2, 2]      # prefill, 2 passes together
+    assert boat.batch_sizes[:2] == [1, 3]           # its own prefill, then the running batch's pass
+    for request in (cat, dog, boat):
+        assert len(request.batch_sizes) == len(request.records)
+    alone = run_until_idle(Scheduler(grid, method="sjd", window=6, top_k=30), {0: [("a cat", 0)]})[0]
+    assert set(alone.batch_sizes) == {1}
+
+
+@pytest.mark.parametrize("resizable", [True, False])
+def test_a_refused_request_that_joins_with_others_fails_alone(grid, resizable):
+    model = RefusingModel(grid)
+    if not resizable:
+        model.start = lambda prompts, cfg_scale, start=model.start: FixedBatchModel.start(
+            SimpleNamespace(inner=SimpleNamespace(start=start)), prompts, cfg_scale)
+    scheduler = Scheduler(model, method="scd-mc", window=6, top_k=30)
+    requests = run_until_idle(scheduler, {0: [("a cat", 0), ("refused", 1), ("a dog", 2)],
+                                          2: [("a boat", 3), ("refused", 4)]})
+    for request in requests:
+        if request.prompt == "refused":
+            with pytest.raises(ValueError, match="refuses"):
+                request.result()
+            continue
+        alone = scd_core.generate(grid, [request.prompt], method="scd-mc", window=6, seed=request.seed, top_k=30)
+        assert torch.equal(request.result().tokens, alone.tokens), request.prompt
