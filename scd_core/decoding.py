@@ -138,12 +138,12 @@ def advance(state: State, p: torch.Tensor, m: torch.LongTensor, plan: Plan) -> t
     if plan.variant == "fresh-sample-at-rejection":                             # test hook: breaks rule 2
         mrs_tokens = torch.where(kept, x, coupling.sample(p[:, :D], u["residual"][:, :D]))
     was_fed = slots[:D] < m                                                     # [B, D]
-    k = (kept & was_fed).long().cumprod(1).sum(1, keepdim=True)                     # [B, 1] up to the first rejection
+    k = (kept & was_fed).long().cumprod(1).sum(1, keepdim=True)                 # [B, 1] up to the first rejection
     rejected = k < m                                                            # [B, 1]
 
     # fresh draws from p: the bonus, and the redrafts of SJD and SCD-Gumbel
     if plan.method == "scd-gumbel":
-        positions = slots.expand(B, L) if plan.variant == "gumbel-noise-by-slot" else n + slots   # test hook: rule 5
+        positions = slots.expand(B, L) if plan.variant == "gumbel-noise-by-slot" else n + slots   # test hook: rule 7
         fresh = coupling.gumbel_argmax(p, coupling.gumbel_noise(state.keys, positions, V))     # [B, L]
     else:
         fresh = coupling.sample(p, u["fresh"])                                                 # [B, L]
@@ -161,13 +161,13 @@ def advance(state: State, p: torch.Tensor, m: torch.LongTensor, plan: Plan) -> t
     carried = (c + slots[:D] <= m) & (n + c + slots[:D] < N)                    # [B, D] slots with a redraft
     drafts = torch.where(carried, redraft.gather(1, src), -1)                   # [B, D]
     q = p.gather(1, src.unsqueeze(-1).expand(-1, -1, V))                        # [B, D, V]
-    if plan.variant == "old-q-for-kept-drafts":                                 # test hook: breaks rule 4
+    if plan.variant == "old-q-for-kept-drafts":                                 # test hook: breaks rule 5
         q = _old_q_for_kept_drafts(state.q, kept, src, carried, q)
 
     # fill the empty slots by the init scheme, with the law each draft is drawn from
     after = State(tokens, state.n + c.squeeze(1), drafts, q, state.keys, state.passes + 1)
     after = fill_empty(after, carried, u["init"][:, :D], plan)
-    accept_prob = torch.where(was_fed, alpha, float("nan"))                         # [B, D]
+    accept_prob = torch.where(was_fed, alpha, float("nan"))                     # [B, D]
     return after, Verdict(None, None, k.squeeze(1), rejected.squeeze(1), accept_prob)
 
 
