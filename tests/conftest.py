@@ -1,6 +1,18 @@
 import os
 
+import pytest
 import torch
 
 # Two shared cores: torch with 2 threads can slow down many-fold under contention.
 torch.set_num_threads(int(os.environ.get("SCD_TEST_THREADS", "1")))
+
+
+@pytest.fixture(scope="module")
+def url():
+    """The demo page served on loopback for the module's gradio_client tests."""
+    import app
+    app.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **app.LAUNCH)
+    try:
+        yield app.demo.local_url
+    finally:
+        app.demo.close()

@@ -299,15 +299,6 @@ def latest(outputs: list, i: int):
     return next((o[i] for o in reversed(outputs) if o[i] and not isinstance(o[i], dict)), None)
 
 
-@pytest.fixture(scope="module")
-def url():
-    app.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **app.LAUNCH)
-    try:
-        yield app.demo.local_url
-    finally:
-        app.demo.close()
-
-
 def test_served_run_streams_updates_and_a_final_png(url):
     job = Client(url, verbose=False).submit(*args(), api_name="/generate")
     updates = list(job)

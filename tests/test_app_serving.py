@@ -170,15 +170,6 @@ def test_a_visitor_whose_pass_waits_for_a_race_is_told_why():
 
 # --------------------------------------------------------------- served, gradio_client
 
-@pytest.fixture(scope="module")
-def url():
-    app.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **app.LAUNCH)
-    try:
-        yield app.demo.local_url
-    finally:
-        app.demo.close()
-
-
 def served(client: Client, **override) -> tuple[float, list]:
     """One Generate through the API: its latency (submit to last update) and its outputs."""
     t = time.perf_counter()
