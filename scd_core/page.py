@@ -164,14 +164,17 @@ class Models:
     def defaults(self, name: str) -> tuple[dict, dict, bool]:
         """The page's defaults for the model, its sampling defaults, and whether it can run here."""
         ok = unavailable(name, self.loaded(name) is not None) is None
-        model = self.loaded(name) or (self.get(name) if ok and not REGISTRY[name].needs_weights else None)
-        return page_defaults(name), sampling_defaults(name, model), ok
+        return page_defaults(name), sampling_defaults(name, self.at_hand(name) if ok else None), ok
 
     def examples(self, name: str) -> list[str]:
         """Up to 8 prompts the model draws recognisably (an embedded model loads to say)."""
+        return list(optional(self.at_hand(name), "example_prompts") or ["a red apple"])[:8]
+
+    def at_hand(self, name: str):
+        """The model if it is loaded or embedded (loading an embedded one), else None: a model
+        that needs weights is never loaded just to read its settings."""
         entry = REGISTRY.get(name)
-        model = self.loaded(name) or (self.get(name) if entry and not entry.needs_weights else None)
-        return list(optional(model, "example_prompts") or ["a red apple"])[:8]
+        return self.loaded(name) or (self.get(name) if entry and not entry.needs_weights else None)
 
 
 # ------------------------------------------------------------------------------ inputs
