@@ -6,6 +6,7 @@ passes), the race is `scd_core.race`, pictures and charts `scd_core.render`, mod
 checks, stop stamps and pacing `scd_core.page` (docs/app.md)."""
 from __future__ import annotations
 
+import functools
 import logging
 import os
 
@@ -27,6 +28,18 @@ except ImportError:
     def gpu(duration):
         return lambda fn: fn
 
+
+def in_full(outputs):
+    """A streaming handler whose every update names every output it has given a value
+    (`page.in_full`: Gradio would otherwise keep a copy of a component per update in the session)."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def stream(*args, **kwargs):
+            yield from page.in_full(fn(*args, **kwargs), outputs())
+        return stream
+    return wrap
+
+
 log = logging.getLogger("scd_demo")
 # Concurrency, in one place. Generate requests run side by side: their rows share the forward
 # passes of one server per model, which runs one pass at a time. A race (each method timed
@@ -37,6 +50,9 @@ SERVERS = page.Servers(max_batch=32)
 GENERATE = dict(concurrency_limit=SERVERS.max_batch, concurrency_id="generate")
 DECODE = dict(concurrency_limit=1, concurrency_id="decode")
 QUEUE = dict(max_size=64, default_concurrency_limit=1)
+# Gradio keeps a copy of the page per visitor, with their last run for the replay (about
+# 0.7 MB together), for this many visitors; the one unseen longest is dropped first.
+SESSIONS = page.env_count("SCD_SESSIONS", 128)
 THREADS = 2 * SERVERS.max_batch
 STOPS = page.Stops()
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -99,6 +115,7 @@ def final_outputs(model, name: str, method: str, prompt: str, stats: R.TraceStat
 
 
 @gpu(page.gpu_duration(race_all=False))
+@in_full(lambda: gen_outputs)
 def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                     pace=0.0, samples=1, clip=None, clip_text="", history=None, ticket=None,
                     request: gr.Request = None):
@@ -117,16 +134,18 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
             return
         row, stats = SERVERS.submit(model, s, method), R.TraceStats(tuple(model.grid))
         history = page.history_of(history, name)
+        blank = dict.fromkeys(run_views, None)            # clears the last run's views
         for it, picture, charts in page.shown(row, pace, stopped, SERVERS.timing_alone.is_set):
             if it is None:                                # slow motion paces the display only
-                yield {status: page.WAITING}
+                yield blank | {status: page.WAITING}
                 continue
             stats.add(it)
             if picture and not stats.done:
-                yield {live_image: R.render_iteration(model, it, decode=row.decode),
-                       status: R.run_status(LABELS[method], stats, it.wall_time, "running",
-                                            page.shared_rows(row, len(stats.records)))} | \
-                    (run_charts(stats, history, method, live=True) if charts else {})
+                yield blank | {live_image: R.render_iteration(model, it, decode=row.decode),
+                               status: R.run_status(LABELS[method], stats, it.wall_time, "running",
+                                                    page.shared_rows(row, len(stats.records)))} | \
+                    (run_charts(stats, history, method, live=True) if charts or blank else {})
+                blank = {}
     except ValueError as exc:
         log.info("refused: %s", exc)
         yield {status: f"**Not started:** {exc}"}
@@ -136,8 +155,8 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
         return
     it, shared, end = stats.records[-1], page.shared_rows(row, len(stats.records)), \
         "done" if stats.done else "stopped"
-    yield {live_image: R.render_iteration(model, it, decode=row.decode),      # the final picture
-           status: R.run_status(LABELS[method], stats, it.wall_time, end, shared)}
+    yield blank | {live_image: R.render_iteration(model, it, decode=row.decode),  # the final picture
+                   status: R.run_status(LABELS[method], stats, it.wall_time, end, shared)}
     if browser:                                           # first (drawing the charts delays it)
         page.sleep_until(page.now() + page.FIRST_PAINT)
     if end == "done":
@@ -160,6 +179,7 @@ def race_results(model, name: str, s: race.Settings, runs: dict, samples: int) -
 
 
 @gpu(page.gpu_duration(race_all=True))
+@in_full(lambda: race_outputs)
 def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                 pace=0.0, samples=8, clip=None, clip_text="", history=None, ticket=None,
                 request: gr.Request = None):
@@ -398,6 +418,8 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     gen_outputs = [live_image, status, chart_committed, chart_length, chart_flicker, chart_rate,
                    heat_committed, heat_unchanged, film, summary, history_state, last_run,
                    replay_slider, clip_video, clip_files]
+    run_views = [chart_committed, chart_flicker, chart_length, chart_rate, heat_committed,
+                 heat_unchanged, film, summary, clip_video, clip_files]   # a new run clears them
     race_outputs = [*race_images.values(), race_status, race_table, race_note, race_why, race_chart,
                     race_hist, race_flicker, race_state, race_sample]
     for button in (gen_btn, race_btn):       # first: the click's js below switches tabs
@@ -430,14 +452,15 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
 
 demo.queue(**QUEUE)
 LAUNCH = dict(css=page.CSS, theme=gr.themes.Soft(), max_file_size="50mb",   # tests launch with these too
-              max_threads=THREADS)
+              max_threads=THREADS, state_session_capacity=SESSIONS)
 
 
 def main() -> None:
     logging.basicConfig(format="%(asctime)s %(name)s %(message)s")
     log.setLevel(logging.INFO)          # the page's one-line notes, not every library's
-    if os.environ.get("SCD_THREADS"):   # else the embedded models' own choice (1 on <= 2 cores)
-        torch.set_num_threads(int(os.environ["SCD_THREADS"]))
+    threads = page.env_count("SCD_THREADS", 0)   # 0: the embedded models' own (1 on <= 2 cores)
+    if threads:
+        torch.set_num_threads(threads)
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"), **LAUNCH)
 
 

@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 
@@ -178,6 +178,16 @@ class Models:
 
 
 # ------------------------------------------------------------------------------ inputs
+
+def env_count(name: str, default: int) -> int:
+    """A whole number >= 1 from environment variable `name` (unset or empty: `default`)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{name}: expected a whole number >= 1, got {raw!r}")
+    return int(raw)
+
 
 def as_int(value):
     """A widget number as an int when it is whole (gr.Number gives floats); else unchanged,
@@ -424,6 +434,20 @@ class Pacer:
             self.last = now
             return True
         return False
+
+
+def in_full(updates: Iterable[dict], outputs: Sequence) -> Iterator[dict]:
+    """A stream of page updates (dicts, output -> value) in which every update names every
+    output already given a value in this stream, repeating the value it got last.
+
+    Gradio treats an output left out of a streamed update as "no change", and keeps a copy
+    of the component in the visitor's session each time such an output later gets a value;
+    the copies stay as long as the session does. Repeating the last value costs little: a
+    stream sends each update as the difference from the one before."""
+    last: dict = {}
+    for update in updates:
+        last.update(update)
+        yield {o: last[o] for o in outputs if o in last}
 
 
 def not_started(found: dict[str, str]) -> str:

@@ -12,7 +12,8 @@ memory over many requests.
    once (tiny, the page's defaults at full speed, seeds 0-31: their rows share passes), in
    --bursts bursts: how many were served, p50 and p95 latency (nearest rank: the 31st of 32)
    of each burst, and their medians.
-3. memory: the server's resident memory after 10 warm-up requests and after 100 more.
+3. memory: the server's resident memory after 10 warm-up requests and after 100 more from
+   the same visitor, then after one request from each of 100 new visitors.
 
 Needs playwright and Chromium (CHROMIUM or /usr/bin/chromium) for the first.
 """
@@ -186,8 +187,13 @@ def memory(port: int) -> None:
         for seed in range(10, 110):
             request(client, seed)
         after = rss(server.pid)
-        print(f"server memory: {before:.0f} MB after 10 requests, {after:.0f} MB after 100 more "
-              f"({100 * (after / before - 1):+.1f}%)")
+        print(f"server memory, one visitor: {before:.0f} MB after 10 requests, {after:.0f} MB "
+              f"after 100 more ({100 * (after / before - 1):+.1f}%)")
+        for seed in range(110, 210):
+            request(Client(url, verbose=False), seed)
+        visitors = rss(server.pid)
+        print(f"then 100 new visitors, one request each: {visitors:.0f} MB "
+              f"({(visitors - after) / 100:.2f} MB per visitor, kept for the last app.SESSIONS)")
     finally:
         server.terminate()
         server.wait()

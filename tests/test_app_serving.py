@@ -219,3 +219,17 @@ def test_32_visitors_at_once_are_all_served_with_their_seeds_pictures(url):
     assert any("passes shared with" in latest(r[1], 1) for r in results.values())
     for i in (0, 9, 20, 31):
         assert np.array_equal(picture(results[i][1]), alone(model, 100 + i)[0]), i
+
+
+def test_a_visitors_session_holds_the_pages_components_however_many_runs(url):
+    """Gradio keeps a copy of a component in the visitor's session each time a streamed update
+    leaves that output out and a later update gives it a value. The page's updates name every
+    output they have shown, so after runs at full speed, in slow motion and a race, the
+    session holds the page's components and no copies."""
+    client = Client(url, verbose=False)
+    for seed in range(3):
+        served(client, seed=seed)
+    served(client, seed=3, pace=0.05)
+    client.submit(*args(**{**TINY, "samples": 2}), api_name="/race").result(timeout=300)
+    session = app.demo.state_holder.session_data[client.session_hash]
+    assert len(session.blocks_config.blocks) == len(app.demo.blocks)

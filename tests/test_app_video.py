@@ -18,6 +18,7 @@ from scd_core.clips import CLIP_FRAMES
 from scd_core.models.cache import ModelCache
 from scd_core.models import cosmos
 from scd_core.models import cosmos_tokenizer as dv
+from test_app import shown
 from test_models_cosmos import LEVELS, TINY, save_tokenizer, write_clip
 
 NAME = "cosmos-1-ar-4b"
@@ -85,7 +86,7 @@ def test_continuing_a_clip_streams_new_frames_then_an_mp4(served_model):
     _, clip, _ = served_model
     updates = list(app.generate_stream(*args(clip, pace=0.02)))
     run = final(updates, app.last_run)
-    pictures = [u[app.live_image] for u in updates if app.live_image in u]
+    pictures = shown(updates, app.live_image)
     assert len(pictures) == len(run["iterations"])                       # every pass shown
     h, w, _ = pictures[-1].shape
     assert w > 2.5 * h                                  # the 3 generated frames side by side

@@ -137,3 +137,21 @@ def test_full_speed_shares_the_live_updates_among_the_rows_of_a_pass():
     assert page.Pacer(0.01, wait_first=True)(share=1) is False
     assert not busy(share=32) and busy(share=1)                 # 0.05 s: past 0.01 s, not 0.32 s
     assert [p for _, p, _ in page.shown(Finished(40, 32), 0.0, lambda: False)] == [False] * 40
+
+
+def test_in_full_repeats_what_each_output_got_last_and_leaves_out_the_others():
+    updates = [{"status": "a"}, {"image": 1}, {"status": "b", "chart": None}, {}]
+    assert list(page.in_full(updates, ["image", "status", "chart", "table"])) == [
+        {"status": "a"}, {"image": 1, "status": "a"}, {"image": 1, "status": "b", "chart": None},
+        {"image": 1, "status": "b", "chart": None}]
+
+
+def test_counts_from_the_environment_are_checked_and_named(monkeypatch):
+    monkeypatch.delenv("SCD_SESSIONS", raising=False)
+    assert page.env_count("SCD_SESSIONS", 256) == 256
+    monkeypatch.setenv("SCD_SESSIONS", "40")
+    assert page.env_count("SCD_SESSIONS", 256) == 40
+    for bad in ("0", "-3", "many", "2.5"):
+        monkeypatch.setenv("SCD_SESSIONS", bad)
+        with pytest.raises(ValueError, match="SCD_SESSIONS"):
+            page.env_count("SCD_SESSIONS", 256)
