@@ -130,7 +130,7 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
                            prompt, clip, clip_text)
         pace = page.check_pace(pace)
         if stopped():                                     # stopped while waiting in the queue
-            yield {status: "**Stopped** before its first pass."}
+            yield {status: page.STOPPED_EARLY}
             return
         row, stats = SERVERS.submit(model, s, method), R.TraceStats(tuple(model.grid))
         history = page.history_of(history, name)
@@ -151,7 +151,7 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
         yield {status: f"**Not started:** {exc}"}
         return
     if not stats.records:
-        yield {status: "**Stopped** before its first pass."}
+        yield {status: page.STOPPED_EARLY}
         return
     it, shared, end = stats.records[-1], page.shared_rows(row, len(stats.records)), \
         "done" if stats.done else "stopped"
@@ -173,7 +173,8 @@ def race_panels(panels: R.RacePanels, runs: dict, tick: int | None = None) -> di
 
 
 def race_results(model, name: str, s: race.Settings, runs: dict, samples: int) -> dict:
-    table, why, note, figures = R.race_report(model, name, s, runs, samples, page.device_name())
+    table, why, note, figures = R.race_report(name, s, runs, samples, page.device_name(),
+                                              race.gap_probe(model, name, s, runs))
     return {race_table: table, race_why: why, race_note: note} | \
         dict(zip((race_chart, race_hist, race_flicker), figures))
 

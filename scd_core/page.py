@@ -492,6 +492,7 @@ HEADER = ("## Lossless speculative decoding for AR image & video models\n"
 GENERATE_HINT = ("Press **Generate** to watch one sample form, pass by pass, or **Race all methods** to "
                  "compare them over several samples. Visitors generating with the same settings share "
                  "forward passes; a seed gives the same picture however busy the page is.")
+STOPPED_EARLY = "**Stopped** before its first pass."     # in the queue, or before its row got one
 WAITING = ("**Waiting:** a race is timing each method alone, with nothing else on the device; "
            "your sample starts as soon as the method being timed is done.")
 RACE_HINT = ("Press **Race all methods**: K samples per method, each method timed alone, then replayed "

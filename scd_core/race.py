@@ -23,6 +23,7 @@ import torch
 
 import scd_core
 from scd_core import trace
+from scd_core.models import REGISTRY
 from scd_core.sampling import SamplingConfig, processed_probs
 from scd_core.trace import Iteration
 
@@ -303,6 +304,15 @@ def context_sensitivity(model, settings: Settings, sites: int = 12,
     collision = float((p * p).sum(-1).mean())
     return Sensitivity(statistics.fmean(nxt) if nxt else 0.0,
                        statistics.fmean(further) if further else 0.0, collision, len(rows))
+
+
+def gap_probe(model, name: str, settings: Settings, runs: dict) -> Sensitivity | None:
+    """`context_sensitivity` on a race's first AR sample, for the embedded models; None for a
+    model with downloaded weights, where two more passes over the grid would keep the visitor
+    waiting."""
+    if REGISTRY[name].needs_weights:
+        return None
+    return context_sensitivity(model, settings, sample=runs["ar"].tokens()[0])
 
 
 def explain_gap(summary: Sequence[MethodSummary], probe: Sensitivity | None) -> str:

@@ -26,8 +26,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from scd_core.decoding import METHOD_LABELS
-from scd_core.models import REGISTRY
-from scd_core.race import (MethodSummary, Sample, Spread, bench_command, context_sensitivity, explain_gap,
+from scd_core.race import (MethodSummary, Sample, Spread, bench_command, explain_gap,
                            sample_of, summarise)
 from scd_core.trace import Iteration
 
@@ -913,14 +912,12 @@ class RacePanels:
         return out
 
 
-def race_report(model, name: str, settings, runs: dict, samples: int, device: str) -> tuple:
-    """A finished race as shown: its table (HTML), why SCD's lead over SJD is what it is (the
-    embedded models measure how far p moves; a large one is not probed), how it was run with
-    the benchmark command that gives the same figures, and its three charts."""
+def race_report(name: str, settings, runs: dict, samples: int, device: str, probe=None) -> tuple:
+    """A finished race as shown: its table (HTML), why SCD's lead over SJD is what it is (with
+    `probe`, `race.gap_probe`'s measure of how far p moves), how it was run with the benchmark
+    command that gives the same figures, and its three charts."""
     greedy = settings.temperature == 0 or settings.top_k == 1
     table = summarise(runs, greedy)
-    probe = None if REGISTRY[name].needs_weights else \
-        context_sensitivity(model, settings, sample=runs["ar"].tokens()[0])
     return (race_table_html(table, greedy), explain_gap(table, probe),
             race_note(samples, settings.seed, greedy, device, bench_command(name, settings, samples)),
             race_figures(runs, samples))

@@ -93,6 +93,15 @@ def test_slow_motion_shows_every_pass_at_the_pace():
     assert elapsed >= 0.12 * (passes - 1)
 
 
+def test_a_run_stopped_while_it_waited_in_the_queue_never_starts():
+    app.stop(at=2000, request=visitor("queued"))
+    updates = list(app.generate_stream(*args(), ticket=1000, request=visitor("queued")))
+    assert updates == [{app.status: app.page.STOPPED_EARLY}]          # nothing else touched
+    later = list(app.generate_stream(*args(model="tiny", prompt="red apple", top_k=100, cfg_scale=3.0),
+                                     ticket=3000, request=visitor("queued")))
+    assert "done" in final(later, app.status)                          # a later click runs
+
+
 def test_stop_ends_the_run_within_a_pass_and_keeps_the_picture():
     gen = app.generate_stream(*args(pace=0.05), request=visitor("stopper"))
     seen = [next(gen) for _ in range(3)]

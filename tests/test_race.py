@@ -155,3 +155,11 @@ def test_batch_rows_see_the_same_prompt(texture):
     assert tokens.shape == (2, 576) and not torch.equal(tokens[0], tokens[1])
     palette = tokens // texture.shades
     assert (palette == palette[0, 0]).all()                # one palette: the prompt's
+
+
+def test_the_gap_is_probed_on_the_races_ar_sample_and_only_for_embedded_models(texture):
+    settings = race.Settings("ocean waves")
+    runs = {"ar": decoded(texture, settings, "ar", 1)}
+    assert race.gap_probe(texture, "texture", settings, runs) == \
+        race.context_sensitivity(texture, settings, sample=runs["ar"].tokens()[0])
+    assert race.gap_probe(None, "janus-pro-1b", settings, {}) is None      # nothing decoded
