@@ -100,6 +100,8 @@ def test_generate_shows_the_picture_with_nothing_over_it(page):
     wait_text(page, "status", "done")
     assert "576/576 tokens" in text(page, "status")
     img = page.locator("#live-image img")
+    img.evaluate("""el => el.complete || new Promise(done => {      // loaded, or 10 s at most
+        el.addEventListener('load', done, {once: true}); setTimeout(done, 10000); })""")
     assert img.evaluate("el => [el.naturalWidth, el.naturalHeight]") == [384, 384]
     covered = img.evaluate("""el => { const r = el.getBoundingClientRect();
         return [[r.left + 3, r.top + 3], [r.right - 3, r.top + 3]].map(
