@@ -1,7 +1,7 @@
 """What the demo page costs: end-to-end times in a real browser, many visitors at once, and
 memory over many requests.
 
-    python scripts/page_timing.py                       # all three, about 4 minutes on 2 cores
+    python scripts/page_timing.py                       # all three, about 10 minutes on 2 cores
     python scripts/page_timing.py --only browser        # or: visitors, memory
 
 1. browser: a `tiny` image at full speed (slow motion 0), from the click on Generate to the
