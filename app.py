@@ -50,8 +50,8 @@ SERVERS = page.Servers(max_batch=32)
 GENERATE = dict(concurrency_limit=SERVERS.max_batch, concurrency_id="generate")
 DECODE = dict(concurrency_limit=1, concurrency_id="decode")
 QUEUE = dict(max_size=64, default_concurrency_limit=1)
-# Gradio keeps a copy of the page per visitor, with their last run for the replay (about
-# 0.7 MB together), for this many visitors; the one unseen longest is dropped first.
+# Gradio keeps a copy of the page per visitor, with their last run for the replay (0.45-0.66 MB
+# measured, docs/app.md), for this many visitors; the one unseen longest is dropped first.
 SESSIONS = page.env_count("SCD_SESSIONS", 128)
 THREADS = 2 * SERVERS.max_batch
 STOPS = page.Stops()
@@ -145,7 +145,7 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
                                status: R.run_status(LABELS[method], stats, it.wall_time, "running",
                                                     page.shared_rows(row, len(stats.records)))} | \
                     (run_charts(stats, history, method, live=True) if charts or blank else {})
-                blank = {}
+                blank = {}                                # charts come when due, and with the first picture
     except ValueError as exc:
         log.info("refused: %s", exc)
         yield {status: f"**Not started:** {exc}"}
