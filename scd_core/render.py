@@ -649,12 +649,13 @@ def accept_prob_figure(it: Iteration, grid: tuple[int, ...], row: int = 0):
     return fig.update_layout(height=420, margin=dict(b=110), legend=dict(y=-0.28))
 
 
-def filmstrip_image(film: Sequence[np.ndarray], height: int = 180, width: int = 720) -> np.ndarray:
+def filmstrip_image(film: Sequence[np.ndarray], height: int = 180, width: int = 720) -> np.ndarray | None:
     """The window's drafts across passes: one column per pass (left to right), one row per
     draft slot after that pass (top: the next position to decide), coloured unchanged since
-    the previous pass, changed (flicker), fresh (init) or none."""
-    if not film:
-        return np.full((height, 8, 3), 255, np.uint8)
+    the previous pass, changed (flicker), fresh (init) or none. None when the run has no
+    draft slots (AR): there is nothing to draw, and an empty picture cannot be encoded."""
+    if not film or film[0].size == 0:
+        return None
     states = np.stack(film, axis=1)                                  # [slots, passes]
     lut = np.zeros((len(FILM_STYLE), 3), np.uint8)
     for s, (_, colour) in FILM_STYLE.items():

@@ -234,3 +234,17 @@ def test_a_visitors_session_holds_the_pages_components_however_many_runs(url):
     client.submit(*args(**{**TINY, "samples": 2}), api_name="/race").result(timeout=300)
     session = app.demo.state_holder.session_data[client.session_hash]
     assert len(session.blocks_config.blocks) == len(app.demo.blocks)
+
+
+@pytest.mark.parametrize("name", app.page.listed_models())
+def test_every_method_generates_through_the_api_on_every_listed_model(url, name):
+    """Generate with each method, served: Gradio encodes every output (an AR run has no draft
+    slots, and its drafts strip used to be an empty picture that Gradio refused to write)."""
+    d, s, _ = app.MODELS.defaults(name)
+    client = Client(url, verbose=False)
+    for method in scd_core.METHODS:
+        job = client.submit(*args(model=name, method=method, window=d["window"], init=d["init"],
+                                  prompt=app.MODELS.examples(name)[0], pace=0.0, **s),
+                            api_name="/generate")
+        job.result(timeout=300)
+        assert "done" in latest(job.outputs(), 1), (name, method, latest(job.outputs(), 1))
