@@ -194,7 +194,7 @@ def race_panels(panels: R.RacePanels, runs: dict, tick: int | None = None) -> di
     return {race_images[m]: pic for m, pic in panels.at(runs, tick).items()}
 
 
-def race_results(model, name: str, s: race.Settings, runs: dict, samples: int) -> dict:
+def race_results(model, name: str, s: race.Race, runs: dict, samples: int) -> dict:
     table, why, note, figures = R.race_report(name, s, runs, samples, page.device_name(),
                                               race.gap_probe(model, name, s, runs))
     return {race_table: table, race_why: why, race_note: note} | \

@@ -30,6 +30,7 @@ import scd_core
 from scd_core import trace
 from scd_core.prompts import Prompt, load_prompt_records
 from scd_core.protocols import optional
+from scd_core.settings import Settings
 
 DEFAULT_PROMPTS = ["grinning face", "red apple", "cat face", "flag france", "rocket", "red heart"]
 COLUMNS = ["method", "window", "init", "nfe", "step_compression", "mean_accepted_length", "acceptance_rate",
@@ -61,7 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="toy-grid", help="model name or local path (default: toy-grid)")
     ap.add_argument("--methods", default="ar,sjd,scd-mc,scd-gumbel")
-    ap.add_argument("--windows", default="16", help="comma-separated window sizes L")
+    ap.add_argument("--windows", default=None,
+                    help="comma-separated window sizes L (default: the model's own, else 16)")
     ap.add_argument("--inits", default="random", help="comma-separated draft inits")
     ap.add_argument("--prompts", default=None,
                     help="a file with one prompt per line, 'parti' (all PartiPrompts) or 'parti:N' (a fixed "
@@ -105,15 +107,10 @@ def parse_model_args(items: list[str]) -> dict:
     return out
 
 
-def sampling_settings(model, args: argparse.Namespace) -> dict:
+def base_settings(model, args: argparse.Namespace) -> Settings:
     """Command-line settings over the model's published defaults over the library's."""
-    settings = {"top_k": 0, "top_p": 1.0, "temperature": 1.0, "cfg_scale": 1.0}
-    settings.update({k: v for k, v in optional(model, "default_settings", {}).items() if k in settings})
-    for key in settings:
-        value = getattr(args, key)
-        if value is not None:
-            settings[key] = value
-    return settings
+    return Settings.for_model(model, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                              cfg_scale=args.cfg_scale)
 
 
 def load_prompts(model, args: argparse.Namespace) -> list[str]:
@@ -145,16 +142,14 @@ class RunMetrics:
                    run.mean_accepted_length, run.acceptance_rate, run.draft_stability)
 
 
-def run_case(model, prompts: list[str], seeds: int, batch: int, method: str, window: int, init: str,
-             settings: dict) -> list[RunMetrics]:
+def run_case(model, prompts: list[str], seeds: int, batch: int, settings: Settings) -> list[RunMetrics]:
     """Decode every prompt x seed. Only each run's metrics are kept: tens of thousands of live
     trace tensors from earlier runs would slow the later ones (on a CPU, by up to a third of
     the engine's time), which a user decoding one image never sees."""
     runs = []
     for prompt in prompts:
         for seed in range(seeds):
-            run = scd_core.generate(model, [prompt] * batch, method=method, window=window, seed=seed,
-                                    init=init, **settings)
+            run = scd_core.generate(model, [prompt] * batch, seed=seed, settings=settings)
             runs.append(RunMetrics.of(run))
     return runs
 
@@ -208,17 +203,18 @@ def benchmark(args: argparse.Namespace, per_prompt: list[dict] | None = None) ->
     load_kwargs = {k: v for k, v in (("device", args.device), ("dtype", args.dtype)) if v is not None}
     load_kwargs.update(parse_model_args(args.model_arg))
     model = scd_core.load_model(args.model, **load_kwargs)
-    settings = sampling_settings(model, args)
+    base = base_settings(model, args)
     records = prompt_records(model, args)
     prompts = [p.text for p in records]
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    windows = [int(w) for w in args.windows.split(",")]
+    windows = [int(w) for w in args.windows.split(",")] if args.windows else [base.window]
     inits = [i.strip() for i in args.inits.split(",") if i.strip()]
     print(f"# {args.model}: grid {tuple(model.grid)}, V {model.vocab_size}, {len(prompts)} prompts x "
-          f"{args.seeds} seeds, batch {args.batch}, {settings}, threads {torch.get_num_threads()}", file=sys.stderr)
-    run_case(model, prompts[:1], 1, args.batch, methods[0], windows[0], inits[0], settings)     # warm-up
+          f"{args.seeds} seeds, batch {args.batch}, {base}, threads {torch.get_num_threads()}", file=sys.stderr)
+    run_case(model, prompts[:1], 1, args.batch,
+             base.replace(method=methods[0], window=windows[0], init=inits[0]))     # warm-up
     t = time.perf_counter()
-    ar_runs = run_case(model, prompts, args.seeds, args.batch, "ar", 1, "random", settings)
+    ar_runs = run_case(model, prompts, args.seeds, args.batch, base.replace(method="ar", init="random"))
     ar_wall = statistics.fmean(r.wall_time for r in ar_runs)
     rows = []
     for method in methods:
@@ -228,7 +224,8 @@ def benchmark(args: argparse.Namespace, per_prompt: list[dict] | None = None) ->
             continue
         for window in windows:
             for init in inits:
-                runs = run_case(model, prompts, args.seeds, args.batch, method, window, init, settings)
+                runs = run_case(model, prompts, args.seeds, args.batch,
+                                base.replace(method=method, window=window, init=init))
                 rows.append(summarise(method, window, init, runs, ar_wall))
                 per_prompt += prompt_rows(method, window, init, records, args.seeds, runs)
                 print(f"  {method} L={window} {init} done ({time.perf_counter() - t:.1f} s since the start)", file=sys.stderr)

@@ -34,16 +34,14 @@ import torch.nn.functional as F
 
 from scd_core import coupling
 from scd_core.protocols import Session, TokenModel
-from scd_core.sampling import SamplingConfig, processed_probs, validate_sampling
+from scd_core.sampling import SamplingConfig, processed_probs
+from scd_core.settings import INITS, MAX_WINDOW, METHODS, Settings  # noqa: F401 (re-exported)
 from scd_core.trace import Iteration, Run
 
-METHODS = ("ar", "sjd", "scd-mc", "scd-gumbel")
 METHOD_LABELS = {"ar": "AR", "sjd": "SJD", "scd-mc": "SCD maximal coupling",
                  "scd-gumbel": "SCD Gumbel coupling"}
-INITS = ("random", "repeat-above", "repeat-frame")
 INIT_LABELS = {"random": "random (uniform)", "repeat-above": "repeat the token above",
                "repeat-frame": "repeat the previous frame (video)"}
-MAX_WINDOW = 1024
 MAX_SEED = 2**63
 VARIANTS = ("fresh-sample-at-rejection", "old-q-for-kept-drafts", "gumbel-noise-by-slot")
 _STREAMS = ("accept", "residual", "fresh", "init", "refill")   # the uniforms of a pass, per slot
@@ -51,19 +49,39 @@ _STREAMS = ("accept", "residual", "fresh", "init", "refill")   # the uniforms of
 
 @dataclass(frozen=True)
 class Plan:
-    """What is fixed for a run: the method, its window L, the init scheme and the sampling.
+    """What is fixed for a run: its checked `Settings` and the model's grid and vocabulary.
 
     `variant` is a test hook: it names one deliberately biased departure from the exact
     rules (`VARIANTS`), so that the exactness tests can show they catch it. None in use.
     """
-    method: str
-    window: int                      # L: tokens fed per pass (1 for AR)
-    init: str
-    sampling: SamplingConfig
-    cfg_scale: float
+    settings: Settings
     grid: tuple[int, ...]
     vocab_size: int
     variant: str | None = None
+
+    @classmethod
+    def of(cls, settings: Settings, model: TokenModel) -> "Plan":
+        return cls(settings.check_model(model), tuple(int(s) for s in model.grid), int(model.vocab_size))
+
+    @property
+    def method(self) -> str:
+        return self.settings.method
+
+    @property
+    def window(self) -> int:         # L: tokens fed per pass (1 for AR)
+        return self.settings.feeds
+
+    @property
+    def init(self) -> str:
+        return self.settings.init
+
+    @property
+    def sampling(self) -> SamplingConfig:
+        return self.settings.sampling
+
+    @property
+    def cfg_scale(self) -> float:
+        return self.settings.cfg_scale
 
     @property
     def N(self) -> int:              # tokens in the grid
@@ -284,11 +302,11 @@ def start_rows(first_logits: torch.Tensor, seeds: Sequence[int], plan: Plan) -> 
 
 # ------------------------------------------------------------------------ the public API
 
-def validate(model: TokenModel, prompts: Sequence[str], method: str, window: int, init: str,
-             seed: int | Sequence[int], temperature: float, top_k: int, top_p: float,
-             cfg_scale: float) -> tuple[Plan, list[int]]:
-    """Check every argument (a ValueError names it and what is allowed); return the run's
-    plan and one seed per row: a list as given, or for an int s, s + b for row b."""
+def validate(model: TokenModel, prompts: Sequence[str], settings: Settings,
+             seed: int | Sequence[int] = 0) -> tuple[Plan, list[int]]:
+    """Check the model, the prompts, the settings against the model, and the seeds (a
+    ValueError names the argument and what is allowed); return the run's plan and one seed
+    per row: a list as given, or for an int s, s + b for row b."""
     if not all(hasattr(model, a) for a in ("start", "decode", "grid", "vocab_size")):
         raise ValueError(f"model must follow the TokenModel contract (vocab_size, grid, start, decode), "
                          f"got {type(model).__name__}")
@@ -296,24 +314,19 @@ def validate(model: TokenModel, prompts: Sequence[str], method: str, window: int
         raise ValueError("prompts must be a non-empty list of strings (one per batch row)")
     if not all(isinstance(p, str) for p in prompts):
         raise ValueError("prompts must contain only strings")
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    if isinstance(window, bool) or not isinstance(window, int):
-        raise ValueError(f"window must be an integer, got {window!r}")
-    low = 1 if method == "ar" else 2
-    if not low <= window <= MAX_WINDOW:
-        raise ValueError(f"window must be in [{low}, {MAX_WINDOW}] for method {method!r}, got {window}")
-    if init not in INITS:
-        raise ValueError(f"init must be one of {', '.join(INITS)}, got {init!r}")
-    if init == "repeat-frame" and len(model.grid) != 3:
-        raise ValueError(f"init 'repeat-frame' needs a video grid (T, H, W); this model's grid is {tuple(model.grid)}")
+    if not isinstance(settings, Settings):
+        raise ValueError(f"settings must be a scd_core.Settings, got {type(settings).__name__}")
     seeds = validate_seeds(seed, len(prompts))
-    if isinstance(cfg_scale, bool) or not isinstance(cfg_scale, (int, float)) or not 0 <= cfg_scale <= 100:
-        raise ValueError(f"cfg_scale must be a number in [0, 100], got {cfg_scale!r}")
-    sampling = validate_sampling(temperature, top_k, top_p)
-    plan = Plan(method, window if method != "ar" else 1, init, sampling, float(cfg_scale),
-                tuple(int(s) for s in model.grid), int(model.vocab_size))
-    return plan, seeds
+    return Plan.of(settings, model), seeds
+
+
+def settings_of(settings: Settings | None = None, **given) -> Settings:
+    """`settings` (the library's defaults if None) with the keywords given (not None) in place."""
+    base = Settings() if settings is None else settings
+    if not isinstance(base, Settings):
+        raise ValueError(f"settings must be a scd_core.Settings, got {type(base).__name__}")
+    changes = {k: v for k, v in given.items() if v is not None}
+    return base.replace(**changes) if changes else base
 
 
 def validate_seeds(seed: int | Sequence[int], rows: int) -> list[int]:
@@ -331,21 +344,27 @@ def validate_seeds(seed: int | Sequence[int], rows: int) -> list[int]:
     return [seed + b for b in range(rows)]
 
 
-def generate(model: TokenModel, prompts: Sequence[str], method: str = "scd-mc", window: int = 16,
-             seed: int | Sequence[int] = 0, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-             cfg_scale: float = 1.0, init: str = "random") -> Run:
-    """Decode one grid of tokens per prompt; returns a Run with tokens, NFE, images, trace."""
+def generate(model: TokenModel, prompts: Sequence[str], method: str | None = None, window: int | None = None,
+             seed: int | Sequence[int] = 0, temperature: float | None = None, top_k: int | None = None,
+             top_p: float | None = None, cfg_scale: float | None = None, init: str | None = None,
+             settings: Settings | None = None) -> Run:
+    """Decode one grid of tokens per prompt; returns a Run with tokens, NFE, images, trace.
+    The keywords left out take their value from `settings` (by default `Settings()`:
+    scd-mc, window 16, random init, temperature 1, no top-k/top-p, no guidance)."""
     records = list(stream(model, prompts, method=method, window=window, seed=seed, temperature=temperature,
-                          top_k=top_k, top_p=top_p, cfg_scale=cfg_scale, init=init))
+                          top_k=top_k, top_p=top_p, cfg_scale=cfg_scale, init=init, settings=settings))
     return Run.from_iterations(records, decode=model.decode)
 
 
-def stream(model: TokenModel, prompts: Sequence[str], method: str = "scd-mc", window: int = 16,
-           seed: int | Sequence[int] = 0, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-           cfg_scale: float = 1.0, init: str = "random") -> Iterator[Iteration]:
+def stream(model: TokenModel, prompts: Sequence[str], method: str | None = None, window: int | None = None,
+           seed: int | Sequence[int] = 0, temperature: float | None = None, top_k: int | None = None,
+           top_p: float | None = None, cfg_scale: float | None = None, init: str | None = None,
+           settings: Settings | None = None) -> Iterator[Iteration]:
     """Yield one `Iteration` record per forward pass (index 0 is the prefill). The arguments
-    are checked before the first record is asked for."""
-    plan, seeds = validate(model, prompts, method, window, init, seed, temperature, top_k, top_p, cfg_scale)
+    are checked before the first record is asked for (keywords as in `generate`)."""
+    settings = settings_of(settings, method=method, window=window, init=init, temperature=temperature,
+                           top_k=top_k, top_p=top_p, cfg_scale=cfg_scale)
+    plan, seeds = validate(model, prompts, settings, seed)
     return decode(model, list(prompts), seeds, plan)
 
 

@@ -24,7 +24,8 @@ from scd_core.decoding import METHODS, validate
 from scd_core.models import REGISTRY
 from scd_core.models.status import MAX_GPU_SECONDS, MIN_GPU_SECONDS, gpu_seconds, model_status
 from scd_core.protocols import optional
-from scd_core.race import Settings
+from scd_core.race import Race
+from scd_core.settings import Settings
 from scd_core.serve import Request, Server
 from scd_core.trace import Iteration
 
@@ -164,7 +165,12 @@ class Models:
     def defaults(self, name: str) -> tuple[dict, dict, bool]:
         """The page's defaults for the model, its sampling defaults, and whether it can run here."""
         ok = unavailable(name, self.loaded(name) is not None) is None
-        return page_defaults(name), sampling_defaults(name, self.at_hand(name) if ok else None), ok
+        model = self.at_hand(name) if ok else None
+        page, own = page_defaults(name), optional(model, "default_settings") or {}
+        if own:                                # the model's own window and init, as the library reads them
+            s = Settings.for_model(model)
+            page.update({k: getattr(s, k) for k in ("window", "init") if k in own})
+        return page, sampling_defaults(name, model), ok
 
     def examples(self, name: str) -> list[str]:
         """Up to 8 prompts the model draws recognisably (an embedded model loads to say)."""
@@ -238,13 +244,14 @@ def check_model(name, loaded: bool = False) -> str:
 
 
 def settings(model, prompt: str, method: str, window, init, temperature, top_k, top_p, cfg_scale,
-             seed) -> Settings:
-    """Widget values -> Settings, checked by the library (its ValueError names the argument).
-    `model` is the loaded model or, before loading, anything with `grid` and `vocab_size`."""
-    plan, seeds = validate(model, [prompt], method, as_int(window), init, as_int(seed),
-                           as_float(temperature), as_int(top_k), as_float(top_p), as_float(cfg_scale))
-    return Settings(prompt, int(as_int(window)), init, plan.sampling.temperature, plan.sampling.top_k,
-                    plan.sampling.top_p, plan.cfg_scale, seeds[0])
+             seed) -> Race:
+    """Widget values -> the run's prompt, Settings and seed, checked by the library (its
+    ValueError names the argument). `model` is the loaded model or, before loading, anything
+    with `grid` and `vocab_size`."""
+    s = Settings(method=method, window=as_int(window), init=init, temperature=as_float(temperature),
+                 top_k=as_int(top_k), top_p=as_float(top_p), cfg_scale=as_float(cfg_scale))
+    _, seeds = validate(model, [prompt], s, as_int(seed))
+    return Race(prompt, s, seeds[0])
 
 
 @dataclass(frozen=True)
@@ -305,7 +312,7 @@ class Servers:
 
     def submit(self, model, settings: Settings, method: str) -> Request:
         """One row on the model's server; a ValueError names a bad argument at once."""
-        return self.get(model).submit(settings.prompt, **settings.engine_kwargs(method))
+        return self.get(model).submit(settings.prompt, settings.seed, settings.of(method))
 
     def keep(self, models: Iterable) -> None:
         """Close the servers of every model not in `models` (in the background: a server

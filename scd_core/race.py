@@ -25,6 +25,7 @@ import scd_core
 from scd_core import trace
 from scd_core.models import REGISTRY
 from scd_core.sampling import SamplingConfig, processed_probs
+from scd_core.settings import Settings
 from scd_core.trace import Iteration
 
 METHOD_ORDER = ("ar", "sjd", "scd-mc", "scd-gumbel")
@@ -33,25 +34,19 @@ T_975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31
 
 
 @dataclass(frozen=True)
-class Settings:
-    """What every method of a race shares: the prompt, the sampling and the first seed."""
+class Race:
+    """What every method of a race shares: the prompt, the decoding settings (each method
+    runs them with its own `method`) and the first seed (sample k uses seed + k)."""
 
     prompt: str
-    window: int = 16
-    init: str = "random"
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    cfg_scale: float = 1.0
+    settings: Settings = Settings()
     seed: int = 0
 
-    def engine_kwargs(self, method: str) -> dict:
-        return dict(method=method, window=self.window, init=self.init, seed=self.seed,
-                    temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
-                    cfg_scale=self.cfg_scale)
+    def of(self, method: str) -> Settings:
+        return self.settings.replace(method=method)
 
-    def greedy(self) -> "Settings":
-        return replace(self, temperature=0.0)
+    def greedy(self) -> "Race":
+        return replace(self, settings=self.settings.replace(temperature=0.0))
 
 
 # ------------------------------------------------------------------- per-sample metrics
@@ -182,7 +177,7 @@ class MethodSummary:
     same_as_ar: bool | None           # greedy: every row's tokens equal AR's (None otherwise)
 
 
-def decode(model, settings: Settings, method: str, samples: int,
+def decode(model, race: Race, method: str, samples: int,
            stop: Callable[[], bool] | None = None,
            device: ContextManager | None = None) -> Iterator[MethodRun]:
     """Decode `samples` rows of one method, yielding the growing MethodRun after every pass.
@@ -195,9 +190,9 @@ def decode(model, settings: Settings, method: str, samples: int,
     When `stop()` turns true the run ends after the current pass, marked `stopped`.
     """
     run = MethodRun(method, num_tokens=math.prod(int(g) for g in model.grid))
-    prompts = [settings.prompt] * samples
+    prompts = [race.prompt] * samples
     with device or contextlib.nullcontext():
-        for it in scd_core.stream(model, prompts, **settings.engine_kwargs(method)):
+        for it in scd_core.stream(model, prompts, seed=race.seed, settings=race.of(method)):
             run.records.append(it)
             run.stopped = stop is not None and not run.done and stop()
             yield run
@@ -235,10 +230,11 @@ def lockstep(runs: dict[str, MethodRun]) -> int:
     return max((r.nfe for r in runs.values()), default=0)
 
 
-def bench_command(model_name: str, settings: Settings, samples: int) -> str:
+def bench_command(model_name: str, race: Race, samples: int) -> str:
     """The benchmark command whose per-sample figures match a race's (seeds 0..K-1 when the
     race's seed is 0: the bench numbers its seeds from 0)."""
-    prompt = settings.prompt.replace("'", "'\\''")
+    settings = race.settings
+    prompt = race.prompt.replace("'", "'\\''")
     return (f"printf '%s\\n' '{prompt}' > prompt.txt && python -m scd_core.bench --model {model_name} "
             f"--prompts prompt.txt --seeds {samples} --windows {settings.window} --inits {settings.init} "
             f"--temperature {settings.temperature:g} --top-k {settings.top_k} --top-p {settings.top_p:g} "
@@ -262,7 +258,7 @@ class Sensitivity:
     sites: int
 
 
-def context_sensitivity(model, settings: Settings, sites: int = 12,
+def context_sensitivity(model, race: Race, sites: int = 12,
                         sample: torch.LongTensor | None = None) -> Sensitivity:
     """Redraw the token at `sites` positions of a sample (`sample` [N], else an AR decode of
     the prompt) and measure TV(p, p') at the following window - 1 positions; each redrawn
@@ -270,16 +266,17 @@ def context_sensitivity(model, settings: Settings, sites: int = 12,
 
     Costs two forward passes over the whole grid (one row, then `sites` rows).
     """
+    settings = race.settings
     sampling = SamplingConfig(settings.temperature or 1.0, settings.top_k, settings.top_p)
     x = sample if sample is not None else \
-        scd_core.generate(model, [settings.prompt], **settings.engine_kwargs("ar")).tokens[0]
+        scd_core.generate(model, [race.prompt], seed=race.seed, settings=race.of("ar")).tokens[0]
     N = x.shape[0]
     reach = max(2, min(settings.window - 1, N - 2))
     js = torch.linspace(1, N - 2, sites).round().long().unique()
-    g = torch.Generator().manual_seed(settings.seed)
+    g = torch.Generator().manual_seed(race.seed)
     with torch.inference_mode():
         start = torch.zeros(1, dtype=torch.long)
-        logits = model.start([settings.prompt], settings.cfg_scale).step(x[:-1].unsqueeze(0), start)
+        logits = model.start([race.prompt], settings.cfg_scale).step(x[:-1].unsqueeze(0), start)
         p = processed_probs(logits.float().cpu(), sampling)[0]                 # [N-1, V]: p of 1..N-1
         rows = []
         for j in js.tolist():
@@ -290,7 +287,7 @@ def context_sensitivity(model, settings: Settings, sites: int = 12,
                 y[j] = int(torch.multinomial(other / other.sum(), 1, generator=g))
             rows.append(y)
         batch = torch.stack(rows).to(x.device)
-        changed = model.start([settings.prompt] * len(rows), settings.cfg_scale).step(
+        changed = model.start([race.prompt] * len(rows), settings.cfg_scale).step(
             batch[:, :-1], torch.zeros(len(rows), dtype=torch.long, device=x.device))
         q = processed_probs(changed.float().cpu(), sampling)                  # [S, N-1, V]
     nxt, further = [], []
@@ -306,13 +303,13 @@ def context_sensitivity(model, settings: Settings, sites: int = 12,
                        statistics.fmean(further) if further else 0.0, collision, len(rows))
 
 
-def gap_probe(model, name: str, settings: Settings, runs: dict) -> Sensitivity | None:
+def gap_probe(model, name: str, race: Race, runs: dict) -> Sensitivity | None:
     """`context_sensitivity` on a race's first AR sample, for the embedded models; None for a
     model with downloaded weights, where two more passes over the grid would keep the visitor
     waiting."""
     if REGISTRY[name].needs_weights:
         return None
-    return context_sensitivity(model, settings, sample=runs["ar"].tokens()[0])
+    return context_sensitivity(model, race, sample=runs["ar"].tokens()[0])
 
 
 def explain_gap(summary: Sequence[MethodSummary], probe: Sensitivity | None) -> str:

@@ -913,14 +913,14 @@ class RacePanels:
         return out
 
 
-def race_report(name: str, settings, runs: dict, samples: int, device: str, probe=None) -> tuple:
+def race_report(name: str, race, runs: dict, samples: int, device: str, probe=None) -> tuple:
     """A finished race as shown: its table (HTML), why SCD's lead over SJD is what it is (with
     `probe`, `race.gap_probe`'s measure of how far p moves), how it was run with the benchmark
     command that gives the same figures, and its three charts."""
-    greedy = settings.temperature == 0 or settings.top_k == 1
+    greedy = race.settings.greedy
     table = summarise(runs, greedy)
     return (race_table_html(table, greedy), explain_gap(table, probe),
-            race_note(samples, settings.seed, greedy, device, bench_command(name, settings, samples)),
+            race_note(samples, race.seed, greedy, device, bench_command(name, race, samples)),
             race_figures(runs, samples))
 
 

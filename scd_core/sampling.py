@@ -24,11 +24,11 @@ class SamplingConfig:
 
 def validate_sampling(temperature: float, top_k: int, top_p: float) -> SamplingConfig:
     """Check the sampling arguments; a ValueError names the argument and its range."""
-    if not isinstance(temperature, (int, float)) or not temperature >= 0 or temperature == float("inf"):
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0 or temperature == float("inf"):
         raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
         raise ValueError(f"top_k must be an integer >= 0 (0 disables top-k), got {top_k!r}")
-    if not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1] (1 disables top-p), got {top_p!r}")
     return SamplingConfig(float(temperature), int(top_k), float(top_p))
 

@@ -25,13 +25,13 @@ import statistics
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import torch
 
-from scd_core.decoding import Plan, State, TimedSession, decode_pass, resize, start_rows, validate
+from scd_core.decoding import Plan, State, TimedSession, decode_pass, resize, settings_of, start_rows, validate
 from scd_core.protocols import can_resize, optional, row_decoder
+from scd_core.settings import Settings
 from scd_core.trace import Iteration, Run
 
 _END = object()
@@ -139,7 +139,8 @@ class Policy:
 
 def _plan_with_window(plan: Plan, window: int) -> Plan:
     """The group's plan at another window; window 1 is plain AR (the same law)."""
-    return dataclasses.replace(plan, window=window, method=plan.method if window > 1 else "ar")
+    return dataclasses.replace(plan, settings=plan.settings.replace(
+        window=window, method=plan.method if window > 1 else "ar"))
 
 
 class Scheduler:
@@ -147,13 +148,13 @@ class Scheduler:
     module docstring). `submit` may be called from any thread; `step` runs one pass boundary
     and is called by one thread (a `Server`'s worker, or a loop of the caller's)."""
 
-    def __init__(self, model, method: str = "scd-mc", window: int = 16, init: str = "random",
-                 temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, cfg_scale: float = 1.0,
-                 max_batch: int = 32, policy: Policy | None = None) -> None:
+    def __init__(self, model, settings: Settings | None = None, *, max_batch: int = 32,
+                 policy: Policy | None = None, **keywords) -> None:
+        """`settings`, or the keywords of `generate` (method, window, ...) on top of them."""
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
         self.model, self.max_batch, self.policy = model, max_batch, policy
-        self.plan, _ = validate(model, [""], method, window, init, 0, temperature, top_k, top_p, cfg_scale)
+        self.plan, _ = validate(model, [""], settings_of(settings, **keywords))
         self._waiting: list[Request] = []
         self._lock = threading.Lock()
         self.session: TimedSession | None = None
@@ -163,9 +164,7 @@ class Scheduler:
 
     def submit(self, prompt: str, seed: int = 0) -> Request:
         """Queue a prompt; a ValueError names a bad argument at once."""
-        validate(self.model, [prompt], self.plan.method, self.plan.window, self.plan.init, seed,
-                 self.plan.sampling.temperature, self.plan.sampling.top_k, self.plan.sampling.top_p,
-                 self.plan.cfg_scale)
+        validate(self.model, [prompt], self.plan.settings, seed)
         request = Request(prompt, seed)
         with self._lock:
             self._waiting.append(request)
@@ -286,18 +285,6 @@ class Scheduler:
         self.rows = []
 
 
-@dataclass(frozen=True)
-class Group:
-    """The settings requests must share to share forward passes."""
-    method: str
-    window: int
-    init: str
-    temperature: float
-    top_k: int
-    top_p: float
-    cfg_scale: float
-
-
 class Server:
     """Schedulers of one model, one per settings group, run by one worker thread that takes
     one pass of each busy group in turn. Requests with the same settings share passes.
@@ -309,20 +296,20 @@ class Server:
                  device_lock: threading.Lock | None = None) -> None:
         self.model, self.max_batch, self.policy = model, max_batch, policy
         self.device_lock = device_lock or threading.Lock()
-        self.schedulers: dict[Group, Scheduler] = {}
+        self.schedulers: dict[Settings, Scheduler] = {}
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
 
-    def submit(self, prompt: str, seed: int = 0, method: str = "scd-mc", window: int = 16, init: str = "random",
-               temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, cfg_scale: float = 1.0) -> Request:
-        """Queue a prompt with its settings; a ValueError names a bad argument at once."""
-        group = Group(method, window, init, temperature, top_k, top_p, cfg_scale)
+    def submit(self, prompt: str, seed: int = 0, settings: Settings | None = None, **keywords) -> Request:
+        """Queue a prompt with its settings (`settings`, or the keywords of `generate` on top
+        of them); a ValueError names a bad argument at once. Requests whose settings are
+        equal share passes."""
+        group = settings_of(settings, **keywords)
         with self._wake:
             scheduler = self.schedulers.get(group)
             if scheduler is None:
-                scheduler = Scheduler(self.model, **dataclasses.asdict(group), max_batch=self.max_batch,
-                                      policy=self.policy)
+                scheduler = Scheduler(self.model, group, max_batch=self.max_batch, policy=self.policy)
                 self.schedulers[group] = scheduler
             request = scheduler.submit(prompt, seed)
             if self._thread is None or not self._thread.is_alive():
@@ -426,8 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     from scd_core.models import load_model
 
     model = load_model(args.model)
-    settings = {k: v for k, v in optional(model, "default_settings", {}).items()
-                if k in ("temperature", "top_k", "top_p", "cfg_scale")}
+    base = Settings.for_model(model, window=args.window, init=args.init)
+    settings = {k: getattr(base, k) for k in ("temperature", "top_k", "top_p", "cfg_scale")}
     prompts = list(optional(model, "example_prompts") or ["a red apple"])
     print(f"# {args.model}: window {args.window}, init {args.init}, {settings}, threads {torch.get_num_threads()}, "
           f"{args.requests} requests per row", file=sys.stderr)
@@ -440,8 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         group = dict(method=method, window=window, init=args.init, **settings)
         policy = None
         if args.policy and method != "ar":
-            plan, _ = validate(model, [""], method, window, args.init, 0, settings.get("temperature", 1.0),
-                               settings.get("top_k", 0), settings.get("top_p", 1.0), settings.get("cfg_scale", 1.0))
+            plan, _ = validate(model, [""], base.replace(method=method, window=window))
             policy = Policy.measure(model, plan, windows=sorted({1, 4, 8, window}))
         for visitors in (int(v) for v in args.visitors.split(",")):
             server = Server(model, policy=policy)
@@ -463,8 +449,7 @@ def _print_burst(model, prompts: list[str], settings: dict, args: argparse.Names
         group = dict(method=method, window=window, init=args.init, **settings)
         policies = {"fixed": None}
         if args.policy and method != "ar":
-            plan, _ = validate(model, [""], method, window, args.init, 0, settings.get("temperature", 1.0),
-                               settings.get("top_k", 0), settings.get("top_p", 1.0), settings.get("cfg_scale", 1.0))
+            plan, _ = validate(model, [""], base.replace(method=method, window=window))
             policies["measured"] = Policy.measure(model, plan, windows=sorted({1, 4, 8, window}))
         for name, policy in policies.items():
             times = burst(model, batch, group, policy)

@@ -92,7 +92,7 @@ def test_wide_window_covers_the_whole_grid(toy):
 def test_rows_that_join_a_running_batch_sample_the_exact_joint(toy, method):
     """Three cohorts of 8,000 rows join one running batch at passes 0, 1 and 2 (the way
     `scd_core.serve` admits requests); each cohort's rows sample their prompt's AR law."""
-    plan, _ = decoding.validate(toy, ["x"], method, 3, "random", 0, 1.0, 0, 1.0, 2.0)
+    plan, _ = decoding.validate(toy, ["x"], scd_core.Settings(method, 3, cfg_scale=2.0), 0)
     cohort = [PROMPTS[i % 2] for i in range(8_000)]
     session = toy.start(cohort, plan.cfg_scale)
     state, _ = decoding.start_rows(session.first_logits, range(8_000), plan)
@@ -113,14 +113,14 @@ def test_rows_that_join_a_running_batch_sample_the_exact_joint(toy, method):
 def test_a_window_that_changes_between_passes_keeps_the_law(toy, method):
     """A serving policy may change the batch's window at any pass boundary (1: plain AR);
     with `resize` the rows still sample the exact joint."""
-    plan, _ = decoding.validate(toy, ["x"], method, 3, "random", 0, 1.0, 0, 1.0, 2.0)
+    plan, _ = decoding.validate(toy, ["x"], scd_core.Settings(method, 3, cfg_scale=2.0), 0)
     prompts = [PROMPTS[i % 2] for i in range(24_000)]
     session = toy.start(prompts, plan.cfg_scale)
     state, _ = decoding.start_rows(session.first_logits, range(24_000), plan)
     for window in itertools.cycle((2, 1, 4, 3)):
         if bool((state.n >= plan.N).all()):
             break
-        now = dataclasses.replace(plan, window=window, method=method if window > 1 else "ar")
+        now = dataclasses.replace(plan, settings=plan.settings.replace(window=window, method=method if window > 1 else "ar"))
         state, _ = decoding.decode_pass(session, decoding.resize(state, now), now)
     for p in joint_pvalues(toy, state.tokens, prompts, 2.0, {}):
         assert p > ALPHA, f"{method} with a changing window: chi-square p = {p:.3g}"
@@ -132,7 +132,7 @@ def test_a_window_that_changes_between_passes_keeps_the_law(toy, method):
 
 def _biased_pvalue(toy, method: str, variant: str) -> float:
     prompts = [PROMPTS[0]] * 24_000
-    plan, seeds = decoding.validate(toy, prompts, method, 3, "random", 4, 1.0, 0, 1.0, 2.0)
+    plan, seeds = decoding.validate(toy, prompts, scd_core.Settings(method, 3, cfg_scale=2.0), 4)
     records = list(decoding.decode(toy, prompts, seeds, dataclasses.replace(plan, variant=variant)))
     (p,) = joint_pvalues(toy, records[-1].tokens_after, prompts, 2.0, {})
     return p

@@ -9,7 +9,7 @@ import pytest
 
 import scd_core
 from scd_core import page
-from scd_core.race import Settings
+from scd_core.race import Race
 
 
 def test_widget_numbers_become_ints_only_when_whole():
@@ -21,7 +21,7 @@ def test_widget_numbers_become_ints_only_when_whole():
 def test_settings_are_checked_by_the_library_which_names_the_argument():
     shape = page.shape_of("texture")
     s = page.settings(shape, "ocean waves", "scd-mc", 16.0, "random", 1, 0.0, 1, 1, 4.0)
-    assert (s.window, s.top_k, s.seed, s.temperature) == (16, 0, 4, 1.0)
+    assert (s.settings.window, s.settings.top_k, s.seed, s.settings.temperature) == (16, 0, 4, 1.0)
     for args, word in [((1.5,), "window"), ((0,), "window")]:
         with pytest.raises(ValueError, match=f"^{word}"):
             page.settings(shape, "x", "sjd", *args, "random", 1, 0, 1, 1, 0)
@@ -101,7 +101,7 @@ def test_one_server_per_model_closed_once_the_model_is_dropped(grid):
     servers = page.Servers(max_batch=4)
     first = servers.get(grid)
     assert servers.get(grid) is first and servers.get(other) is not first
-    row = servers.submit(grid, Settings("a cat", window=4), "sjd")
+    row = servers.submit(grid, Race("a cat", scd_core.Settings(window=4)), "sjd")
     servers.keep([other, None])                    # the cache dropped `grid`
     assert servers.models() == [other]
     assert row.result(timeout=30).tokens.shape == (1, 36)       # what it had, it finishes
@@ -111,7 +111,7 @@ def test_one_server_per_model_closed_once_the_model_is_dropped(grid):
 def test_follow_ends_at_a_stop_even_while_the_device_is_busy(grid):
     servers, flag = page.Servers(), threading.Event()
     with servers.device_lock:                      # a race holds the device: no pass runs
-        row = servers.submit(grid, Settings("a cat", window=4), "sjd")
+        row = servers.submit(grid, Race("a cat", scd_core.Settings(window=4)), "sjd")
         threading.Timer(0.1, flag.set).start()
         t = time.perf_counter()
         assert list(page.follow(row, flag.is_set)) == []
@@ -155,3 +155,16 @@ def test_counts_from_the_environment_are_checked_and_named(monkeypatch):
         monkeypatch.setenv("SCD_SESSIONS", bad)
         with pytest.raises(ValueError, match="SCD_SESSIONS"):
             page.env_count("SCD_SESSIONS", 256)
+
+
+def test_a_loaded_models_own_window_reaches_the_page():
+    """A model's `default_settings` window (Lumina-mGPT's is 64) is the page's starting window."""
+    from scd_core.models.cache import ModelCache
+
+    servers = page.Servers(max_batch=2)
+    models = page.Models(ModelCache(), "cpu", servers)
+    grid = scd_core.load_model("toy-grid")
+    grid.default_settings = {"window": 24, "top_k": 7}
+    models.put("janus-pro-1b", grid)                   # a model with weights, now loaded
+    d, s, ok = models.defaults("janus-pro-1b")
+    assert ok and d["window"] == 24 and s["top_k"] == 7

@@ -25,7 +25,7 @@ def decoded(model, settings, method, k):
 
 
 def test_a_single_sample_has_the_runs_own_metrics(toy_grid):
-    settings = race.Settings("fox", window=8, seed=3)
+    settings = race.Race("fox", scd_core.Settings(window=8), seed=3)
     run = decoded(toy_grid, settings, "sjd", 1)
     whole = Run.from_iterations(run.records)
     sample = run.samples()[0]
@@ -37,7 +37,7 @@ def test_a_single_sample_has_the_runs_own_metrics(toy_grid):
 
 
 def test_each_row_of_a_batch_counts_its_own_passes(toy_grid):
-    run = decoded(toy_grid, race.Settings("fox", window=8), "scd-mc", 4)
+    run = decoded(toy_grid, race.Race("fox", scd_core.Settings(window=8)), "scd-mc", 4)
     nfe = [s.nfe for s in run.samples()]
     assert nfe == Run.from_iterations(run.records).row_nfe.tolist()
     assert max(nfe) == run.nfe and run.done
@@ -48,7 +48,7 @@ def test_each_row_of_a_batch_counts_its_own_passes(toy_grid):
 
 
 def test_histogram_is_a_share_of_passes_that_sums_to_one(toy_grid):
-    run = decoded(toy_grid, race.Settings("fox", window=8), "sjd", 3)
+    run = decoded(toy_grid, race.Race("fox", scd_core.Settings(window=8)), "sjd", 3)
     hist = run.histogram()
     assert sum(hist) == pytest.approx(1.0) and len(hist) <= 8
     passes = sum(s.nfe - 1 for s in run.samples())     # prefill excluded
@@ -65,7 +65,7 @@ def test_spread_gives_mean_range_and_a_95_percent_interval():
 
 
 def test_greedy_race_rows_all_equal_ar(toy_grid):
-    settings = race.Settings("fox", window=8, temperature=0.0)
+    settings = race.Race("fox", scd_core.Settings(window=8, temperature=0.0))
     runs = {m: decoded(toy_grid, settings, m, 2) for m in race.METHOD_ORDER}
     table = race.summarise(runs, greedy=True)
     assert [s.method for s in table] == list(race.METHOD_ORDER)
@@ -75,7 +75,7 @@ def test_greedy_race_rows_all_equal_ar(toy_grid):
 
 
 def test_sampling_race_gives_spread_and_no_losslessness_claim(texture):
-    settings = race.Settings("ocean waves")
+    settings = race.Race("ocean waves")
     runs = {m: decoded(texture, settings, m, 3) for m in ("ar", "sjd", "scd-mc")}
     table = race.summarise(runs, greedy=False)
     assert all(s.same_as_ar is None for s in table)
@@ -91,13 +91,13 @@ def test_stop_ends_a_method_after_the_current_pass(toy_grid):
         calls.append(1)
         return len(calls) >= 3
 
-    runs = list(race.decode(toy_grid, race.Settings("fox", window=8), "ar", 2, stop))
+    runs = list(race.decode(toy_grid, race.Race("fox", scd_core.Settings(window=8)), "ar", 2, stop))
     assert runs[-1].stopped and runs[-1].nfe == 3 and not runs[-1].done
     assert race.summarise({"ar": runs[-1]}, greedy=False)[0].latency_speedup is None
 
 
 def test_replay_reads_each_method_at_an_nfe(toy_grid):
-    run = decoded(toy_grid, race.Settings("fox", window=8), "sjd", 2)
+    run = decoded(toy_grid, race.Race("fox", scd_core.Settings(window=8)), "sjd", 2)
     assert run.at(1).index == 0 and run.at(3).index == 2
     assert run.at(10_000) is run.records[-1]
     assert race.lockstep({"sjd": run}) == run.nfe
@@ -108,10 +108,9 @@ def test_per_sample_figures_are_the_benchmarks_for_the_same_settings(toy_grid):
     per-sample figures are the bench's per-run figures, value for value."""
     from scd_core import bench
 
-    settings = race.Settings("fox", window=8, seed=0)
+    settings = race.Race("fox", scd_core.Settings(window=8), seed=0)
     run = decoded(toy_grid, settings, "scd-mc", 3)
-    runs = bench.run_case(toy_grid, ["fox"], 3, 1, "scd-mc", 8, "random",
-                          dict(top_k=0, top_p=1.0, temperature=1.0, cfg_scale=1.0))
+    runs = bench.run_case(toy_grid, ["fox"], 3, 1, scd_core.Settings("scd-mc", 8))
     for sample, metrics in zip(run.samples(), runs):
         assert (sample.nfe, sample.step_compression) == (metrics.nfe, metrics.step_compression)
         assert (sample.acceptance_rate, sample.mean_accepted_length, sample.draft_stability) == \
@@ -121,24 +120,24 @@ def test_per_sample_figures_are_the_benchmarks_for_the_same_settings(toy_grid):
 
 
 def test_a_races_first_sample_is_a_single_generate_with_its_seed(texture):
-    run = decoded(texture, race.Settings("sunset rings", seed=5), "sjd", 3)
+    run = decoded(texture, race.Race("sunset rings", seed=5), "sjd", 3)
     alone = scd_core.generate(texture, ["sunset rings"], method="sjd", window=16, seed=5)
     assert torch.equal(run.tokens()[0], alone.tokens[0]) and run.samples()[0].nfe == alone.nfe
 
 
 def test_probe_sees_that_texture_p_depends_on_neighbours_only(texture):
-    probe = race.context_sensitivity(texture, race.Settings("ocean waves"))
+    probe = race.context_sensitivity(texture, race.Race("ocean waves"))
     assert probe.tv_next > 0.2 and probe.tv_further == 0.0 and 0 < probe.collision < 1
 
 
 def test_probe_sees_the_transformer_move_p_further_along():
     tiny = scd_core.load_model("tiny")
-    probe = race.context_sensitivity(tiny, race.Settings("red apple", top_k=100, cfg_scale=3.0))
+    probe = race.context_sensitivity(tiny, race.Race("red apple", scd_core.Settings(top_k=100, cfg_scale=3.0)))
     assert probe.tv_further > 0.02
 
 
 def test_explanation_quotes_only_measured_figures(texture):
-    settings = race.Settings("ocean waves")
+    settings = race.Race("ocean waves")
     runs = {m: decoded(texture, settings, m, 2) for m in ("sjd", "scd-mc")}
     table = race.summarise(runs, greedy=False)
     probe = race.context_sensitivity(texture, settings)
@@ -150,7 +149,7 @@ def test_explanation_quotes_only_measured_figures(texture):
 
 
 def test_batch_rows_see_the_same_prompt(texture):
-    run = decoded(texture, race.Settings("lava rings", window=16), "scd-mc", 2)
+    run = decoded(texture, race.Race("lava rings", scd_core.Settings(window=16)), "scd-mc", 2)
     tokens = run.tokens()
     assert tokens.shape == (2, 576) and not torch.equal(tokens[0], tokens[1])
     palette = tokens // texture.shades
@@ -158,7 +157,7 @@ def test_batch_rows_see_the_same_prompt(texture):
 
 
 def test_the_gap_is_probed_on_the_races_ar_sample_and_only_for_embedded_models(texture):
-    settings = race.Settings("ocean waves")
+    settings = race.Race("ocean waves")
     runs = {"ar": decoded(texture, settings, "ar", 1)}
     assert race.gap_probe(texture, "texture", settings, runs) == \
         race.context_sensitivity(texture, settings, sample=runs["ar"].tokens()[0])

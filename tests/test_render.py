@@ -167,7 +167,7 @@ def all_figures(toy_grid, sjd_iterations):
     stats = R.TraceStats(tuple(toy_grid.grid))
     for it in sjd_iterations:
         stats.add(it)
-    settings = race.Settings("fox", window=8)
+    settings = race.Race("fox", scd_core.Settings(window=8))
     runs = {m: list(race.decode(toy_grid, settings, m, 2))[-1] for m in ("ar", "sjd", "scd-mc")}
     return stats, [
         R.committed_vs_nfe_figure({"sjd": (stats.nfe, stats.committed)}, stats.num_tokens, "sjd"),

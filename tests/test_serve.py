@@ -173,7 +173,7 @@ def test_a_policy_that_changes_the_window_keeps_every_row_complete_and_exact(gri
 
 
 def test_policy_measure_times_every_batch_and_window(grid):
-    plan, _ = scd_core.validate(grid, [""], "scd-mc", 4, "random", 0, 1.0, 30, 1.0, 1.0)
+    plan, _ = scd_core.validate(grid, [""], scd_core.Settings("scd-mc", 4, top_k=30))
     assert isinstance(plan, Plan)
     policy = Policy.measure(grid, plan, batches=(1, 4), windows=(1, 4), samples=2, repeats=1)
     assert set(policy.seconds) == {(1, 1), (1, 4), (4, 1), (4, 4)}

@@ -88,7 +88,7 @@ def test_scd_needs_about_half_of_sjds_passes():
     for method in ("sjd", "scd-mc", "scd-gumbel"):
         counts = []
         for prompt in ("ocean waves", "lava marble"):
-            run = list(race.decode(model, race.Settings(prompt, window=16), method, 4))[-1]
+            run = list(race.decode(model, race.Race(prompt, scd_core.Settings(window=16)), method, 4))[-1]
             counts += [s.nfe for s in run.samples()]
         nfe[method] = sum(counts) / len(counts)
     assert nfe["sjd"] / nfe["scd-mc"] > 1.6 and nfe["sjd"] / nfe["scd-gumbel"] > 1.6
