@@ -2,8 +2,8 @@
 form pass by pass, race AR, SJD and SCD over several samples. `demo` is the Blocks app (the
 Hugging Face Space entry point); `python app.py` serves it locally. This file is the page:
 Generate decodes as a row of `scd_core.serve` (one server per model, visitors share its
-passes), the race is `scd_core.race`, pictures and charts `scd_core.render`, models, servers,
-checks, stop stamps and pacing `scd_core.page` (docs/app.md)."""
+passes), the race is `scd_core.race`, pictures and charts `demo.render`, models, servers,
+checks, stop stamps and pacing `demo.page` (docs/app.md)."""
 from __future__ import annotations
 
 import functools
@@ -14,12 +14,12 @@ import gradio as gr
 import torch
 
 import scd_core
-from scd_core import page, race
-from scd_core import render as R
-from scd_core.clips import example_clips
+from scd_core import race
 from scd_core.models import cache
 
-from demo import uploads
+from demo import labels, page, uploads
+from demo import render as R
+from demo.clips import example_clips
 
 try:  # ZeroGPU on Hugging Face Spaces (hold a GPU for duration(*inputs) s); a no-op elsewhere
     import spaces
@@ -59,7 +59,7 @@ THREADS = 2 * SERVERS.max_batch
 STOPS = page.Stops()
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 MODELS = page.Models(cache, DEVICE, SERVERS)   # one large model resident at a time
-LABELS = scd_core.METHOD_LABELS
+LABELS = labels.METHOD_LABELS
 
 
 # ------------------------------------------------------------------------------ checks
@@ -361,7 +361,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                                      label="Method (Generate)", elem_id="method")
                 d0, s0, _ = MODELS.defaults(D0)
                 with gr.Accordion("Settings", open=True):
-                    init_dd = gr.Dropdown([(v, k) for k, v in scd_core.INIT_LABELS.items()], value=d0["init"],
+                    init_dd = gr.Dropdown([(v, k) for k, v in labels.INIT_LABELS.items()], value=d0["init"],
                                           label="Draft init", elem_id="init")
                     with gr.Row():
                         window_nb = number(d0["window"], "Window L", "window", whole=True)

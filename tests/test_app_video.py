@@ -17,7 +17,7 @@ import pytest
 
 import app
 from demo import uploads
-from scd_core.clips import CLIP_FRAMES
+from demo.clips import CLIP_FRAMES
 from scd_core.models.cache import ModelCache
 from scd_core.models import cosmos
 from scd_core.models import cosmos_tokenizer as dv
