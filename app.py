@@ -2,8 +2,8 @@
 form pass by pass, race AR, SJD and SCD over several samples. `demo` is the Blocks app (the
 Hugging Face Space entry point); `python app.py` serves it locally. This file is the page:
 Generate decodes as a row of `scd_core.serve` (one server per model, visitors share its
-passes), the race is `scd_core.race`, pictures and charts `scd_core.render`, models, servers,
-checks, stop stamps and pacing `scd_core.page` (docs/app.md)."""
+passes), the race is `scd_core.race`, pictures and charts `demo.render`, models, servers,
+checks, stop stamps and pacing `demo.page` (docs/app.md)."""
 from __future__ import annotations
 
 import functools
@@ -14,10 +14,12 @@ import gradio as gr
 import torch
 
 import scd_core
-from scd_core import page, race
-from scd_core import render as R
-from scd_core.clips import example_clips
+from scd_core import race
 from scd_core.models import cache
+
+from demo import labels, page, uploads
+from demo import render as R
+from demo.clips import example_clips
 
 try:  # ZeroGPU on Hugging Face Spaces (hold a GPU for duration(*inputs) s); a no-op elsewhere
     import spaces
@@ -57,13 +59,30 @@ THREADS = 2 * SERVERS.max_batch
 STOPS = page.Stops()
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 MODELS = page.Models(cache, DEVICE, SERVERS)   # one large model resident at a time
-LABELS = scd_core.METHOD_LABELS
+LABELS = labels.METHOD_LABELS
 
 
 # ------------------------------------------------------------------------------ checks
 
+def checked_clip(values, at: int = page.INPUTS.index("clip")) -> tuple[list, str | None]:
+    """The decoding inputs with the clip's path checked before anything opens it (an upload
+    of this page or an example clip, `demo.uploads`; on every model, even those that ignore
+    it), and the refusal message; a refused clip is replaced by None."""
+    values = list(values)
+    if not -len(values) <= at < len(values):          # a caller without the clip inputs
+        return values, None
+    try:
+        values[at] = uploads.clip_file(values[at], example_clips())
+        return values, None
+    except ValueError as exc:
+        values[at] = None
+        return values, str(exc)
+
+
 def problems(name, *values) -> dict[str, str]:
-    return page.problems(MODELS.loaded(name), name, *values)
+    values, refused = checked_clip((name, *values))
+    found = page.problems(MODELS.loaded(name), *values) | ({"clip": refused} if refused else {})
+    return {k: uploads.without_paths(v) for k, v in found.items()}
 
 
 def validator(*values):
@@ -83,7 +102,10 @@ def input_message(*values) -> str:
 
 def prepare(name, method, *values):
     """The loaded model and checked Settings; ValueError with the message otherwise."""
-    return page.prepare(name, method, *values, load=MODELS.get, loaded=MODELS.loaded(name) is not None)
+    values, refused = checked_clip((name, method, *values), at=-2)   # ..., clip, clip_text
+    if refused:
+        raise ValueError(refused)
+    return page.prepare(*values, load=MODELS.get, loaded=MODELS.loaded(name) is not None)
 
 
 def session_key(request: gr.Request | None) -> str:
@@ -148,7 +170,7 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
                 blank = {}                                # charts come when due, and with the first picture
     except ValueError as exc:
         log.info("refused: %s", exc)
-        yield {status: f"**Not started:** {exc}"}
+        yield {status: f"**Not started:** {uploads.without_paths(exc)}"}
         return
     if not stats.records:
         yield {status: page.STOPPED_EARLY}
@@ -209,7 +231,7 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
                 return
     except ValueError as exc:
         log.info("refused: %s", exc)
-        yield {race_status: f"**Not started:** {exc}"}
+        yield {race_status: f"**Not started:** {uploads.without_paths(exc)}"}
         return
     plot_due, tick, last = page.Pacer(page.PLOT_EVERY, wait_first=True), 0, race.lockstep(runs)
     for tick in page.replay_ticks(last, pace, page.IMAGE_EVERY, stopped) if pace else ():
@@ -266,8 +288,8 @@ def forget(request: gr.Request = None):
 
 def load_selected(name: str, progress=gr.Progress()):
     """Load a large model as soon as it is picked, its download shown as progress."""
-    return MODELS.load_note(name, lambda done, total, repo: progress(
-        (done, total) if total else 0.0, desc=f"Downloading {repo}", unit="bytes"))
+    return uploads.without_paths(MODELS.load_note(name, lambda done, total, repo: progress(
+        (done, total) if total else 0.0, desc=f"Downloading {repo}", unit="bytes")))
 
 
 def on_model_change(name: str):
@@ -321,6 +343,9 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                 with gr.Column(visible=page.takes_clip(D0)) as clip_box:
                     clip_in = gr.Video(label="Prompt clip: the model continues it", sources=["upload"],
                                        format=None, elem_id="prompt-clip", height=160)
+                    # What the decoding events take instead of the Video: its upload's path,
+                    # copied in the browser, checked by the app before any read (demo.uploads).
+                    clip_path = gr.Textbox("", visible=False, elem_id="clip-path")
                     clip_text_tb = gr.Textbox("", label="Clip text (Video2World only)", lines=1,
                                               elem_id="clip-text")
                     gr.Examples([[p] for p in example_clips()], inputs=clip_in, label="Example clips",
@@ -336,7 +361,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                                      label="Method (Generate)", elem_id="method")
                 d0, s0, _ = MODELS.defaults(D0)
                 with gr.Accordion("Settings", open=True):
-                    init_dd = gr.Dropdown([(v, k) for k, v in scd_core.INIT_LABELS.items()], value=d0["init"],
+                    init_dd = gr.Dropdown([(v, k) for k, v in labels.INIT_LABELS.items()], value=d0["init"],
                                           label="Draft init", elem_id="init")
                     with gr.Row():
                         window_nb = number(d0["window"], "Window L", "window", whole=True)
@@ -415,7 +440,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                     gr.Markdown(page.HOW_IT_WORKS)
 
     inputs = [model_dd, method_rd, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, seed_nb,
-              prompt_tb, pace_nb, samples_nb, clip_in, clip_text_tb, history_state, ticket]
+              prompt_tb, pace_nb, samples_nb, clip_path, clip_text_tb, history_state, ticket]
     gen_outputs = [live_image, status, chart_committed, chart_length, chart_flicker, chart_rate,
                    heat_committed, heat_unchanged, film, summary, history_state, last_run,
                    replay_slider, clip_video, clip_files]
@@ -423,6 +448,8 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                  heat_unchanged, film, summary, clip_video, clip_files]   # a new run clears them
     race_outputs = [*race_images.values(), race_status, race_table, race_note, race_why, race_chart,
                     race_hist, race_flicker, race_state, race_sample]
+    clip_in.change(None, clip_in, clip_path, js="(v) => (v && v.path) || ''",
+                   api_visibility="private")     # in the browser only: Gradio never sees a file
     for button in (gen_btn, race_btn):       # first: the click's js below switches tabs
         button.click(input_message, inputs, input_md, queue=False, api_visibility="private",
                      show_progress="hidden")
@@ -452,7 +479,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     demo.unload(forget)
 
 demo.queue(**QUEUE)
-LAUNCH = dict(css=page.CSS, theme=gr.themes.Soft(), max_file_size="50mb",   # tests launch with these too
+LAUNCH = dict(css=page.CSS, theme=gr.themes.Soft(), max_file_size=uploads.MAX_UPLOAD_BYTES,   # tests launch with these too
               max_threads=THREADS, state_session_capacity=SESSIONS)
 
 

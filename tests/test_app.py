@@ -16,7 +16,7 @@ import pytest
 from gradio_client import Client
 
 import app
-from scd_core import page
+from demo import page
 from scd_core.models.cache import ModelCache
 from scd_core.models.status import model_status
 
@@ -235,7 +235,7 @@ def test_model_change_sets_each_models_defaults():
     for name in page.listed_models():
         out = app.on_model_change(name)
         assert name in out[app.model_md] and out[app.window_nb] >= 2
-        assert out[app.init_dd] in app.scd_core.INIT_LABELS
+        assert out[app.init_dd] in app.labels.INIT_LABELS
     out = app.on_model_change("tiny")
     assert out[app.prompt_tb] == app.MODELS.examples("tiny")[0]           # a prompt it knows
 

@@ -18,7 +18,7 @@ from PIL import Image
 
 import app
 import scd_core
-from scd_core import render as R
+from demo import render as R
 from scd_core.models.cache import ModelCache
 from test_app import args, final, latest, visitor
 

@@ -8,13 +8,16 @@ the registry name "cosmos-1-ar-4b", which the page otherwise lists as unavailabl
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 import imageio.v3 as iio
 import numpy as np
 import pytest
 
 import app
-from scd_core.clips import CLIP_FRAMES
+from demo import uploads
+from demo.clips import CLIP_FRAMES
 from scd_core.models.cache import ModelCache
 from scd_core.models import cosmos
 from scd_core.models import cosmos_tokenizer as dv
@@ -30,8 +33,14 @@ def tiny_cosmos(tmp_path_factory):
     tok = dv.DVTokenizer.load(save_tokenizer(folder / "tok"), levels=LEVELS)
     model = cosmos.CosmosVideoModel(cosmos.random_model(TINY, std=0.2), tokenizer=tok,
                                     name="tiny-cosmos")
-    clip = write_clip(folder / "clip.mp4", frames=12, h=96, w=128)
+    clip = write_clip(uploaded("clip.mp4"), frames=12, h=96, w=128)
     return model, clip, folder
+
+
+def uploaded(name: str) -> Path:
+    """Where a visitor's upload of `name` lands: a new folder in Gradio's upload folder (the
+    page reads no clip from anywhere else, demo/uploads.py)."""
+    return Path(tempfile.mkdtemp(dir=uploads.upload_folder())) / name
 
 
 @pytest.fixture
@@ -118,29 +127,32 @@ def test_race_on_a_clip_in_greedy_mode_gives_identical_tokens(served_model):
 
 
 def test_bad_clips_are_clear_errors(served_model, tmp_path):
-    bad = tmp_path / "bad.mp4"
+    bad = uploaded("bad.mp4")
     bad.write_bytes(b"not a video")
     for clip, words in [(None, "Prompt clip: pick"),
-                        (str(tmp_path / "missing.mp4"), "Prompt clip: file not found"),
+                        (str(uploaded("missing.mp4")), "Prompt clip: the uploaded file is gone"),
+                        (str(tmp_path / "clip.mp4"), "Prompt clip: only a video uploaded"),
                         (str(bad), "Prompt clip: cannot read")]:
         assert words in app.problems(*args(clip))["clip"]              # refused before the queue
     assert "Clip text" in app.problems(*args(served_model[1], text="x" * 10_000))["clip"]
     # what only the model can tell: said in the status, nothing raised, nothing erased
-    for clip, text, words in [(write_clip(tmp_path / "short.mp4", frames=4), "", "fewer than the 9"),
+    for clip, text, words in [(write_clip(uploaded("short.mp4"), frames=4), "", "fewer than the 9"),
                               (served_model[1], "a red car", "takes no text")]:
         updates = list(app.generate_stream(*args(clip, text=text)))
         assert len(updates) == 1 and words in updates[0][app.status]
 
 
 def test_served_bad_clip_is_an_error_then_a_clip_gives_an_mp4(served_model):
-    from gradio_client import Client, handle_file
+    from gradio_client import Client
+
+    from test_app_security import upload
 
     app.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **app.LAUNCH)
     try:
         client = Client(app.demo.local_url, verbose=False)
         with pytest.raises(Exception, match="Prompt clip"):
             client.predict(*args(None), api_name="/generate")
-        video = handle_file(served_model[1])                # the server still serves
+        video = upload(app.demo.local_url, served_model[1])   # the server still serves
         job = client.submit(*args(video), api_name="/generate")
         job.result(timeout=120)
         last = lambda i: next(o[i] for o in reversed(job.outputs())  # noqa: E731

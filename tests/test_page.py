@@ -1,4 +1,4 @@
-"""scd_core.page: the page's own checks, widget numbers, stop stamps and the pace of updates."""
+"""demo.page: the page's own checks, widget numbers, stop stamps and the pace of updates."""
 from __future__ import annotations
 
 import threading
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 import scd_core
-from scd_core import page
+from demo import page
 from scd_core.race import Race
 
 
@@ -56,25 +56,48 @@ def test_stop_reaches_runs_clicked_before_it_and_none_after():
     assert not stops.stopped("a", 1000.0)
 
 
+class FakeClock:
+    """A page clock whose sleeps pass at once: time moves only when the code under test sleeps
+    (or the test says so), so no assert here depends on how busy the machine is."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds > 0
+        self.t += seconds
+
+
 def test_pacer_throttles_full_speed_and_paces_slow_motion():
-    due = page.Pacer(every=0.05)
+    clock = FakeClock()
+    due = page.Pacer(every=0.05, clock=clock)
     assert due() and not due() and due(force=True)
-    slow = page.Pacer(every=0.01, pace=0.05)
-    t = time.perf_counter()
+    clock.t += 0.04
+    assert not due()
+    clock.t += 0.02
+    assert due() and not due()
+    slow = page.Pacer(every=0.01, pace=0.05, clock=clock)
+    t = clock.now()
     for _ in range(4):
         assert slow()
-    assert time.perf_counter() - t >= 0.15
+    assert clock.now() - t == pytest.approx(0.15)           # the first at once, then 0.05 apart
 
 
 def test_a_stop_cuts_the_slow_motion_wait_short():
-    flag = {"stop": False}
-    slow = page.Pacer(every=0.01, pace=1.5, stopped=lambda: flag["stop"])
+    clock, flag = FakeClock(), {"stop": False}
+    slow = page.Pacer(every=0.01, pace=1.5, stopped=lambda: flag["stop"], clock=clock)
     slow()
     flag["stop"] = True
-    t = time.perf_counter()
+    t = clock.now()
     slow()
-    page.sleep_until(time.perf_counter() + 5, lambda: flag["stop"])
-    assert time.perf_counter() - t < 0.1
+    page.sleep_until(clock.now() + 5, lambda: flag["stop"], clock)
+    assert clock.now() == t                                   # no wait at all
+    flag["stop"] = False
+    page.sleep_until(clock.now() + 5, lambda: flag["stop"], clock)
+    assert clock.now() == pytest.approx(t + 5)
 
 
 # ---------------------------------------------------------------------------- serving
@@ -121,22 +144,36 @@ def test_follow_ends_at_a_stop_even_while_the_device_is_busy(grid):
 
 
 def test_slow_motion_shows_every_pass_and_a_stop_keeps_what_is_shown():
-    t, seen = time.perf_counter(), []
-    for record, picture, _ in page.shown(Finished(5), 0.05, lambda: len(seen) >= 3):
+    clock, seen = FakeClock(), []
+    t = clock.now()
+    for record, picture, _ in page.shown(Finished(5), 0.05, lambda: len(seen) >= 3, clock=clock):
         assert picture
         seen.append(record)
-    assert [r.index for r in seen] == [0, 1, 2] and time.perf_counter() - t >= 2 * page.IMAGE_EVERY
-    assert [r.index for r, _, _ in page.shown(Finished(5), 0.05, lambda: False)] == [0, 1, 2, 3, 4]
+    assert [r.index for r in seen] == [0, 1, 2]
+    assert clock.now() - t == pytest.approx(2 * max(0.05, page.IMAGE_EVERY))
+    assert [r.index for r, _, _ in page.shown(Finished(5), 0.05, lambda: False, clock=clock)] == \
+        [0, 1, 2, 3, 4]
+
+
+def test_a_replay_lasts_its_pace_and_skips_ahead_at_most_one_tick_per_interval():
+    clock = FakeClock()
+    t = clock.now()
+    ticks = list(page.replay_ticks(10, 0.01, 0.05, lambda: False, clock))
+    assert len(ticks) == 3 and ticks[0] == 1 and ticks[-1] == 10 and ticks == sorted(set(ticks))
+    assert clock.now() - t == pytest.approx(0.15)    # ticks 0.05 s apart, the last one shown as long
 
 
 def test_full_speed_shares_the_live_updates_among_the_rows_of_a_pass():
-    assert page.Pacer(0.01)(share=32) and not page.Pacer(0.01, wait_first=True)(share=32)
-    busy = page.Pacer(0.01)
+    clock = FakeClock()
+    assert page.Pacer(0.01, clock=clock)(share=32)
+    assert not page.Pacer(0.01, wait_first=True, clock=clock)(share=32)
+    busy = page.Pacer(0.01, clock=clock)
     busy(share=32)
-    time.sleep(0.05)
-    assert page.Pacer(0.01, wait_first=True)(share=1) is False
+    clock.t += 0.05
+    assert page.Pacer(0.01, wait_first=True, clock=clock)(share=1) is False
     assert not busy(share=32) and busy(share=1)                 # 0.05 s: past 0.01 s, not 0.32 s
-    assert [p for _, p, _ in page.shown(Finished(40, 32), 0.0, lambda: False)] == [False] * 40
+    assert [p for _, p, _ in page.shown(Finished(40, 32), 0.0, lambda: False, clock=clock)] == \
+        [False] * 40
 
 
 def test_in_full_repeats_what_each_output_got_last_and_leaves_out_the_others():

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import scd_core
+from demo import race_view
 from scd_core import race
 from scd_core.trace import Run
 
@@ -115,7 +116,7 @@ def test_per_sample_figures_are_the_benchmarks_for_the_same_settings(toy_grid):
         assert (sample.nfe, sample.step_compression) == (metrics.nfe, metrics.step_compression)
         assert (sample.acceptance_rate, sample.mean_accepted_length, sample.draft_stability) == \
             pytest.approx((metrics.acceptance_rate, metrics.mean_accepted_length, metrics.draft_stability))
-    command = race.bench_command("toy-grid", settings, 3)
+    command = race_view.bench_command("toy-grid", settings, 3)
     assert "--seeds 3" in command and "--windows 8" in command and "--model toy-grid" in command
 
 
@@ -141,11 +142,11 @@ def test_explanation_quotes_only_measured_figures(texture):
     runs = {m: decoded(texture, settings, m, 2) for m in ("sjd", "scd-mc")}
     table = race.summarise(runs, greedy=False)
     probe = race.context_sensitivity(texture, settings)
-    text = race.explain_gap(table, probe)
+    text = race_view.explain_gap(table, probe)
     ratio = table[0].nfe.mean / table[1].nfe.mean
     assert f"{ratio:.2f}x fewer passes" in text and f"{probe.tv_next:.2f}" in text
     assert f"{table[1].draft_stability.mean:.0%}" in text
-    assert race.explain_gap(table[:1], probe) == ""
+    assert race_view.explain_gap(table[:1], probe) == ""
 
 
 def test_batch_rows_see_the_same_prompt(texture):

@@ -1,4 +1,4 @@
-"""scd_core.render: token states, overlays, trace statistics, plots and GIF/MP4 export.
+"""demo.render: token states, overlays, trace statistics, plots and GIF/MP4 export.
 
 Hand-built Iteration records pin the state rules; runs of the real engine on the fast
 synthetic models check that the pictures and statistics agree with the trace's own metrics.
@@ -13,7 +13,7 @@ from PIL import Image
 import scd_core
 from legend_check import unnamed_colours
 from scd_core import race
-from scd_core import render as R
+from demo import render as R
 from scd_core.trace import Iteration, Run
 
 

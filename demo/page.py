@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 
-from scd_core.clips import clip_prompt
+from demo.clips import clip_prompt
 from scd_core.decoding import METHODS, validate
 from scd_core.models import REGISTRY
 from scd_core.models.status import MAX_GPU_SECONDS, MIN_GPU_SECONDS, gpu_seconds, model_status
@@ -28,6 +28,16 @@ from scd_core.race import Race
 from scd_core.settings import Settings
 from scd_core.serve import Request, Server
 from scd_core.trace import Iteration
+
+
+@dataclass(frozen=True)
+class Clock:
+    """The clock the page paces its updates by (seconds); tests give one that never waits."""
+    now: Callable[[], float] = time.perf_counter
+    sleep: Callable[[float], None] = time.sleep
+
+
+CLOCK = Clock()
 
 MAX_PROMPT_CHARS = 500
 MAX_PACE = 2.0                       # seconds per forward pass on screen
@@ -358,7 +368,8 @@ def follow(request: Request, stopped: Callable[[], bool], poll: float = 0.05,
 
 
 def shown(request: Request, pace: float, stopped: Callable[[], bool],
-          waiting: Callable[[], bool] = lambda: False) -> Iterator[tuple[Iteration | None, bool, bool]]:
+          waiting: Callable[[], bool] = lambda: False,
+          clock: Clock = CLOCK) -> Iterator[tuple[Iteration | None, bool, bool]]:
     """A served request's records as a Generate run shows them: (record, picture due, charts
     due), and (None, False, False) if its first pass waits for a run timed alone (`waiting`,
     as for `follow`). Slow motion (pace > 0) shows every pass, `max(pace, IMAGE_EVERY)` seconds apart; a
@@ -366,8 +377,9 @@ def shown(request: Request, pace: float, stopped: Callable[[], bool],
     picture at most every FULL_SPEED_EVERY * B seconds and none before, the live charts every
     PLOT_EVERY * B, where B rows share the pass: B visitors together get the updates one
     would, so that drawing them does not slow the shared decoding."""
-    picture = Pacer(IMAGE_EVERY, pace, stopped) if pace else Pacer(FULL_SPEED_EVERY, wait_first=True)
-    charts = Pacer(PLOT_EVERY, wait_first=True)
+    picture = Pacer(IMAGE_EVERY, pace, stopped, clock=clock) if pace else \
+        Pacer(FULL_SPEED_EVERY, wait_first=True, clock=clock)
+    charts = Pacer(PLOT_EVERY, wait_first=True, clock=clock)
     for record in follow(request, stopped, waiting=waiting):
         if record is None:
             yield None, False, False
@@ -424,17 +436,17 @@ class Pacer:
     """
 
     def __init__(self, every: float, pace: float = 0.0, stopped: Callable[[], bool] = lambda: False,
-                 wait_first: bool = False):
-        self.every, self.pace, self.stopped = every, pace, stopped
-        self.last = time.perf_counter() if wait_first else -1e9
+                 wait_first: bool = False, clock: Clock = CLOCK):
+        self.every, self.pace, self.stopped, self.clock = every, pace, stopped, clock
+        self.last = clock.now() if wait_first else -1e9
 
     def __call__(self, force: bool = False, share: float = 1.0) -> bool:
-        now = time.perf_counter()
+        now = self.clock.now()
         if self.pace > 0:
             until = self.last + max(self.pace, self.every)
             while now < until and not self.stopped():
-                time.sleep(min(0.02, until - now))
-                now = time.perf_counter()
+                self.clock.sleep(min(0.02, until - now))
+                now = self.clock.now()
             self.last = now
             return True
         if force or now - self.last >= self.every * share:
@@ -479,17 +491,18 @@ def prompt_note(model, prompt: str) -> str:
     return f"Prompt words the model knows: {', '.join(words)}.\n\n"
 
 
-def now() -> float:
-    return time.perf_counter()
+def now(clock: Clock = CLOCK) -> float:
+    return clock.now()
 
 
-def sleep_until(deadline: float, stopped: Callable[[], bool] = lambda: False) -> None:
-    """Sleep until `deadline` (perf_counter seconds) in short steps, waking early on a stop."""
+def sleep_until(deadline: float, stopped: Callable[[], bool] = lambda: False,
+                clock: Clock = CLOCK) -> None:
+    """Sleep until `deadline` (the clock's seconds) in short steps, waking early on a stop."""
     while not stopped():
-        left = deadline - time.perf_counter()
+        left = deadline - clock.now()
         if left <= 0:
             return
-        time.sleep(min(0.02, left))
+        clock.sleep(min(0.02, left))
 
 
 HEADER = ("## Lossless speculative decoding for AR image & video models\n"
@@ -642,14 +655,15 @@ def device_note() -> str:
             "need a GPU.")
 
 
-def replay_ticks(last: int, pace: float, every: float, stopped: Callable[[], bool]):
+def replay_ticks(last: int, pace: float, every: float, stopped: Callable[[], bool],
+                 clock: Clock = CLOCK):
     """NFE ticks of a lockstep replay lasting last * pace seconds, at most one per `every`
     seconds (later ticks skip ahead); ends early on a stop."""
-    start, tick = now(), 0
+    start, tick = clock.now(), 0
     while tick < last and not stopped():
-        tick = min(last, 1 + int((now() - start) / pace))
+        tick = min(last, 1 + int((clock.now() - start) / pace))
         yield tick
-        sleep_until(max(start + tick * pace, now() + every), stopped)
+        sleep_until(max(start + tick * pace, clock.now() + every), stopped, clock)
 
 
 def click_js(tab: str) -> str:

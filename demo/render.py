@@ -25,9 +25,9 @@ from typing import Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from scd_core.decoding import METHOD_LABELS
-from scd_core.race import (MethodSummary, Sample, Spread, bench_command, explain_gap,
-                           sample_of, summarise)
+from demo.labels import METHOD_LABELS
+from demo.race_view import bench_command, explain_gap
+from scd_core.race import MethodSummary, Sample, Spread, sample_of, summarise
 from scd_core.trace import Iteration
 
 EMPTY, COMMITTED, ACCEPTED, RESAMPLED, NEW, DRAFT = range(6)
