@@ -178,3 +178,78 @@ def test_a_killed_benchmark_process_resumes(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"{12 - kept} cells run, {kept} already written" in done.stderr
     assert "| ar | 1 | - |" in done.stdout and "| sjd |" in done.stdout
+
+
+# ---------------------------------------------------------------- the decode service on Ray Serve
+
+TINY = scd_core.Settings(method="scd-mc", window=16)
+
+
+@pytest.fixture(scope="module")
+def service(ray_cluster):
+    from scd_core.distributed.service import RayClient
+    client = RayClient("local", "tiny", replicas=2, idle_timeout=60)
+    try:
+        yield client
+    finally:
+        client.close()
+        from ray import serve
+        serve.delete("scd-tiny")
+
+
+def test_a_seed_gives_the_same_tokens_on_either_replica(service):
+    ids = [service.submit("tiny", "red apple", 7, TINY) for _ in range(8)]
+    results = [service.result(i, timeout=120) for i in ids]
+    assert len({service.replica(i) for i in ids}) == 2
+    expected = scd_core.generate(scd_core.load_model("tiny"), ["red apple"], seed=7, settings=TINY)
+    for r in results:
+        assert torch.equal(r.tokens, expected.tokens[0]) and r.nfe == expected.nfe and not r.cancelled
+    assert [rec.nfe for rec in service.records(ids[0])] == list(range(1, expected.nfe + 1))
+
+
+def test_cancel_reaches_the_replica_and_the_result_is_partial(service):
+    rid = service.submit("tiny", "cat face", 3, TINY.replace(method="ar"))
+    first = next(iter(service.records(rid)))
+    service.cancel(rid)
+    result = service.result(rid, timeout=60)
+    assert result.cancelled and 1 <= result.nfe < result.tokens.numel() and (result.tokens == -1).any()
+    assert int(first.n_after[0]) >= 1
+
+
+def test_bad_requests_are_refused_at_submit(service):
+    with pytest.raises(ValueError, match="seed"):
+        service.submit("tiny", "cat face", -1, TINY)
+    with pytest.raises(ValueError, match="repeat-frame"):
+        service.submit("tiny", "cat face", 0, TINY.replace(init="repeat-frame"))
+    with pytest.raises(ValueError, match="not a request"):
+        service.result("nope")
+
+
+def test_a_replica_killed_in_a_burst_fails_only_its_rows_and_is_replaced(service, ray_cluster):
+    ray = ray_cluster
+    ids = [service.submit("tiny", p, s, TINY.replace(method="ar")) for s in range(4) for p in ("red apple", "rocket")]
+    replicas = {i: service.replica(i) for i in ids}
+    for i in ids:                                               # every row has started its passes
+        next(iter(service.records(i)))
+    victim = replicas[ids[0]]
+    ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
+    lost, served = [], []
+    for i in ids:
+        try:
+            served.append(service.result(i, timeout=120))
+        except DecodeError as exc:
+            assert "replica serving this row stopped" in str(exc)
+            lost.append(i)
+    assert lost == [i for i in ids if replicas[i] == victim] and len(served) == len(ids) - len(lost) > 0
+    later = [service.submit("tiny", "rocket", s, TINY) for s in range(4)]
+    assert all(service.result(i, timeout=180).nfe > 0 for i in later)
+
+
+def test_client_from_env_reads_scd_decode():
+    pytest.importorskip("ray", reason="the Ray extra is not installed")
+    from scd_core.distributed import service as svc
+    assert svc.client_from_env({}) is None
+    with pytest.raises(ValueError, match="SCD_DECODE"):
+        svc.client_from_env({"SCD_DECODE": "http://localhost:8000"})
+    with pytest.raises(ValueError, match="SCD_DECODE_REPLICAS"):
+        svc.client_from_env({"SCD_DECODE": "ray://local", "SCD_DECODE_REPLICAS": "two"})
