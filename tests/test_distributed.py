@@ -25,7 +25,7 @@ from scd_core.client import DecodeError
 from scd_core.distributed import cells
 
 ROOT = Path(__file__).resolve().parents[1]
-SMALL = ["--model", "toy-grid", "--model-arg", "grid=4,6", "--methods", "ar,sjd,scd-mc", "--windows", "4,8",
+SMALL = ["--model", "toy-grid", "--model-arg", "grid=4,6", "--methods", "ar,sjd,scd-mc", "--windows", "4",
          "--seeds", "2", "--max-prompts", "2", "--top-k", "20", "--threads", "1"]
 
 
@@ -106,7 +106,7 @@ def _run(argv, **kw):
     return dbench.run(bench.parse_args(argv), **kw)
 
 
-@pytest.mark.parametrize("argv", [SMALL, ["--model", "tiny", "--methods", "ar,scd-mc", "--seeds", "1",
+@pytest.mark.parametrize("argv", [SMALL, ["--model", "tiny", "--methods", "scd-mc", "--seeds", "1",
                                           "--max-prompts", "2", "--threads", "1"]], ids=["toy-grid", "tiny"])
 def test_cells_on_two_workers_equal_the_single_process_ones(ray_cluster, tmp_path, argv):
     result = _run(argv + ["--ray", "local", "--workers", "2", "--out", str(tmp_path / "c.csv")])
@@ -126,14 +126,14 @@ def test_cells_on_two_workers_equal_the_single_process_ones(ray_cluster, tmp_pat
 def test_a_run_cut_short_resumes_with_only_the_missing_cells(ray_cluster, tmp_path):
     out = tmp_path / "c.csv"
     argv = SMALL + ["--ray", "local", "--workers", "2", "--out", str(out)]
-    first = _run(argv + ["--max-cells", "7"])
-    assert first["ran"] == 7
+    first = _run(argv + ["--max-cells", "5"])
+    assert first["ran"] == 5
     written = out.read_text().splitlines()
     second = _run(argv)
     total = len(second["cells"])
-    assert (second["skipped"], second["ran"]) == (7, total - 7)
+    assert (second["skipped"], second["ran"]) == (5, total - 5)
     lines = out.read_text().splitlines()
-    assert lines[:8] == written                                  # the first run's rows are kept as they were
+    assert lines[:6] == written                                  # the first run's rows are kept as they were
     keys = [cells._key(r) for r in csv.DictReader(out.open())]
     assert len(keys) == len(set(keys)) == total and all(r["status"] == "ok" for r in second["rows"].values())
     assert _run(argv)["ran"] == 0
@@ -152,7 +152,7 @@ def test_failing_cells_are_retried_and_reported_never_dropped(ray_cluster, tmp_p
     rows = list(csv.DictReader((tmp_path / "c.csv").open()))
     assert len(rows) == len(result["cells"])
     failed = [r for r in rows if r["status"] == "failed"]
-    assert len(failed) == result["failed"] == 4                  # sjd x 2 windows x 2 prompts, seed 1
+    assert len(failed) == result["failed"] == 2                  # sjd x 2 prompts, seed 1
     assert all(r["error"].startswith("RuntimeError: no memory for") and r["attempts"] == "3" for r in failed)
     assert all(r["attempts"] == "2" for r in rows if r["status"] == "ok")
 
@@ -160,24 +160,24 @@ def test_failing_cells_are_retried_and_reported_never_dropped(ray_cluster, tmp_p
 def test_a_killed_benchmark_process_resumes(tmp_path):
     pytest.importorskip("ray", reason="the Ray extra is not installed")
     out = tmp_path / "c.csv"
-    argv = [sys.executable, "-m", "scd_core.bench", "--model", "tiny", "--methods", "ar,sjd", "--seeds", "2",
-            "--max-prompts", "3", "--threads", "1", "--ray", "local", "--workers", "1", "--out", str(out)]
+    argv = [sys.executable, "-m", "scd_core.bench", "--model", "tiny", "--methods", "sjd", "--seeds", "2",
+            "--max-prompts", "2", "--threads", "1", "--ray", "local", "--workers", "1", "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 4):
+        while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 2):
             time.sleep(0.2)
     finally:
         os.killpg(proc.pid, 9)                                  # the driver and the cluster it started
         proc.wait(timeout=30)
     kept = len(list(csv.DictReader(out.open())))
-    assert 3 <= kept < 12
+    assert 1 <= kept < 4
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert f"{12 - kept} cells run, {kept} already written" in done.stderr
-    assert "| ar | 1 | - |" in done.stdout and "| sjd |" in done.stdout
+    assert f"{4 - kept} cells run, {kept} already written" in done.stderr
+    assert "| sjd |" in done.stdout
 
 
 # ---------------------------------------------------------------- the decode service on Ray Serve

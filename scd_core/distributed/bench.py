@@ -40,7 +40,8 @@ def connect(address: str, num_cpus: int | None = None) -> bool:
     path = os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     common = dict(runtime_env={"env_vars": {"PYTHONPATH": path}}, logging_level="warning", log_to_driver=True)
     if address == "local":
-        ray.init(address="local", num_cpus=num_cpus or 2, include_dashboard=False, **common)
+        ray.init(address="local", num_cpus=num_cpus or 2, include_dashboard=False, _node_ip_address="127.0.0.1",
+                 **common)                            # loopback only
     else:
         ray.init(address=address, **common)
     return True
