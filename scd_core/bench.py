@@ -86,6 +86,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="write one row per prompt x method x window x init here "
                          "(default: beside the table's CSV, named *-prompts.csv)")
     ap.add_argument("--max-prompts", type=int, default=None)
+    dist = ap.add_argument_group("on a Ray cluster (scd_core.distributed.bench, docs/scaling.md)")
+    dist.add_argument("--ray", default=None, metavar="ADDRESS",
+                      help="spread the cells over Ray workers: 'local' starts a cluster here, else ray.init's address")
+    dist.add_argument("--workers", type=int, default=2, help="actors in the pool, each with its own model copy")
+    dist.add_argument("--gpus-per-worker", type=float, default=0, help="GPUs per actor (0: CPU)")
+    dist.add_argument("--out", type=Path, default=None,
+                      help="one row per cell, appended as cells finish; a restart skips the cells written")
+    dist.add_argument("--max-cells", type=int, default=None, help="run at most this many cells (resume later)")
+    dist.add_argument("--retries", type=int, default=2, help="attempts after the first for a cell that raised")
     return ap.parse_args(argv)
 
 
@@ -243,6 +252,9 @@ def write_csv(rows: list, path: Path, columns: list[str] = COLUMNS) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.ray:
+        from scd_core.distributed.bench import main as distributed_main       # Ray only when asked for
+        return distributed_main(args)
     per_prompt: list[dict] = []
     try:
         rows = benchmark(args, per_prompt)

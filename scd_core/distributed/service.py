@@ -1,0 +1,323 @@
+"""The decode service on Ray Serve: `scd_core.serve.Server`s on replicas, and `RayClient`,
+the decode client interface (`scd_core.client`) against them.
+
+Each replica of an application (one per model) holds one model copy and one `Server`, so
+the rows it serves share forward passes; on a GPU cluster a replica takes a GPU
+(`gpus_per_replica=1`), on CPUs one core with one torch thread. Replicas are a fixed number,
+or autoscaled by the rows in flight per replica (`autoscale=(min, max)`,
+`target_ongoing_requests`). A row is one streaming call: the replica Serve routes it to
+decodes it and streams its records, then its result, so the records come from the replica
+that holds the row; `cancel` cancels that call, which reaches the same replica, and the row
+leaves its batch at the next pass boundary. A row's tokens depend only on its model, prompt,
+seed and settings, so any replica gives the same picture.
+
+Every wait is bounded: a replica that dies ends its own rows' records and results with a
+`DecodeError` saying so (Serve starts a new replica; the other rows are not touched), and a
+row without a record for `idle_timeout` seconds fails the same way.
+
+    SCD_DECODE=ray://local          a cluster started in this process
+    SCD_DECODE=ray://HOST:10001     a running cluster, through Ray Client
+    SCD_DECODE_REPLICAS=2           replicas per model (or "1-4": autoscaled between the two)
+    SCD_DECODE_GPUS=1               GPUs per replica (default 0: one CPU core each)
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import ray
+import torch
+from ray import serve
+
+import scd_core
+from scd_core.client import DecodeError, RowResult
+from scd_core.decoding import Plan, validate_seeds
+from scd_core.distributed.bench import connect
+from scd_core.serve import Server
+from scd_core.settings import Settings
+from scd_core.trace import Iteration
+
+ENV = "SCD_DECODE"
+DEFAULT_IDLE_TIMEOUT = 120.0      # seconds without a record before a row is given up
+START_TIMEOUT = 300.0             # seconds for a model's replicas to come up
+
+
+@serve.deployment(max_ongoing_requests=32)
+class DecodeReplica:
+    """One model copy and its Server; `decode` streams one row."""
+
+    def __init__(self, model: str, load_kwargs: dict, threads: int, max_batch: int) -> None:
+        torch.set_num_threads(threads)
+        self.model = scd_core.load_model(model, **load_kwargs)
+        self.server = Server(self.model, max_batch=max_batch)
+        self.name = ray.get_runtime_context().get_actor_name()
+
+    def shape(self) -> dict:
+        return {"grid": tuple(int(g) for g in self.model.grid), "vocab_size": int(self.model.vocab_size)}
+
+    async def decode(self, prompt: str, seed: int, settings: Settings):
+        """("replica", actor name), then ("record", Iteration, rows in its pass) per pass, then
+        ("result", RowResult) or ("error", message)."""
+        yield ("replica", self.name)
+        try:
+            request = self.server.submit(prompt, seed, settings)
+        except ValueError as exc:
+            yield ("error", f"{exc}")
+            return
+        loop, items = asyncio.get_running_loop(), asyncio.Queue()
+        threading.Thread(target=_pump, args=(request, loop, items), daemon=True).start()
+        try:
+            while True:
+                kind, value, batch = await items.get()
+                if kind == "record":
+                    yield ("record", value, batch)
+                elif kind == "error":
+                    yield ("error", value)
+                    return
+                else:
+                    run = request.result(timeout=0)
+                    yield ("result", RowResult(run.tokens[0], run.nfe, run.wall_time, run.step_time,
+                                               tuple(request.batch_sizes)))
+                    return
+        finally:
+            request.cancel()          # cancelled by the client (or gone): it leaves at the next pass boundary
+
+
+def _pump(request, loop, items: asyncio.Queue) -> None:
+    """A Server request's records onto the replica's event loop."""
+    def put(*item) -> None:
+        try:
+            loop.call_soon_threadsafe(items.put_nowait, item)
+        except RuntimeError:          # the loop is closed: the replica is stopping
+            pass
+    try:
+        for record in request:
+            put("record", record, request.batch_sizes[record.index])
+        put("end", None, 0)
+    except Exception as exc:          # noqa: BLE001 - the row's batch failed; the row hears why
+        put("error", f"its batch failed on the replica ({type(exc).__name__}: {exc})", 0)
+
+
+def application(model: str, *, replicas: int = 1, autoscale: tuple[int, int] | None = None,
+                target_ongoing_requests: int = 16, max_batch: int = 32, threads: int = 1,
+                gpus_per_replica: float = 0, load_kwargs: dict | None = None):
+    """The Serve application of one model: fixed `replicas`, or autoscaled in `autoscale`."""
+    resources = {"num_cpus": 1, **({"num_gpus": gpus_per_replica} if gpus_per_replica else {})}
+    options = dict(ray_actor_options=resources, max_ongoing_requests=max_batch)
+    if autoscale:
+        low, high = autoscale
+        options["autoscaling_config"] = {"min_replicas": low, "max_replicas": high, "initial_replicas": low,
+                                         "target_ongoing_requests": target_ongoing_requests}
+    else:
+        options["num_replicas"] = replicas
+    return DecodeReplica.options(**options).bind(model, load_kwargs or {}, threads, max_batch)
+
+
+@dataclass
+class _Row:
+    stream: object
+    submitted: float = field(default_factory=time.monotonic)
+    replica: str | None = None
+    records: list = field(default_factory=list)
+    batch_sizes: list = field(default_factory=list)
+    result: RowResult | None = None
+    error: DecodeError | None = None
+    cancelled: bool = False
+    last: float = field(default_factory=time.monotonic)       # when the last item came
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+    @property
+    def ended(self) -> bool:
+        return self.result is not None or self.error is not None
+
+
+class RayClient:
+    """The decode client interface against Ray Serve (see the module docstring).
+
+    `address`: "local" (a cluster started here, shut down by `close`) or what `ray.init` takes
+    ("auto", "ray://HOST:10001"); in a process already connected to Ray, that connection."""
+
+    def __init__(self, address: str = "local", model: str = "tiny", *, replicas: int = 1,
+                 autoscale: tuple[int, int] | None = None, max_batch: int = 32, threads: int = 1,
+                 gpus_per_replica: float = 0, idle_timeout: float = DEFAULT_IDLE_TIMEOUT, **load_kwargs) -> None:
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+            raise ValueError(f"replicas must be a positive integer, got {replicas!r}")
+        self.options = dict(replicas=replicas, autoscale=autoscale, max_batch=max_batch, threads=threads,
+                            gpus_per_replica=gpus_per_replica)
+        self.idle_timeout, self.load_kwargs = idle_timeout, load_kwargs
+        self._owned = connect(address, num_cpus=max(2, autoscale[1] if autoscale else replicas))
+        self._apps: dict[str, tuple[object, dict]] = {}
+        self._rows: dict[str, _Row] = {}
+        self._lock = threading.Lock()
+        self._app(model)
+
+    def _app(self, model: str):
+        """The handle and shape of a model's application, deployed on first use."""
+        with self._lock:
+            if model not in self._apps:
+                if not isinstance(model, str) or not model:
+                    raise ValueError(f"model must be a model name, got {model!r}")
+                name = "scd-" + model.replace("/", "_")
+                try:
+                    handle = serve.get_app_handle(name)
+                except Exception:                     # noqa: BLE001 - not deployed yet
+                    serve.start(proxy_location="Disabled")
+                    handle = serve.run(application(model, load_kwargs=self.load_kwargs, **self.options), name=name,
+                                       route_prefix=None, blocking=False)
+                shape = handle.shape.remote().result(timeout_s=START_TIMEOUT)
+                self._apps[model] = (handle, shape)
+            return self._apps[model]
+
+    def submit(self, model: str, prompt: str, seed: int, settings: Settings) -> str:
+        handle, shape = self._app(model)
+        if not isinstance(prompt, str):
+            raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
+        if not isinstance(settings, Settings):
+            raise ValueError(f"settings must be a scd_core.Settings, got {type(settings).__name__}")
+        validate_seeds(seed, 1)
+        Plan.of(settings, _Shape(**shape))            # what depends on the model (a video grid, ...)
+        rid = uuid.uuid4().hex
+        row = _Row(handle.options(stream=True).decode.remote(prompt, seed, settings))
+        row.size = torch.Size(shape["grid"]).numel()
+        self._rows[rid] = row
+        threading.Thread(target=self._read, args=(row,), name=f"scd-ray-{rid[:8]}", daemon=True).start()
+        return rid
+
+    def _read(self, row: _Row) -> None:
+        """Take the row's stream into `row` (one thread per row)."""
+        try:
+            for item in row.stream:
+                with row.changed:
+                    row.last = time.monotonic()
+                    if item[0] == "replica":
+                        row.replica = item[1]
+                    elif item[0] == "record":
+                        row.records.append(item[1])
+                        row.batch_sizes.append(item[2])
+                    elif item[0] == "result":
+                        row.result = item[1]
+                    else:
+                        row.error = DecodeError(f"the row could not be decoded: {item[1]}")
+                    row.changed.notify_all()
+            if not row.ended:
+                self._end(row, DecodeError("the decode service ended the row without its result"))
+        except Exception as exc:                      # noqa: BLE001 - cancelled, or its replica died
+            if row.cancelled:
+                self._end(row, None)
+            else:
+                self._end(row, DecodeError(f"the decode replica serving this row stopped before its end "
+                                           f"({type(exc).__name__}); submit it again"))
+
+    def _end(self, row: _Row, error: DecodeError | None) -> None:
+        with row.changed:
+            if not row.ended:
+                row.error = error
+                if error is None:                     # cancelled: the records so far
+                    row.result = self._partial(row)
+            row.changed.notify_all()
+
+    def _partial(self, row: _Row) -> RowResult:
+        if not row.records:
+            return RowResult(torch.full((row.size,), -1, dtype=torch.long), 0, 0.0, 0.0, (), cancelled=True)
+        last = row.records[-1]
+        return RowResult(last.tokens_after[0].clone(), len(row.records), last.wall_time, last.step_time,
+                         tuple(row.batch_sizes), cancelled=True)
+
+    def _row(self, request: str) -> _Row:
+        row = self._rows.get(request)
+        if row is None:
+            raise ValueError(f"request {request!r} is not a request of this client")
+        return row
+
+    def _wait(self, row: _Row, ready, deadline: float | None) -> None:
+        """Wait until ready(); a row idle for idle_timeout fails, a deadline raises TimeoutError."""
+        with row.changed:
+            while not ready():
+                now = time.monotonic()
+                if now - row.last > self.idle_timeout:
+                    row.stream.cancel()
+                    row.error = DecodeError(f"the decode service sent nothing for this row in "
+                                            f"{self.idle_timeout:g} s; submit it again")
+                    row.changed.notify_all()
+                    return
+                if deadline is not None and now >= deadline:
+                    raise TimeoutError("the request did not finish in time")
+                row.changed.wait(timeout=min(1.0, self.idle_timeout, *(() if deadline is None else (deadline - now,))))
+
+    def records(self, request: str) -> Iterator[Iteration]:
+        row, i = self._row(request), 0
+        while True:
+            self._wait(row, lambda: len(row.records) > i or row.ended, None)
+            if len(row.records) > i:
+                i += 1
+                yield row.records[i - 1]
+            elif row.error is not None:
+                raise row.error
+            else:
+                return
+
+    def cancel(self, request: str) -> None:
+        row = self._row(request)
+        with row.changed:
+            if row.ended:
+                return
+            row.cancelled = True
+        row.stream.cancel()
+
+    def result(self, request: str, timeout: float | None = None) -> RowResult:
+        row = self._row(request)
+        self._wait(row, lambda: row.ended, None if timeout is None else time.monotonic() + timeout)
+        if row.error is not None:
+            raise row.error
+        return row.result
+
+    def replica(self, request: str, timeout: float = 60.0) -> str:
+        """The name of the replica actor serving the request (once Serve has routed it)."""
+        row = self._row(request)
+        self._wait(row, lambda: row.replica is not None or row.ended, time.monotonic() + timeout)
+        return row.replica
+
+    def forget(self, request: str) -> None:
+        """Drop an ended request's records (a long-running client calls this once it has its result)."""
+        if self._row(request).ended:
+            del self._rows[request]
+
+    def close(self) -> None:
+        for request, row in list(self._rows.items()):
+            if not row.ended:
+                self.cancel(request)
+        if self._owned:
+            serve.shutdown()
+            ray.shutdown()
+            self._owned = False
+
+
+@dataclass(frozen=True)
+class _Shape:
+    grid: tuple
+    vocab_size: int
+
+
+def client_from_env(environ=os.environ, model: str = "tiny") -> RayClient | None:
+    """The RayClient that SCD_DECODE names (`ray://local`, `ray://HOST:PORT`), or None when it is
+    unset or empty (the page then decodes in its own process)."""
+    value = (environ.get(ENV) or "").strip()
+    if not value:
+        return None
+    if not value.startswith("ray://") or value == "ray://":
+        raise ValueError(f"{ENV} must be ray://local or ray://HOST:PORT, got {value!r}")
+    address = "local" if value == "ray://local" else value
+    replicas = (environ.get("SCD_DECODE_REPLICAS") or "1").strip()
+    gpus = float(environ.get("SCD_DECODE_GPUS") or 0)
+    low, sep, high = replicas.partition("-")
+    try:
+        autoscale = (int(low), int(high)) if sep else None
+        count = int(low)
+    except ValueError:
+        raise ValueError(f"SCD_DECODE_REPLICAS must be N or MIN-MAX, got {replicas!r}") from None
+    return RayClient(address, model, replicas=count, autoscale=autoscale, gpus_per_replica=gpus)
