@@ -22,7 +22,8 @@ if [ -n "$missing" ]; then
     echo "== apt-get install$missing"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
   else
-    echo "== missing Debian packages:$missing; their tests fail in CI and are skipped here."
+    echo "== missing Debian packages:$missing (the tests that need them are skipped; in CI a missing"
+    echo "   chromium fails the browser tests)."
     echo "   Install them with: sudo apt-get install$missing"
   fi
 fi
