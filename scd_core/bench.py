@@ -7,7 +7,7 @@
 
 Every row averages over prompts x seeds; a second CSV has one row per prompt x method x
 window x init (averaged over seeds). `--prompts` takes a text file (one prompt per line),
-`parti` (the 1,632 PartiPrompts shipped in assets/prompts) or `parti:N`; `--category` keeps
+`parti` (the 1,632 PartiPrompts shipped in scd_core/assets/prompts) or `parti:N`; `--category` keeps
 the Parti prompts of one or more categories. Latency speed-up divides AR's mean wall time by
 the method's, both measured here; engine share is the time the engine spends outside
 `Session.step` per forward pass, as a fraction of the forward time (the paper reports

@@ -1,4 +1,4 @@
-"""Benchmark prompts: PartiPrompts (shipped in assets/prompts), a text file, or a default list.
+"""Benchmark prompts: PartiPrompts (shipped in scd_core/assets/prompts), a text file, or a default list.
 
     prompts = load_prompts("parti:8")                       # a fixed sample of 8 Parti prompts
     prompts = load_prompts("parti", categories=["Animals"])
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-PARTI_PATH = Path(__file__).resolve().parent.parent / "assets" / "prompts" / "PartiPrompts.tsv"
+PARTI_PATH = Path(__file__).resolve().parent / "assets" / "prompts" / "PartiPrompts.tsv"
 PARTI = "parti"
 SAMPLE_SEED = 0
 

@@ -6,7 +6,7 @@ builds the same image-token data with every emoji alpha-composited over a random
 (`waves`: a few low-frequency colour waves plus fine noise; `fractal`: a field with a natural
 image's 1/f^2 power spectrum), seeded per image and placement, so that background tokens are
 uncertain and depend on their neighbours, as in photos. The tokens come from the shipped
-tokenizer (`assets/tiny`), which never saw textures: fine for token statistics, not for
+tokenizer (`scd_core/assets/tiny`), which never saw textures: fine for token statistics, not for
 pretty pictures. Nothing here is part of the shipped models.
 
 Textured tokens, a 700-step prior on them, a model folder, the benchmark (~15 min on one
@@ -22,7 +22,7 @@ CPU thread, nearly all of it the prior):
 The same recipe on white, for comparison (the shipped tokenizer's tokens of the plain renders):
 
     python -m scd_core.train.data --out data/emoji32
-    python -m scd_core.train.tokens --vq assets/tiny --what image          # -> data/tokens
+    python -m scd_core.train.tokens --vq scd_core/assets/tiny --what image          # -> data/tokens
     python -m scd_core.train.prior --kind image --tokens data/tokens --ckpt checkpoints/white700 \
         --steps 700 --lr 0.0015 --threads 1 --fresh
     python scripts/texture_probe.py --export checkpoints/white700 --out data/tokens --model-out /tmp/tiny_white

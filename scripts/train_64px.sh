@@ -5,7 +5,7 @@
 #   CODEBOOK=1024 scripts/train_64px.sh    # optionally a larger codebook
 #
 # Everything goes to its own folders (data/emoji64, data/tokens64, checkpoints/vq64,
-# checkpoints/image_prior64, assets_64/); the shipped 32 px model in assets/tiny is not touched.
+# checkpoints/image_prior64, assets_64/); the shipped 32 px model in scd_core/assets/tiny is not touched.
 # Budget: about 10 minutes on one data-centre GPU, by estimate (per step below). Each trainer resumes
 # from its checkpoint, so a second run continues rather than restarts; delete checkpoints/*64.*
 # (or pass FRESH=1) to start over. Each trainer also stops itself, with a checkpoint, after

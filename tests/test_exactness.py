@@ -68,6 +68,7 @@ def test_video_grid_with_repeat_frame(method, init):
         assert p > ALPHA, f"{method}/{init}: chi-square p = {p:.3g}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method,init,setting", SINGLE_ROW_CASES)
 def test_single_row_calls_sample_the_exact_joint(method, init, setting):
     """B = 1: 2,500 separate calls (seeds 0..2499) on a 2 x 2 grid (81 sequences)."""

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers")
+import transformers
 
 from scd_core.models import janus as janus_mod  # noqa: E402
 from scd_core.models._hf import WeightsNotFoundError  # noqa: E402

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers")
+import transformers
 from transformers import ChameleonConfig, ChameleonForConditionalGeneration  # noqa: E402
 
 from scd_core.models import lumina  # noqa: E402

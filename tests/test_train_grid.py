@@ -58,7 +58,7 @@ def test_default_tokenizer_config_is_the_shipped_one(tmp_path, monkeypatch):
     from scd_core.train import tokenizer
 
     assert asdict(VQConfig()) == SHIPPED_VQ
-    shipped = Path(scd_core.__file__).resolve().parents[1] / "assets" / "tiny" / "config.json"
+    shipped = Path(scd_core.__file__).resolve().parent / "assets" / "tiny" / "config.json"
     if shipped.exists():
         assert json.loads(shipped.read_text())["vq"] == SHIPPED_VQ
     built = []

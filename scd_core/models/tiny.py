@@ -1,6 +1,6 @@
 """The embedded `tiny` models: emoji images (8x8 tokens) and clips (T x 8x8 tokens).
 
-Two networks, both trained by `scd_core.train` and shipped in `assets/tiny/`:
+Two networks, both trained by `scd_core.train` and shipped in `scd_core/assets/tiny/`:
 
 * `VQLite`, a compact VQ tokenizer: 32x32 RGB -> 8x8 codes from a 512-entry cosine codebook.
   Code 0 is reserved for *flat white* 4x4 patches: the encoder assigns it by rule (every
@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-ASSETS = Path(__file__).resolve().parents[2] / "assets" / "tiny"
+ASSETS = Path(__file__).resolve().parents[1] / "assets" / "tiny"
 WHITE_LEVEL = 250 / 255
 BACKGROUND_CODE = 0
 
@@ -452,7 +452,7 @@ def availability(name: str) -> str | None:
     if name not in VARIANTS:
         return f"unknown tiny model {name!r}"
     missing = [p.name for p in asset_files(ASSETS, VARIANTS[name][1]) if not p.exists()]
-    return f"missing assets/tiny/{', '.join(missing)}" if missing else None
+    return f"missing scd_core/assets/tiny/{', '.join(missing)}" if missing else None
 
 
 def claims_folder(path: str) -> bool:

@@ -1,7 +1,7 @@
 """Export trained checkpoints into the shipped assets (fp16 safetensors + JSON).
 
     python -m scd_core.train.export --vq checkpoints/vq --image checkpoints/image_prior \
-        --video checkpoints/video_prior --vocab data/tokens/vocab.json --out assets/tiny
+        --video checkpoints/video_prior --vocab data/tokens/vocab.json --out scd_core/assets/tiny
 
 Writes `vq.safetensors`, `image_prior.safetensors`, `video_prior.safetensors` (fp16),
 `vocab.json` (the prompt words) and `config.json` (architectures, training steps and
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--image", default="checkpoints/image_prior", help="'none': do not export an image prior")
     ap.add_argument("--video", default="checkpoints/video_prior", help="'none': do not export a video prior")
     ap.add_argument("--vocab", default="data/tokens/vocab.json")
-    ap.add_argument("--out", default="assets/tiny")
+    ap.add_argument("--out", default="scd_core/assets/tiny")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

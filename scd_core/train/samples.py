@@ -1,7 +1,7 @@
 """Sample grids of the shipped tiny models, for people to look at.
 
-    python -m scd_core.train.samples --model tiny --out assets/tiny/samples_image.png
-    python -m scd_core.train.samples --model tiny-video --out assets/tiny/samples_video.png
+    python -m scd_core.train.samples --model tiny --out scd_core/assets/tiny/samples_image.png
+    python -m scd_core.train.samples --model tiny-video --out scd_core/assets/tiny/samples_video.png
     python -m scd_core.train.samples --model assets_64          # an exported folder: writes into it
 
 Images: one row per prompt, `--per-prompt` samples across (seeds 0..), nearest upscale to about
@@ -47,6 +47,7 @@ def stack_rows(rows: list):
 
 def main(argv: list[str] | None = None) -> None:
     import scd_core
+    from scd_core.models.tiny import ASSETS as TINY_ASSETS
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="tiny")
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     model = scd_core.load_model(args.model, device=args.device, threads=args.threads)
     prompts = args.prompts.split(",") if args.prompts else model.example_prompts
     exported = args.model not in ("tiny", "tiny-video") and Path(args.model).is_dir()
-    folder = Path(args.model) if exported else Path("assets/tiny")      # an exported folder: write into it
+    folder = Path(args.model) if exported else TINY_ASSETS      # an exported folder: write into it
     out = args.out or str(folder / f"samples_{'video' if len(model.grid) == 3 else 'image'}.png")
     settings = dict(model.default_settings)
     t0 = time.time()

@@ -1,7 +1,7 @@
 """Tokenize the emoji data for the priors: image sequences, video clips, word vocabulary.
 
     python -m scd_core.train.tokens --data data/emoji32 --vq checkpoints/vq --out data/tokens
-    python -m scd_core.train.tokens --vq assets/tiny --what image    # the shipped tokenizer's tokens
+    python -m scd_core.train.tokens --vq scd_core/assets/tiny --what image    # the shipped tokenizer's tokens
 
 The geometry is the tokenizer's (its checkpoint JSON holds the `VQConfig`): S px images,
 G x G codes (G = S // patch), codes < codebook_size. The shipped tokenizer is S = 32, G = 8, 512
@@ -96,7 +96,7 @@ def render_clip(big: torch.Tensor, motion: str, frames: int, image_size: int = 3
 
 def load_vq(path: str) -> VQLite:
     """A tokenizer checkpoint (`path`.json / .safetensors), or the tokenizer of an exported
-    model folder (`assets/tiny`: config.json and vq.safetensors)."""
+    model folder (`scd_core/assets/tiny`: config.json and vq.safetensors)."""
     folder = Path(path)
     if (folder / "config.json").exists() and (folder / "vq.safetensors").exists():
         from scd_core.models.tiny import load_weights
