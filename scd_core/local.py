@@ -119,6 +119,8 @@ class LocalClient:
         self._closed = True
         with self._lock:
             running, servers = list(self._requests.values()), list(self._servers.values())
+        for row in self._rows.running():
+            row.cancel_requested = True
         for request in running:
             request.cancel()
         for server in servers:

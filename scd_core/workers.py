@@ -365,6 +365,8 @@ class ProcessClient:
         with self._lock:
             self._closed = True
             workers, self._workers = list(self._workers.values()), {}
+        for row in self._rows.running():
+            row.cancel_requested = True
         for worker in workers:
             worker.close(timeout)
         _open_clients.discard(self)
