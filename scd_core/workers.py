@@ -206,12 +206,15 @@ class _Worker:
             if self.alive and rid in self._rows:
                 self._send(("cancel", rid))
 
-    def close(self, timeout: float) -> None:
-        """Ask the worker to stop (its rows are cancelled), then make sure it has."""
+    def ask_to_close(self) -> None:
+        """Ask the worker to stop: its rows are cancelled and end at their next pass boundary."""
         with self._lock:
             self.closing = True
             if self.alive:
                 self._send(("close",))
+
+    def join(self, timeout: float) -> None:
+        """Wait for the worker to stop; terminate it if it does not within `timeout` s."""
         self.process.join(timeout)
         if self.process.is_alive():
             self.process.terminate()
@@ -368,7 +371,9 @@ class ProcessClient:
         for row in self._rows.running():
             row.cancel_requested = True
         for worker in workers:
-            worker.close(timeout)
+            worker.ask_to_close()
+        for worker in workers:
+            worker.join(timeout)
         _open_clients.discard(self)
 
     def _worker(self, model: str) -> _Worker:
