@@ -16,6 +16,10 @@ the same request.
 
 A service that loses a row (its worker died, its batch failed) ends that row's records and
 result with a `DecodeError` whose message says why; other rows are not touched.
+
+Implementations: `scd_core.local.LocalClient` (this process) and
+`scd_core.workers.ProcessClient` (one worker process per model). `RowLog` and `RowBook`
+below are the row bookkeeping they share; a new backend may use them too.
 """
 from __future__ import annotations
 
@@ -51,15 +55,36 @@ class RowResult:
 
 @runtime_checkable
 class DecodeClient(Protocol):
-    def submit(self, model: str, prompt: str, seed: int, settings: Settings) -> str: ...
+    """What every decode client does (docs/serving.md, "Decode clients", says it in full).
+    All methods may be called from any thread."""
 
-    def records(self, request: str) -> Iterator[Iteration]: ...
+    def submit(self, model: str, prompt: str, seed: int, settings: Settings) -> str:
+        """Queue one row; return its request id (a string no one can guess: uuid4 hex) once
+        it is queued (the first row of a model also waits for the model to load). A bad
+        request raises ValueError naming the argument (model, prompts, seed, settings or a
+        setting); a service that cannot take the row raises DecodeError."""
+        ...
 
-    def cancel(self, request: str) -> None: ...
+    def records(self, request: str) -> Iterator[Iteration]:
+        """The row's records from its first (each call replays them, then waits for more):
+        one `Iteration` of batch 1 per pass the row took part in, its prefill first, with
+        the row's own index, nfe (index + 1) and cumulative wall and step times. Ends when
+        the row ends (complete or cancelled); raises DecodeError after the last record if
+        the row was lost."""
+        ...
 
-    def result(self, request: str, timeout: float | None = None) -> RowResult: ...
+    def cancel(self, request: str) -> None:
+        """Return at once; the row leaves at its next pass boundary, its records so far
+        stay. Nothing happens to a row that has ended."""
+        ...
 
-    def close(self) -> None: ...
+    def result(self, request: str, timeout: float | None = None) -> RowResult:
+        """Wait for the row's end (TimeoutError after `timeout` s; DecodeError if lost)."""
+        ...
+
+    def close(self) -> None:
+        """Cancel the rows still running, stop; a later `submit` raises DecodeError."""
+        ...
 
 
 # ------------------------------------------------------------------ for implementations

@@ -179,7 +179,9 @@ def test_a_killed_worker_fails_only_its_own_rows_and_is_restarted(models):
 
 
 def test_close_cancels_running_rows_and_refuses_new_ones():
-    client = ProcessClient(models=["toy-grid"])
+    client = ProcessClient()                                                  # any name load_model knows
+    with pytest.raises(ValueError, match="model: unknown model 'no-such-model'"):
+        client.submit("no-such-model", "a cat", 0, AR)                        # its worker's load refused it
     request = client.submit("toy-grid", "a cat", 0, AR)                        # 256 passes
     next(iter(client.records(request)))
     closer = threading.Thread(target=client.close)
