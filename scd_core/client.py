@@ -24,10 +24,12 @@ below are the row bookkeeping they share; a new backend may use them too.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 from typing import Iterator, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 from scd_core.settings import Settings
@@ -195,3 +197,35 @@ class RowBook:
             row = self._rows.get(request)
             if row is not None and row.ended:
                 del self._rows[request]
+
+
+# --------------------------------------------------------- records across a boundary
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(Iteration))
+
+
+def pack_record(record: Iteration) -> tuple:
+    """A row's record (batch 1) as small plain values, in field order: each tensor as the
+    numpy array of its row, except `tokens_after`, sent as the tokens committed this pass."""
+    values = []
+    for name in _FIELDS:
+        value = getattr(record, name)
+        if name == "tokens_after":
+            value = value[0, int(record.n_before[0]): int(record.n_after[0])]
+        elif isinstance(value, torch.Tensor):
+            value = value[0]
+        values.append(value.numpy() if isinstance(value, torch.Tensor) else value)
+    return tuple(values)
+
+
+def unpack_record(packed: tuple, tokens: torch.LongTensor) -> Iteration:
+    """The record `pack_record` sent; `tokens` [1, N] is the row's running token buffer
+    (-1 where nothing is committed), updated in place."""
+    fields = {}
+    for name, value in zip(_FIELDS, packed):
+        fields[name] = torch.from_numpy(value).unsqueeze(0) if isinstance(value, np.ndarray) else value
+    committed = fields["tokens_after"][0]
+    start = int(fields["n_before"][0])
+    tokens[0, start: start + committed.shape[0]] = committed
+    fields["tokens_after"] = tokens.clone()
+    return Iteration(**fields)

@@ -11,7 +11,7 @@ worker over two one-way pipes:
                        ("record", id, delta)                           per pass of the row
                        ("end", id, error, batch_sizes)                 per row
 
-A record crosses as what changed in its pass (`pack_record`): the row's tokens committed
+A record crosses as what changed in its pass (`scd_core.client.pack_record`): the row's tokens committed
 by the pass instead of its whole canvas; the parent keeps one token buffer per row and
 rebuilds the `Iteration` as the worker had it (`unpack_record`).
 
@@ -24,7 +24,6 @@ with `if __name__ == "__main__":` (spawn imports the main module in each worker)
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import logging
 import multiprocessing
 import pickle
@@ -34,46 +33,15 @@ import weakref
 from multiprocessing.connection import wait
 from typing import Any, Callable, Iterator
 
-import numpy as np
 import torch
 
-from scd_core.client import DecodeError, RowBook, RowLog, RowResult, failure_message
+from scd_core.client import DecodeError, RowBook, RowLog, RowResult, failure_message, pack_record, unpack_record
 from scd_core.local import LocalClient
 from scd_core.models import load_model
 from scd_core.settings import Settings
 from scd_core.trace import Iteration
 
 log = logging.getLogger(__name__)
-_FIELDS = tuple(f.name for f in dataclasses.fields(Iteration))
-
-
-# ------------------------------------------------------------------------- transport
-
-def pack_record(record: Iteration) -> tuple:
-    """A row's record (batch 1) as small plain values, in field order: each tensor as the
-    numpy array of its row, except `tokens_after`, sent as the tokens committed this pass."""
-    values = []
-    for name in _FIELDS:
-        value = getattr(record, name)
-        if name == "tokens_after":
-            value = value[0, int(record.n_before[0]): int(record.n_after[0])]
-        elif isinstance(value, torch.Tensor):
-            value = value[0]
-        values.append(value.numpy() if isinstance(value, torch.Tensor) else value)
-    return tuple(values)
-
-
-def unpack_record(packed: tuple, tokens: torch.LongTensor) -> Iteration:
-    """The record `pack_record` sent; `tokens` [1, N] is the row's running token buffer
-    (-1 where nothing is committed), updated in place."""
-    fields = {}
-    for name, value in zip(_FIELDS, packed):
-        fields[name] = torch.from_numpy(value).unsqueeze(0) if isinstance(value, np.ndarray) else value
-    committed = fields["tokens_after"][0]
-    start = int(fields["n_before"][0])
-    tokens[0, start: start + committed.shape[0]] = committed
-    fields["tokens_after"] = tokens.clone()
-    return Iteration(**fields)
 
 
 # ---------------------------------------------------------------------------- worker
@@ -244,8 +212,20 @@ class _Worker:
                 message = self._events.recv()
             except (EOFError, OSError):
                 break
-            self._file(message)
+            try:
+                self._file(message)
+            except Exception as exc:                  # a record that cannot be rebuilt loses its row only
+                log.exception("a message from the decoding worker for %s could not be read", self.name)
+                self._lose(message[1], failure_message(exc))
         self._ended()
+
+    def _lose(self, rid: str, message: str) -> None:
+        self.cancel(rid)
+        with self._lock:
+            row = self._rows.pop(rid, None)
+            self._tokens.pop(rid, None)
+        if row is not None and row.end(message):
+            self.book.finished(rid)
 
     def _file(self, message: tuple) -> None:
         kind, rid = message[0], message[1]

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 import scd_core
-from scd_core.client import DecodeClient, DecodeError
+from scd_core.client import DecodeClient, DecodeError, pack_record, unpack_record
 from scd_core.local import LocalClient
 from scd_core.settings import Settings
-from scd_core.workers import ProcessClient, pack_record, unpack_record
+from scd_core.workers import ProcessClient
 
 MODELS = ["tiny", "small-grid"]
 PAGE = Settings(method="scd-mc", window=16, top_k=100, cfg_scale=3.0)      # the page's defaults on tiny
