@@ -224,8 +224,8 @@ def unpack_record(packed: tuple, tokens: torch.LongTensor) -> Iteration:
     fields = {}
     for name, value in zip(_FIELDS, packed):
         fields[name] = torch.from_numpy(value).unsqueeze(0) if isinstance(value, np.ndarray) else value
-    committed = fields["tokens_after"][0]
-    start = int(fields["n_before"][0])
-    tokens[0, start: start + committed.shape[0]] = committed
-    fields["tokens_after"] = tokens.clone()
+    if "tokens_after" in fields:                      # the canvas: rebuilt from what this pass committed
+        committed, start = fields["tokens_after"][0], int(fields["n_before"][0])
+        tokens[0, start: start + committed.shape[0]] = committed
+        fields["tokens_after"] = tokens.clone()
     return Iteration(**fields)
