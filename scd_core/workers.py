@@ -103,10 +103,13 @@ def _forward(client: LocalClient, rid: str, send: Callable[[tuple], None]) -> No
         for record in client.records(rid):
             send(("record", rid, pack_record(record)))
         batch_sizes = client.result(rid).batch_sizes
-    except DecodeError as exc:
-        error = str(exc)
     except OSError:                                   # the parent is gone
         return
+    except DecodeError as exc:
+        error = str(exc)
+    except Exception as exc:                          # a record that cannot be sent loses its row only
+        error = failure_message(exc)
+        client.cancel(rid)
     try:
         send(("end", rid, error, batch_sizes))
     except OSError:
