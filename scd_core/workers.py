@@ -6,7 +6,7 @@ default), which loads the model once and runs a `LocalClient` on it with torch s
 worker over two one-way pipes:
 
     parent -> worker   ("submit", id, prompt, seed, settings) | ("cancel", id) | ("close",)
-    worker -> parent   ("ready", N) | ("failed", kind, message)        once, after loading
+    worker -> parent   ("ready", N, threads) | ("failed", kind, message)   once, after loading
                        ("ack", id, kind, message)                      per submit (kind None: queued)
                        ("record", id, delta)                           per pass of the row
                        ("end", id, error, batch_sizes)                 per row
@@ -58,7 +58,9 @@ def serve_model(name: str, load: Callable[[str], Any], max_batch: int, threads: 
 
     client, forwarders = LocalClient(load, max_batch=max_batch), []
     try:
-        send(("ready", client.num_tokens(name)))
+        num_tokens = client.num_tokens(name)          # loads the model
+        torch.set_num_threads(threads)                # again: a loader may set its own (tiny's does)
+        send(("ready", num_tokens, torch.get_num_threads()))
     except ValueError as exc:
         send(("failed", "value", str(exc)))
         return
@@ -133,7 +135,7 @@ class _Worker:
         commands_in.close()
         events_out.close()
         self.ready = threading.Event()
-        self.num_tokens = 0
+        self.num_tokens = self.torch_threads = 0
         self.failure: tuple[str, str] | None = None   # (kind, message) if it could not load
         self.alive, self.closing = True, False
         self._lock = threading.Lock()                 # guards alive, rows, tokens, acks and sending
@@ -250,7 +252,7 @@ class _Worker:
                 ack[1], ack[2] = message[2], message[3]
                 ack[0].set()
         elif kind == "ready":
-            self.num_tokens = int(message[1])
+            self.num_tokens, self.torch_threads = int(message[1]), int(message[2])
             self.ready.set()
         elif kind == "failed":
             self.failure = (message[1], message[2])
@@ -344,6 +346,12 @@ class ProcessClient:
         with self._lock:
             worker = self._workers.get(model)
         return worker.process.pid if worker is not None and worker.alive else None
+
+    def worker_threads(self, model: str) -> int | None:
+        """The torch threads the model's running worker decodes with (None before it is ready)."""
+        with self._lock:
+            worker = self._workers.get(model)
+        return worker.torch_threads if worker is not None and worker.alive and worker.ready.is_set() else None
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop every worker: its rows are cancelled; one that does not stop within
