@@ -16,12 +16,20 @@ the same request.
 
 A service that loses a row (its worker died, its batch failed) ends that row's records and
 result with a `DecodeError` whose message says why; other rows are not touched.
+
+Implementations: `scd_core.local.LocalClient` (this process) and
+`scd_core.workers.ProcessClient` (one worker process per model). `RowLog` and `RowBook`
+below are the row bookkeeping they share; a new backend may use them too.
 """
 from __future__ import annotations
 
+import collections
+import dataclasses
+import threading
 from dataclasses import dataclass, field
 from typing import Iterator, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 from scd_core.settings import Settings
@@ -49,12 +57,175 @@ class RowResult:
 
 @runtime_checkable
 class DecodeClient(Protocol):
-    def submit(self, model: str, prompt: str, seed: int, settings: Settings) -> str: ...
+    """What every decode client does (docs/serving.md, "Decode clients", says it in full).
+    All methods may be called from any thread."""
 
-    def records(self, request: str) -> Iterator[Iteration]: ...
+    def submit(self, model: str, prompt: str, seed: int, settings: Settings) -> str:
+        """Queue one row; return its request id (a string no one can guess: uuid4 hex) once
+        it is queued (the first row of a model also waits for the model to load). A bad
+        request raises ValueError naming the argument (model, prompts, seed, settings or a
+        setting); a service that cannot take the row raises DecodeError."""
+        ...
 
-    def cancel(self, request: str) -> None: ...
+    def records(self, request: str) -> Iterator[Iteration]:
+        """The row's records from its first (each call replays them, then waits for more):
+        one `Iteration` of batch 1 per pass the row took part in, its prefill first, with
+        the row's own index, nfe (index + 1) and cumulative wall and step times. Ends when
+        the row ends (complete or cancelled); raises DecodeError after the last record if
+        the row was lost."""
+        ...
 
-    def result(self, request: str, timeout: float | None = None) -> RowResult: ...
+    def cancel(self, request: str) -> None:
+        """Return at once; the row leaves at its next pass boundary, its records so far
+        stay. Nothing happens to a row that has ended."""
+        ...
 
-    def close(self) -> None: ...
+    def result(self, request: str, timeout: float | None = None) -> RowResult:
+        """Wait for the row's end (TimeoutError after `timeout` s; DecodeError if lost)."""
+        ...
+
+    def close(self) -> None:
+        """Cancel the rows still running, stop; a later `submit` raises DecodeError."""
+        ...
+
+
+# ------------------------------------------------------------------ for implementations
+
+def failure_message(error: BaseException) -> str:
+    """What a person is told when their row was lost to `error` (a DecodeError's message)."""
+    if isinstance(error, DecodeError):
+        return str(error)
+    if isinstance(error, ValueError):
+        return f"this request was refused: {error}"
+    return f"decoding failed ({type(error).__name__}: {error}); please try again"
+
+
+class RowLog:
+    """One row as a client holds it: its records so far and how it ended. One producer
+    appends records and ends it; any number of threads read it (`records` replays from the
+    first record, then waits for the next one or the end; `result` waits for the end)."""
+
+    def __init__(self, model: str, num_tokens: int) -> None:
+        self.model, self.num_tokens = model, num_tokens
+        self._records: list[Iteration] = []
+        self._changed = threading.Condition()
+        self._ended = False
+        self._error: str | None = None             # a DecodeError's message
+        self._batch_sizes: tuple[int, ...] = ()
+        self.cancel_requested = False
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    def append(self, record: Iteration) -> None:
+        with self._changed:
+            self._records.append(record)
+            self._changed.notify_all()
+
+    def end(self, error: str | None = None, batch_sizes: tuple[int, ...] = ()) -> bool:
+        """End the row (its records, then `error` if it was lost); False if it had ended."""
+        with self._changed:
+            if self._ended:
+                return False
+            self._ended, self._error, self._batch_sizes = True, error, tuple(batch_sizes)
+            self._changed.notify_all()
+            return True
+
+    def records(self) -> Iterator[Iteration]:
+        i = 0
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: len(self._records) > i or self._ended)
+                if i == len(self._records):
+                    if self._error is not None:
+                        raise DecodeError(self._error)
+                    return
+                record = self._records[i]
+            i += 1
+            yield record
+
+    def result(self, timeout: float | None = None) -> RowResult:
+        with self._changed:
+            if not self._changed.wait_for(lambda: self._ended, timeout):
+                raise TimeoutError(f"the request did not finish within {timeout} s")
+            if self._error is not None:
+                raise DecodeError(self._error)
+            if not self._records:                   # cancelled before its prefill
+                return RowResult(torch.full((self.num_tokens,), -1, dtype=torch.long), 0, 0.0, 0.0,
+                                 self._batch_sizes, cancelled=self.cancel_requested)
+            last = self._records[-1]
+            complete = int(last.n_after[0]) >= self.num_tokens
+            return RowResult(last.tokens_after[0].clone(), last.nfe, last.wall_time, last.step_time,
+                             self._batch_sizes, cancelled=self.cancel_requested and not complete)
+
+
+class RowBook:
+    """The rows of a client by request id. Running rows are kept; finished ones until
+    `keep` newer rows have finished (or `release`)."""
+
+    def __init__(self, keep: int = 1024) -> None:
+        self.keep = keep
+        self._rows: dict[str, RowLog] = {}
+        self._finished: collections.deque[str] = collections.deque()
+        self._lock = threading.Lock()
+
+    def add(self, request: str, row: RowLog) -> None:
+        with self._lock:
+            self._rows[request] = row
+
+    def get(self, request: str) -> RowLog:
+        with self._lock:
+            row = self._rows.get(request) if isinstance(request, str) else None
+        if row is None:
+            raise ValueError(f"request: unknown request id {request!r} (a finished request is kept until "
+                             f"{self.keep} newer ones have finished)")
+        return row
+
+    def running(self) -> list[RowLog]:
+        with self._lock:
+            return [row for row in self._rows.values() if not row.ended]
+
+    def finished(self, request: str) -> None:
+        with self._lock:
+            self._finished.append(request)
+            while len(self._finished) > self.keep:
+                self._rows.pop(self._finished.popleft(), None)
+
+    def release(self, request: str) -> None:
+        with self._lock:
+            row = self._rows.get(request)
+            if row is not None and row.ended:
+                del self._rows[request]
+
+
+# --------------------------------------------------------- records across a boundary
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(Iteration))
+
+
+def pack_record(record: Iteration) -> tuple:
+    """A row's record (batch 1) as small plain values, in field order: each tensor as the
+    numpy array of its row, except `tokens_after`, sent as the tokens committed this pass."""
+    values = []
+    for name in _FIELDS:
+        value = getattr(record, name)
+        if name == "tokens_after":
+            value = value[0, int(record.n_before[0]): int(record.n_after[0])]
+        elif isinstance(value, torch.Tensor):
+            value = value[0]
+        values.append(value.numpy() if isinstance(value, torch.Tensor) else value)
+    return tuple(values)
+
+
+def unpack_record(packed: tuple, tokens: torch.LongTensor) -> Iteration:
+    """The record `pack_record` sent; `tokens` [1, N] is the row's running token buffer
+    (-1 where nothing is committed), updated in place."""
+    fields = {}
+    for name, value in zip(_FIELDS, packed):
+        fields[name] = torch.from_numpy(value).unsqueeze(0) if isinstance(value, np.ndarray) else value
+    if "tokens_after" in fields:                      # the canvas: rebuilt from what this pass committed
+        committed, start = fields["tokens_after"][0], int(fields["n_before"][0])
+        tokens[0, start: start + committed.shape[0]] = committed
+        fields["tokens_after"] = tokens.clone()
+    return Iteration(**fields)

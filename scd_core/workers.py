@@ -1,0 +1,387 @@
+"""`ProcessClient`: the decode client whose decoding runs in worker processes.
+
+Each model is served by its own worker process (started with `multiprocessing`, "spawn" by
+default), which loads the model once and runs a `LocalClient` on it with torch set to
+`threads` threads (the parent's torch settings are never touched). The parent talks to a
+worker over two one-way pipes:
+
+    parent -> worker   ("submit", id, prompt, seed, settings) | ("cancel", id) | ("close",)
+    worker -> parent   ("ready", N, threads) | ("failed", kind, message)   once, after loading
+                       ("ack", id, kind, message)                      per submit (kind None: queued)
+                       ("record", id, delta)                           per pass of the row
+                       ("end", id, error, batch_sizes)                 per row
+
+A record crosses as what changed in its pass (`scd_core.client.pack_record`): the row's tokens committed
+by the pass instead of its whole canvas; the parent keeps one token buffer per row and
+rebuilds the `Iteration` as the worker had it (`unpack_record`).
+
+A worker that dies (killed, crashed, out of memory) is seen at once through its process
+sentinel: its own rows end with a DecodeError, the other models' workers see nothing, and
+the next request to that model starts a new worker. Every wait is bounded (`timeout`) or
+woken by the worker's end. Scripts that use a ProcessClient must guard their entry point
+with `if __name__ == "__main__":` (spawn imports the main module in each worker).
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import multiprocessing
+import pickle
+import threading
+import uuid
+import weakref
+from multiprocessing.connection import wait
+from typing import Any, Callable, Iterator
+
+import torch
+
+from scd_core.client import DecodeError, RowBook, RowLog, RowResult, failure_message, pack_record, unpack_record
+from scd_core.local import LocalClient
+from scd_core.models import load_model
+from scd_core.settings import Settings
+from scd_core.trace import Iteration
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------- worker
+
+def serve_model(name: str, load: Callable[[str], Any], max_batch: int, threads: int, commands, events) -> None:
+    """A worker process's life: load the model, then serve the parent's commands until it
+    says close or is gone."""
+    torch.set_num_threads(threads)
+    send_lock = threading.Lock()
+
+    def send(message: tuple) -> None:
+        with send_lock:
+            events.send(message)
+
+    client, forwarders = LocalClient(load, max_batch=max_batch), []
+    try:
+        num_tokens = client.num_tokens(name)          # loads the model
+        torch.set_num_threads(threads)                # again: a loader may set its own (tiny's does)
+        send(("ready", num_tokens, torch.get_num_threads()))
+    except ValueError as exc:
+        send(("failed", "value", str(exc)))
+        return
+    except Exception as exc:
+        send(("failed", "error", failure_message(exc)))
+        return
+    while True:
+        try:
+            message = commands.recv()
+        except (EOFError, OSError):                   # the parent is gone
+            break
+        if message[0] == "submit":
+            _, rid, prompt, seed, settings = message
+            try:
+                client.submit(name, prompt, seed, settings, request_id=rid)
+            except ValueError as exc:
+                send(("ack", rid, "value", str(exc)))
+                continue
+            except Exception as exc:
+                send(("ack", rid, "error", failure_message(exc)))
+                continue
+            send(("ack", rid, None, None))
+            forwarders = [t for t in forwarders if t.is_alive()]
+            forwarders.append(threading.Thread(target=_forward, args=(client, rid, send), daemon=True))
+            forwarders[-1].start()
+        elif message[0] == "cancel":
+            try:
+                client.cancel(message[1])
+            except ValueError:                        # it ended and was forgotten: nothing to stop
+                pass
+        elif message[0] == "close":
+            break
+    client.close()                                    # its rows end, cancelled, at their next pass boundary
+    for thread in forwarders:
+        thread.join(5.0)                              # their ends reach the parent
+
+
+def _forward(client: LocalClient, rid: str, send: Callable[[tuple], None]) -> None:
+    """Send one row's records as they come, then how it ended."""
+    error, batch_sizes = None, ()
+    try:
+        for record in client.records(rid):
+            send(("record", rid, pack_record(record)))
+        batch_sizes = client.result(rid).batch_sizes
+    except OSError:                                   # the parent is gone
+        return
+    except DecodeError as exc:
+        error = str(exc)
+    except Exception as exc:                          # a record that cannot be sent loses its row only
+        error = failure_message(exc)
+        client.cancel(rid)
+    try:
+        send(("end", rid, error, batch_sizes))
+    except OSError:
+        pass
+    client.release(rid)
+
+
+# ---------------------------------------------------------------------------- parent
+
+class _Worker:
+    """One model's worker process, seen from the parent: its pipes, its rows in flight,
+    and a reader thread that files what the worker sends."""
+
+    def __init__(self, context, name: str, load, max_batch: int, threads: int, book: RowBook) -> None:
+        self.name, self.book = name, book
+        commands_in, self._commands = context.Pipe(duplex=False)
+        self._events, events_out = context.Pipe(duplex=False)
+        self.process = context.Process(target=serve_model, name=f"scd-worker-{name}", daemon=True,
+                                       args=(name, load, max_batch, threads, commands_in, events_out))
+        self.process.start()
+        commands_in.close()
+        events_out.close()
+        self.ready = threading.Event()
+        self.num_tokens = self.torch_threads = 0
+        self.failure: tuple[str, str] | None = None   # (kind, message) if it could not load
+        self.alive, self.closing = True, False
+        self._lock = threading.Lock()                 # guards alive, rows, tokens, acks and sending
+        self._rows: dict[str, RowLog] = {}
+        self._tokens: dict[str, torch.LongTensor] = {}
+        self._acks: dict[str, list] = {}              # id -> [Event, kind, message]
+        self._reader = threading.Thread(target=self._read, name=f"scd-reader-{name}", daemon=True)
+        self._reader.start()
+
+    @property
+    def usable(self) -> bool:
+        return self.alive and self.failure is None
+
+    def submit(self, rid: str, prompt: str, seed: int, settings, timeout: float) -> RowLog:
+        if not self.ready.wait(timeout):
+            raise DecodeError(f"the decoding worker for {self.name} did not start in time; please try again")
+        if self.failure is not None:
+            kind, message = self.failure
+            raise (ValueError if kind == "value" else DecodeError)(message)
+        row, ack = RowLog(self.name, self.num_tokens), [threading.Event(), None, None]
+        with self._lock:
+            if not self.alive:
+                raise DecodeError(self._death_message())
+            self._rows[rid], self._acks[rid] = row, ack
+            self._tokens[rid] = torch.full((1, self.num_tokens), -1, dtype=torch.long)
+            self._send(("submit", rid, prompt, seed, settings))
+        answered = ack[0].wait(timeout)
+        with self._lock:
+            self._acks.pop(rid, None)
+        if not answered:
+            self.cancel(rid)
+            self._drop(rid)
+            raise DecodeError(f"the decoding worker for {self.name} did not answer in time; please try again")
+        if ack[1] is not None:
+            self._drop(rid)
+            raise (ValueError if ack[1] == "value" else DecodeError)(ack[2])
+        return row
+
+    def cancel(self, rid: str) -> None:
+        with self._lock:
+            if self.alive and rid in self._rows:
+                self._send(("cancel", rid))
+
+    def ask_to_close(self) -> None:
+        """Ask the worker to stop: its rows are cancelled and end at their next pass boundary."""
+        with self._lock:
+            self.closing = True
+            if self.alive:
+                self._send(("close",))
+
+    def join(self, timeout: float) -> None:
+        """Wait for the worker to stop; terminate it if it does not within `timeout` s."""
+        self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(2.0)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(2.0)
+        self._reader.join(5.0)
+
+    def _send(self, message: tuple) -> None:        # called with self._lock held
+        try:
+            self._commands.send(message)
+        except OSError:                               # it is gone; the reader says so to its rows
+            pass
+
+    def _drop(self, rid: str) -> None:
+        with self._lock:
+            self._rows.pop(rid, None)
+            self._tokens.pop(rid, None)
+
+    def _read(self) -> None:
+        while True:
+            ready = wait([self._events, self.process.sentinel])
+            if self._events not in ready:
+                break                                 # the process ended and nothing is left to read
+            try:
+                message = self._events.recv()
+            except (EOFError, OSError):
+                break
+            try:
+                self._file(message)
+            except Exception as exc:                  # a record that cannot be rebuilt loses its row only
+                log.exception("a message from the decoding worker for %s could not be read", self.name)
+                self._lose(message[1], failure_message(exc))
+        self._ended()
+
+    def _lose(self, rid: str, message: str) -> None:
+        self.cancel(rid)
+        with self._lock:
+            row = self._rows.pop(rid, None)
+            self._tokens.pop(rid, None)
+        if row is not None and row.end(message):
+            self.book.finished(rid)
+
+    def _file(self, message: tuple) -> None:
+        kind, rid = message[0], message[1]
+        if kind == "record":
+            with self._lock:
+                row, tokens = self._rows.get(rid), self._tokens.get(rid)
+            if row is not None:
+                row.append(unpack_record(message[2], tokens))
+        elif kind == "end":
+            with self._lock:
+                row = self._rows.pop(rid, None)
+                self._tokens.pop(rid, None)
+            if row is not None and row.end(message[2], message[3]):
+                self.book.finished(rid)
+        elif kind == "ack":
+            with self._lock:
+                ack = self._acks.get(rid)
+            if ack is not None:
+                ack[1], ack[2] = message[2], message[3]
+                ack[0].set()
+        elif kind == "ready":
+            self.num_tokens, self.torch_threads = int(message[1]), int(message[2])
+            self.ready.set()
+        elif kind == "failed":
+            self.failure = (message[1], message[2])
+            self.ready.set()
+
+    def _death_message(self) -> str:
+        if self.closing:
+            return "the decoding service was closed before this picture was finished"
+        return f"the decoding worker for {self.name} stopped unexpectedly; please try again"
+
+    def _ended(self) -> None:
+        """The worker is gone: its rows and waiting submits hear it; nothing waits on it."""
+        with self._lock:
+            self.alive = False
+            rows, self._rows, acks = self._rows, {}, list(self._acks.values())
+            self._tokens = {}
+        self.process.join(5.0)
+        if not self.closing:
+            log.warning("the decoding worker for %s ended (exit code %s)", self.name, self.process.exitcode)
+        message = self._death_message()
+        for ack in acks:
+            ack[1], ack[2] = "error", message
+            ack[0].set()
+        for rid, row in rows.items():
+            if row.end(message):
+                self.book.finished(rid)
+        self.ready.set()
+
+
+class ProcessClient:
+    """A `DecodeClient` whose models are each served by a worker process (see the module
+    docstring). `models`: the names it serves (None: any name `load` knows); `threads`:
+    torch threads in each worker; `timeout`: the longest wait for a worker to start (load
+    its model) or to answer a submit, in seconds; `keep`: finished rows kept readable."""
+
+    def __init__(self, models: list[str] | None = None, max_batch: int = 32, threads: int = 1,
+                 start_method: str = "spawn", load: Callable[[str], Any] = load_model,
+                 timeout: float = 600.0, keep: int = 1024) -> None:
+        for name, value in (("max_batch", max_batch), ("threads", threads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self.models = None if models is None else tuple(models)
+        self.max_batch, self.threads, self.timeout, self._load = max_batch, threads, timeout, load
+        self._context = multiprocessing.get_context(start_method)
+        self._workers: dict[str, _Worker] = {}
+        self._lock = threading.Lock()
+        self._rows = RowBook(keep)
+        self._closed = False
+        _open_clients.add(self)
+
+    def submit(self, model: str, prompt: str, seed: int, settings: Settings | None = None) -> str:
+        """Queue one row in its model's worker (started if needed); returns its request id.
+        A ValueError (the worker's own check) names a bad argument at once."""
+        if self.models is not None and model not in self.models:
+            raise ValueError(f"model must be one of {', '.join(self.models)}, got {model!r}")
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"model: expected a model name, got {model!r}")
+        for name, value in (("prompt", prompt), ("seed", seed), ("settings", settings)):
+            try:
+                pickle.dumps(value)
+            except Exception as exc:
+                raise ValueError(f"{name} must be a plain value (a string, an integer, a Settings), "
+                                 f"got {type(value).__name__}") from exc
+        rid = uuid.uuid4().hex
+        row = self._worker(model).submit(rid, prompt, seed, settings, self.timeout)
+        self._rows.add(rid, row)
+        return rid
+
+    def records(self, request: str) -> Iterator[Iteration]:
+        """As `LocalClient.records`; the records are rebuilt from what each pass changed."""
+        return self._rows.get(request).records()
+
+    def cancel(self, request: str) -> None:
+        """The row leaves at its next pass boundary in its worker; nothing happens to a row
+        that has ended."""
+        row = self._rows.get(request)
+        row.cancel_requested = True
+        with self._lock:
+            worker = self._workers.get(row.model)
+        if worker is not None and not row.ended:
+            worker.cancel(request)
+
+    def result(self, request: str, timeout: float | None = None) -> RowResult:
+        return self._rows.get(request).result(timeout)
+
+    def release(self, request: str) -> None:
+        self._rows.release(request)
+
+    def pid(self, model: str) -> int | None:
+        """The process id of the model's running worker (None if it has none)."""
+        with self._lock:
+            worker = self._workers.get(model)
+        return worker.process.pid if worker is not None and worker.alive else None
+
+    def worker_threads(self, model: str) -> int | None:
+        """The torch threads the model's running worker decodes with (None before it is ready)."""
+        with self._lock:
+            worker = self._workers.get(model)
+        return worker.torch_threads if worker is not None and worker.alive and worker.ready.is_set() else None
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop every worker: its rows are cancelled; one that does not stop within
+        `timeout` s is terminated. Also run at interpreter exit."""
+        with self._lock:
+            self._closed = True
+            workers, self._workers = list(self._workers.values()), {}
+        for row in self._rows.running():
+            row.cancel_requested = True
+        for worker in workers:
+            worker.ask_to_close()
+        for worker in workers:
+            worker.join(timeout)
+        _open_clients.discard(self)
+
+    def _worker(self, model: str) -> _Worker:
+        with self._lock:
+            if self._closed:
+                raise DecodeError("the decoding service is closed")
+            worker = self._workers.get(model)
+            if worker is None or not worker.usable:
+                worker = _Worker(self._context, model, self._load, self.max_batch, self.threads, self._rows)
+                self._workers[model] = worker
+            return worker
+
+
+_open_clients: "weakref.WeakSet[ProcessClient]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_clients() -> None:
+    for client in list(_open_clients):
+        client.close(timeout=2.0)
