@@ -54,8 +54,8 @@ class Iteration:
         (`before` None: the prefill)."""
         n_before = before.n if before is not None else torch.zeros_like(after.n)
         tensors = dict(n_before=n_before, n_after=after.n, start=verdict.start, window_tokens=verdict.fed,
-                       num_accepted=verdict.accepted, accept_prob=verdict.accept_prob,
-                       resampled=verdict.rejected, drafts_after=after.drafts, tokens_after=after.tokens)
+                       num_accepted=verdict.num_accepted, accept_prob=verdict.accept_prob,
+                       resampled=verdict.resampled, drafts_after=after.drafts, tokens_after=after.tokens)
         if after.n.device.type != "cpu":
             tensors = {name: t.cpu() for name, t in tensors.items()}
         return cls(index=index, method=method, nfe=nfe, wall_time=wall_time, step_time=step_time, **tensors)
