@@ -369,7 +369,7 @@ def decode(model: TokenModel, prompts: list[str], seeds: list[int], plan: Plan) 
             state, verdict = decode_pass(session, state, plan)
             record = Iteration.of(record.index + 1, plan.method, before, state, verdict, nfe=record.nfe + 1,
                                   wall_time=record.wall_time + time.perf_counter() - entered,
-                                  step_time=session.seconds)
+                                  step_time=session.seconds, log=record.log)
         yield record
 
 
