@@ -141,30 +141,41 @@ def decode_pass(session: Session, state: State, plan: Plan) -> tuple[State, Verd
 def advance(state: State, p: torch.Tensor, m: torch.LongTensor, plan: Plan) -> tuple[State, Verdict]:
     """Verify, commit, redraft, carry and fill, given p [B, L, V] for positions n .. n + L - 1
     and the number m [B] of drafts fed (slots 0 .. m - 1; p is valid at slots 0 .. m).
-    AR is this pass with no drafts (L = 1, D = 0): it commits the bonus draw at slot 0."""
+    AR is this pass with no drafts (L = 1, D = 0): it commits the bonus draw at slot 0.
+    Each draw is made only at the slots that use it (`at_slots`): one pass sweeps the
+    vocabulary at a few slots per row, not at all L."""
     B, L, V = p.shape
     D, N = plan.D, plan.N
     slots = torch.arange(L, device=p.device)                                    # [L]
     n, m = state.n.unsqueeze(1), m.unsqueeze(1)                                 # [B, 1]
     u = pass_uniforms(state, L)                                                 # name -> [B, L]
 
-    # verify every fed draft: MRS of the draft x ~ q towards p (kept, or a residual draw)
+    # verify every fed draft: accept x ~ q if U < min(1, p(x)/q(x)); the prefix ends at the first rejection
     x = state.drafts.clamp(min=0)                                               # [B, D]
-    kept, mrs_tokens, alpha = coupling.mrs(p[:, :D], state.q, x, u["accept"][:, :D], u["residual"][:, :D])
+    alpha = coupling.accept_prob(p[:, :D], state.q, x)                          # [B, D]
+    kept = u["accept"][:, :D] < alpha
     was_fed = slots[:D] < m                                                     # [B, D]
     k = (kept & was_fed).long().cumprod(1).sum(1, keepdim=True)                 # [B, 1] up to the first rejection
     resampled = k < m                                                           # [B, 1]
+    c = (k + 1).clamp(max=N - n)                                                # [B, 1] committed: no bonus past the grid
 
-    # a draw from p at every slot: the bonus, and the redrafts of SJD and SCD-Gumbel
+    # the MRS output of a rejected draft, a residual draw: at the first rejection, and for
+    # SCD-MC at every rejected fed draft (its redraft is the MRS output: the maximal coupling)
+    residual_at = ~kept & was_fed if plan.method == "scd-mc" else (slots[:D] == k) & resampled   # [B, D]
+    residual = at_slots(residual_at, coupling.resample, p[:, :D], state.q, u["residual"][:, :D])
+    mrs_tokens = F.pad(torch.where(kept, x, residual), (0, L - D))              # [B, L]
+
+    # a draw from p: the bonus (slot k, every fed draft accepted) and the redrafts from p
+    # (SJD, SCD-Gumbel: the slots after the commit; SCD-MC: the slot after the fed drafts)
+    redrafted = (slots >= c) & (slots <= m)                                     # [B, L] old slots redrafted
+    from_p = (redrafted & (slots >= m) if plan.method == "scd-mc" else redrafted) | ((slots == k) & ~resampled)
     if plan.method == "scd-gumbel":                                             # coupled across passes
-        p_draws = coupling.gumbel_argmax(p, coupling.gumbel_noise(state.keys, noise_positions(n, slots), V))
+        p_draws = at_slots(from_p, gumbel_draw, p, state.keys.expand(B, L), noise_positions(n, slots).expand(B, L))
     else:                                                                       # independent
-        p_draws = coupling.sample(p, u["fresh"])                                # [B, L]
+        p_draws = at_slots(from_p, coupling.sample, p, u["fresh"])              # [B, L]
 
     # commit the accepted drafts, then the residual draw at the first rejection or the bonus
-    mrs_tokens = F.pad(mrs_tokens, (0, L - D))                                  # [B, L]
     last = torch.where(resampled, mrs_tokens.gather(1, k), p_draws.gather(1, k))   # [B, 1]
-    c = (k + 1).clamp(max=N - n)                                                # [B, 1] no bonus past the grid
     values = torch.where(slots < k, F.pad(x, (0, L - D)), last)                 # [B, L] for positions n + slot
     tokens = commit(state.tokens, n, c, values)                                 # [B, N]
 
@@ -180,6 +191,20 @@ def advance(state: State, p: torch.Tensor, m: torch.LongTensor, plan: Plan) -> t
     after = fill_empty(after, carried, u["init"][:, :D], plan)
     accept_prob = torch.where(was_fed, alpha, float("nan"))                     # [B, D]
     return after, Verdict(None, None, k.squeeze(1), resampled.squeeze(1), accept_prob)
+
+
+def at_slots(where: torch.BoolTensor, draw, *per_slot: torch.Tensor) -> torch.LongTensor:
+    """[B, S] draw(*rows) at the slots where `where` [B, S] holds, -1 elsewhere: each tensor
+    of `per_slot` ([B, S, ...]) is gathered at those R slots first ([R, ...]), so the work
+    is R rows, not B x S."""
+    out = torch.full(where.shape, -1, dtype=torch.long, device=where.device)
+    out[where] = draw(*(t[where] for t in per_slot))
+    return out
+
+
+def gumbel_draw(p: torch.Tensor, keys: torch.LongTensor, positions: torch.LongTensor) -> torch.LongTensor:
+    """[R] argmax(log p + G) of rows p [R, V], G the Gumbel noise of (row key, position) [R]."""
+    return coupling.gumbel_argmax(p, coupling.gumbel_noise(keys.unsqueeze(1), positions.unsqueeze(1), p.shape[-1])[:, 0])
 
 
 def redraft_laws(p: torch.Tensor, q: torch.Tensor, kept: torch.BoolTensor) -> torch.Tensor:
@@ -202,22 +227,23 @@ def fill_empty(state: State, carried: torch.BoolTensor, u: torch.Tensor, plan: P
     a one-hot q). repeat-above / repeat-frame: the token `stride` positions back, q one-hot;
     a source that is itself an empty slot passes the copy on, so each slot copies the last
     filled position on its chain (pos - stride, pos - 2 stride, ...); a chain that leaves the
-    grid's start falls back to random.
+    grid's start falls back to random. The laws are written into the empty slots of
+    `state.q` in place: the callers pass a q they have just made (the carried p, or a padded q).
     """
     B, D, V = state.q.shape
     pos = state.n.unsqueeze(1) + torch.arange(D, device=u.device)               # [B, D]
-    draft, law = (u * V).long(), 1.0 / V                                       # random init: uniform
+    draft, copy = (u * V).long(), torch.zeros_like(carried)                     # random init: uniform
     stride = plan.copy_stride
     if stride:
         first_empty = pos[:, :1] + carried.sum(1, keepdim=True)                 # [B, 1]
         src = pos - stride * torch.div(pos - first_empty + stride, stride, rounding_mode="floor")  # [B, D]
         copy = src >= 0
         draft = torch.where(copy, canvas_at(state, src.clamp(min=0)), draft)
-        one_hot = torch.zeros_like(state.q).scatter_(-1, draft.unsqueeze(-1), 1.0)
-        law = torch.where(copy.unsqueeze(-1), one_hot, law)
     empty = ~carried
     drafts = torch.where(empty, draft, state.drafts).masked_fill(pos >= plan.N, -1)
-    q = torch.where(empty.unsqueeze(-1), law, state.q)
+    q = state.q
+    q[empty] = 1.0 / V                                                          # uniform: random init
+    q[empty & copy] = F.one_hot(draft[empty & copy], V).to(q.dtype)             # one-hot: a copy
     return State(state.tokens, state.n, drafts, q, state.keys, state.passes)
 
 

@@ -140,12 +140,7 @@ def _biased_pvalue(toy, method: str) -> float:
 
 def test_fresh_sample_at_rejection_is_detected(toy, monkeypatch):
     """Cosmos reference SJD: a fresh sample of p at the first rejection (rule 2)."""
-    def fresh_at_rejection(p, q, x, u_accept, u_residual):
-        alpha = coupling.accept_prob(p, q, x)
-        kept = u_accept < alpha
-        return kept, torch.where(kept, x, coupling.sample(p, u_residual)), alpha
-
-    monkeypatch.setattr(coupling, "mrs", fresh_at_rejection)
+    monkeypatch.setattr(coupling, "resample", lambda p, q, u: coupling.sample(p, u))
     assert _biased_pvalue(toy, "sjd") < ALPHA
 
 
