@@ -1,7 +1,7 @@
 """The samplers, as pure functions of explicit randomness.
 
 - `sample(p, u)`: one draw from p by inverse CDF, u uniform in [0, 1).
-- `residual(p, q)`: the residual law norm(max(0, p - q)).
+- `residual(p, q)`: the residual law norm(max(0, p - q)); `resample(p, q, u)` a draw from it.
 - `mrs(p, q, x, u_accept, u_residual)`: modified rejection sampling of a token x drawn from q
   towards p: keep x if U < min(1, p(x)/q(x)), else draw from the residual. Its output is
   distributed as p and equals x with probability 1 - TV(p, q), the most any coupling of
@@ -59,8 +59,13 @@ def mrs(p: torch.Tensor, q: torch.Tensor, x: torch.LongTensor, u_accept: torch.T
     """
     alpha = accept_prob(p, q, x)
     kept = u_accept < alpha
-    tokens = torch.where(kept, x, sample(residual(p, q), u_residual))
-    return kept, tokens, alpha
+    return kept, torch.where(kept, x, resample(p, q, u_residual)), alpha
+
+
+def resample(p: torch.Tensor, q: torch.Tensor, u: torch.Tensor) -> torch.LongTensor:
+    """A draw from `residual(p, q)`: what MRS returns for a rejected draft (never a fresh
+    draw from p, which would bias the result towards q)."""
+    return sample(residual(p, q), u)
 
 
 def gumbel_argmax(p: torch.Tensor, g: torch.Tensor) -> torch.LongTensor:

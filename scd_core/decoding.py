@@ -43,21 +43,20 @@ METHOD_LABELS = {"ar": "AR", "sjd": "SJD", "scd-mc": "SCD maximal coupling",
 INIT_LABELS = {"random": "random (uniform)", "repeat-above": "repeat the token above",
                "repeat-frame": "repeat the previous frame (video)"}
 MAX_SEED = 2**63
-VARIANTS = ("fresh-sample-at-rejection", "old-q-for-kept-drafts", "gumbel-noise-by-slot")
 _STREAMS = ("accept", "residual", "fresh", "init", "refill")   # the uniforms of a pass, per slot
+# The counter layout of a row's stream: pass t uses counters [t * S * len(_STREAMS),
+# (t + 1) * S * len(_STREAMS)), S = STREAM_SLOTS counters per use, so a window may hold up
+# to S slots. It fixes which number every draw gets: changing it changes every sample.
+STREAM_SLOTS = 1024
+assert MAX_WINDOW <= STREAM_SLOTS, "a window may not outgrow the stream layout"
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What is fixed for a run: its checked `Settings` and the model's grid and vocabulary.
-
-    `variant` is a test hook: it names one deliberately biased departure from the exact
-    rules (`VARIANTS`), so that the exactness tests can show they catch it. None in use.
-    """
+    """What is fixed for a run: its checked `Settings` and the model's grid and vocabulary."""
     settings: Settings
     grid: tuple[int, ...]
     vocab_size: int
-    variant: str | None = None
 
     @classmethod
     def of(cls, settings: Settings, model: TokenModel) -> "Plan":
@@ -120,8 +119,8 @@ class Verdict(NamedTuple):
     """What a pass decided, per row, beyond the new state (the trace records it)."""
     start: torch.LongTensor          # [B] position of the first fed token (-1: the prefill)
     fed: torch.LongTensor            # [B, W] the tokens fed
-    accepted: torch.LongTensor       # [B] drafts accepted
-    rejected: torch.BoolTensor       # [B] a draft was rejected (its slot took a residual draw)
+    num_accepted: torch.LongTensor   # [B] drafts accepted
+    resampled: torch.BoolTensor      # [B] a draft was rejected (its slot took a residual draw)
     accept_prob: torch.Tensor        # [B, D] min(1, p/q) of each fed draft (NaN: not fed)
 
 
@@ -141,64 +140,84 @@ def decode_pass(session: Session, state: State, plan: Plan) -> tuple[State, Verd
 
 def advance(state: State, p: torch.Tensor, m: torch.LongTensor, plan: Plan) -> tuple[State, Verdict]:
     """Verify, commit, redraft, carry and fill, given p [B, L, V] for positions n .. n + L - 1
-    and the number m [B] of drafts fed (slots 0 .. m - 1; p is valid at slots 0 .. m)."""
-    if plan.method == "ar":                     # a window of one token: no drafts to verify, carry or fill
-        return advance_ar(state, p, plan)
+    and the number m [B] of drafts fed (slots 0 .. m - 1; p is valid at slots 0 .. m).
+    AR is this pass with no drafts (L = 1, D = 0): it commits the bonus draw at slot 0.
+    Each draw is made only at the slots that use it (`at_slots`): one pass sweeps the
+    vocabulary at a few slots per row, not at all L."""
     B, L, V = p.shape
     D, N = plan.D, plan.N
     slots = torch.arange(L, device=p.device)                                    # [L]
     n, m = state.n.unsqueeze(1), m.unsqueeze(1)                                 # [B, 1]
     u = pass_uniforms(state, L)                                                 # name -> [B, L]
 
-    # verify every fed draft: MRS of the draft x ~ q towards p (kept, or a residual draw)
+    # verify every fed draft: accept x ~ q if U < min(1, p(x)/q(x)); the prefix ends at the first rejection
     x = state.drafts.clamp(min=0)                                               # [B, D]
-    kept, mrs_tokens, alpha = coupling.mrs(p[:, :D], state.q, x, u["accept"][:, :D], u["residual"][:, :D])
-    if plan.variant == "fresh-sample-at-rejection":                             # test hook: breaks rule 2
-        mrs_tokens = torch.where(kept, x, coupling.sample(p[:, :D], u["residual"][:, :D]))
+    alpha = coupling.accept_prob(p[:, :D], state.q, x)                          # [B, D]
+    kept = u["accept"][:, :D] < alpha
     was_fed = slots[:D] < m                                                     # [B, D]
     k = (kept & was_fed).long().cumprod(1).sum(1, keepdim=True)                 # [B, 1] up to the first rejection
-    rejected = k < m                                                            # [B, 1]
+    resampled = k < m                                                           # [B, 1]
+    c = (k + 1).clamp(max=N - n)                                                # [B, 1] committed: no bonus past the grid
 
-    # fresh draws from p: the bonus, and the redrafts of SJD and SCD-Gumbel
-    if plan.method == "scd-gumbel":
-        positions = slots.expand(B, L) if plan.variant == "gumbel-noise-by-slot" else n + slots   # test hook: rule 7
-        fresh = coupling.gumbel_argmax(p, coupling.gumbel_noise(state.keys, positions, V))     # [B, L]
-    else:
-        fresh = coupling.sample(p, u["fresh"])                                                 # [B, L]
+    # the MRS output of a rejected draft, a residual draw: at the first rejection, and for
+    # SCD-MC at every rejected fed draft (its redraft is the MRS output: the maximal coupling)
+    residual_at = ~kept & was_fed if plan.method == "scd-mc" else (slots[:D] == k) & resampled   # [B, D]
+    residual = at_slots(residual_at, coupling.resample, p[:, :D], state.q, u["residual"][:, :D])
+    mrs_tokens = F.pad(torch.where(kept, x, residual), (0, L - D))              # [B, L]
+
+    # a draw from p: the bonus (slot k, every fed draft accepted) and the redrafts from p
+    # (SJD, SCD-Gumbel: the slots after the commit; SCD-MC: the slot after the fed drafts)
+    redrafted = (slots >= c) & (slots <= m)                                     # [B, L] old slots redrafted
+    from_p = (redrafted & (slots >= m) if plan.method == "scd-mc" else redrafted) | ((slots == k) & ~resampled)
+    if plan.method == "scd-gumbel":                                             # coupled across passes
+        p_draws = at_slots(from_p, gumbel_draw, p, state.keys.expand(B, L), noise_positions(n, slots).expand(B, L))
+    else:                                                                       # independent
+        p_draws = at_slots(from_p, coupling.sample, p, u["fresh"])              # [B, L]
 
     # commit the accepted drafts, then the residual draw at the first rejection or the bonus
-    mrs_tokens = F.pad(mrs_tokens, (0, L - D))                                  # [B, L]
-    last = torch.where(rejected, mrs_tokens.gather(1, k), fresh.gather(1, k))  # [B, 1]
-    c = (k + 1).clamp(max=N - n)                                                # [B, 1] no bonus past the grid
+    last = torch.where(resampled, mrs_tokens.gather(1, k), p_draws.gather(1, k))   # [B, 1]
     values = torch.where(slots < k, F.pad(x, (0, L - D)), last)                 # [B, L] for positions n + slot
     tokens = commit(state.tokens, n, c, values)                                 # [B, N]
 
-    # redraft the slots after the commit and carry them, q <- p for every one
-    redraft = torch.where(slots < m, mrs_tokens, fresh) if plan.method == "scd-mc" else fresh   # [B, L]
+    # redraft the slots after the commit and carry them with the law each was drawn from
+    redraft = torch.where(slots < m, mrs_tokens, p_draws) if plan.method == "scd-mc" else p_draws   # [B, L]
     src = (c + slots[:D]).clamp(max=L - 1)                                      # [B, D] old slot of each new slot
     carried = (c + slots[:D] <= m) & (n + c + slots[:D] < N)                    # [B, D] slots with a redraft
     drafts = torch.where(carried, redraft.gather(1, src), -1)                   # [B, D]
-    q = p.gather(1, src.unsqueeze(-1).expand(-1, -1, V))                        # [B, D, V]
-    if plan.variant == "old-q-for-kept-drafts":                                 # test hook: breaks rule 5
-        q = _old_q_for_kept_drafts(state.q, kept, src, carried, q)
+    q = redraft_laws(p, state.q, kept).gather(1, src.unsqueeze(-1).expand(-1, -1, V))   # [B, D, V]
 
     # fill the empty slots by the init scheme, with the law each draft is drawn from
     after = State(tokens, state.n + c.squeeze(1), drafts, q, state.keys, state.passes + 1)
     after = fill_empty(after, carried, u["init"][:, :D], plan)
     accept_prob = torch.where(was_fed, alpha, float("nan"))                     # [B, D]
-    return after, Verdict(None, None, k.squeeze(1), rejected.squeeze(1), accept_prob)
+    return after, Verdict(None, None, k.squeeze(1), resampled.squeeze(1), accept_prob)
 
 
-def advance_ar(state: State, p: torch.Tensor, plan: Plan) -> tuple[State, Verdict]:
-    """`advance` for AR: commit a draw from p [B, 1, V] at position n (the same draw the
-    general pass takes for its bonus: the "fresh" uniform of slot 0)."""
-    n = state.n.unsqueeze(1)                                                    # [B, 1]
-    token = coupling.sample(p, pass_uniforms(state, 1)["fresh"])                # [B, 1]
-    c = (n < plan.N).long()                                                     # [B, 1] nothing past the grid
-    after = State(commit(state.tokens, n, c, token), state.n + c.squeeze(1), state.drafts, state.q,
-                  state.keys, state.passes + 1)
-    none = torch.zeros_like(state.n)
-    return after, Verdict(None, None, none, none.bool(), p.new_zeros(p.shape[0], 0))
+def at_slots(where: torch.BoolTensor, draw, *per_slot: torch.Tensor) -> torch.LongTensor:
+    """[B, S] draw(*rows) at the slots where `where` [B, S] holds, -1 elsewhere: each tensor
+    of `per_slot` ([B, S, ...]) is gathered at those R slots first ([R, ...]), so the work
+    is R rows, not B x S."""
+    out = torch.full(where.shape, -1, dtype=torch.long, device=where.device)
+    out[where] = draw(*(t[where] for t in per_slot))
+    return out
+
+
+def gumbel_draw(p: torch.Tensor, keys: torch.LongTensor, positions: torch.LongTensor) -> torch.LongTensor:
+    """[R] argmax(log p + G) of rows p [R, V], G the Gumbel noise of (row key, position) [R]."""
+    return coupling.gumbel_argmax(p, coupling.gumbel_noise(keys.unsqueeze(1), positions.unsqueeze(1), p.shape[-1])[:, 0])
+
+
+def redraft_laws(p: torch.Tensor, q: torch.Tensor, kept: torch.BoolTensor) -> torch.Tensor:
+    """The law [B, L, V] of the redraft at each slot, given this pass's p [B, L, V], the fed
+    drafts' laws q [B, D, V] and which drafts the verification kept: p at every slot, for
+    every method and whatever the coupling did (rule 5: a kept draft's law is p too)."""
+    return p
+
+
+def noise_positions(n: torch.LongTensor, slots: torch.LongTensor) -> torch.LongTensor:
+    """[B, L] what keys the Gumbel noise of each slot: its absolute position n + slot (rule 7:
+    fixed per position at every pass, never shared between positions)."""
+    return n + slots
 
 
 def fill_empty(state: State, carried: torch.BoolTensor, u: torch.Tensor, plan: Plan) -> State:
@@ -208,32 +227,24 @@ def fill_empty(state: State, carried: torch.BoolTensor, u: torch.Tensor, plan: P
     a one-hot q). repeat-above / repeat-frame: the token `stride` positions back, q one-hot;
     a source that is itself an empty slot passes the copy on, so each slot copies the last
     filled position on its chain (pos - stride, pos - 2 stride, ...); a chain that leaves the
-    grid's start falls back to random.
+    grid's start falls back to random. The laws are written into the empty slots of
+    `state.q` in place: the callers pass a q they have just made (the carried p, or a padded q).
     """
     B, D, V = state.q.shape
     pos = state.n.unsqueeze(1) + torch.arange(D, device=u.device)               # [B, D]
-    draft, law = (u * V).long(), 1.0 / V                                       # random init: uniform
+    draft, copy = (u * V).long(), torch.zeros_like(carried)                     # random init: uniform
     stride = plan.copy_stride
     if stride:
         first_empty = pos[:, :1] + carried.sum(1, keepdim=True)                 # [B, 1]
         src = pos - stride * torch.div(pos - first_empty + stride, stride, rounding_mode="floor")  # [B, D]
         copy = src >= 0
         draft = torch.where(copy, canvas_at(state, src.clamp(min=0)), draft)
-        one_hot = torch.zeros_like(state.q).scatter_(-1, draft.unsqueeze(-1), 1.0)
-        law = torch.where(copy.unsqueeze(-1), one_hot, law)
     empty = ~carried
     drafts = torch.where(empty, draft, state.drafts).masked_fill(pos >= plan.N, -1)
-    q = torch.where(empty.unsqueeze(-1), law, state.q)
+    q = state.q
+    q[empty] = 1.0 / V                                                          # uniform: random init
+    q[empty & copy] = F.one_hot(draft[empty & copy], V).to(q.dtype)             # one-hot: a copy
     return State(state.tokens, state.n, drafts, q, state.keys, state.passes)
-
-
-def _old_q_for_kept_drafts(q_old, kept, src, carried, q):
-    """The biased variant of a reference implementation: a draft that the maximal coupling
-    kept keeps its old q instead of taking this pass's p (for the exactness tests only)."""
-    D, V = q_old.shape[1], q_old.shape[2]
-    src = src.clamp(max=D - 1)
-    keeps = (carried & kept.gather(1, src)).unsqueeze(-1)
-    return torch.where(keeps, q_old.gather(1, src.unsqueeze(-1).expand(-1, -1, V)), q)
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -266,7 +277,7 @@ def pass_uniforms(state: State, L: int) -> dict[str, torch.Tensor]:
     count, slot, use), so no number is ever drawn twice and none depends on another row or
     on the window (a row's window may change between passes: `resize`)."""
     uses = len(_STREAMS)
-    counters = state.passes.unsqueeze(1) * (uses * MAX_WINDOW) + torch.arange(uses * L, device=state.n.device)
+    counters = state.passes.unsqueeze(1) * (uses * STREAM_SLOTS) + torch.arange(uses * L, device=state.n.device)
     u = coupling.uniforms(state.keys, counters).view(-1, L, uses)                     # [B, L, 5]
     return dict(zip(_STREAMS, u.unbind(2)))
 
@@ -384,7 +395,7 @@ def decode(model: TokenModel, prompts: list[str], seeds: list[int], plan: Plan) 
             state, verdict = decode_pass(session, state, plan)
             record = Iteration.of(record.index + 1, plan.method, before, state, verdict, nfe=record.nfe + 1,
                                   wall_time=record.wall_time + time.perf_counter() - entered,
-                                  step_time=session.seconds)
+                                  step_time=session.seconds, log=record.log)
         yield record
 
 

@@ -21,6 +21,43 @@ from typing import Callable, Sequence
 import torch
 
 
+class TokenLog:
+    """The committed tokens [B, N] of a batch's rows (-1 where none yet), on the CPU, shared
+    by the records of its passes. A committed token never changes, so a pass writes only the
+    positions it committed and a record reads those below its own `n_after`: a record that
+    is kept still shows its own pass's canvas after later passes have written theirs. A run
+    of P passes thus holds one [B, N] buffer, not P of them."""
+
+    def __init__(self, tokens: torch.LongTensor) -> None:
+        with torch.inference_mode(False):               # an ordinary tensor: later passes write it in place
+            self.tokens = tokens.detach().to("cpu", copy=True)
+
+    @property
+    def N(self) -> int:
+        return int(self.tokens.shape[1])
+
+    def write(self, tokens: torch.LongTensor, n_before: torch.LongTensor, n_after: torch.LongTensor) -> None:
+        """Copy positions n_before .. n_after - 1 of each row from `tokens` [B, N] (any device)."""
+        width = int((n_after - n_before).max()) if n_before.numel() else 0
+        if width <= 0:
+            return
+        at = (n_before.unsqueeze(1) + torch.arange(width, device=n_before.device)).clamp(max=self.N - 1)
+        new = (at < n_after.unsqueeze(1)).cpu()                     # the positions this pass committed
+        at, values = at.cpu(), tokens.gather(1, at).cpu()
+        rows = torch.arange(at.shape[0]).unsqueeze(1).expand_as(at)
+        self.tokens[rows[new], at[new]] = values[new]
+
+    def upto(self, n: torch.LongTensor) -> torch.LongTensor:
+        """[B, N] the tokens below position n[b] of each row, -1 after them (a new tensor)."""
+        return self.tokens.masked_fill(torch.arange(self.N) >= n.unsqueeze(1), -1)
+
+    def row(self, b: int) -> "TokenLog":
+        """Row b's log: a view of this one, so later passes' tokens show through."""
+        log = TokenLog.__new__(TokenLog)
+        log.tokens = self.tokens[b: b + 1]
+        return log
+
+
 @dataclass
 class Iteration:
     """One forward pass and what the engine did with it; tensors on the CPU.
@@ -42,29 +79,45 @@ class Iteration:
     accept_prob: torch.Tensor           # [B, D] min(1, p/q) of each draft fed (NaN: none)
     resampled: torch.BoolTensor         # [B] the last committed token came from the residual
     drafts_after: torch.LongTensor      # [B, D] next pass's drafts (-1: none), slot i at n_after + i
-    tokens_after: torch.LongTensor      # [B, N] committed tokens after this pass, -1 elsewhere
+    log: TokenLog                       # the run's committed tokens: `tokens_after` reads this pass's
     nfe: int                            # cumulative forward passes, prefill included
     wall_time: float                    # cumulative seconds spent decoding (not the consumer's)
     step_time: float                    # cumulative seconds spent inside the model
 
     @classmethod
     def of(cls, index: int, method: str, before, after, verdict, nfe: int, wall_time: float,
-           step_time: float) -> "Iteration":
+           step_time: float, log: TokenLog | None = None) -> "Iteration":
         """The record of one pass from the engine's state before and after it and its verdict
-        (`before` None: the prefill)."""
+        (`before` None: the prefill). `log`: the previous record's log, for the same rows in
+        the same order, into which this pass's committed tokens are written; None: a new log
+        (a copy of the committed tokens)."""
         n_before = before.n if before is not None else torch.zeros_like(after.n)
+        if log is None or log.tokens.shape != after.tokens.shape:
+            log = TokenLog(after.tokens)
+        else:
+            log.write(after.tokens, n_before, after.n)
         tensors = dict(n_before=n_before, n_after=after.n, start=verdict.start, window_tokens=verdict.fed,
-                       num_accepted=verdict.accepted, accept_prob=verdict.accept_prob,
-                       resampled=verdict.rejected, drafts_after=after.drafts, tokens_after=after.tokens)
+                       num_accepted=verdict.num_accepted, accept_prob=verdict.accept_prob,
+                       resampled=verdict.resampled, drafts_after=after.drafts)
         if after.n.device.type != "cpu":
             tensors = {name: t.cpu() for name, t in tensors.items()}
-        return cls(index=index, method=method, nfe=nfe, wall_time=wall_time, step_time=step_time, **tensors)
+        return cls(index=index, method=method, nfe=nfe, wall_time=wall_time, step_time=step_time, log=log, **tensors)
 
     def row(self, b: int) -> "Iteration":
         """The record of row b alone (a batch of one)."""
         sliced = {name: getattr(self, name)[b: b + 1] for name in _ROW_FIELDS}
         return Iteration(index=self.index, method=self.method, nfe=self.nfe, wall_time=self.wall_time,
-                         step_time=self.step_time, **sliced)
+                         step_time=self.step_time, log=self.log.row(b), **sliced)
+
+    @property
+    def tokens_after(self) -> torch.LongTensor:
+        """[B, N] committed tokens after this pass, -1 elsewhere (a new tensor at each call)."""
+        return self.log.upto(self.n_after)
+
+    @property
+    def num_tokens(self) -> int:
+        """N: tokens in the grid."""
+        return self.log.N
 
     @property
     def committed(self) -> torch.LongTensor:
@@ -83,14 +136,14 @@ class Iteration:
     @property
     def active(self) -> torch.BoolTensor:
         """[B] the row was unfinished before this pass (a speculative pass, not the prefill)."""
-        return (self.n_before < self.tokens_after.shape[1]) & (self.start >= 0)
+        return (self.n_before < self.num_tokens) & (self.start >= 0)
 
     @cached_property
     def committed_tokens(self) -> torch.LongTensor:
         """[B, D + 1] tokens committed by this pass, from position n_before on (-1 padded)."""
         slots = torch.arange(self.drafts_after.shape[1] + 1).unsqueeze(0)
-        at = (self.n_before.unsqueeze(1) + slots).clamp(max=self.tokens_after.shape[1] - 1)
-        return self.tokens_after.gather(1, at).masked_fill(slots >= self.committed.unsqueeze(1), -1)
+        at = (self.n_before.unsqueeze(1) + slots).clamp(max=self.num_tokens - 1)
+        return self.log.tokens.gather(1, at).masked_fill(slots >= self.committed.unsqueeze(1), -1)
 
     @cached_property
     def accepted(self) -> torch.BoolTensor:
@@ -115,7 +168,7 @@ class Iteration:
     @cached_property
     def carried(self) -> torch.BoolTensor:
         """[B, D] the draft in that slot was fed this pass and is still a draft after it."""
-        N = self.tokens_after.shape[1]
+        N = self.num_tokens
         left = (self.drafts_fed - self.committed).unsqueeze(1)          # fed drafts not committed
         return (self._slots < left) & (self.n_after.unsqueeze(1) + self._slots < N)
 
@@ -136,16 +189,16 @@ class Iteration:
     @property
     def draft_new(self) -> torch.BoolTensor:
         """[B, D] the draft in that slot, inside the grid, was drawn fresh (not fed this pass)."""
-        in_grid = self.n_after.unsqueeze(1) + self._slots < self.tokens_after.shape[1]
+        in_grid = self.n_after.unsqueeze(1) + self._slots < self.num_tokens
         return (self.drafts_after >= 0) & ~self.carried & in_grid
 
     @property
     def canvas(self) -> torch.LongTensor:
         """[B, N] committed tokens, then the next drafts, -1 elsewhere."""
-        N, D = self.tokens_after.shape[1], self.drafts_after.shape[1]
+        N, D = self.num_tokens, self.drafts_after.shape[1]
         rel = torch.arange(N).unsqueeze(0) - self.n_after.unsqueeze(1)          # draft slot of each position
         drafts = self.drafts_after.gather(1, rel.clamp(0, max(D - 1, 0))) if D else torch.full_like(rel, -1)
-        return torch.where(rel < 0, self.tokens_after, torch.where(rel < D, drafts, -1))
+        return torch.where(rel < 0, self.log.tokens, torch.where(rel < D, drafts, -1))
 
     @property
     def _slots(self) -> torch.LongTensor:
@@ -153,7 +206,7 @@ class Iteration:
 
 
 _ROW_FIELDS = ("n_before", "n_after", "start", "window_tokens", "num_accepted", "accept_prob", "resampled",
-               "drafts_after", "tokens_after")
+               "drafts_after")
 
 
 # ------------------------------------------------------------------------------ metrics
@@ -234,7 +287,7 @@ class Run:
     def from_iterations(cls, iterations: list[Iteration], decode=None) -> "Run":
         """Assemble a Run from the records `scd_core.stream` yielded (the last one closes it)."""
         last = iterations[-1]
-        return cls(tokens=last.tokens_after.clone(), nfe=last.nfe, wall_time=last.wall_time,
+        return cls(tokens=last.tokens_after, nfe=last.nfe, wall_time=last.wall_time,
                    step_time=last.step_time, iterations=list(iterations), method=last.method,
                    window=int(last.drafts_after.shape[1]) + 1, _decode=decode)
 

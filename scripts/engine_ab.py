@@ -2,11 +2,15 @@
 
     python scripts/engine_ab.py --rev <commit> --model toy-grid            # engine time per pass
     python scripts/engine_ab.py --rev <commit> --model tiny --nfe-seeds 32 # mean NFE, both engines
+    python scripts/engine_ab.py --rev <commit> --model texture --batch 8 --windows 16 --methods scd-mc
+    python scripts/engine_ab.py --rev <commit> --trace-memory --model random-logits \
+        --model-arg grid=90,90 --model-arg vocab_size=64 --batch 2      # bytes an AR trace holds
 
 The earlier commit's `scd_core` is extracted with `git archive` into a temporary folder and
 imported as `scd_core_old`, next to this checkout's `scd_core`; both decode the same prompts
 with the same settings, alternating run by run so that machine noise falls on both alike.
-Engine time is a run's wall time outside `Session.step`, per forward pass (median over runs).
+Engine time is a run's wall time outside `Session.step`, per forward pass (median over runs);
+the last column says whether both engines gave the same tokens and NFE for every run.
 The model itself is loaded once, from this checkout, and shared by both engines.
 """
 from __future__ import annotations
@@ -47,6 +51,17 @@ def import_old(rev: str):
     return scd_core_old
 
 
+def trace_bytes(records) -> int:
+    """Bytes of the distinct tensor storages the records of a run hold (a shared one once)."""
+    storages = {}
+    for record in records:
+        for value in vars(record).values():
+            for t in (value, getattr(value, "tokens", None)):
+                if isinstance(t, torch.Tensor):
+                    storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(storages.values())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rev", required=True, help="the earlier commit")
@@ -60,36 +75,49 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top-k", type=int, default=100)
     ap.add_argument("--cfg-scale", type=float, default=3.0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=1, help="rows per run (B)")
+    ap.add_argument("--trace-memory", action="store_true", help="instead of timing: bytes of an AR trace")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     old = import_old(args.rev)
     model = scd_core.load_model(args.model, **parse_model_args(args.model_arg))
     prompts = list(optional(model, "example_prompts") or ["a red apple"])
     engines = {"old": old, "new": scd_core}
-    print(f"# {args.model}, top-k {args.top_k}, CFG {args.cfg_scale}, rev {args.rev}, threads {args.threads}")
+    rows = lambda r: [prompts[(r + b) % len(prompts)] for b in range(args.batch)]   # noqa: E731
+    if args.trace_memory:
+        for name, eng in engines.items():
+            records = list(eng.stream(model, rows(0), method="ar", seed=0))
+            print(f"{name}: {len(records)} records of {args.batch} rows x {records[-1].tokens_after.shape[1]} "
+                  f"tokens hold {trace_bytes(records) / 2**20:.1f} MiB")
+        return 0
+    print(f"# {args.model}, B {args.batch}, top-k {args.top_k}, CFG {args.cfg_scale}, rev {args.rev}, "
+          f"threads {args.threads}")
     if args.nfe_seeds:
         print("| method | L | init | mean NFE old | mean NFE new | sd new / sqrt(n) |\n|---|---|---|---|---|---|")
     else:
-        print("| method | L | init | engine us/pass old | engine us/pass new | new/old |\n|---|---|---|---|---|---|")
+        print("| method | L | init | engine us/pass old | engine us/pass new | new/old | same tokens |\n"
+              "|---|---|---|---|---|---|---|")
     for method in args.methods.split(","):
         for window in (int(w) for w in args.windows.split(",")):
             for init in args.inits.split(","):
                 kw = dict(method=method, window=window, init=init, top_k=args.top_k, cfg_scale=args.cfg_scale)
                 if args.nfe_seeds:
-                    nfe = {name: [eng.generate(model, [prompts[s % len(prompts)]], seed=s, **kw).nfe
+                    nfe = {name: [eng.generate(model, rows(s), seed=s, **kw).nfe
                                   for s in range(args.nfe_seeds)] for name, eng in engines.items()}
                     se = statistics.stdev(nfe["new"]) / len(nfe["new"]) ** 0.5
                     print(f"| {method} | {window} | {init} | {statistics.fmean(nfe['old']):.2f} | "
                           f"{statistics.fmean(nfe['new']):.2f} | {se:.2f} |")
                     continue
-                per_pass = {name: [] for name in engines}
+                per_pass, same = {name: [] for name in engines}, True
                 for r in range(args.runs + 1):
-                    for name, eng in engines.items():
-                        run = eng.generate(model, [prompts[r % len(prompts)]], seed=r, **kw)
-                        if r:                                                  # the first run warms up
+                    runs = {name: eng.generate(model, rows(r), seed=r, **kw) for name, eng in engines.items()}
+                    same &= torch.equal(runs["old"].tokens, runs["new"].tokens) and runs["old"].nfe == runs["new"].nfe
+                    if r:                                                      # the first run warms up
+                        for name, run in runs.items():
                             per_pass[name].append(1e6 * (run.wall_time - run.step_time) / run.nfe)
                 o, n = statistics.median(per_pass["old"]), statistics.median(per_pass["new"])
-                print(f"| {method} | {window} | {init} | {o:.0f} | {n:.0f} | {n / o:.2f} |", flush=True)
+                print(f"| {method} | {window} | {init} | {o:.0f} | {n:.0f} | {n / o:.2f} | {'yes' if same else 'NO'} |",
+                      flush=True)
     return 0
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import scd_core
-from scd_core import decoding
+from scd_core import coupling, decoding
 from scd_core.models.toy import ToyModel
 from scd_core.sampling import validate_sampling
 from stats_util import chi_square_pvalue
@@ -128,28 +128,35 @@ def test_a_window_that_changes_between_passes_keeps_the_law(toy, method):
 
 
 # -- the test has power: known biased variants of the reference code fail it -------------
-# `Plan.variant` is the engine's test hook: each names one departure from the exact rules.
+# Each rule is one call of the pass to a pure function; a test replaces that function with
+# the biased version of a reference implementation and shows the suite catches it.
 
 
-def _biased_pvalue(toy, method: str, variant: str) -> float:
+def _biased_pvalue(toy, method: str) -> float:
     prompts = [PROMPTS[0]] * 24_000
-    plan, seeds = decoding.validate(toy, prompts, scd_core.Settings(method, 3, cfg_scale=2.0), 4)
-    records = list(decoding.decode(toy, prompts, seeds, dataclasses.replace(plan, variant=variant)))
-    (p,) = joint_pvalues(toy, records[-1].tokens_after, prompts, 2.0, {})
+    run = scd_core.generate(toy, prompts, method=method, window=3, seed=4, cfg_scale=2.0)
+    (p,) = joint_pvalues(toy, run.tokens, prompts, 2.0, {})
     return p
 
 
-def test_fresh_sample_at_rejection_is_detected(toy):
+def test_fresh_sample_at_rejection_is_detected(toy, monkeypatch):
     """Cosmos reference SJD: a fresh sample of p at the first rejection (rule 2)."""
-    assert _biased_pvalue(toy, "sjd", "fresh-sample-at-rejection") < ALPHA
+    monkeypatch.setattr(coupling, "resample", lambda p, q, u: coupling.sample(p, u))
+    assert _biased_pvalue(toy, "sjd") < ALPHA
 
 
-def test_old_q_for_kept_drafts_is_detected(toy):
-    """Lumina/Janus reference SCD-MC: a draft kept by the coupling keeps its old q (rule 4)."""
-    assert _biased_pvalue(toy, "scd-mc", "old-q-for-kept-drafts") < ALPHA
+def test_old_q_for_kept_drafts_is_detected(toy, monkeypatch):
+    """Lumina/Janus reference SCD-MC: a draft kept by the coupling keeps its old q (rule 5)."""
+    def old_q_for_kept(p, q, kept):
+        D = q.shape[1]
+        return torch.cat([torch.where(kept.unsqueeze(-1), q, p[:, :D]), p[:, D:]], 1)
+
+    monkeypatch.setattr(decoding, "redraft_laws", old_q_for_kept)
+    assert _biased_pvalue(toy, "scd-mc") < ALPHA
 
 
-def test_reused_gumbel_rows_are_detected(toy):
+def test_reused_gumbel_rows_are_detected(toy, monkeypatch):
     """Lumina reference SCD-Gumbel: noise indexed by window slot, not absolute position, so
-    tokens at different positions share one Gumbel vector (rule 5)."""
-    assert _biased_pvalue(toy, "scd-gumbel", "gumbel-noise-by-slot") < ALPHA
+    tokens at different positions share one Gumbel vector (rule 7)."""
+    monkeypatch.setattr(decoding, "noise_positions", lambda n, slots: slots.expand(n.shape[0], -1))
+    assert _biased_pvalue(toy, "scd-gumbel") < ALPHA

@@ -14,7 +14,7 @@ import scd_core
 from legend_check import unnamed_colours
 from scd_core import race
 from demo import render as R
-from scd_core.trace import Iteration, Run
+from scd_core.trace import Iteration, Run, TokenLog
 
 
 def make_iteration(n_before: int, n_after: int, accepted: int, drafts: int, N: int = 16,
@@ -31,7 +31,7 @@ def make_iteration(n_before: int, n_after: int, accepted: int, drafts: int, N: i
         window_tokens=torch.zeros(1, window, dtype=torch.long), num_accepted=torch.tensor([accepted]),
         accept_prob=torch.full((1, D), 0.5),
         resampled=torch.tensor([resampled]),
-        drafts_after=drafts_after, tokens_after=tokens_after,
+        drafts_after=drafts_after, log=TokenLog(tokens_after),
         nfe=index + 1, wall_time=0.1, step_time=0.05)
 
 

@@ -1,0 +1,88 @@
+"""Golden tokens: the exact tokens and NFE of a few (model, method, seed) cases, pinned.
+
+Any change to the engine that changes a sample fails here, loudly, with the first tokens of
+both sides for a readable diff. A change that must alter the order of randomness is decided
+by the exactness suite and an NFE comparison over many seeds (`scripts/engine_ab.py
+--nfe-seeds 32`), and then regenerates this file in a commit of its own:
+
+    python tests/test_golden.py --regenerate
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import scd_core  # noqa: E402
+
+GOLDEN = Path(__file__).with_name("golden_tokens.json")
+MODELS = {"texture": {}, "tiny": {}, "toy-grid": dict(grid=(8, 8), vocab_size=64, hidden=64)}
+METHODS = ("ar", "sjd", "scd-mc", "scd-gumbel")
+# (model, prompts, seed, window, extra settings): one row and a batch of two, small windows
+CASES = [(model, prompts, seed, window, extra)
+         for model in MODELS
+         for prompts, seed, window, extra in ((("a red apple",), 0, 6, {}),
+                                              (("a red apple",), 7, 4, dict(top_k=40, cfg_scale=2.0)),
+                                              (("a cat", "a dog"), 3, 8, dict(top_k=100, cfg_scale=3.0)))]
+
+
+def case_id(model: str, method: str, prompts, seed: int, window: int, extra: dict) -> str:
+    settings = ",".join(f"{k}={v}" for k, v in sorted(extra.items()))
+    return f"{model}/{method}/B{len(prompts)}/seed{seed}/L{window}/{settings or 'default'}"
+
+
+def decode_case(models: dict, model: str, method: str, prompts, seed: int, window: int, extra: dict) -> dict:
+    """The pinned summary of one case: NFE, sha256 of the token bytes, the first 16 tokens."""
+    run = scd_core.generate(models[model], list(prompts), method=method, window=window, seed=seed, **extra)
+    tokens = run.tokens.to(torch.int64).contiguous()
+    return {"nfe": int(run.nfe), "row_nfe": run.row_nfe.tolist(),
+            "sha256": hashlib.sha256(tokens.numpy().tobytes()).hexdigest(),
+            "first": tokens[:, :16].tolist()}
+
+
+def all_cases():
+    for model, prompts, seed, window, extra in CASES:
+        for method in METHODS:
+            yield case_id(model, method, prompts, seed, window, extra), (model, method, prompts, seed, window, extra)
+
+
+@pytest.fixture(scope="module")
+def models() -> dict:
+    return {name: scd_core.load_model(name, **kw) for name, kw in MODELS.items()}
+
+
+@pytest.fixture(scope="module")
+def golden() -> dict:
+    return json.loads(GOLDEN.read_text())
+
+
+@pytest.mark.parametrize("key,case", list(all_cases()), ids=[k for k, _ in all_cases()])
+def test_tokens_and_nfe_are_the_pinned_ones(models, golden, key, case):
+    assert key in golden, f"{key} is not in {GOLDEN.name}: regenerate it (see this file's docstring)"
+    got, want = decode_case(models, *case), golden[key]
+    assert got["first"] == want["first"], f"{key}: first tokens differ"
+    assert got["nfe"] == want["nfe"] and got["row_nfe"] == want["row_nfe"], f"{key}: NFE differs"
+    assert got["sha256"] == want["sha256"], f"{key}: tokens differ after the first 16"
+
+
+def test_the_golden_file_covers_every_case(golden):
+    assert sorted(golden) == sorted(k for k, _ in all_cases())
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--regenerate"]:
+        raise SystemExit("usage: python tests/test_golden.py --regenerate")
+    torch.set_num_threads(1)
+    loaded = {name: scd_core.load_model(name, **kw) for name, kw in MODELS.items()}
+    table = {key: decode_case(loaded, *case) for key, case in all_cases()}
+    lines = [f"{json.dumps(key)}: {json.dumps(table[key])}" for key in sorted(table)]   # one case a line
+    GOLDEN.write_text("{\n" + ",\n".join(lines) + "\n}\n")
+    print(f"wrote {len(table)} cases to {GOLDEN}")
