@@ -30,7 +30,7 @@ except ImportError:
         return lambda fn: fn
 
 
-log = logging.getLogger("scd_demo")
+log = models.log                 # the page's one-line notes
 # Concurrency, in one place. Generate requests run side by side: their rows share the forward
 # passes of one server per model, which runs one pass at a time. A race (each method timed
 # alone: it holds the servers' device lock for its decode), a model load and an export run one
