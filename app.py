@@ -2,11 +2,10 @@
 form pass by pass, race AR, SJD and SCD over several samples. `demo` is the Blocks app (the
 Hugging Face Space entry point); `python app.py` serves it locally. This file is the page:
 Generate decodes as a row of `scd_core.serve` (one server per model, visitors share its
-passes), the race is `scd_core.race`, pictures and charts `demo.render`, models, servers,
-checks, stop stamps and pacing `demo.page` (docs/app.md)."""
+passes), the race is `scd_core.race`; what the page calls lives in `demo/`, one module per
+job (docs/app.md)."""
 from __future__ import annotations
 
-import functools
 import logging
 import os
 
@@ -17,8 +16,8 @@ import scd_core
 from scd_core import race
 from scd_core.models import cache
 
-from demo import labels, page, uploads
-from demo import render as R
+from demo import (charts, checks, export, labels, models, pictures, race_view, run_view, servers,
+                  streaming, texts, uploads)
 from demo.clips import example_clips
 
 try:  # ZeroGPU on Hugging Face Spaces (hold a GPU for duration(*inputs) s); a no-op elsewhere
@@ -31,40 +30,29 @@ except ImportError:
         return lambda fn: fn
 
 
-def in_full(outputs):
-    """A streaming handler whose every update names every output it has given a value
-    (`page.in_full`: Gradio would otherwise keep a copy of a component per update in the session)."""
-    def wrap(fn):
-        @functools.wraps(fn)
-        def stream(*args, **kwargs):
-            yield from page.in_full(fn(*args, **kwargs), outputs())
-        return stream
-    return wrap
-
-
-log = logging.getLogger("scd_demo")
+log = models.log                 # the page's one-line notes
 # Concurrency, in one place. Generate requests run side by side: their rows share the forward
 # passes of one server per model, which runs one pass at a time. A race (each method timed
 # alone: it holds the servers' device lock for its decode), a model load and an export run one
 # at a time. A running Generate holds a thread while its row waits for passes; the rest of the
 # threads serve Stop and the page's quick events. Up to 64 more visitors wait, told their place.
-SERVERS = page.Servers(max_batch=32)
+SERVERS = servers.Servers(max_batch=32)
 GENERATE = dict(concurrency_limit=SERVERS.max_batch, concurrency_id="generate")
 DECODE = dict(concurrency_limit=1, concurrency_id="decode")
 QUEUE = dict(max_size=64, default_concurrency_limit=1)
 # Gradio keeps a copy of the page per visitor, with their last run for the replay (0.45-0.66 MB
 # measured, docs/app.md), for this many visitors; the one unseen longest is dropped first.
-SESSIONS = page.env_count("SCD_SESSIONS", 128)
+SESSIONS = checks.env_count("SCD_SESSIONS", 128)
 THREADS = 2 * SERVERS.max_batch
-STOPS = page.Stops()
+STOPS = servers.Stops()
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-MODELS = page.Models(cache, DEVICE, SERVERS)   # one large model resident at a time
+MODELS = models.Models(cache, DEVICE, SERVERS)   # one large model resident at a time
 LABELS = labels.METHOD_LABELS
 
 
 # ------------------------------------------------------------------------------ checks
 
-def checked_clip(values, at: int = page.INPUTS.index("clip")) -> tuple[list, str | None]:
+def checked_clip(values, at: int = checks.INPUTS.index("clip")) -> tuple[list, str | None]:
     """The decoding inputs with the clip's path checked before anything opens it (an upload
     of this page or an example clip, `demo.uploads`; on every model, even those that ignore
     it), and the refusal message; a refused clip is replaced by None."""
@@ -81,31 +69,36 @@ def checked_clip(values, at: int = page.INPUTS.index("clip")) -> tuple[list, str
 
 def problems(name, *values) -> dict[str, str]:
     values, refused = checked_clip((name, *values))
-    found = page.problems(MODELS.loaded(name), *values) | ({"clip": refused} if refused else {})
+    found = checks.problems(MODELS.loaded(name), *values) | ({"clip": refused} if refused else {})
     return {k: uploads.without_paths(v) for k, v in found.items()}
 
 
 def validator(*values):
     """Runs before a request joins the queue: each rejected input gets its message."""
-    found = problems(*values[:len(page.INPUTS)])
+    found = problems(*values[:len(checks.INPUTS)])
     if found:
         log.info("input rejected: %s", "; ".join(found.values()))
-    return [gr.validate(n not in found, found.get(n, "")) for n in page.INPUTS] + \
-        [gr.validate(True, "")] * (len(values) - len(page.INPUTS))
+    return [gr.validate(n not in found, found.get(n, "")) for n in checks.INPUTS] + \
+        [gr.validate(True, "")] * (len(values) - len(checks.INPUTS))
 
 
 def input_message(*values) -> str:
     """Beside the buttons: what the validator marked on the fields (on a phone the fields may
     be out of sight), or nothing."""
-    return page.not_started(problems(*values[:len(page.INPUTS)]))
+    return checks.not_started(problems(*values[:len(checks.INPUTS)]))
 
 
-def prepare(name, method, *values):
-    """The loaded model and checked Settings; ValueError with the message otherwise."""
-    values, refused = checked_clip((name, method, *values), at=-2)   # ..., clip, clip_text
+def prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt, clip,
+            clip_text):
+    """The loaded model and the checked run (prompt, Settings, seed): the widget values become
+    a Settings here, once; ValueError with the message otherwise."""
+    (clip,), refused = checked_clip([clip], at=0)
     if refused:
         raise ValueError(refused)
-    return page.prepare(*values, load=MODELS.get, loaded=MODELS.loaded(name) is not None)
+    model, text = checks.load_for(name, prompt, clip, clip_text, MODELS.get,
+                                  loaded=MODELS.loaded(name) is not None)
+    settings = checks.settings_of(method, window, init, temperature, top_k, top_p, cfg_scale)
+    return model, checks.race_of(model, text, settings, seed)
 
 
 def session_key(request: gr.Request | None) -> str:
@@ -114,30 +107,30 @@ def session_key(request: gr.Request | None) -> str:
 
 # ----------------------------------------------------------------------------- generate
 
-def run_charts(stats: R.TraceStats, history: dict, method: str, live: bool = False) -> dict:
-    charts = (chart_committed, chart_flicker) + (() if live else (chart_length, chart_rate))
-    return dict(zip(charts, R.run_figures(stats, history, method, live)))
+def run_charts(stats: run_view.TraceStats, history: dict, method: str, live: bool = False) -> dict:
+    views = (chart_committed, chart_flicker) + (() if live else (chart_length, chart_rate))
+    return dict(zip(views, charts.run_figures(stats, history, method, live)))
 
 
-def final_outputs(model, name: str, method: str, prompt: str, stats: R.TraceStats, row,
+def final_outputs(model, name: str, method: str, prompt: str, stats: run_view.TraceStats, row,
                   history: dict) -> dict:
-    wall, shared = stats.records[-1].wall_time, page.shared_rows(row, len(stats.records))
-    out = {summary: page.prompt_note(model, prompt) + R.run_summary(
+    wall, shared = stats.records[-1].wall_time, servers.shared_rows(row, len(stats.records))
+    out = {summary: texts.prompt_note(model, prompt) + run_view.run_summary(
                LABELS[method], stats.sample(), wall, history.get("ar", {}).get("wall"),
-               page.device_name(), shared, stats.done),
-           heat_committed: R.committed_at_figure(stats), heat_unchanged: R.unchanged_figure(stats),
-           film: R.filmstrip_image(stats.film), history_state: history,
+               models.device_name(), shared, stats.done),
+           heat_committed: charts.committed_at_figure(stats), heat_unchanged: charts.unchanged_figure(stats),
+           film: pictures.filmstrip_image(stats.film), history_state: history,
            last_run: {"model": name, "method": method, "iterations": stats.records, "decode": row.decode},
            replay_slider: gr.Slider(minimum=0, maximum=len(stats.records) - 1,
                                     value=len(stats.records) - 1, step=1, interactive=True)}
-    if page.is_video(name):
-        mp4, gif = R.export_run_clip(model, stats.records[-1], f"{name}-{method}", row.decode)
+    if models.is_video(name):
+        mp4, gif = export.export_run_clip(model, stats.records[-1], f"{name}-{method}", row.decode)
         out |= {clip_video: mp4, clip_files: [mp4, gif]}
     return out
 
 
-@gpu(page.gpu_duration(race_all=False))
-@in_full(lambda: gen_outputs)
+@gpu(servers.gpu_duration(race_all=False))
+@streaming.streams_in_full(lambda: gen_outputs)
 def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                     pace=0.0, samples=1, clip=None, clip_text="", history=None, ticket=None,
                     request: gr.Request = None):
@@ -150,37 +143,37 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
     try:
         model, s = prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
                            prompt, clip, clip_text)
-        pace = page.check_pace(pace)
+        pace = checks.check_pace(pace)
         if stopped():                                     # stopped while waiting in the queue
-            yield {status: page.STOPPED_EARLY}
+            yield {status: texts.STOPPED_EARLY}
             return
-        row, stats = SERVERS.submit(model, s, method), R.TraceStats(tuple(model.grid))
-        history = page.history_of(history, name)
+        row, stats = SERVERS.submit(model, s, method), run_view.TraceStats(tuple(model.grid))
+        history = streaming.history_of(history, name)
         blank = dict.fromkeys(run_views, None)            # clears the last run's views
-        for it, picture, charts in page.shown(row, pace, stopped, SERVERS.timing_alone.is_set):
+        for it, picture, charts_due in servers.shown(row, pace, stopped, SERVERS.timing_alone.is_set):
             if it is None:                                # slow motion paces the display only
-                yield blank | {status: page.WAITING}
+                yield blank | {status: texts.WAITING}
                 continue
             stats.add(it)
             if picture and not stats.done:
-                yield blank | {live_image: R.render_iteration(model, it, decode=row.decode),
-                               status: R.run_status(LABELS[method], stats, it.wall_time, "running",
-                                                    page.shared_rows(row, len(stats.records)))} | \
-                    (run_charts(stats, history, method, live=True) if charts or blank else {})
+                yield blank | {live_image: pictures.render_iteration(model, it, decode=row.decode),
+                               status: run_view.run_status(LABELS[method], stats, it.wall_time, "running",
+                                                    servers.shared_rows(row, len(stats.records)))} | \
+                    (run_charts(stats, history, method, live=True) if charts_due or blank else {})
                 blank = {}                                # charts come when due, and with the first picture
     except ValueError as exc:
         log.info("refused: %s", exc)
         yield {status: f"**Not started:** {uploads.without_paths(exc)}"}
         return
     if not stats.records:
-        yield {status: page.STOPPED_EARLY}
+        yield {status: texts.STOPPED_EARLY}
         return
-    it, shared, end = stats.records[-1], page.shared_rows(row, len(stats.records)), \
+    it, shared, end = stats.records[-1], servers.shared_rows(row, len(stats.records)), \
         "done" if stats.done else "stopped"
-    yield blank | {live_image: R.render_iteration(model, it, decode=row.decode),  # the final picture
-                   status: R.run_status(LABELS[method], stats, it.wall_time, end, shared)}
+    yield blank | {live_image: pictures.render_iteration(model, it, decode=row.decode),  # the final picture
+                   status: run_view.run_status(LABELS[method], stats, it.wall_time, end, shared)}
     if browser:                                           # first (drawing the charts delays it)
-        page.sleep_until(page.now() + page.FIRST_PAINT)
+        servers.sleep_until(servers.now() + servers.FIRST_PAINT)
     if end == "done":
         history[method] = {"nfe": stats.nfe, "committed": stats.committed,
                            "wall": None if shared else it.wall_time}
@@ -190,19 +183,19 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
 
 # ------------------------------------------------------------------------------- race
 
-def race_panels(panels: R.RacePanels, runs: dict, tick: int | None = None) -> dict:
+def race_panels(panels: race_view.RacePanels, runs: dict, tick: int | None = None) -> dict:
     return {race_images[m]: pic for m, pic in panels.at(runs, tick).items()}
 
 
 def race_results(model, name: str, s: race.Race, runs: dict, samples: int) -> dict:
-    table, why, note, figures = R.race_report(name, s, runs, samples, page.device_name(),
+    table, why, note, figures = race_view.race_report(name, s, runs, samples, models.device_name(),
                                               race.gap_probe(model, name, s, runs))
     return {race_table: table, race_why: why, race_note: note} | \
         dict(zip((race_chart, race_hist, race_flicker), figures))
 
 
-@gpu(page.gpu_duration(race_all=True))
-@in_full(lambda: race_outputs)
+@gpu(servers.gpu_duration(race_all=True))
+@streaming.streams_in_full(lambda: race_outputs)
 def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                 pace=0.0, samples=8, clip=None, clip_text="", history=None, ticket=None,
                 request: gr.Request = None):
@@ -213,39 +206,39 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
     try:
         model, s = prepare(name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale, seed,
                            prompt, clip, clip_text)
-        pace, samples = page.check_pace(pace), page.check_samples(samples)
-        runs, status_due = {}, page.Pacer(page.STATUS_EVERY)
-        panels = R.RacePanels(model, 0 if page.is_video(name) else None)
+        pace, samples = checks.check_pace(pace), checks.check_samples(samples)
+        runs, status_due = {}, servers.Pacer(servers.STATUS_EVERY)
+        panels = race_view.RacePanels(model, 0 if models.is_video(name) else None)
         yield dict.fromkeys([*race_images.values(), race_table, race_note, race_why, race_chart,
                              race_hist, race_flicker], None) | {race_status: "Decoding…"}
         for m in race.METHOD_ORDER:
             for run in race.decode(model, s, m, samples, stopped, SERVERS.alone()):
                 if status_due():
-                    yield {race_status: R.race_decoding(run)}
+                    yield {race_status: race_view.race_decoding(run)}
             runs[m] = run
             if run.stopped:
                 done = {k: r for k, r in runs.items() if r.done}
                 yield race_panels(panels, runs) | {
-                    race_status: R.race_decoding(run),
-                    race_table: R.race_table_html(race.summarise(done, False), False)}
+                    race_status: race_view.race_decoding(run),
+                    race_table: race_view.race_table_html(race.summarise(done, False), False)}
                 return
     except ValueError as exc:
         log.info("refused: %s", exc)
         yield {race_status: f"**Not started:** {uploads.without_paths(exc)}"}
         return
-    plot_due, tick, last = page.Pacer(page.PLOT_EVERY, wait_first=True), 0, race.lockstep(runs)
-    for tick in page.replay_ticks(last, pace, page.IMAGE_EVERY, stopped) if pace else ():
-        out = race_panels(panels, runs, tick) | {race_status: R.race_progress(runs, tick)}
+    plot_due, tick, last = servers.Pacer(servers.PLOT_EVERY, wait_first=True), 0, race.lockstep(runs)
+    for tick in servers.replay_ticks(last, pace, servers.IMAGE_EVERY, stopped) if pace else ():
+        out = race_panels(panels, runs, tick) | {race_status: race_view.race_progress(runs, tick)}
         if plot_due():
-            out[race_chart] = R.race_progress_figure(
+            out[race_chart] = charts.race_progress_figure(
                 {m: r.committed_curves() for m, r in runs.items()}, runs["ar"].num_tokens, tick)
         yield out
     if stopped() and tick < last:
-        yield race_results(model, name, s, runs, samples) | {race_status: R.race_progress(
+        yield race_results(model, name, s, runs, samples) | {race_status: race_view.race_progress(
             runs, tick, f"**Replay stopped at NFE {tick}**; every method had finished decoding: "
                         "the figures below are complete.")}
         return
-    yield race_panels(panels, runs) | {race_status: R.race_progress(runs, None, "**Done.**")}
+    yield race_panels(panels, runs) | {race_status: race_view.race_progress(runs, None, "**Done.**")}
     yield race_results(model, name, s, runs, samples) | {
         race_state: {"model": name, "runs": {m: r.final() for m, r in runs.items()}},
         race_sample: gr.Slider(maximum=samples, value=1, visible=panels.sample is not None and samples > 1)}
@@ -254,7 +247,8 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
 def show_race_sample(index, state):
     if not state:
         return {}
-    return race_panels(R.RacePanels(MODELS.get(state["model"]), max(0, int(index) - 1)), state["runs"])
+    panels = race_view.RacePanels(MODELS.get(state["model"]), max(0, int(index) - 1))
+    return race_panels(panels, state["runs"])
 
 
 # ----------------------------------------------------------------------------- replay
@@ -263,17 +257,18 @@ def replay_view(index, run):
     if not run or not run.get("iterations"):
         return gr.skip(), "Nothing to replay yet: generate an image first.", gr.skip()
     its = run["iterations"]
-    i = int(min(max(page.as_int(index) or 0, 0), len(its) - 1))
+    i = int(min(max(checks.as_int(index) or 0, 0), len(its) - 1))
     model = MODELS.get(run["model"])
-    return (R.render_iteration(model, its[i], decode=run.get("decode")), R.replay_caption(its, i),
-            R.accept_prob_figure(its[i], tuple(model.grid)))
+    return (pictures.render_iteration(model, its[i], decode=run.get("decode")),
+            run_view.replay_caption(its, i),
+            charts.accept_prob_figure(its[i], tuple(model.grid)))
 
 
 @gpu(lambda run: 60)
 def export_run(run):
     if not run or not run.get("iterations"):
         return None, None
-    mp4, gif = R.export_decoding(MODELS.get(run["model"]), run["iterations"],
+    mp4, gif = export.export_decoding(MODELS.get(run["model"]), run["iterations"],
                                  f"{run['model']}-{run['method']}-decoding", decode=run.get("decode"))
     return mp4, [mp4, gif]
 
@@ -296,11 +291,11 @@ def on_model_change(name: str):
     """What the model is (or why it cannot run here), its defaults; Generate and Race are
     disabled for a model that cannot run."""
     d, sd, ok = MODELS.defaults(name)
-    clip, prompts = page.takes_clip(name), MODELS.examples(name) if ok else []
-    return {model_md: page.model_note(name, MODELS.loaded(name) is not None), window_nb: d["window"],
+    clip, prompts = models.takes_clip(name), MODELS.examples(name) if ok else []
+    return {model_md: models.model_note(name, MODELS.loaded(name) is not None), window_nb: d["window"],
             init_dd: d["init"], temp_nb: sd["temperature"], topk_nb: sd["top_k"], topp_nb: sd["top_p"],
             cfg_nb: sd["cfg_scale"], pace_nb: d["pace"], samples_nb: d["samples"],
-            greedy_cb: sd["temperature"] == 0, clip_row: gr.Row(visible=page.is_video(name)),
+            greedy_cb: sd["temperature"] == 0, clip_row: gr.Row(visible=models.is_video(name)),
             examples.dataset: gr.Dataset(samples=[] if clip else [[p] for p in prompts]),
             prompt_tb: prompts[0] if prompts and not clip else gr.skip(),
             text_box: gr.Column(visible=not clip), clip_box: gr.Column(visible=clip),
@@ -309,7 +304,7 @@ def on_model_change(name: str):
 
 # ----------------------------------------------------------------------------- layout
 
-D0 = page.listed_models()[0]
+D0 = models.listed_models()[0]
 
 
 def image(elem_id: str) -> gr.Image:
@@ -330,17 +325,17 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     history_state, last_run = gr.State({}, time_to_live=3600), gr.State(None, time_to_live=3600)
     race_state = gr.State(None, time_to_live=1800)
     ticket = gr.Number(None, visible=False)       # the click's time stamp, set by the browser
-    gr.Markdown(page.HEADER + page.device_note(), elem_id="header")
+    gr.Markdown(texts.HEADER + models.device_note(), elem_id="header")
     with gr.Row(equal_height=False, elem_id="main"):
         with gr.Column(scale=1, min_width=300, elem_id="controls"):
             with gr.Column(elem_id="top-controls"):
-                model_dd = gr.Dropdown([(page.model_label(n), n) for n in page.listed_models()],
+                model_dd = gr.Dropdown([(models.model_label(n), n) for n in models.listed_models()],
                                        value=D0, label="Model", elem_id="model")
-                model_md = gr.Markdown(page.model_note(D0), elem_id="model-info")
-                with gr.Column(visible=not page.takes_clip(D0)) as text_box:
+                model_md = gr.Markdown(models.model_note(D0), elem_id="model-info")
+                with gr.Column(visible=not models.takes_clip(D0)) as text_box:
                     prompt_tb = gr.Textbox(MODELS.examples(D0)[0], label="Prompt", lines=1,
                                            max_lines=3, elem_id="prompt")
-                with gr.Column(visible=page.takes_clip(D0)) as clip_box:
+                with gr.Column(visible=models.takes_clip(D0)) as clip_box:
                     clip_in = gr.Video(label="Prompt clip: the model continues it", sources=["upload"],
                                        format=None, elem_id="prompt-clip", height=160)
                     # What the decoding events take instead of the Video: its upload's path,
@@ -385,8 +380,8 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                         with gr.Column(scale=2, min_width=300):
                             gr.Markdown("Committed tokens + current drafts", elem_classes="panel-title")
                             live_image = image("live-image")
-                            gr.HTML(R.legend_html())
-                            status = gr.Markdown(page.GENERATE_HINT, elem_id="status")
+                            gr.HTML(pictures.legend_html())
+                            status = gr.Markdown(texts.GENERATE_HINT, elem_id="status")
                         with gr.Column(scale=3, min_width=300):
                             chart_committed = plot("chart-committed")
                     with gr.Row():
@@ -395,13 +390,13 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                     gr.Markdown("Drafts after each pass: one column per pass, one row per window "
                                 "slot (top: the next position to decide)", elem_classes="panel-title")
                     film = image("film")
-                    gr.HTML(R.film_legend_html())
+                    gr.HTML(pictures.film_legend_html())
                     summary = gr.Markdown(elem_id="summary")
                     with gr.Row():
                         chart_rate = plot("chart-rate")
                         heat_committed = plot("heat-committed")
                         heat_unchanged = plot("heat-unchanged")
-                    with gr.Row(visible=page.is_video(D0)) as clip_row:
+                    with gr.Row(visible=models.is_video(D0)) as clip_row:
                         clip_video = gr.Video(label="Finished clip (MP4)", elem_id="clip-video",
                                               interactive=False, height=260)
                         clip_files = gr.File(label="Download the clip (MP4, GIF)", file_count="multiple",
@@ -418,7 +413,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                             export_files = gr.File(label="Downloads", file_count="multiple")
                         export_video = gr.Video(label="Decoding", interactive=False, height=300)
                 with gr.Tab("Race", id="tab-race"):
-                    race_status = gr.Markdown(page.RACE_HINT, elem_id="race-status")
+                    race_status = gr.Markdown(texts.RACE_HINT, elem_id="race-status")
                     race_images = {}
                     for pair in (race.METHOD_ORDER[:2], race.METHOD_ORDER[2:]):
                         with gr.Row():
@@ -428,7 +423,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                                     race_images[m] = image(f"race-{m}")
                     race_sample = gr.Slider(1, 8, value=1, step=1, label="Sample shown", visible=False,
                                             elem_id="race-sample")
-                    gr.HTML(R.legend_html().replace('id="scd-legend"', 'id="race-legend"'))
+                    gr.HTML(pictures.legend_html().replace('id="scd-legend"', 'id="race-legend"'))
                     race_table = gr.HTML(elem_id="race-summary")
                     race_note = gr.Markdown(elem_id="race-note")
                     race_why = gr.Markdown(elem_id="race-why")
@@ -437,7 +432,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                         race_hist = plot("race-hist")
                         race_flicker = plot("race-flicker")
                 with gr.Tab("How it works", id="tab-explain"):
-                    gr.Markdown(page.HOW_IT_WORKS)
+                    gr.Markdown(texts.HOW_IT_WORKS)
 
     inputs = [model_dd, method_rd, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, seed_nb,
               prompt_tb, pace_nb, samples_nb, clip_path, clip_text_tb, history_state, ticket]
@@ -454,10 +449,10 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
         button.click(input_message, inputs, input_md, queue=False, api_visibility="private",
                      show_progress="hidden")
     gen_btn.click(generate_stream, inputs, gen_outputs, validator=validator, api_name="generate",
-                  show_progress_on=[status], time_limit=600, js=page.click_js("Generate"),
+                  show_progress_on=[status], time_limit=600, js=texts.click_js("Generate"),
                   trigger_mode="always_last", **GENERATE)   # a click while busy runs once more, after
     race_btn.click(race_stream, inputs, race_outputs, validator=validator, api_name="race",
-                   show_progress_on=[race_status], time_limit=900, js=page.click_js("Race"),
+                   show_progress_on=[race_status], time_limit=900, js=texts.click_js("Race"),
                    trigger_mode="always_last", **DECODE)
     stop_btn.click(stop, ticket, None, queue=False, api_name="stop", js="() => [Date.now()]")
     model_dd.change(on_model_change, model_dd,
@@ -466,7 +461,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                      gen_btn, race_btn], api_visibility="private").then(
         load_selected, model_dd, model_md, api_visibility="private", show_progress_on=[model_md],
         **DECODE)
-    greedy_cb.input(lambda g, name: 0.0 if g else page.sampling_defaults(name, MODELS.loaded(name))
+    greedy_cb.input(lambda g, name: 0.0 if g else models.sampling_defaults(name, MODELS.loaded(name))
                     ["temperature"] or 1.0, [greedy_cb, model_dd], temp_nb, queue=False,
                     api_visibility="private")
     temp_nb.change(lambda t: t == 0, temp_nb, greedy_cb, queue=False, api_visibility="private")
@@ -479,14 +474,14 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     demo.unload(forget)
 
 demo.queue(**QUEUE)
-LAUNCH = dict(css=page.CSS, theme=gr.themes.Soft(), max_file_size=uploads.MAX_UPLOAD_BYTES,   # tests launch with these too
+LAUNCH = dict(css=texts.CSS, theme=gr.themes.Soft(), max_file_size=uploads.MAX_UPLOAD_BYTES,   # tests launch with these too
               max_threads=THREADS, state_session_capacity=SESSIONS)
 
 
 def main() -> None:
     logging.basicConfig(format="%(asctime)s %(name)s %(message)s")
     log.setLevel(logging.INFO)          # the page's one-line notes, not every library's
-    threads = page.env_count("SCD_THREADS", 0)   # 0: the embedded models' own (1 on <= 2 cores)
+    threads = checks.env_count("SCD_THREADS", 0)   # 0: the embedded models' own (1 on <= 2 cores)
     if threads:
         torch.set_num_threads(threads)
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"), **LAUNCH)

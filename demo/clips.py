@@ -11,7 +11,7 @@ import tempfile
 
 import numpy as np
 
-from demo.render import write_mp4
+from demo.export import write_mp4
 
 CLIP_FRAMES = 12                     # frames of each generated example clip
 MAX_TEXT_CHARS = 500

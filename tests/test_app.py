@@ -16,7 +16,7 @@ import pytest
 from gradio_client import Client
 
 import app
-from demo import page
+from demo import models
 from scd_core.models.cache import ModelCache
 from scd_core.models.status import model_status
 
@@ -80,7 +80,7 @@ def test_full_speed_is_throttled():
     elapsed = time.perf_counter() - t
     pictures = len(shown(updates, app.live_image))
     assert len(final(updates, app.last_run)["iterations"]) == 576
-    assert pictures <= elapsed / app.page.IMAGE_EVERY + 3
+    assert pictures <= elapsed / app.servers.IMAGE_EVERY + 3
 
 
 def test_slow_motion_shows_every_pass_at_the_pace():
@@ -96,7 +96,7 @@ def test_slow_motion_shows_every_pass_at_the_pace():
 def test_a_run_stopped_while_it_waited_in_the_queue_never_starts():
     app.stop(at=2000, request=visitor("queued"))
     updates = list(app.generate_stream(*args(), ticket=1000, request=visitor("queued")))
-    assert updates == [{app.status: app.page.STOPPED_EARLY}]          # nothing else touched
+    assert updates == [{app.status: app.texts.STOPPED_EARLY}]          # nothing else touched
     later = list(app.generate_stream(*args(model="tiny", prompt="red apple", top_k=100, cfg_scale=3.0),
                                      ticket=3000, request=visitor("queued")))
     assert "done" in final(later, app.status)                          # a later click runs
@@ -199,7 +199,7 @@ def test_bad_input_names_its_field_with_the_librarys_message(override, field, wo
     assert list(found) == [field] and words in found[field].lower()
     checks = app.validator(*args(**override), {}, None)       # + the states and the stamp
     assert [c["is_valid"] for c in checks].count(False) == 1
-    assert checks[app.page.INPUTS.index(field)]["message"] == found[field]
+    assert checks[app.checks.INPUTS.index(field)]["message"] == found[field]
 
 
 def test_good_input_passes_the_validator():
@@ -208,23 +208,23 @@ def test_good_input_passes_the_validator():
 
 
 def test_test_models_are_hidden_unless_asked(monkeypatch):
-    monkeypatch.delenv(page.SHOW_TEST_MODELS, raising=False)
-    names = page.listed_models()
+    monkeypatch.delenv(models.SHOW_TEST_MODELS, raising=False)
+    names = models.listed_models()
     assert names[:3] == ["texture", "tiny", "tiny-video"]
     assert not {"toy", "toy-grid", "random-logits"} & set(names)
     assert "unknown model" in app.problems(*args(model="toy-grid"))["model"]
-    monkeypatch.setenv(page.SHOW_TEST_MODELS, "1")
-    assert {"toy", "toy-grid", "random-logits"} <= set(page.listed_models())
+    monkeypatch.setenv(models.SHOW_TEST_MODELS, "1")
+    assert {"toy", "toy-grid", "random-logits"} <= set(models.listed_models())
 
 
 def test_unavailable_model_shows_its_full_reason_and_cannot_start():
-    missing = [n for n in page.listed_models() if app.page.unavailable(n) is not None]
+    missing = [n for n in models.listed_models() if app.models.unavailable(n) is not None]
     if not missing:
         pytest.skip("every listed model can run here")
     name = missing[0]
-    assert app.page.model_label(name).endswith(model_status(name).state)
-    assert app.model_dd.choices and (app.page.model_label(name), name) in app.model_dd.choices
-    reason = app.page.unavailable(name)
+    assert app.models.model_label(name).endswith(model_status(name).state)
+    assert app.model_dd.choices and (app.models.model_label(name), name) in app.model_dd.choices
+    reason = app.models.unavailable(name)
     out = app.on_model_change(name)
     assert reason in out[app.model_md]
     assert not out[app.gen_btn].interactive and not out[app.race_btn].interactive
@@ -232,7 +232,7 @@ def test_unavailable_model_shows_its_full_reason_and_cannot_start():
 
 
 def test_model_change_sets_each_models_defaults():
-    for name in page.listed_models():
+    for name in models.listed_models():
         out = app.on_model_change(name)
         assert name in out[app.model_md] and out[app.window_nb] >= 2
         assert out[app.init_dd] in app.labels.INIT_LABELS
@@ -240,11 +240,11 @@ def test_model_change_sets_each_models_defaults():
     assert out[app.prompt_tb] == app.MODELS.examples("tiny")[0]           # a prompt it knows
 
 
-@pytest.mark.parametrize("name", [n for n in page.listed_models()
+@pytest.mark.parametrize("name", [n for n in models.listed_models()
                                   if model_status(n).state in ("embedded", "cached")])
 def test_every_listed_model_that_runs_here_without_a_download_generates(name):
     prompt = app.MODELS.examples(name)[0]
-    d, sd = page.page_defaults(name), page.sampling_defaults(name, app.MODELS.get(name))
+    d, sd = models.page_defaults(name), models.sampling_defaults(name, app.MODELS.get(name))
     updates = list(app.generate_stream(*args(model=name, prompt=prompt, window=d["window"],
                                              init=d["init"], **sd)))
     assert "done" in final(updates, app.status)
@@ -305,7 +305,7 @@ def test_gpu_work_is_wrapped_with_spaces_gpu_when_importable(tmp_path):
 
 
 def test_page_names_the_device():
-    assert ("CPU" in app.page.device_note()) == (app.DEVICE == "cpu")
+    assert ("CPU" in app.models.device_note()) == (app.DEVICE == "cpu")
 
 
 # --------------------------------------------------------------- served, gradio_client

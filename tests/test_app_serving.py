@@ -18,7 +18,7 @@ from PIL import Image
 
 import app
 import scd_core
-from demo import render as R
+from demo import pictures
 from scd_core.models.cache import ModelCache
 from test_app import args, final, latest, visitor
 
@@ -30,7 +30,7 @@ ENGINE = dict(method="scd-mc", window=16, top_k=100, cfg_scale=3.0)
 def alone(model, seed: int, prompt: str = "red heart") -> tuple[np.ndarray, int]:
     """The final picture of `scd_core.generate` with this seed alone, and its NFE."""
     run = scd_core.generate(model, [prompt], seed=seed, **ENGINE)
-    return R.render_iteration(model, run.iterations[-1]), run.nfe
+    return pictures.render_iteration(model, run.iterations[-1]), run.nfe
 
 
 class Visitors:
@@ -164,7 +164,7 @@ def test_a_visitor_whose_pass_waits_for_a_race_is_told_why():
     with app.SERVERS.alone():                                         # a race is being timed
         run = app.generate_stream(*args(**TINY, seed=7), request=visitor("patient"))
         first = next(run)
-        assert first[app.status] == app.page.WAITING and app.live_image not in first   # kept
+        assert first[app.status] == app.texts.WAITING and app.live_image not in first   # kept
     updates = list(run)
     assert np.array_equal(final(updates, app.live_image), alone(app.MODELS.get("tiny"), 7)[0])
 
@@ -236,7 +236,7 @@ def test_a_visitors_session_holds_the_pages_components_however_many_runs(url):
     assert len(session.blocks_config.blocks) == len(app.demo.blocks)
 
 
-@pytest.mark.parametrize("name", [n for n in app.page.listed_models()
+@pytest.mark.parametrize("name", [n for n in app.models.listed_models()
                                   if not scd_core.models.REGISTRY[n].needs_weights])
 def test_every_method_generates_through_the_api_on_every_embedded_model(url, name):
     """Generate with each method, served: Gradio encodes every output (an AR run has no draft

@@ -61,9 +61,9 @@ def final(updates, key):
 
 
 def test_clip_models_are_told_apart_by_their_registry_entry():
-    assert app.page.takes_clip(NAME) and app.page.takes_clip("cosmos-1-ar-5b-video2world")
-    assert not app.page.takes_clip("tiny") and not app.page.takes_clip("tiny-video")
-    assert not app.page.takes_clip("no-such-model")
+    assert app.models.takes_clip(NAME) and app.models.takes_clip("cosmos-1-ar-5b-video2world")
+    assert not app.models.takes_clip("tiny") and not app.models.takes_clip("tiny-video")
+    assert not app.models.takes_clip("no-such-model")
 
 
 def test_selecting_a_clip_model_shows_the_clip_input_and_its_defaults(served_model):
@@ -77,10 +77,10 @@ def test_selecting_a_clip_model_shows_the_clip_input_and_its_defaults(served_mod
 
 
 def test_unloaded_cosmos_stays_listed_as_unavailable_with_its_reason():
-    reason = app.page.unavailable(NAME)
+    reason = app.models.unavailable(NAME)
     if reason is None:
         pytest.skip("Cosmos weights and a GPU are present here")
-    assert "needs GPU" in app.page.model_label(NAME)
+    assert "needs GPU" in app.models.model_label(NAME)
     assert reason in app.problems(*args(app.example_clips()[0]))["model"]
 
 
@@ -170,9 +170,9 @@ def test_live_picture_shows_the_generated_frames_not_the_given_ones(served_model
     (8 pixel frames) is shown by its last pixel frame: 16, 24, 32."""
     model, clip, _ = served_model
     model.start([clip])
-    assert app.R.token_frame_picks(model, 33, 3, 4 * 5) == [16, 24, 32]
+    assert app.pictures.token_frame_picks(model, 33, 3, 4 * 5) == [16, 24, 32]
 
     class NoPrefix:
         pass
 
-    assert app.R.token_frame_picks(NoPrefix(), 33, 3, 20) == [0, 11, 22]   # spread evenly
+    assert app.pictures.token_frame_picks(NoPrefix(), 33, 3, 20) == [0, 11, 22]   # spread evenly

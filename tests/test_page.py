@@ -1,4 +1,5 @@
-"""demo.page: the page's own checks, widget numbers, stop stamps and the pace of updates."""
+"""The page's own checks, widget numbers, stop stamps and the pace of updates (demo.checks,
+demo.models, demo.servers, demo.streaming)."""
 from __future__ import annotations
 
 import threading
@@ -8,41 +9,42 @@ from types import SimpleNamespace
 import pytest
 
 import scd_core
-from demo import page
+from demo import checks, models, servers, streaming
 from scd_core.race import Race
 
 
 def test_widget_numbers_become_ints_only_when_whole():
-    assert page.as_int(16.0) == 16 and isinstance(page.as_int(16.0), int)
-    assert page.as_int(2.5) == 2.5 and page.as_int(None) is None
-    assert page.as_float(3) == 3.0 and isinstance(page.as_float(3), float)
+    assert checks.as_int(16.0) == 16 and isinstance(checks.as_int(16.0), int)
+    assert checks.as_int(2.5) == 2.5 and checks.as_int(None) is None
+    assert checks.as_float(3) == 3.0 and isinstance(checks.as_float(3), float)
 
 
 def test_settings_are_checked_by_the_library_which_names_the_argument():
-    shape = page.shape_of("texture")
-    s = page.settings(shape, "ocean waves", "scd-mc", 16.0, "random", 1, 0.0, 1, 1, 4.0)
+    shape = checks.shape_of("texture")
+    s = checks.race_of(shape, "ocean waves", checks.settings_of("scd-mc", 16.0, "random", 1, 0.0, 1, 1), 4.0)
     assert (s.settings.window, s.settings.top_k, s.seed, s.settings.temperature) == (16, 0, 4, 1.0)
     for args, word in [((1.5,), "window"), ((0,), "window")]:
         with pytest.raises(ValueError, match=f"^{word}"):
-            page.settings(shape, "x", "sjd", *args, "random", 1, 0, 1, 1, 0)
+            checks.race_of(shape, "x", checks.settings_of("sjd", *args, "random", 1, 0, 1, 1), 0)
     with pytest.raises(ValueError, match="^init 'repeat-frame' needs a video"):
-        page.settings(shape, "x", "sjd", 16, "repeat-frame", 1, 0, 1, 1, 0)
-    page.settings(page.shape_of("tiny-video"), "x", "sjd", 16, "repeat-frame", 1, 0, 1, 1, 0)
+        checks.race_of(shape, "x", checks.settings_of("sjd", 16, "repeat-frame", 1, 0, 1, 1), 0)
+    checks.race_of(checks.shape_of("tiny-video"), "x",
+                   checks.settings_of("sjd", 16, "repeat-frame", 1, 0, 1, 1), 0)
 
 
 def test_page_limits_are_its_own():
     with pytest.raises(ValueError, match="please type a prompt"):
-        page.check_prompt("  ")
-    assert page.check_prompt(" red apple ") == "red apple"
+        checks.check_prompt("  ")
+    assert checks.check_prompt(" red apple ") == "red apple"
     with pytest.raises(ValueError, match="slow motion"):
-        page.check_pace(page.MAX_PACE + 1)
+        checks.check_pace(checks.MAX_PACE + 1)
     with pytest.raises(ValueError, match="samples must be"):
-        page.check_samples(page.MAX_SAMPLES + 1)
-    assert page.check_samples(8.0) == 8
+        checks.check_samples(checks.MAX_SAMPLES + 1)
+    assert checks.check_samples(8.0) == 8
 
 
 def test_stop_reaches_runs_clicked_before_it_and_none_after():
-    stops = page.Stops()
+    stops = servers.Stops()
     stops.stop("a", at=2000.0)                    # browser time stamps, in milliseconds
     assert stops.stopped("a", 1000.0) and stops.stopped("a", 2000.0)     # running or waiting
     assert not stops.stopped("a", 2001.0) and not stops.stopped("b", 1000.0)
@@ -73,13 +75,13 @@ class FakeClock:
 
 def test_pacer_throttles_full_speed_and_paces_slow_motion():
     clock = FakeClock()
-    due = page.Pacer(every=0.05, clock=clock)
+    due = servers.Pacer(every=0.05, clock=clock)
     assert due() and not due() and due(force=True)
     clock.t += 0.04
     assert not due()
     clock.t += 0.02
     assert due() and not due()
-    slow = page.Pacer(every=0.01, pace=0.05, clock=clock)
+    slow = servers.Pacer(every=0.01, pace=0.05, clock=clock)
     t = clock.now()
     for _ in range(4):
         assert slow()
@@ -88,15 +90,15 @@ def test_pacer_throttles_full_speed_and_paces_slow_motion():
 
 def test_a_stop_cuts_the_slow_motion_wait_short():
     clock, flag = FakeClock(), {"stop": False}
-    slow = page.Pacer(every=0.01, pace=1.5, stopped=lambda: flag["stop"], clock=clock)
+    slow = servers.Pacer(every=0.01, pace=1.5, stopped=lambda: flag["stop"], clock=clock)
     slow()
     flag["stop"] = True
     t = clock.now()
     slow()
-    page.sleep_until(clock.now() + 5, lambda: flag["stop"], clock)
+    servers.sleep_until(clock.now() + 5, lambda: flag["stop"], clock)
     assert clock.now() == t                                   # no wait at all
     flag["stop"] = False
-    page.sleep_until(clock.now() + 5, lambda: flag["stop"], clock)
+    servers.sleep_until(clock.now() + 5, lambda: flag["stop"], clock)
     assert clock.now() == pytest.approx(t + 5)
 
 
@@ -121,23 +123,23 @@ def grid():
 
 def test_one_server_per_model_closed_once_the_model_is_dropped(grid):
     other = scd_core.load_model("toy-grid", grid=(6, 6), vocab_size=32, hidden=32)
-    servers = page.Servers(max_batch=4)
-    first = servers.get(grid)
-    assert servers.get(grid) is first and servers.get(other) is not first
-    row = servers.submit(grid, Race("a cat", scd_core.Settings(window=4)), "sjd")
-    servers.keep([other, None])                    # the cache dropped `grid`
-    assert servers.models() == [other]
+    pool = servers.Servers(max_batch=4)
+    first = pool.get(grid)
+    assert pool.get(grid) is first and pool.get(other) is not first
+    row = pool.submit(grid, Race("a cat", scd_core.Settings(window=4)), "sjd")
+    pool.keep([other, None])                       # the cache dropped `grid`
+    assert pool.models() == [other]
     assert row.result(timeout=30).tokens.shape == (1, 36)       # what it had, it finishes
-    assert servers.get(grid) is not first                       # asked again: a new server
+    assert pool.get(grid) is not first                          # asked again: a new server
 
 
 def test_follow_ends_at_a_stop_even_while_the_device_is_busy(grid):
-    servers, flag = page.Servers(), threading.Event()
-    with servers.device_lock:                      # a race holds the device: no pass runs
-        row = servers.submit(grid, Race("a cat", scd_core.Settings(window=4)), "sjd")
+    pool, flag = servers.Servers(), threading.Event()
+    with pool.device_lock:                         # a race holds the device: no pass runs
+        row = pool.submit(grid, Race("a cat", scd_core.Settings(window=4)), "sjd")
         threading.Timer(0.1, flag.set).start()
         t = time.perf_counter()
-        assert list(page.follow(row, flag.is_set)) == []
+        assert list(servers.follow(row, flag.is_set)) == []
         assert time.perf_counter() - t < 1 and row.cancelled.is_set()
     row.result(timeout=30)            # it joined at the next boundary, and left at the one after
     assert len(row.records) <= 2 and int(row.records[-1].n_after[0]) < 36
@@ -146,62 +148,62 @@ def test_follow_ends_at_a_stop_even_while_the_device_is_busy(grid):
 def test_slow_motion_shows_every_pass_and_a_stop_keeps_what_is_shown():
     clock, seen = FakeClock(), []
     t = clock.now()
-    for record, picture, _ in page.shown(Finished(5), 0.05, lambda: len(seen) >= 3, clock=clock):
+    for record, picture, _ in servers.shown(Finished(5), 0.05, lambda: len(seen) >= 3, clock=clock):
         assert picture
         seen.append(record)
     assert [r.index for r in seen] == [0, 1, 2]
-    assert clock.now() - t == pytest.approx(2 * max(0.05, page.IMAGE_EVERY))
-    assert [r.index for r, _, _ in page.shown(Finished(5), 0.05, lambda: False, clock=clock)] == \
+    assert clock.now() - t == pytest.approx(2 * max(0.05, servers.IMAGE_EVERY))
+    assert [r.index for r, _, _ in servers.shown(Finished(5), 0.05, lambda: False, clock=clock)] == \
         [0, 1, 2, 3, 4]
 
 
 def test_a_replay_lasts_its_pace_and_skips_ahead_at_most_one_tick_per_interval():
     clock = FakeClock()
     t = clock.now()
-    ticks = list(page.replay_ticks(10, 0.01, 0.05, lambda: False, clock))
+    ticks = list(servers.replay_ticks(10, 0.01, 0.05, lambda: False, clock))
     assert len(ticks) == 3 and ticks[0] == 1 and ticks[-1] == 10 and ticks == sorted(set(ticks))
     assert clock.now() - t == pytest.approx(0.15)    # ticks 0.05 s apart, the last one shown as long
 
 
 def test_full_speed_shares_the_live_updates_among_the_rows_of_a_pass():
     clock = FakeClock()
-    assert page.Pacer(0.01, clock=clock)(share=32)
-    assert not page.Pacer(0.01, wait_first=True, clock=clock)(share=32)
-    busy = page.Pacer(0.01, clock=clock)
+    assert servers.Pacer(0.01, clock=clock)(share=32)
+    assert not servers.Pacer(0.01, wait_first=True, clock=clock)(share=32)
+    busy = servers.Pacer(0.01, clock=clock)
     busy(share=32)
     clock.t += 0.05
-    assert page.Pacer(0.01, wait_first=True, clock=clock)(share=1) is False
+    assert servers.Pacer(0.01, wait_first=True, clock=clock)(share=1) is False
     assert not busy(share=32) and busy(share=1)                 # 0.05 s: past 0.01 s, not 0.32 s
-    assert [p for _, p, _ in page.shown(Finished(40, 32), 0.0, lambda: False, clock=clock)] == \
+    assert [p for _, p, _ in servers.shown(Finished(40, 32), 0.0, lambda: False, clock=clock)] == \
         [False] * 40
 
 
 def test_in_full_repeats_what_each_output_got_last_and_leaves_out_the_others():
     updates = [{"status": "a"}, {"image": 1}, {"status": "b", "chart": None}, {}]
-    assert list(page.in_full(updates, ["image", "status", "chart", "table"])) == [
+    assert list(streaming.in_full(updates, ["image", "status", "chart", "table"])) == [
         {"status": "a"}, {"image": 1, "status": "a"}, {"image": 1, "status": "b", "chart": None},
         {"image": 1, "status": "b", "chart": None}]
 
 
 def test_counts_from_the_environment_are_checked_and_named(monkeypatch):
     monkeypatch.delenv("SCD_SESSIONS", raising=False)
-    assert page.env_count("SCD_SESSIONS", 256) == 256
+    assert checks.env_count("SCD_SESSIONS", 256) == 256
     monkeypatch.setenv("SCD_SESSIONS", "40")
-    assert page.env_count("SCD_SESSIONS", 256) == 40
+    assert checks.env_count("SCD_SESSIONS", 256) == 40
     for bad in ("0", "-3", "many", "2.5"):
         monkeypatch.setenv("SCD_SESSIONS", bad)
         with pytest.raises(ValueError, match="SCD_SESSIONS"):
-            page.env_count("SCD_SESSIONS", 256)
+            checks.env_count("SCD_SESSIONS", 256)
 
 
 def test_a_loaded_models_own_window_reaches_the_page():
     """A model's `default_settings` window (Lumina-mGPT's is 64) is the page's starting window."""
     from scd_core.models.cache import ModelCache
 
-    servers = page.Servers(max_batch=2)
-    models = page.Models(ModelCache(), "cpu", servers)
+    pool = servers.Servers(max_batch=2)
+    page_models = models.Models(ModelCache(), "cpu", pool)
     grid = scd_core.load_model("toy-grid")
     grid.default_settings = {"window": 24, "top_k": 7}
-    models.put("janus-pro-1b", grid)                   # a model with weights, now loaded
-    d, s, ok = models.defaults("janus-pro-1b")
+    page_models.put("janus-pro-1b", grid)              # a model with weights, now loaded
+    d, s, ok = page_models.defaults("janus-pro-1b")
     assert ok and d["window"] == 24 and s["top_k"] == 7

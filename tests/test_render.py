@@ -1,4 +1,5 @@
-"""demo.render: token states, overlays, trace statistics, plots and GIF/MP4 export.
+"""The page's pictures, trace statistics, plots and GIF/MP4 export (demo.pictures, run_view,
+charts, race_view, export): token states, overlays, plots and files.
 
 Hand-built Iteration records pin the state rules; runs of the real engine on the fast
 synthetic models check that the pictures and statistics agree with the trace's own metrics.
@@ -12,8 +13,8 @@ from PIL import Image
 
 import scd_core
 from legend_check import unnamed_colours
-from scd_core import race
-from demo import render as R
+from scd_core import race, trace
+from demo import charts, export, pictures, race_view, run_view
 from scd_core.trace import Iteration, Run, TokenLog
 
 
@@ -47,40 +48,40 @@ def sjd_iterations(toy_grid):
 
 def test_token_states_mark_each_kind_of_position():
     it = make_iteration(n_before=4, n_after=7, accepted=2, drafts=3, resampled=True)
-    states = R.token_states(it)
-    assert states.tolist() == [R.COMMITTED] * 4 + [R.ACCEPTED] * 2 + [R.RESAMPLED] + \
-        [R.DRAFT] * 3 + [R.EMPTY] * 6
+    states = pictures.token_states(it)
+    assert states.tolist() == [pictures.COMMITTED] * 4 + [pictures.ACCEPTED] * 2 + [pictures.RESAMPLED] + \
+        [pictures.DRAFT] * 3 + [pictures.EMPTY] * 6
 
 
 def test_token_states_bonus_token_is_a_new_sample():
     it = make_iteration(n_before=2, n_after=7, accepted=4, drafts=0, resampled=False)
-    states = R.token_states(it)
-    assert (states[2:6] == R.ACCEPTED).all() and states[6] == R.NEW and (states[7:] == R.EMPTY).all()
+    states = pictures.token_states(it)
+    assert (states[2:6] == pictures.ACCEPTED).all() and states[6] == pictures.NEW and (states[7:] == pictures.EMPTY).all()
 
 
 def test_overlay_upscales_and_colours_cells():
     frame = np.full((8, 8, 3), 255, np.uint8)           # a 4x4 grid of 2x2-pixel tokens
-    states = np.array([[R.COMMITTED, R.ACCEPTED, R.RESAMPLED, R.DRAFT]] + [[R.EMPTY] * 4] * 3)
-    out = R.overlay_frame(frame, states, scale=10)
+    states = np.array([[pictures.COMMITTED, pictures.ACCEPTED, pictures.RESAMPLED, pictures.DRAFT]] + [[pictures.EMPTY] * 4] * 3)
+    out = pictures.overlay_frame(frame, states, scale=10)
     assert out.shape == (80, 80, 3) and out.dtype == np.uint8
     centre = lambda r, c: out[r * 20 + 10, c * 20 + 10]
     assert tuple(centre(0, 0)) == (255, 255, 255)                   # committed: untouched
     assert centre(0, 1)[1] > centre(0, 1)[0] and centre(0, 1)[1] > centre(0, 1)[2]  # green tint
     assert centre(0, 2)[0] > centre(0, 2)[2]                        # orange
-    assert tuple(out[0, 25]) == R.OUTLINE[R.ACCEPTED]               # outline on the edge
-    assert tuple(centre(1, 1)) == R.STYLE[R.EMPTY][1]               # empty: flat grey
+    assert tuple(out[0, 25]) == pictures.OUTLINE[pictures.ACCEPTED]               # outline on the edge
+    assert tuple(centre(1, 1)) == pictures.STYLE[pictures.EMPTY][1]               # empty: flat grey
 
 
 def test_render_iteration_of_an_image_model(toy_grid, sjd_iterations):
-    pic = R.render_iteration(toy_grid, sjd_iterations[len(sjd_iterations) // 2])
+    pic = pictures.render_iteration(toy_grid, sjd_iterations[len(sjd_iterations) // 2])
     assert pic.dtype == np.uint8 and pic.ndim == 3 and pic.shape[2] == 3
     assert 256 <= pic.shape[0] <= 384 and pic.shape[0] == pic.shape[1]   # 64 px upscaled
 
 
 def test_render_samples_tiles_the_rows_at_least_the_target_size(toy_grid):
     its = list(scd_core.stream(toy_grid, ["fox"] * 3, method="sjd", window=8, seed=0))
-    sheet = R.render_samples(toy_grid, its[4], [0, 1, 2], target=96, cols=2)
-    cell = R.render_samples(toy_grid, its[4], [1], target=96)
+    sheet = pictures.render_samples(toy_grid, its[4], [0, 1, 2], target=96, cols=2)
+    cell = pictures.render_samples(toy_grid, its[4], [1], target=96)
     assert cell.shape[0] >= 96 and sheet.shape[1] == 2 * cell.shape[1] + 4
     assert np.array_equal(sheet[:cell.shape[0], cell.shape[1] + 4:], cell)
 
@@ -88,17 +89,17 @@ def test_render_samples_tiles_the_rows_at_least_the_target_size(toy_grid):
 def test_render_iteration_of_a_video_model_tiles_the_frames():
     model = scd_core.load_model("toy", vocab_size=3, grid=(3, 2, 2))
     its = list(scd_core.stream(model, ["x"], method="scd-mc", window=4, seed=0))
-    pic = R.render_iteration(model, its[1])
-    frame = R.render_iteration(model, its[1], overlay=False)
+    pic = pictures.render_iteration(model, its[1])
+    frame = pictures.render_iteration(model, its[1], overlay=False)
     assert pic.shape == frame.shape and pic.shape[1] > 2.5 * pic.shape[0]   # 3 frames in a row
 
 
 def test_large_frames_are_box_filtered_down_for_streaming():
     frame = np.zeros((1024, 768, 3), np.uint8)
     frame[:, 384:] = 200
-    small = R.shrink(frame, 320)
+    small = pictures.shrink(frame, 320)
     assert small.shape == (341, 256, 3) and small[0, 0, 0] == 0 and small[0, -1, 0] == 200
-    assert R.shrink(frame[:400, :400], 320).shape == (400, 400, 3)     # under 2x: untouched
+    assert pictures.shrink(frame[:400, :400], 320).shape == (400, 400, 3)     # under 2x: untouched
 
 
 def test_temporal_tokenizer_shows_one_decoded_frame_per_token_frame():
@@ -112,14 +113,14 @@ def test_temporal_tokenizer_shows_one_decoded_frame_per_token_frame():
                     for _ in tokens]
 
     it = make_iteration(n_before=2, n_after=4, accepted=1, drafts=2, N=8)
-    pic = R.render_iteration(Temporal(), it, overlay=False)
+    pic = pictures.render_iteration(Temporal(), it, overlay=False)
     frame = pic.shape[0]
     assert pic.shape[1] > 2 * frame - 10                       # two frames side by side
     assert pic[frame // 2, frame // 2, 0] == 0 and pic[frame // 2, -frame // 2, 0] == 80
 
 
 def test_trace_stats_agree_with_the_run_metrics(toy_grid, sjd_iterations):
-    stats = R.TraceStats(tuple(toy_grid.grid))
+    stats = run_view.TraceStats(tuple(toy_grid.grid))
     for it in sjd_iterations:
         stats.add(it)
     run = Run.from_iterations(sjd_iterations, decode=toy_grid.decode)
@@ -130,6 +131,9 @@ def test_trace_stats_agree_with_the_run_metrics(toy_grid, sjd_iterations):
     assert sample.mean_accepted_length == pytest.approx(run.mean_accepted_length)
     assert sample.draft_stability == pytest.approx(run.draft_stability)
     assert stats.running_acceptance[-1] == pytest.approx(run.acceptance_rate)
+    for i in (1, len(sjd_iterations) // 3, len(sjd_iterations) // 2):    # the chart's curve: the
+        assert stats.running_acceptance[i] == pytest.approx(              # trace's rate so far
+            trace.acceptance_rate(sjd_iterations[:i + 1]))
     # every position was committed by exactly one pass, in raster order
     assert (stats.committed_at >= 0).all() and (np.diff(stats.committed_at) >= 0).all()
     assert stats.longest_unchanged.max() >= 1
@@ -138,14 +142,14 @@ def test_trace_stats_agree_with_the_run_metrics(toy_grid, sjd_iterations):
 def test_the_flicker_views_count_what_the_trace_counts(toy_grid, sjd_iterations):
     """Per pass: changed drafts = carried - unchanged (the trace's), and the filmstrip shows
     exactly that many changed and unchanged drafts."""
-    stats = R.TraceStats(tuple(toy_grid.grid))
+    stats = run_view.TraceStats(tuple(toy_grid.grid))
     for it in sjd_iterations:
         stats.add(it)
     for it, changed, carried, film in zip(sjd_iterations, stats.changed, stats.carried, stats.film):
         assert changed == int(it.carried[0].sum()) - int(it.unchanged[0])
         assert carried == int(it.carried[0].sum())
-        assert (film == R.F_CHANGED).sum() == changed and (film == R.F_KEPT).sum() == carried - changed
-    img = R.filmstrip_image(stats.film)
+        assert (film == pictures.F_CHANGED).sum() == changed and (film == pictures.F_KEPT).sum() == carried - changed
+    img = pictures.filmstrip_image(stats.film)
     assert img.dtype == np.uint8 and img.shape[0] >= len(stats.film[0])
 
 
@@ -154,7 +158,7 @@ def test_coupling_keeps_drafts_that_sjd_redraws(toy_grid):
     def longest(method):
         means = []
         for seed in (3, 4):
-            stats = R.TraceStats(tuple(toy_grid.grid))
+            stats = run_view.TraceStats(tuple(toy_grid.grid))
             for it in scd_core.stream(toy_grid, ["fox"], method=method, window=16, seed=seed):
                 stats.add(it)
             means.append(stats.longest_unchanged.mean())
@@ -164,19 +168,19 @@ def test_coupling_keeps_drafts_that_sjd_redraws(toy_grid):
 
 
 def all_figures(toy_grid, sjd_iterations):
-    stats = R.TraceStats(tuple(toy_grid.grid))
+    stats = run_view.TraceStats(tuple(toy_grid.grid))
     for it in sjd_iterations:
         stats.add(it)
     settings = race.Race("fox", scd_core.Settings(window=8))
     runs = {m: list(race.decode(toy_grid, settings, m, 2))[-1] for m in ("ar", "sjd", "scd-mc")}
     return stats, [
-        R.committed_vs_nfe_figure({"sjd": (stats.nfe, stats.committed)}, stats.num_tokens, "sjd"),
-        R.accepted_length_figure(stats), R.acceptance_figure(stats), R.flicker_figure(stats),
-        R.committed_at_figure(stats), R.unchanged_figure(stats),
-        R.accept_prob_figure(sjd_iterations[3], tuple(toy_grid.grid)),
-        R.race_progress_figure({m: r.committed_curves() for m, r in runs.items()}, 256),
-        R.histogram_figure({m: r.histogram() for m, r in runs.items()}, 2),
-        R.race_flicker_figure({m: r.changed_per_pass() for m, r in runs.items()})]
+        charts.committed_vs_nfe_figure({"sjd": (stats.nfe, stats.committed)}, stats.num_tokens, "sjd"),
+        charts.accepted_length_figure(stats), charts.acceptance_figure(stats), charts.flicker_figure(stats),
+        charts.committed_at_figure(stats), charts.unchanged_figure(stats),
+        charts.accept_prob_figure(sjd_iterations[3], tuple(toy_grid.grid)),
+        charts.race_progress_figure({m: r.committed_curves() for m, r in runs.items()}, 256),
+        charts.histogram_figure({m: r.histogram() for m, r in runs.items()}, 2),
+        charts.race_flicker_figure({m: r.changed_per_pass() for m, r in runs.items()})]
 
 
 def test_figures_are_plotly_with_hover_definitions(toy_grid, sjd_iterations):
@@ -198,7 +202,7 @@ def test_every_chart_names_each_colour_it_draws(toy_grid, sjd_iterations):
 
 def test_accepted_length_bars_take_the_colour_their_legend_gives(toy_grid, sjd_iterations):
     stats, _ = all_figures(toy_grid, sjd_iterations)
-    fig = R.accepted_length_figure(stats)
+    fig = charts.accepted_length_figure(stats)
     by_name = {t.name: t for t in fig.data}
     residual = by_name["residual sample (first rejection)"]
     assert isinstance(residual.marker.color, str)                # one colour per legend entry
@@ -207,16 +211,16 @@ def test_accepted_length_bars_take_the_colour_their_legend_gives(toy_grid, sjd_i
 
 def test_race_progress_band_spans_the_samples():
     curves = {"sjd": np.array([[1, 3, 6, 8], [1, 2, 4, 8]])}
-    fig = R.race_progress_figure(curves, 8)
+    fig = charts.race_progress_figure(curves, 8)
     low, high, mean = fig.data[1:4]
     assert list(low.y) == [0, 1, 2, 4, 8] and list(high.y) == [0, 1, 3, 6, 8]
     assert list(mean.y) == [0, 1, 2.5, 5, 8] and mean.name == "SJD: mean of 2, band min-max"
-    assert len(R.race_progress_figure(curves, 8, upto=2).data[3].y) == 3
+    assert len(charts.race_progress_figure(curves, 8, upto=2).data[3].y) == 3
 
 
 def test_accept_prob_map_colours_only_the_verified_drafts(toy_grid, sjd_iterations):
     for it in sjd_iterations[1:6]:
-        fig = R.accept_prob_figure(it, tuple(toy_grid.grid))
+        fig = charts.accept_prob_figure(it, tuple(toy_grid.grid))
         z = np.array(fig.data[0].z, dtype=float)
         assert np.isfinite(z).sum() == int(it.verified[0].sum())
         untested = fig.data[1]
@@ -229,23 +233,23 @@ def test_race_table_puts_the_losslessness_check_second():
     s = race.MethodSummary("sjd", 3, spread([20, 22, 24]), spread([3.2, 2.9, 2.7]),
                            spread([0.6, 0.7, 0.8]), spread([1, 2, 3]), spread([0.1, 0.2, 0.3]),
                            0.5, 1.5, True)
-    html = R.race_table_html([s], greedy=True)
-    assert R.RACE_HEADERS[1] == "same tokens as AR"
+    html = race_view.race_table_html([s], greedy=True)
+    assert race_view.RACE_HEADERS[1] == "same tokens as AR"
     assert "<td>SJD</td><td>yes</td><td>22.0 (20–24)</td>" in html
 
 
 def test_video_maps_are_tiled_like_the_frames():
     grid = (6, 2, 3)                                   # 6 frames -> 2 rows of 4 (2 empty)
-    z = R._tile_maps(np.arange(36), grid)
+    z = charts._tile_maps(np.arange(36), grid)
     assert z.shape == (2 * 3 - 1, 4 * 4 - 1)
     assert z[0, 0] == 0 and z[0, 4] == 6 and z[3, 0] == 24 and np.isnan(z[2]).all()
 
 
 def test_legend_names_every_state():
-    html = R.legend_html()
-    for s in R.LEGEND_ORDER:
-        assert R.STYLE[s][0] in html
-    strip = R.legend_strip(320)
+    html = pictures.legend_html()
+    for s in pictures.LEGEND_ORDER:
+        assert pictures.STYLE[s][0] in html
+    strip = pictures.legend_strip(320)
     assert strip.shape[1] == 320 and strip.dtype == np.uint8
 
 
@@ -253,7 +257,7 @@ def test_export_clip_writes_h264_mp4_and_gif(tmp_path):
     import imageio.v3 as iio
 
     frames = [np.full((32, 32, 3), 40 * t, np.uint8) for t in range(5)]
-    mp4, gif = R.export_clip(frames, "clip", fps=4, folder=str(tmp_path))
+    mp4, gif = export.export_clip(frames, "clip", fps=4, folder=str(tmp_path))
     video = iio.imread(mp4)
     assert video.shape[0] == 5 and video.shape[1] % 16 == 0 and video.shape[2] % 16 == 0
     import imageio.v2 as imageio
@@ -268,45 +272,45 @@ def test_export_pads_odd_sizes_to_multiples_of_16(tmp_path):
     import imageio.v3 as iio
 
     frames = [np.zeros((30, 50, 3), np.uint8)] * 3
-    video = iio.imread(R.write_mp4(frames, str(tmp_path / "odd.mp4")))
+    video = iio.imread(export.write_mp4(frames, str(tmp_path / "odd.mp4")))
     assert video.shape[1:3] == (32, 64)
 
 
 def test_export_decoding_one_frame_per_iteration(toy_grid, sjd_iterations, tmp_path):
     import imageio.v3 as iio
 
-    mp4, gif = R.export_decoding(toy_grid, sjd_iterations, "run", folder=str(tmp_path))
+    mp4, gif = export.export_decoding(toy_grid, sjd_iterations, "run", folder=str(tmp_path))
     with Image.open(gif) as im:
         assert im.n_frames == len(sjd_iterations)
     assert iio.imread(mp4).shape[0] == len(sjd_iterations) + 10     # the last held 1 s at 10 fps
 
 
 def test_pick_frames_keeps_ends():
-    idx = R.pick_frames(1000, limit=50)
+    idx = export.pick_frames(1000, limit=50)
     assert idx[0] == 0 and idx[-1] == 999 and len(idx) <= 50
-    assert R.pick_frames(7) == list(range(7))
+    assert export.pick_frames(7) == list(range(7))
 
 
 
 def test_a_run_that_shared_its_passes_says_so_and_gives_no_latency_speedup(toy_grid, sjd_iterations):
-    stats = R.TraceStats(tuple(toy_grid.grid))
+    stats = run_view.TraceStats(tuple(toy_grid.grid))
     for it in sjd_iterations:
         stats.add(it)
-    assert "(passes shared with up to 3 other samples)" in R.run_status("SJD", stats, 0.5, "done", 3)
-    assert "shared" not in R.run_status("SJD", stats, 0.5, "done")
-    assert R.run_status("SJD", stats, 0.5, "running", 1).endswith(
+    assert "(passes shared with up to 3 other samples)" in run_view.run_status("SJD", stats, 0.5, "done", 3)
+    assert "shared" not in run_view.run_status("SJD", stats, 0.5, "done")
+    assert run_view.run_status("SJD", stats, 0.5, "running", 1).endswith(
         "decoding, passes shared with up to 1 other sample…")
-    shared = R.run_summary("SJD", stats.sample(), 0.5, 0.9, "CPU", shared=3)
+    shared = run_view.run_summary("SJD", stats.sample(), 0.5, 0.9, "CPU", shared=3)
     assert "| latency speed-up | not measured: this run's passes shared" in shared
     assert "so it includes their work" in shared
-    assert "| latency speed-up | 1.80x" in R.run_summary("SJD", stats.sample(), 0.5, 0.9, "CPU")
+    assert "| latency speed-up | 1.80x" in run_view.run_summary("SJD", stats.sample(), 0.5, 0.9, "CPU")
 
 
 def test_a_stopped_run_has_no_step_compression_or_speedup(toy_grid, sjd_iterations):
-    stats = R.TraceStats(tuple(toy_grid.grid))
+    stats = run_view.TraceStats(tuple(toy_grid.grid))
     for it in sjd_iterations[:3]:
         stats.add(it)
-    text = R.run_summary("SJD", stats.sample(), 0.2, 0.9, "CPU", complete=False)
+    text = run_view.run_summary("SJD", stats.sample(), 0.2, 0.9, "CPU", complete=False)
     n = stats.committed[-1]
     assert f"| step compression | not measured: stopped after {n} tokens |" in text
     assert f"| latency speed-up | not measured: stopped after {n} tokens |" in text

@@ -1,0 +1,284 @@
+"""The page's plotly charts: a Generate run's (tokens vs NFE, tokens per pass, flicker,
+acceptance, token maps, the replay's min(1, p/q) map) and a race's. Figures are built from
+plain dicts, many times faster than plotly's graph_objects builders."""
+from __future__ import annotations
+
+import numpy as np
+
+from demo.labels import METHOD_LABELS
+from demo.pictures import ACCEPTED, F_CHANGED, F_KEPT, FILM_STYLE, NEW, RESAMPLED, STYLE, grid3
+from demo.run_view import TraceStats
+from scd_core.trace import Iteration
+
+# --------------------------------------------------------------------------- charts
+
+METHOD_COLOURS = {"ar": "#64748b", "sjd": "#f59e0b", "scd-mc": "#16a34a", "scd-gumbel": "#7c3aed"}
+
+
+def _rgb(colour: str) -> tuple[int, int, int]:
+    return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))  # type: ignore[return-value]
+
+
+def _css(rgb: tuple[int, int, int], alpha: float | None = None) -> str:
+    return f"rgb{rgb}" if alpha is None else f"rgba({rgb[0]}, {rgb[1]}, {rgb[2]}, {alpha})"
+
+
+def title(text: str, detail: str = "") -> str:
+    """A chart title short enough for a phone, its figures on a second, smaller line."""
+    return text + (f"<br><sub>{detail}</sub>" if detail else "")
+
+
+def _figure(data: list[dict], title: str, x: str, y: str, height: int = 300, **layout):
+    """A plotly Figure from plain dicts (many times faster than the graph_objects builders)."""
+    import plotly.graph_objects as go
+
+    axis = dict(gridcolor="#e5e7eb", zerolinecolor="#cbd5e1", linecolor="#94a3b8")
+    base = dict(title=dict(text=title, font=dict(size=14)), height=height,
+                margin=dict(l=50, r=10, t=56, b=40), plot_bgcolor="white", paper_bgcolor="white",
+                xaxis=dict(title=dict(text=x, standoff=4), **axis),
+                yaxis=dict(title=dict(text=y), **axis),
+                legend=dict(orientation="h", x=0, y=-0.22, yanchor="top", font=dict(size=11)),
+                hovermode="closest")
+    for key, value in layout.items():
+        base[key] = {**base[key], **value} if isinstance(base.get(key), dict) else value
+    legend_rows = sum(1 for d in data if d.get("showlegend", True) and d.get("name"))
+    if legend_rows:
+        base["margin"]["b"] = base["margin"]["b"] + 40 + 16 * (legend_rows // 3)
+        base["height"] = base["height"] + 16 * (legend_rows // 3)
+    return go.Figure(dict(data=data, layout=base), skip_invalid=True)
+
+
+def run_figures(stats: TraceStats, history: dict, method: str, live: bool = False) -> tuple:
+    """A Generate run's charts: tokens vs NFE (with this session's earlier runs of other
+    methods, `history`), drafts changed per pass, then, once it has ended, tokens per pass and
+    the acceptance rate. While it runs only the first two, which move most: a chart costs the
+    browser far more to draw than the server to make."""
+    curves = {m: (h["nfe"], h["committed"]) for m, h in history.items() if m != "_model"}
+    curves[method] = (stats.nfe, stats.committed)
+    live_ones = (committed_vs_nfe_figure(curves, stats.num_tokens, method), flicker_figure(stats))
+    return live_ones if live else live_ones + (accepted_length_figure(stats), acceptance_figure(stats))
+
+
+def committed_vs_nfe_figure(curves: dict[str, tuple[list[int], list[int]]], num_tokens: int,
+                            current: str | None = None):
+    """Tokens committed against forward passes: the AR diagonal, then one curve per run."""
+    data = [dict(type="scatter", x=[0, num_tokens], y=[0, num_tokens], mode="lines",
+                 name="one token per pass (AR)", line=dict(color="#94a3b8", dash="dash"),
+                 hovertemplate="AR: one token per forward pass<br>NFE %{x} → %{y} "
+                               "tokens<extra></extra>")]
+    for method, (nfe, committed) in curves.items():
+        label = METHOD_LABELS.get(method, method)
+        data.append(dict(
+            type="scatter", x=[0, *nfe], y=[0, *committed], mode="lines", name=label,
+            line=dict(color=METHOD_COLOURS.get(method), width=3 if method == current else 1.5,
+                      shape="hv"),
+            hovertemplate=(f"{label}<br>NFE %{{x}} (forward passes, prefill included)"
+                           "<br>%{y} tokens committed<extra></extra>")))
+    return _figure(data, title("Tokens committed vs NFE", "forward passes, the prefill included"), "NFE",
+                   "tokens committed",
+                   height=320, xaxis=dict(range=[0, num_tokens * 1.02]),
+                   yaxis=dict(range=[0, num_tokens * 1.05]))
+
+
+def race_progress_figure(curves: dict[str, np.ndarray], num_tokens: int, upto: int | None = None):
+    """Per method, the mean over its K samples of tokens committed after each pass, with a
+    band from the slowest to the fastest sample. `curves[m]` is [K, NFE]; `upto` cuts the
+    curves at that NFE (the lockstep replay)."""
+    data = [dict(type="scatter", x=[0, num_tokens], y=[0, num_tokens], mode="lines",
+                 name="one token per pass (AR)", line=dict(color="#94a3b8", dash="dash"),
+                 hoverinfo="skip")]
+    for method, c in curves.items():
+        c = np.asarray(c, dtype=float)
+        if upto is not None:
+            c = c[:, :upto]
+        if c.size == 0:
+            continue
+        x = list(range(0, c.shape[1] + 1))
+        mean, low, high = (np.concatenate([[0.0], f(c, 0)]) for f in (np.mean, np.min, np.max))
+        colour = METHOD_COLOURS.get(method, "#000000")
+        label = METHOD_LABELS.get(method, method)
+        k = c.shape[0]
+        data.append(dict(type="scatter", x=x, y=low.tolist(), mode="lines", line=dict(width=0),
+                         showlegend=False, legendgroup=method, hoverinfo="skip"))
+        data.append(dict(type="scatter", x=x, y=high.tolist(), mode="lines", line=dict(width=0),
+                         fill="tonexty", fillcolor=_css(_rgb(colour), 0.18), showlegend=False,
+                         legendgroup=method, hoverinfo="skip"))
+        data.append(dict(type="scatter", x=x, y=mean.round(1).tolist(), mode="lines",
+                         name=f"{label}: mean of {k}" + (", band min-max" if k > 1 else ""),
+                         legendgroup=method, line=dict(color=colour, width=2.5),
+                         hovertemplate=f"{label}<br>NFE %{{x}}: %{{y}} tokens on average over "
+                                       f"{k} samples<extra></extra>"))
+    return _figure(data, title("Tokens committed vs NFE", "mean over the samples, band: min–max"),
+                   "NFE", "tokens committed", height=320,
+                   xaxis=dict(range=[0, num_tokens * 1.02]), yaxis=dict(range=[0, num_tokens * 1.05]))
+
+
+def accepted_length_figure(stats: TraceStats):
+    """Per forward pass: accepted drafts (green), then the one token sampled from p: the
+    residual at the first rejection (orange) or the bonus / AR sample (blue)."""
+    steps = np.diff([0, *stats.committed]) - np.asarray(stats.accepted, int)
+    kinds = np.asarray(stats.new_kind)
+    data = [dict(type="bar", x=stats.index, y=stats.accepted, name="accepted drafts",
+                 marker=dict(color=_css(STYLE[ACCEPTED][1])),
+                 hovertemplate="pass %{x}: %{y} drafts accepted (U < min(1, p/q))<extra></extra>")]
+    for kind, name, colour in (("resampled", "residual sample (first rejection)", STYLE[RESAMPLED][1]),
+                               ("new", "bonus / AR sample", STYLE[NEW][1])):
+        mask = (kinds == "resampled") if kind == "resampled" else np.isin(kinds, ["bonus", "sample"])
+        data.append(dict(type="bar", x=np.asarray(stats.index)[mask].tolist(),
+                         y=np.clip(steps[mask], 0, None).tolist(), name=name,
+                         marker=dict(color=_css(colour)),
+                         hovertemplate=f"pass %{{x}}: +%{{y}} {name}<extra></extra>"))
+    mean_len = stats.sample().mean_accepted_length if stats.records else 0.0
+    return _figure(data, title("Tokens committed per pass", f"mean accepted length {mean_len:.2f}"),
+                   "pass", "tokens", barmode="stack", bargap=0.1)
+
+
+def flicker_figure(stats: TraceStats):
+    """Per pass: carried-over drafts whose token changed since the previous pass (flicker)
+    against those that stayed the same. SJD redraws nearly all; coupling keeps most."""
+    kept = (np.asarray(stats.carried) - np.asarray(stats.changed)).tolist()
+    data = [dict(type="bar", x=stats.index, y=stats.changed, name="drafts changed (flicker)",
+                 marker=dict(color=_css(FILM_STYLE[F_CHANGED][1])),
+                 hovertemplate="pass %{x}: %{y} carried drafts changed<extra></extra>"),
+            dict(type="bar", x=stats.index, y=kept, name="drafts unchanged",
+                 marker=dict(color=_css(FILM_STYLE[F_KEPT][1])),
+                 hovertemplate="pass %{x}: %{y} carried drafts unchanged<extra></extra>")]
+    stab = stats.sample().draft_stability if stats.records else 0.0
+    return _figure(data, title("Drafts changed since the last pass", f"draft stability {stab:.2f}"),
+                   "pass", "carried drafts", barmode="stack", bargap=0.1)
+
+
+def acceptance_figure(stats: TraceStats):
+    """Running acceptance rate: accepted drafts / verified drafts so far."""
+    rate = stats.running_acceptance
+    colour = METHOD_COLOURS.get(stats.method, "#16a34a")
+    data = [dict(type="scatter", x=stats.index, y=[None if np.isnan(r) else float(r) for r in rate],
+                 mode="lines", line=dict(color=colour, width=2),
+                 name=f"{METHOD_LABELS.get(stats.method, stats.method)}: acceptance rate so far",
+                 hovertemplate="pass %{x}: acceptance rate %{y:.3f}<br>= accepted drafts / "
+                               "verified drafts so far (≤ 1)<extra></extra>")]
+    rate_now = stats.sample().acceptance_rate if stats.records else 0.0
+    return _figure(data, title("Acceptance rate", f"{rate_now:.3f} so far"), "pass", "accepted / verified",
+                   yaxis=dict(range=[0, 1.02]))
+
+
+def histogram_figure(histograms: dict[str, list[float]], samples: int | None = None):
+    """Share of passes that committed 1, 2, 3, ... tokens, one bar group per method."""
+    width = max((len(h) for h in histograms.values()), default=1)
+    data = []
+    for method, h in histograms.items():
+        label = METHOD_LABELS.get(method, method)
+        data.append(dict(type="bar", x=list(range(1, len(h) + 1)), y=[round(v, 4) for v in h],
+                         name=label, marker=dict(color=METHOD_COLOURS.get(method)),
+                         hovertemplate=f"{label}: %{{y:.1%}} of passes committed %{{x}} "
+                                       f"token(s)<extra></extra>"))
+    over = f", {samples} samples pooled" if samples else ""
+    return _figure(data, title("Tokens committed per pass", "share of passes" + over),
+                   "tokens committed in one pass", "share of passes", barmode="group", bargap=0.15,
+                   xaxis=dict(dtick=1, range=[0.5, width + 0.5]), yaxis=dict(tickformat=".0%"))
+
+
+def race_flicker_figure(changed: dict[str, np.ndarray]):
+    """Per method: carried-over drafts that changed in each pass, mean over the samples."""
+    data = []
+    for method, c in changed.items():
+        c = np.asarray(c, dtype=float)
+        if c.size == 0 or method == "ar":
+            continue
+        label = METHOD_LABELS.get(method, method)
+        data.append(dict(type="scatter", x=list(range(1, c.shape[1] + 1)), y=c.mean(0).round(2).tolist(),
+                         mode="lines", name=label, line=dict(color=METHOD_COLOURS.get(method), width=2),
+                         hovertemplate=f"{label}<br>pass %{{x}}: %{{y}} drafts changed on "
+                                       f"average<extra></extra>"))
+    return _figure(data, title("Drafts changed since the last pass", "flicker, mean over the samples"),
+                   "pass (NFE)", "changed drafts")
+
+
+def _tile_maps(values: np.ndarray, grid: tuple[int, ...], cols: int = 4) -> np.ndarray:
+    """[N] -> one float map with the frames laid out like `tile_frames` (NaN gaps)."""
+    T, H, W = grid3(grid)
+    v = values.reshape(T, H, W).astype(np.float64)
+    if T == 1:
+        return v[0]
+    cols = min(T, cols)
+    rows = -(-T // cols)
+    sheet = np.full((rows * (H + 1) - 1, cols * (W + 1) - 1), np.nan)
+    for t in range(T):
+        r, c = divmod(t, cols)
+        sheet[r * (H + 1):r * (H + 1) + H, c * (W + 1):c * (W + 1) + W] = v[t]
+    return sheet
+
+
+def _map_axes(shape: tuple[int, int]) -> dict:
+    """Axes of a token map: row and column numbers, cells separated by white gaps (no grid
+    lines through the cells), square cells."""
+    h, w = shape
+    axis = dict(showgrid=False, zeroline=False, ticks="outside", constrain="domain")
+    return dict(xaxis=dict(axis, title=dict(text="column"), dtick=1 if w <= 16 else None),
+                yaxis=dict(axis, title=dict(text="row"), autorange="reversed", scaleanchor="x",
+                           dtick=1 if h <= 16 else None))
+
+
+def heatmap_figure(values: np.ndarray, grid: tuple[int, ...], title: str, hover: str,
+                   colorscale: str = "Viridis", missing: float | None = None, colorbar: str = ""):
+    z = _tile_maps(values, grid)
+    if missing is not None:
+        z = np.where(z == missing, np.nan, z)
+    rows = [[None if np.isnan(v) else float(v) for v in r] for r in z]
+    gap = 1 if max(z.shape) <= 32 else 0
+    data = [dict(type="heatmap", z=rows, colorscale=colorscale, hoverongaps=False, xgap=gap, ygap=gap,
+                 hovertemplate=hover + "<extra></extra>",
+                 colorbar=dict(thickness=10, title=dict(text=colorbar, side="right")))]
+    return _figure(data, title, "", "", height=300, margin=dict(b=40), **_map_axes(z.shape))
+
+
+def committed_at_figure(stats: TraceStats):
+    """Which forward pass committed each token."""
+    vals = stats.committed_at if stats.committed_at is not None else np.full(stats.num_tokens, -1)
+    return heatmap_figure(vals, stats.grid, "Committed by pass k",
+                          "row %{y}, column %{x}<br>committed by forward pass %{z}",
+                          missing=-1, colorbar="pass")
+
+
+def unchanged_figure(stats: TraceStats):
+    """The longest run of passes in which each position's draft kept the same token."""
+    n = stats.num_tokens
+    vals = stats.longest_unchanged if stats.longest_unchanged is not None else np.zeros(n)
+    return heatmap_figure(vals, stats.grid, "Longest run a draft stayed unchanged",
+                          "row %{y}, column %{x}<br>draft unchanged for %{z} consecutive passes"
+                          "<br>(0: never drafted)", colorscale="Magma", colorbar="passes")
+
+
+def accept_prob_figure(it: Iteration, grid: tuple[int, ...], row: int = 0):
+    """min(1, p/q) of the drafts this pass verified (the accepted ones and the first
+    rejection), at their positions; drafts fed after the first rejection were never tested."""
+    n = int(np.prod(grid))
+    probs = it.accept_prob[row].float().numpy()
+    pos = int(it.n_before[row]) + np.arange(probs.shape[0])
+    verified = it.verified[row].numpy() & (pos < n)
+    untested = np.isfinite(probs) & ~verified & (pos < n)
+    vals = np.full(n, np.nan)
+    vals[pos[verified]] = probs[verified]
+    fig = heatmap_figure(vals, grid, title("min(1, p/q) of the verified drafts", f"pass {it.index}"),
+                         "row %{y}, column %{x}<br>verified: min(1, p/q) = %{z:.3f}",
+                         colorscale="RdYlGn", colorbar="min(1, p/q)").update_traces(zmin=0, zmax=1)
+    mask = np.full(n, np.nan)
+    mask[pos[untested]] = 1.0
+    sheet = _tile_maps(mask, grid)
+    ys, xs = np.nonzero(np.isfinite(sheet))
+    fig.add_scatter(x=xs.tolist(), y=ys.tolist(), mode="markers",
+                    marker=dict(symbol="square-open", size=7, color="#94a3b8"),
+                    name="fed, not verified (after the first rejection)",
+                    hovertemplate="row %{y}, column %{x}<br>draft fed after the first rejection: "
+                                  "not tested<extra></extra>")
+    fig.add_scatter(x=[None], y=[None], mode="markers", name="verified draft, coloured by min(1, p/q)",
+                    marker=dict(symbol="square", size=9, color="rgb(26, 152, 80)"))
+    return fig.update_layout(height=420, margin=dict(b=110), legend=dict(y=-0.28))
+
+
+def race_figures(runs: dict, samples: int) -> tuple:
+    """The race's three charts: tokens vs NFE (mean and band), tokens per pass, flicker."""
+    return (race_progress_figure({m: r.committed_curves() for m, r in runs.items()},
+                                 next(iter(runs.values())).num_tokens),
+            histogram_figure({m: r.histogram() for m, r in runs.items() if m != "ar"}, samples),
+            race_flicker_figure({m: r.changed_per_pass() for m, r in runs.items()}))

@@ -1,0 +1,86 @@
+"""A decode as files to download: the decoding itself (one frame per pass, with the grid and
+its legend) and a video model's finished clip, as MP4 (H.264, browser-playable) and GIF."""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Sequence
+
+import numpy as np
+from PIL import Image
+
+from demo.pictures import decode_frames, legend_strip, render_iteration, to_rgb, upscale
+from scd_core.trace import Iteration
+
+# --------------------------------------------------------------------------- export
+
+def _even16(frame: np.ndarray) -> np.ndarray:
+    """Pad a frame with white to sides that are multiples of 16 (H.264 macro blocks)."""
+    h, w = frame.shape[:2]
+    H, W = -(-h // 16) * 16, -(-w // 16) * 16
+    if (H, W) == (h, w):
+        return frame
+    out = np.full((H, W, 3), 255, np.uint8)
+    out[:h, :w] = frame
+    return out
+
+
+def write_mp4(frames: Sequence[np.ndarray], path: str, fps: float = 8) -> str:
+    """H.264 / yuv420p MP4 (browser-playable) with imageio-ffmpeg's bundled ffmpeg."""
+    import imageio.v2 as imageio
+
+    padded = [_even16(f) for f in frames]
+    writer = imageio.get_writer(path, fps=fps, codec="libx264", pixelformat="yuv420p",
+                                macro_block_size=16, quality=8,
+                                ffmpeg_log_level="error")
+    try:
+        for f in padded:
+            writer.append_data(f)
+    finally:
+        writer.close()
+    return path
+
+
+def write_gif(frames: Sequence[np.ndarray], path: str, fps: float = 8,
+              hold_last: float = 0.0) -> str:
+    """Looping GIF; the last frame stays `hold_last` extra seconds."""
+    images = [Image.fromarray(f) for f in frames]
+    step = max(20, int(1000 / fps))
+    durations = [step] * (len(images) - 1) + [step + int(1000 * hold_last)]
+    images[0].save(path, save_all=True, append_images=images[1:], loop=0,
+                   duration=durations, optimize=False)
+    return path
+
+
+def export_clip(frames: Sequence[np.ndarray], stem: str, fps: float = 8,
+                folder: str | None = None, target: int = 256) -> tuple[str, str]:
+    """A finished video clip as (mp4, gif), frames upscaled (nearest) to about `target` px."""
+    folder = folder or tempfile.mkdtemp(prefix="scd_")
+    big = [upscale(to_rgb(f), target) for f in frames]
+    return (write_mp4(big, os.path.join(folder, f"{stem}.mp4"), fps),
+            write_gif(big, os.path.join(folder, f"{stem}.gif"), fps))
+
+
+def pick_frames(count: int, limit: int = 200) -> list[int]:
+    """Indices of at most `limit` iterations, evenly spread, first and last included."""
+    if count <= limit:
+        return list(range(count))
+    return sorted(set(np.linspace(0, count - 1, limit).round().astype(int).tolist()))
+
+
+def export_decoding(model, iterations: Sequence[Iteration], stem: str, fps: float = 10,
+                    folder: str | None = None, limit: int = 200, decode=None) -> tuple[str, str]:
+    """The decoding itself (one frame per iteration, with overlay and legend) as (mp4, gif)."""
+    folder = folder or tempfile.mkdtemp(prefix="scd_")
+    frames = []
+    for i in pick_frames(len(iterations), limit):
+        pic = render_iteration(model, iterations[i], decode=decode)
+        frames.append(np.concatenate([pic, legend_strip(pic.shape[1])], axis=0))
+    held = frames + [frames[-1]] * int(fps)     # hold the final picture for a second
+    return (write_mp4(held, os.path.join(folder, f"{stem}.mp4"), fps),
+            write_gif(frames, os.path.join(folder, f"{stem}.gif"), fps, hold_last=1.0))
+
+
+def export_run_clip(model, it: Iteration, stem: str, decode=None) -> tuple[str, str]:
+    """A video model's finished clip (row 0 after `it`) as (mp4, gif), at the model's fps."""
+    return export_clip(decode_frames(model, it.canvas[0], decode), stem, fps=float(getattr(model, "fps", 6)))

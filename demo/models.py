@@ -1,0 +1,180 @@
+"""The page's models: which it lists and in what order, its defaults per model (window, init,
+slow motion, race samples, sampling), where each model stands here (embedded, cached,
+downloadable, needs a GPU), the engine's device, and `Models`, which loads them on first use."""
+from __future__ import annotations
+
+import logging
+import os
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from scd_core.models import REGISTRY
+from scd_core.models.status import model_status
+from scd_core.protocols import optional
+from scd_core.settings import Settings
+
+if TYPE_CHECKING:
+    from demo.servers import Servers
+
+SHOW_TEST_MODELS = "SCD_SHOW_TEST_MODELS"
+log = logging.getLogger("scd_demo")     # the page's one-line notes (app.main shows them)
+
+
+# Page defaults per model: window, draft init, slow motion (s per pass on screen), race
+# samples; sampling settings come from the model's own `default_settings`.
+PAGE_DEFAULTS = {
+    "texture": dict(window=16, init="random", pace=0.02, samples=8),
+    "tiny": dict(window=16, init="random", pace=0.15, samples=8),
+    "tiny-video": dict(window=32, init="repeat-frame", pace=0.05, samples=8),
+    "toy-grid": dict(window=16, init="random", pace=0.05, samples=8),
+}
+EMBEDDED_DEFAULTS = dict(window=16, init="random", pace=0.05, samples=8)
+REAL_DEFAULTS = dict(window=32, init="random", pace=0.0, samples=2)
+CLIP_DEFAULTS = dict(window=128, init="repeat-frame", pace=0.0, samples=2)
+REAL_SAMPLING = dict(temperature=1.0, top_k=1000, top_p=1.0, cfg_scale=5.0)
+CLIP_SAMPLING = dict(temperature=1.0, top_k=0, top_p=0.8, cfg_scale=1.0)
+ORDER = ["texture", "tiny", "tiny-video"]           # listed first, in this order
+
+
+# ------------------------------------------------------------------------------ models
+
+def listed_models() -> list[str]:
+    """The models the page offers: test-only ones only when SCD_SHOW_TEST_MODELS=1."""
+    show_test = os.environ.get(SHOW_TEST_MODELS, "") not in ("", "0")
+    names = [n for n in REGISTRY if show_test or not REGISTRY[n].test_only]
+    return sorted(names, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), 0))
+
+
+def takes_clip(name: str) -> bool:
+    """Whether the model's prompt is a video clip to continue (the Cosmos family)."""
+    entry = REGISTRY.get(name)
+    return entry is not None and entry.module == "cosmos"
+
+
+def is_video(name: str) -> bool:
+    entry = REGISTRY.get(name)
+    return entry is not None and entry.kind == "video"
+
+
+def unavailable(name: str, loaded: bool = False) -> str | None:
+    """None when the model can run here (shipped, cached, downloadable, or loaded already),
+    else the full reason."""
+    if name not in REGISTRY:
+        return f"unknown model {name!r}"
+    status = model_status(name)
+    return None if loaded or status.usable else status.reason
+
+
+def model_label(name: str) -> str:
+    """For the model list: the name and where the model stands here (embedded, cached,
+    downloadable with its size, needs GPU, unavailable)."""
+    status = model_status(name)
+    size = f", {status.download_gb:.1f} GB" if status.state == "downloadable" and status.download_gb else ""
+    return f"{name} · {status.state}{size}"
+
+
+def model_note(name: str, loaded: bool = False) -> str:
+    """What the model is and where it stands here, with the full reason when it cannot run."""
+    entry = REGISTRY.get(name)
+    if entry is None:
+        return f"Unknown model {name!r}."
+    status = model_status(name)
+    if loaded:
+        state = " Loaded."
+    elif status.usable:
+        state = f" {status.state.capitalize()}: {status.reason}."
+    else:
+        state = f" **Cannot run here ({status.state}):** {status.reason}."
+    return f"`{name}`: {entry.description}.{state}"
+
+
+def page_defaults(name: str) -> dict:
+    if name in PAGE_DEFAULTS:
+        return dict(PAGE_DEFAULTS[name])
+    entry = REGISTRY.get(name)
+    if takes_clip(name):
+        return dict(CLIP_DEFAULTS)
+    return dict(REAL_DEFAULTS if entry is not None and entry.needs_weights else EMBEDDED_DEFAULTS)
+
+
+def sampling_defaults(name: str, model=None) -> dict:
+    """Temperature, top-k, top-p, CFG: the model's `default_settings` when it is loaded."""
+    base = CLIP_SAMPLING if takes_clip(name) else REAL_SAMPLING if \
+        REGISTRY.get(name) is not None and REGISTRY[name].needs_weights else \
+        dict(temperature=1.0, top_k=0, top_p=1.0, cfg_scale=1.0)
+    own = optional(model, "default_settings") or {}
+    return {**base, **{k: v for k, v in own.items() if k in base}}
+
+
+class Models:
+    """The page's models, loaded (and downloaded) on first use into `cache` with this device's
+    load arguments (large models in bfloat16 on a GPU). Every load also closes the servers of
+    the models the cache has dropped meanwhile."""
+
+    def __init__(self, cache, device: str, servers: "Servers") -> None:
+        self.cache, self.device, self.servers = cache, device, servers
+
+    def kwargs(self, name: str) -> dict:
+        large_on_gpu = self.device == "cuda" and REGISTRY[name].needs_weights
+        return dict(device=self.device, **({"dtype": torch.bfloat16} if large_on_gpu else {}))
+
+    def get(self, name: str, progress=None):
+        """The model; `progress(done, total, repo)` hears a download."""
+        model = self.cache.get(name, **self.kwargs(name), **({"progress": progress} if progress else {}))
+        self.servers.keep(self.loaded(n) for n in self.cache.names())
+        return model
+
+    def loaded(self, name: str):
+        """The model if it is loaded, else None (never loads)."""
+        return self.cache.peek(name, **self.kwargs(name)) if name in REGISTRY else None
+
+    def put(self, name: str, model) -> None:
+        """Use this ready model for `name` (tests, embedders)."""
+        self.cache.put(name, model, **self.kwargs(name))
+
+    def load_note(self, name: str, progress=None) -> str:
+        """Load a large model as soon as it is picked (`progress` as for `get`); the model's
+        note, with the reason when it could not load (Generate then says it again)."""
+        if self.loaded(name) is None and REGISTRY[name].needs_weights and unavailable(name) is None:
+            try:
+                self.get(name, progress)
+            except Exception as exc:              # missing weights, no memory...: said, not raised
+                log.info("could not load %s: %s", name, exc)
+                return model_note(name) + f" **Could not load it:** {exc}"
+        return model_note(name, self.loaded(name) is not None)
+
+    def defaults(self, name: str) -> tuple[dict, dict, bool]:
+        """The page's defaults for the model, its sampling defaults, and whether it can run here."""
+        ok = unavailable(name, self.loaded(name) is not None) is None
+        model = self.at_hand(name) if ok else None
+        page, own = page_defaults(name), optional(model, "default_settings") or {}
+        if own:                                # the model's own window and init, as the library reads them
+            s = Settings.for_model(model)
+            page.update({k: getattr(s, k) for k in ("window", "init") if k in own})
+        return page, sampling_defaults(name, model), ok
+
+    def examples(self, name: str) -> list[str]:
+        """Up to 8 prompts the model draws recognisably (an embedded model loads to say)."""
+        return list(optional(self.at_hand(name), "example_prompts") or ["a red apple"])[:8]
+
+    def at_hand(self, name: str):
+        """The model if it is loaded or embedded (loading an embedded one), else None: a model
+        that needs weights is never loaded just to read its settings."""
+        entry = REGISTRY.get(name)
+        return self.loaded(name) or (self.get(name) if entry and not entry.needs_weights else None)
+
+
+def device_name() -> str:
+    if torch.cuda.is_available():
+        return f"CUDA ({torch.cuda.get_device_name(0)})"
+    threads = torch.get_num_threads()
+    return f"CPU ({threads} thread{'s' if threads != 1 else ''})"
+
+
+def device_note() -> str:
+    if device_name().startswith("CUDA"):
+        return f"Engine: **{device_name()}**; large models in bfloat16."
+    return (f"Engine: **{device_name()}**, no GPU: the embedded models run here, the large ones "
+            "need a GPU.")

@@ -1,0 +1,185 @@
+"""A Generate run as the page shows it: what it accumulates pass by pass for the pictures and
+charts (`TraceStats`), and its status line, summary table and replay caption. Every metric
+is the trace's (`scd_core.trace`), computed from the run's records."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from demo.pictures import F_CHANGED, F_EMPTY, F_FRESH, F_KEPT
+from scd_core import trace
+from scd_core.race import Sample, sample_of
+from scd_core.trace import Iteration
+
+METRIC_HELP = {
+    "nfe": "NFE: model forward passes so far, the prefill included (a CFG pair counts once)",
+    "acceptance": "acceptance rate = accepted drafts / verified drafts (never above 1)",
+    "mean_len": "mean accepted length = accepted drafts per forward pass (prefill excluded); "
+                "each pass commits one token more (the residual or bonus token)",
+    "compression": "step compression = AR NFE / this NFE (AR needs one pass per token)",
+    "speedup": "latency speed-up = AR wall time / this wall time, same process",
+    "stability": "draft stability = carried-over drafts whose token did not change from one pass "
+                 "to the next / carried-over drafts",
+}
+
+
+@dataclass
+class TraceStats:
+    """What the page shows of one row, gathered as records arrive (O(N) each): the per-pass
+    curves its charts draw, which pass committed each position, how long each draft stayed
+    unchanged, and the filmstrip's draft states.
+
+    The run's metrics (acceptance rate, mean accepted length, draft stability, step
+    compression) are the trace's own (`scd_core.trace`), computed from the records kept here.
+    """
+
+    grid: tuple[int, ...]
+    row: int = 0
+    method: str = ""
+    records: list[Iteration] = field(default_factory=list)
+    index: list[int] = field(default_factory=list)
+    nfe: list[int] = field(default_factory=list)
+    committed: list[int] = field(default_factory=list)   # cumulative tokens committed
+    accepted: list[int] = field(default_factory=list)    # accepted drafts this pass (the trace's count)
+    verified: list[int] = field(default_factory=list)    # verified drafts this pass (the trace's count)
+    new_kind: list[str] = field(default_factory=list)    # "resampled" / "bonus" / "sample" / ""
+    carried: list[int] = field(default_factory=list)     # drafts fed and still drafts after the pass
+    changed: list[int] = field(default_factory=list)     # of those, drafts whose token changed
+    committed_at: np.ndarray | None = None                # [N] pass that committed the position
+    streak: np.ndarray | None = None                      # [N] current run of unchanged passes
+    longest_unchanged: np.ndarray | None = None           # [N] longest such run
+    film: list[np.ndarray] = field(default_factory=list)  # [D] draft states after each pass
+    _canvas: np.ndarray | None = None                     # [N] the last record's canvas (this row)
+    _sample: tuple[int, Sample] | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return int(np.prod(self.grid))
+
+    def add(self, it: Iteration) -> None:
+        n, row = self.num_tokens, self.row
+        if self.committed_at is None:
+            self.committed_at = np.full(n, -1, np.int64)
+            self.streak = np.zeros(n, np.int64)
+            self.longest_unchanged = np.zeros(n, np.int64)
+        nb, na = int(it.n_before[row]), int(it.n_after[row])
+        self.records.append(it)
+        self.method = it.method
+        self.index.append(it.index)
+        self.nfe.append(int(it.nfe))
+        self.committed.append(na)
+        self.accepted.append(trace.accepted_drafts([it], row))
+        self.verified.append(trace.verified_drafts([it], row))
+        self.new_kind.append("" if na <= nb else "resampled" if bool(it.resampled[row])
+                             else "bonus" if bool(it.bonus[row]) else "sample")
+        self.carried.append(int(it.carried[row].sum()))
+        self.changed.append(int(it.changed[row]))
+        self.committed_at[nb:na] = it.index
+        self._track_drafts(it, na)
+
+    def _track_drafts(self, it: Iteration, na: int) -> None:
+        """Each draft after the pass against the token its position held on the previous
+        record's canvas (what this pass was fed there): unchanged, changed (flicker), fresh
+        from the init scheme, or none (past the grid)."""
+        row, n = self.row, self.num_tokens
+        canvas = it.canvas[row].numpy()
+        drafts = it.drafts_after[row].numpy()
+        pos = na + np.arange(drafts.shape[0])
+        inside = pos < n
+        carried = it.carried[row].numpy()
+        was = np.full(drafts.shape[0], -1, canvas.dtype)
+        if self._canvas is not None:
+            was[inside] = self._canvas[pos[inside]]
+        self._canvas = canvas
+        kept = carried & (drafts == was)
+        film = np.full(drafts.shape[0], F_EMPTY, np.int8)
+        film[inside & ~carried] = F_FRESH
+        film[carried & ~kept] = F_CHANGED
+        film[kept] = F_KEPT
+        self.film.append(film)
+        streak = np.zeros(n, np.int64)
+        streak[pos[inside]] = np.where(kept[inside], self.streak[pos[inside]] + 1,
+                                       (drafts[inside] >= 0).astype(np.int64))
+        self.streak = streak
+        self.longest_unchanged = np.maximum(self.longest_unchanged, streak)
+
+    def sample(self) -> Sample:
+        """This row's metrics over the records so far, by the trace's definitions."""
+        if self._sample is None or self._sample[0] != len(self.records):
+            self._sample = (len(self.records), sample_of(self.records, self.row, self.num_tokens))
+        return self._sample[1]
+
+    @property
+    def running_acceptance(self) -> np.ndarray:
+        """The trace's acceptance rate of the records up to each pass (its two counts add up
+        over records), NaN before any draft was verified."""
+        acc, ver = np.cumsum(self.accepted), np.cumsum(self.verified)
+        return np.where(ver > 0, acc / np.maximum(ver, 1), np.nan)
+
+    @property
+    def done(self) -> bool:
+        return bool(self.committed) and self.committed[-1] >= self.num_tokens
+
+
+# --------------------------------------------------------------------------- text
+
+def shared_note(others: int) -> str:
+    """How many other samples shared a run's forward passes, in words ("" when none)."""
+    return f"passes shared with up to {others} other sample{'s' if others != 1 else ''}" if others else ""
+
+
+def run_status(label: str, stats: TraceStats, wall: float, state: str, shared: int = 0) -> str:
+    """One line: method, tokens, NFE; `state` is "running", "done" or "stopped"; `shared`: the
+    most other samples (other visitors' rows) that one of its passes decoded with it."""
+    n, total, nfe = stats.committed[-1], stats.num_tokens, stats.nfe[-1]
+    if state == "stopped":
+        return f"**{label}** · **stopped at NFE {nfe}, {n}/{total} tokens**"
+    head = f"**{label}** · {n}/{total} tokens · NFE {nfe}"
+    if state != "done":
+        return head + (f" · decoding, {shared_note(shared)}…" if shared else " · decoding…")
+    sample = stats.sample()
+    return (head + f" · **done** in {wall:.2f} s" + (f" ({shared_note(shared)})" if shared else "")
+            + f" · step compression {sample.step_compression:.2f}x · acceptance "
+            f"{sample.acceptance_rate:.2f} · mean accepted length {sample.mean_accepted_length:.2f}")
+
+
+def run_summary(label: str, sample: Sample, wall: float, ar_wall: float | None, device: str,
+                shared: int = 0, complete: bool = True) -> str:
+    """The ended run's metrics as a markdown table, each with its definition. `ar_wall`: this
+    session's last AR run that ran alone; `shared` as for `run_status`: a run that shared its
+    passes has no latency of its own (the race times each method alone); a stopped run
+    (`complete` False) has neither a step compression nor a latency speed-up."""
+    stopped = f"not measured: stopped after {sample.committed} tokens"
+    if not complete:
+        speedup = stopped
+    elif shared:
+        speedup = f"not measured: this run's {shared_note(shared)} (the Race times each method alone)"
+    elif ar_wall and label != "AR" and wall > 0:
+        speedup = (f"{trace.latency_speedup(ar_wall, wall):.2f}x (against this session's AR run, "
+                   f"{ar_wall:.2f} s)")
+    else:
+        speedup = "run AR once to measure it (a run that shared its passes does not count)"
+    timed = f"engine time of this run on {device}" + (
+        f"; its {shared_note(shared)}, so it includes their work" if shared else "")
+    rows = [("NFE", sample.nfe, METRIC_HELP["nfe"]),
+            ("step compression", f"{sample.step_compression:.2f}x" if complete else stopped,
+             METRIC_HELP["compression"]),
+            ("acceptance rate", f"{sample.acceptance_rate:.3f}", METRIC_HELP["acceptance"]),
+            ("mean accepted length", f"{sample.mean_accepted_length:.2f}", METRIC_HELP["mean_len"]),
+            ("draft stability", f"{sample.draft_stability:.3f}", METRIC_HELP["stability"]),
+            ("wall time", f"{wall:.2f} s", timed),
+            ("latency speed-up", speedup, METRIC_HELP["speedup"])]
+    return "| metric | value | definition |\n|---|---|---|\n" + \
+        "\n".join(f"| {a} | {b} | {c} |" for a, b, c in rows)
+
+
+def replay_caption(iterations: Sequence[Iteration], i: int) -> str:
+    it = iterations[i]
+    nb, na = int(it.n_before[0]), int(it.n_after[0])
+    acc, ver = trace.accepted_drafts([it], 0), trace.verified_drafts([it], 0)
+    return (f"pass {i} of {len(iterations) - 1} · NFE {it.nfe} · committed {nb} → {na} (+{na - nb}): "
+            f"{ver} drafts verified, {acc} accepted"
+            + (", the first rejection replaced by a residual sample" if bool(it.resampled[0]) else
+               ", then one token sampled from p" if na > nb + acc else ""))

@@ -1,0 +1,244 @@
+"""The servers whose forward passes visitors share, stop flags per visitor, and the pace of
+live updates: when a Generate run shows a picture or its charts, and how a race replays."""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator
+
+from demo.checks import as_int
+from scd_core.decoding import METHODS
+from scd_core.models.status import MAX_GPU_SECONDS, MIN_GPU_SECONDS, gpu_seconds
+from scd_core.serve import Request, Server
+from scd_core.settings import Settings
+from scd_core.trace import Iteration
+
+@dataclass(frozen=True)
+class Clock:
+    """The clock the page paces its updates by (seconds); tests give one that never waits."""
+    now: Callable[[], float] = time.perf_counter
+    sleep: Callable[[float], None] = time.sleep
+
+
+CLOCK = Clock()
+
+
+IMAGE_EVERY, PLOT_EVERY, STATUS_EVERY = 0.1, 0.5, 0.5       # seconds between live updates
+FULL_SPEED_EVERY = 0.25  # full speed: a picture at most this often, none before (a faster run
+                         # shows its final picture only: the eye would not follow)
+FIRST_PAINT = 0.1        # seconds for the browser to show the final picture before the charts
+
+
+# ----------------------------------------------------------------------------- serving
+
+class Servers:
+    """One `scd_core.serve.Server` per loaded model, made on first use: requests with the same
+    settings share its forward passes, and each row keeps its method, window and seed (no
+    serving policy), so a seed gives the same sample however busy the page is.
+
+    Every server holds `device_lock` for each pass; a run that must be timed alone (the race)
+    takes it for its whole decode. Servers are keyed by the model object: `keep(models)`
+    closes the servers of any other model (one the model cache dropped, or replaced), once
+    their requests are done, so that nothing here keeps a dropped model alive.
+    """
+
+    def __init__(self, max_batch: int = 32) -> None:
+        self.max_batch = max_batch
+        self.device_lock = threading.Lock()
+        self.timing_alone = threading.Event()          # set while a run timed alone holds the device
+        self._lock = threading.Lock()
+        self._servers: dict[int, Server] = {}          # id(model) -> its server (which holds it)
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        """Hold the device for a run timed alone: no shared pass runs meanwhile."""
+        with self.device_lock:
+            self.timing_alone.set()
+            try:
+                yield
+            finally:
+                self.timing_alone.clear()
+
+    def get(self, model) -> Server:
+        with self._lock:
+            server = self._servers.get(id(model))
+            if server is None:
+                server = Server(model, self.max_batch, device_lock=self.device_lock)
+                self._servers[id(model)] = server
+            return server
+
+    def submit(self, model, settings: Settings, method: str) -> Request:
+        """One row on the model's server; a ValueError names a bad argument at once."""
+        return self.get(model).submit(settings.prompt, settings.seed, settings.of(method))
+
+    def keep(self, models: Iterable) -> None:
+        """Close the servers of every model not in `models` (in the background: a server
+        finishes the requests it has)."""
+        live = {id(m) for m in models if m is not None}
+        with self._lock:
+            gone = [server for key, server in self._servers.items() if key not in live]
+            self._servers = {key: server for key, server in self._servers.items() if key in live}
+        for server in gone:
+            threading.Thread(target=server.close, name="scd-server-close", daemon=True).start()
+
+    def models(self) -> list:
+        with self._lock:
+            return [server.model for server in self._servers.values()]
+
+
+def follow(request: Request, stopped: Callable[[], bool], poll: float = 0.05,
+           waiting: Callable[[], bool] = lambda: False) -> Iterator[Iteration | None]:
+    """A served request's records as they arrive. Ends when the request ends (raising its
+    error if the model refused its start), or within `poll` seconds of `stopped()` turning
+    true even while the server waits for the device. Before the first record it yields None
+    once if `waiting()` turns true (a run timed alone holds the device). However it ends (the
+    caller may stop reading), the request is cancelled: its row leaves at the next boundary."""
+    seen, told = 0, False
+    try:
+        while True:
+            finished = request.finished.is_set()     # first: every record precedes the end
+            while seen < len(request.records):
+                yield request.records[seen]
+                seen += 1
+            if finished:
+                if request.error is not None:
+                    raise request.error
+                return
+            if stopped():
+                return
+            if not seen and not told and waiting():
+                told = True
+                yield None
+            request.finished.wait(poll)
+    finally:
+        request.cancel()
+
+
+def shown(request: Request, pace: float, stopped: Callable[[], bool],
+          waiting: Callable[[], bool] = lambda: False,
+          clock: Clock = CLOCK) -> Iterator[tuple[Iteration | None, bool, bool]]:
+    """A served request's records as a Generate run shows them: (record, picture due, charts
+    due), and (None, False, False) if its first pass waits for a run timed alone (`waiting`,
+    as for `follow`). Slow motion (pace > 0) shows every pass, `max(pace, IMAGE_EVERY)` seconds apart; a
+    Stop cuts the wait short and ends it there (what is shown stays). Full speed shows a
+    picture at most every FULL_SPEED_EVERY * B seconds and none before, the live charts every
+    PLOT_EVERY * B, where B rows share the pass: B visitors together get the updates one
+    would, so that drawing them does not slow the shared decoding."""
+    picture = Pacer(IMAGE_EVERY, pace, stopped, clock=clock) if pace else \
+        Pacer(FULL_SPEED_EVERY, wait_first=True, clock=clock)
+    charts = Pacer(PLOT_EVERY, wait_first=True, clock=clock)
+    for record in follow(request, stopped, waiting=waiting):
+        if record is None:
+            yield None, False, False
+            continue
+        share = request.batch_sizes[record.index]
+        due = picture(share=share)
+        if pace and stopped():
+            return
+        yield record, due and not stopped(), due and charts(share=share)
+
+
+def shared_rows(request: Request, records: int) -> int:
+    """The most other rows that one of the request's first `records` passes decoded with it."""
+    return max(request.batch_sizes[:records], default=1) - 1
+
+
+# ----------------------------------------------------------------------- stop and pace
+
+class Stops:
+    """Stop requests per visitor, by time stamps: a run clicked at or before the visitor's
+    last Stop is stopped (running or still waiting in the queue), a later one is not. The
+    page stamps both clicks with the browser's clock; a call without a stamp (the API) gets
+    the server's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._at: dict[str, float] = {}
+
+    @staticmethod
+    def stamp(value=None) -> float:
+        """A click's time stamp in milliseconds: the browser's, else the server's clock now."""
+        return float(value) if isinstance(value, (int, float)) and value > 0 else time.time() * 1000
+
+    def stop(self, key: str, at=None) -> None:
+        with self._lock:
+            self._at[key] = max(self._at.get(key, float("-inf")), self.stamp(at))
+
+    def stopped(self, key: str, ticket: float) -> bool:
+        return ticket <= self._at.get(key, float("-inf"))
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._at.pop(key, None)
+
+
+class Pacer:
+    """When a live view may update.
+
+    Full speed (pace 0): at most once every `every * share` seconds, where `share` is the
+    caller's part of the work (a row in a batch of B: B, so that B visitors together get the
+    updates one would); forced calls always pass; the first passes too, unless `wait_first`.
+    Slow motion: every call passes, `max(pace, every)` seconds after the previous one; the
+    wait is cut short when `stopped()` turns true, so a stop is seen within a pass.
+    """
+
+    def __init__(self, every: float, pace: float = 0.0, stopped: Callable[[], bool] = lambda: False,
+                 wait_first: bool = False, clock: Clock = CLOCK):
+        self.every, self.pace, self.stopped, self.clock = every, pace, stopped, clock
+        self.last = clock.now() if wait_first else -1e9
+
+    def __call__(self, force: bool = False, share: float = 1.0) -> bool:
+        now = self.clock.now()
+        if self.pace > 0:
+            until = self.last + max(self.pace, self.every)
+            while now < until and not self.stopped():
+                self.clock.sleep(min(0.02, until - now))
+                now = self.clock.now()
+            self.last = now
+            return True
+        if force or now - self.last >= self.every * share:
+            self.last = now
+            return True
+        return False
+
+
+def now(clock: Clock = CLOCK) -> float:
+    return clock.now()
+
+
+def sleep_until(deadline: float, stopped: Callable[[], bool] = lambda: False,
+                clock: Clock = CLOCK) -> None:
+    """Sleep until `deadline` (the clock's seconds) in short steps, waking early on a stop."""
+    while not stopped():
+        left = deadline - clock.now()
+        if left <= 0:
+            return
+        clock.sleep(min(0.02, left))
+
+
+def gpu_duration(race_all: bool) -> Callable[..., int]:
+    """ZeroGPU's seconds for one Generate (or one Race: every method, K samples) from the
+    event's inputs; bad inputs never reach the decode, so any estimate serves them."""
+    def seconds(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
+                pace=0.0, samples=1, *rest, **named) -> int:
+        try:
+            w, k, p = int(as_int(window)), int(as_int(samples)) if race_all else 1, float(pace or 0)
+            methods = METHODS if race_all else [method]
+            total = sum(gpu_seconds(name, w if m != "ar" else 1, k, m, p, clamp=False) for m in methods)
+        except (ValueError, TypeError):
+            return MIN_GPU_SECONDS
+        return max(MIN_GPU_SECONDS, min(MAX_GPU_SECONDS, total))
+    return seconds
+
+
+def replay_ticks(last: int, pace: float, every: float, stopped: Callable[[], bool],
+                 clock: Clock = CLOCK):
+    """NFE ticks of a lockstep replay lasting last * pace seconds, at most one per `every`
+    seconds (later ticks skip ahead); ends early on a stop."""
+    start, tick = clock.now(), 0
+    while tick < last and not stopped():
+        tick = min(last, 1 + int((clock.now() - start) / pace))
+        yield tick
+        sleep_until(max(start + tick * pace, clock.now() + every), stopped, clock)

@@ -1,0 +1,36 @@
+"""How the page streams updates to Gradio: each update names every output given a value so
+far (`in_full`, and `streams_in_full` for a handler), and the session's run history it
+carries from one Generate to the next."""
+from __future__ import annotations
+
+import functools
+from typing import Callable, Iterable, Iterator, Sequence
+
+def in_full(updates: Iterable[dict], outputs: Sequence) -> Iterator[dict]:
+    """A stream of page updates (dicts, output -> value) in which every update names every
+    output already given a value in this stream, repeating the value it got last.
+
+    Gradio treats an output left out of a streamed update as "no change", and keeps a copy
+    of the component in the visitor's session each time such an output later gets a value;
+    the copies stay as long as the session does. Repeating the last value costs little: a
+    stream sends each update as the difference from the one before."""
+    last: dict = {}
+    for update in updates:
+        last.update(update)
+        yield {o: last[o] for o in outputs if o in last}
+
+
+def history_of(history: dict | None, name: str) -> dict:
+    """This session's earlier runs (by method) on model `name`; another model's are dropped."""
+    return dict(history or {}) if (history or {}).get("_model") == name else {"_model": name}
+
+
+def streams_in_full(outputs: Callable[[], Sequence]):
+    """A streaming handler whose every update names every output it has given a value
+    (`in_full`; `outputs()` is called at the first run, once the page's components exist)."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def stream(*args, **kwargs):
+            yield from in_full(fn(*args, **kwargs), outputs())
+        return stream
+    return wrap

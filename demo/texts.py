@@ -1,0 +1,49 @@
+"""The page's words and looks, read once at import: the header, hints and "How it works"
+(`demo/texts/*.md`), the style sheet (`demo/static/page.css`) and the browser code run on a
+Generate or Race click (`demo/static/page.js`), and the short notes built from a model."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from scd_core.protocols import optional
+
+HERE = Path(__file__).parent
+
+
+def _read(path: str) -> str:
+    return (HERE / path).read_text(encoding="utf-8")
+
+
+def _text(name: str) -> str:
+    """A prose file of demo/texts, without its final newline."""
+    return _read(f"texts/{name}.md").rstrip("\n")
+
+
+HEADER = _text("header") + " "
+GENERATE_HINT = _text("generate_hint")
+RACE_HINT = _text("race_hint")
+WAITING = _text("waiting")
+STOPPED_EARLY = "**Stopped** before its first pass."     # in the queue, or before its row got one
+HOW_IT_WORKS = "\n" + _read("texts/how_it_works.md")
+CSS = "\n" + _read("static/page.css")
+CLICK_JS = _read("static/page.js").strip()
+
+
+def click_js(tab: str) -> str:
+    """Browser code run before a Generate or Race request: show `tab`, and stamp the click (the
+    last input) with the browser's clock, so that a later Stop stops this run even queued."""
+    return CLICK_JS.replace("TAB", json.dumps(tab))
+
+
+def prompt_note(model, prompt: str) -> str:
+    """For models that read a few known words (the embedded ones): which words they read."""
+    known = getattr(optional(model, "vocab"), "known", None)
+    if known is None:
+        return ""
+    words = known(prompt)
+    if not words:
+        return ("None of the prompt's words is known to this model: this is an unconditional "
+                "sample. Try an example prompt.\n\n")
+    return f"Prompt words the model knows: {', '.join(words)}.\n\n"
+
