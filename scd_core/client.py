@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from scd_core.settings import Settings
-from scd_core.trace import Iteration
+from scd_core.trace import Iteration, TokenLog
 
 
 class DecodeError(RuntimeError):
@@ -206,12 +206,12 @@ _FIELDS = tuple(f.name for f in dataclasses.fields(Iteration))
 
 def pack_record(record: Iteration) -> tuple:
     """A row's record (batch 1) as small plain values, in field order: each tensor as the
-    numpy array of its row, except `tokens_after`, sent as the tokens committed this pass."""
+    numpy array of its row, except the run's token log, sent as the tokens committed this pass."""
     values = []
     for name in _FIELDS:
         value = getattr(record, name)
-        if name == "tokens_after":
-            value = value[0, int(record.n_before[0]): int(record.n_after[0])]
+        if name == "log":
+            value = value.tokens[0, int(record.n_before[0]): int(record.n_after[0])]
         elif isinstance(value, torch.Tensor):
             value = value[0]
         values.append(value.numpy() if isinstance(value, torch.Tensor) else value)
@@ -224,8 +224,7 @@ def unpack_record(packed: tuple, tokens: torch.LongTensor) -> Iteration:
     fields = {}
     for name, value in zip(_FIELDS, packed):
         fields[name] = torch.from_numpy(value).unsqueeze(0) if isinstance(value, np.ndarray) else value
-    if "tokens_after" in fields:                      # the canvas: rebuilt from what this pass committed
-        committed, start = fields["tokens_after"][0], int(fields["n_before"][0])
-        tokens[0, start: start + committed.shape[0]] = committed
-        fields["tokens_after"] = tokens.clone()
+    committed, start = fields["log"][0], int(fields["n_before"][0])   # the canvas: from what this pass committed
+    tokens[0, start: start + committed.shape[0]] = committed
+    fields["log"] = TokenLog.over(tokens)             # a record reads it below its own n_after
     return Iteration(**fields)

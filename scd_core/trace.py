@@ -32,6 +32,14 @@ class TokenLog:
         with torch.inference_mode(False):               # an ordinary tensor: later passes write it in place
             self.tokens = tokens.detach().to("cpu", copy=True)
 
+    @classmethod
+    def over(cls, tokens: torch.LongTensor) -> "TokenLog":
+        """A log over this buffer [B, N] itself, shared, not copied (a reader that keeps the
+        committed tokens of its rows, such as a decode client's, writes them there)."""
+        log = cls.__new__(cls)
+        log.tokens = tokens
+        return log
+
     @property
     def N(self) -> int:
         return int(self.tokens.shape[1])
@@ -53,9 +61,7 @@ class TokenLog:
 
     def row(self, b: int) -> "TokenLog":
         """Row b's log: a view of this one, so later passes' tokens show through."""
-        log = TokenLog.__new__(TokenLog)
-        log.tokens = self.tokens[b: b + 1]
-        return log
+        return TokenLog.over(self.tokens[b: b + 1])
 
 
 @dataclass
