@@ -12,7 +12,6 @@ import os
 import gradio as gr
 import torch
 
-import scd_core
 from scd_core import race
 from scd_core.models import cache
 

@@ -156,15 +156,18 @@ def shrink(frame: np.ndarray, target: int) -> np.ndarray:
     return blocks.mean(axis=(1, 3)).round().astype(np.uint8)
 
 
-def token_frame_picks(model, n_decoded: int, T: int, frame_tokens: int) -> list[int]:
+def token_frame_picks(model, n_decoded: int, T: int, frame_tokens: int, decode=None) -> list[int]:
     """Which of `n_decoded` pixel frames to show for each of the T generated token frames.
 
     A causal temporal tokenizer (Cosmos DV: 1 + 8k pixel frames for 1 + k latent frames)
-    decodes the conditioning latent frames in front of the generated ones. When the model
-    exposes them (`last_prefix` [B, P * H * W], as Cosmos does), each generated token frame
-    shows the last pixel frame of its chunk; otherwise the frames are spread evenly.
+    decodes the conditioning latent frames in front of the generated ones. When the row's
+    decoder `decode` carries them (`prefix_tokens` [1, P * H * W], as Cosmos' does; else the
+    model's `last_prefix`), each generated token frame shows the last pixel frame of its chunk;
+    otherwise the frames are spread evenly.
     """
-    prefix = getattr(model, "last_prefix", None)
+    prefix = getattr(decode, "prefix_tokens", None)
+    if prefix is None:
+        prefix = getattr(model, "last_prefix", None)
     p = int(prefix.shape[-1]) // frame_tokens if hasattr(prefix, "shape") and frame_tokens else 0
     if p > 0 and (n_decoded - 1) % (p + T - 1) == 0:
         r = (n_decoded - 1) // (p + T - 1)
@@ -180,7 +183,8 @@ def render_iteration(model, it: Iteration, row: int = 0, target: int = 320,
     Small images are upscaled (nearest) to about `target` px, large ones box-filtered down
     so that streaming a picture per iteration stays cheap.
     """
-    return _draw(model, decode_frames(model, it.canvas[row], decode), token_states(it, row), target, overlay)
+    return _draw(model, decode_frames(model, it.canvas[row], decode), token_states(it, row), target, overlay,
+                 decode=decode)
 
 
 def render_samples(model, it: Iteration, rows: Sequence[int], target: int = 96,
@@ -200,14 +204,14 @@ def render_samples(model, it: Iteration, rows: Sequence[int], target: int = 96,
 
 
 def _draw(model, decoded: list[np.ndarray], states: np.ndarray, target: int, overlay: bool,
-          frame_target: int | None = None, at_least: bool = False) -> np.ndarray:
+          frame_target: int | None = None, at_least: bool = False, decode=None) -> np.ndarray:
     """Frames shrunk or upscaled to about `frame_target` px (at least that with `at_least`),
     overlaid with the token states, tiled."""
     T, H, W = grid3(model.grid)
     if frame_target is None:
         frame_target = target if T == 1 else max(96, target // 2)
     if len(decoded) != T:   # a temporal tokenizer: show one decoded frame per token frame
-        decoded = [decoded[i] for i in token_frame_picks(model, len(decoded), T, H * W)]
+        decoded = [decoded[i] for i in token_frame_picks(model, len(decoded), T, H * W, decode)]
     frames = [shrink(f, frame_target) for f in decoded]
     states = states.reshape(T, H, W)
     scale = scale_for(*frames[0].shape[:2], target=frame_target)

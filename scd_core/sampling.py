@@ -1,7 +1,7 @@
 """Logits -> the one processed distribution p per position (exactness rule 1).
 
-Classifier-free guidance is applied by the model behind the `Session` contract; here come
-temperature, top-k and top-p, then softmax. Verification, drafting, residuals and the AR
+Classifier-free guidance is applied by the model behind the `Session` contract, with `guide`
+(every adapter mixes with it); here come temperature, top-k and top-p, then softmax. Verification, drafting, residuals and the AR
 baseline all call `processed_probs`, so they all sample the same p.
 """
 from __future__ import annotations
@@ -31,6 +31,20 @@ def validate_sampling(temperature: float, top_k: int, top_p: float) -> SamplingC
     if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1] (1 disables top-p), got {top_p!r}")
     return SamplingConfig(float(temperature), int(top_k), float(top_p))
+
+
+def guide(cond: torch.Tensor, uncond: torch.Tensor | None, scale: float) -> torch.Tensor:
+    """Classifier-free guidance: `uncond + scale * (cond - uncond)`, elementwise.
+
+    The arithmetic is exactly this expression (one subtraction, one multiplication, one
+    addition, in the logits' dtype): adapters that are checked bit-for-bit against a reference
+    implementation rely on it (`scale * d` and `d * scale` are the same IEEE product, so the
+    references' `u + s * (c - u)` and `u + (c - u) * s` both match). Without unconditional
+    logits (`uncond` None) or at `scale == 1`, `cond` is returned unchanged.
+    """
+    if uncond is None or scale == 1:
+        return cond
+    return uncond + scale * (cond - uncond)
 
 
 def processed_probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:

@@ -13,23 +13,21 @@ turn. A `Policy` lets a library user trade the group's window for throughput as 
 grows (window 1 is plain AR, which samples the same law): `Policy.measure` times the model's
 forward passes at several batch sizes and windows on this device.
 
-    python -m scd_core.serve --model tiny --methods ar,sjd,scd-mc --visitors 1,4,8,16
+    python -m scd_core.bench_serve --model tiny --methods ar,sjd,scd-mc --visitors 1,4,8,16   # the benchmark
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import itertools
 import queue
-import statistics
-import sys
 import threading
 import time
+from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
 from typing import Iterator, Sequence
 
 import torch
 
-from scd_core.decoding import Plan, State, TimedSession, decode_pass, resize, settings_of, start_rows, validate
+from scd_core.decoding import Plan, State, TimedSession, decode_pass, generate, resize, settings_of, start_rows, validate
 from scd_core.protocols import can_resize, optional, row_decoder
 from scd_core.settings import Settings
 from scd_core.trace import Iteration, Run
@@ -41,7 +39,9 @@ class Request:
     """One prompt decoded by a scheduler. Iterate it for its row's records (one per pass it
     took part in, its prefill first); the iteration ends when its grid is complete or after
     `cancel`, and raises what the scheduler raised if its batch failed. `batch_sizes[i]` is
-    the number of rows the pass of `records[i]` decoded (1: this row alone)."""
+    the number of rows the pass of `records[i]` decoded (1: this row alone). Its end (or its
+    batch's error) is a `concurrent.futures.Future`, `future`; `finished` is an event-like
+    view of it (`is_set`, `wait`) for callers that poll."""
 
     def __init__(self, prompt: str, seed: int) -> None:
         self.prompt, self.seed = prompt, seed
@@ -49,11 +49,16 @@ class Request:
         self.records: list[Iteration] = []
         self.batch_sizes: list[int] = []    # rows decoded by the pass of each record (1: alone)
         self.cancelled = threading.Event()
-        self.finished = threading.Event()
-        self.error: BaseException | None = None
         self.submitted = time.perf_counter()
+        self.future: Future = Future()      # result None when the row ended; else its batch's error
+        self.finished = _Finished(self.future)
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._wall = self._step = 0.0
+
+    @property
+    def error(self) -> BaseException | None:
+        """What the scheduler raised if this request's batch failed (None until it ends)."""
+        return self.future.exception() if self.future.done() else None
 
     def cancel(self) -> None:
         """Leave the batch at the next pass boundary (the records so far stay)."""
@@ -63,17 +68,14 @@ class Request:
         while True:
             item = self._queue.get()
             if item is _END:
-                if self.error is not None:
-                    raise self.error
+                self.future.result()        # raises the batch's error, if any
                 return
             yield item
 
     def result(self, timeout: float | None = None) -> Run:
-        """Wait for the request to end; its run (partial if cancelled)."""
-        if not self.finished.wait(timeout):
-            raise TimeoutError("the request did not finish in time")
-        if self.error is not None:
-            raise self.error
+        """Wait for the request to end; its run (partial if cancelled). TimeoutError after
+        `timeout` seconds; the batch's error if it failed."""
+        self.future.result(timeout)
         return Run.from_iterations(self.records, decode=self.decode)
 
     def _deliver(self, record: Iteration, wall: float, step: float, batch: int) -> None:
@@ -86,9 +88,25 @@ class Request:
         self._queue.put(record)
 
     def _end(self, error: BaseException | None = None) -> None:
-        self.error = error
-        self.finished.set()
+        if error is None:
+            self.future.set_result(None)
+        else:
+            self.future.set_exception(error)
         self._queue.put(_END)
+
+
+class _Finished:
+    """`is_set()` / `wait(timeout)` of a future, as of a `threading.Event` set when it is done."""
+
+    def __init__(self, future: Future) -> None:
+        self._future = future
+
+    def is_set(self) -> bool:
+        return self._future.done()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        futures_wait([self._future], timeout)
+        return self._future.done()
 
 
 class Policy:
@@ -107,7 +125,8 @@ class Policy:
     def measure(cls, model, plan: Plan, batches: Sequence[int] = (1, 2, 4, 8, 16, 32),
                 windows: Sequence[int] = (1, 4, 8, 16, 32), samples: int = 4, repeats: int = 3) -> "Policy":
         """Time one forward pass at each (batch, window) on this device, and decode `samples`
-        grids at each window to measure the tokens a pass commits with the group's method."""
+        grids at each window (with `generate`) to measure the tokens a pass commits with the
+        group's method."""
         prompt = (optional(model, "example_prompts") or ["a red apple"])[0]
         seconds = {}
         for B in batches:
@@ -124,16 +143,9 @@ class Policy:
                 seconds[(B, L)] = (session.seconds - before) / repeats
         tokens_per_pass = {}
         for L in windows:
-            window_plan = _plan_with_window(plan, L)
-            state, _ = start_rows(TimedSession.start(model, [prompt] * samples, plan.cfg_scale).first_logits,
-                                  range(samples), window_plan)
-            session = model.start([prompt] * samples, plan.cfg_scale)
-            passes = 0
-            with torch.inference_mode():
-                while not bool((state.n >= plan.N).all()):
-                    state, _ = decode_pass(session, state, window_plan)
-                    passes += 1
-            tokens_per_pass[L] = (plan.N - 1) / passes
+            p = _plan_with_window(plan, L)
+            run = generate(model, [prompt] * samples, seed=list(range(samples)), settings=p.settings)
+            tokens_per_pass[L] = (plan.N - 1) / (run.nfe - 1)      # the prefill commits token 0
         return cls(seconds, tokens_per_pass)
 
 
@@ -215,6 +227,22 @@ class Scheduler:
     def _start(self, joining: list[Request]) -> None:
         """Start these requests as new rows. If the model refuses their start (a bad prompt),
         only the request it refuses hears why: a group that fails starts again one by one."""
+        groups = [joining]
+        while groups:
+            group = groups.pop(0)
+            if self.session is not None and not can_resize(self.session.session):
+                with self._lock:                              # the rest wait for this batch
+                    self._waiting[:0] = [r for g in [group, *groups] for r in g]
+                return
+            error = self._start_group(group)
+            if error is not None and len(group) == 1:
+                group[0]._end(error)
+            elif error is not None:
+                groups[:0] = [[request] for request in group]
+
+    def _start_group(self, joining: list[Request]) -> Exception | None:
+        """Start these requests as new rows in one pass; the error if the model refused them
+        (the session is then as it was)."""
         prompts, seeds = [r.prompt for r in joining], [r.seed for r in joining]
         entered, running, added = time.perf_counter(), len(self.rows), False
         try:
@@ -233,16 +261,7 @@ class Scheduler:
                 self.session = None
             elif added:                                       # rows added, then a failure
                 self.session.session.keep_rows(torch.arange(running, device=self.state.n.device))
-            if len(joining) == 1:
-                joining[0]._end(exc)
-                return
-            for i, request in enumerate(joining):
-                if self.session is not None and not can_resize(self.session.session):
-                    with self._lock:                          # the rest wait for this batch
-                        self._waiting[:0] = joining[i:]
-                    return
-                self._start([request])
-            return
+            return exc
         self.passes += 1
         if self.state is not None and state.drafts.shape[1] != self.state.drafts.shape[1]:   # a policy's window
             state = resize(state, _plan_with_window(self.plan, self.state.drafts.shape[1] + 1))
@@ -253,6 +272,7 @@ class Scheduler:
             request.decode = row_decoder(self.model, self.session.session, running + b)
             request._deliver(record.row(b), wall, step, len(joining))
         self._leave([running + b for b in range(len(joining)) if int(record.n_after[b]) >= self.plan.N])
+        return None
 
     def _deliver(self, record: Iteration, wall: float, step: float) -> None:
         batch = self.batch_size
@@ -279,7 +299,7 @@ class Scheduler:
 
     def _fail(self, error: BaseException) -> None:
         for request in self.rows:
-            if request is not None and not request.finished.is_set():
+            if request is not None and not request.future.done():
                 request._end(error)
         self.session = self.state = None
         self.rows = []
@@ -344,118 +364,11 @@ class Server:
                     scheduler.step()
 
 
-# --------------------------------------------------------------------------- benchmark
-
-def _visitors(server: Server, prompts: list[str], visitors: int, per_visitor: int, settings: dict):
-    """`visitors` threads, each submitting `per_visitor` requests one after another; returns
-    (seconds for all, latency of each request, NFE of each)."""
-    latencies, nfes, lock = [], [], threading.Lock()
-    counter = itertools.count()
-
-    def visitor() -> None:
-        for _ in range(per_visitor):
-            i = next(counter)
-            request = server.submit(prompts[i % len(prompts)], seed=i, **settings)
-            run = request.result()
-            with lock:
-                latencies.append(time.perf_counter() - request.submitted)
-                nfes.append(run.nfe)
-
-    threads = [threading.Thread(target=visitor) for _ in range(visitors)]
-    t = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return time.perf_counter() - t, latencies, nfes
-
-
-def burst(model, prompts: list[str], settings: dict, policy: Policy | None = None, repeats: int = 3) -> dict:
-    """Seconds for len(prompts) requests (seeds 0, 1, ...) run one after another with
-    `generate`, and submitted at once to a Server: the median of `repeats` alternations."""
-    from scd_core.decoding import generate
-
-    sequential, concurrent = [], []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        for i, prompt in enumerate(prompts):
-            generate(model, [prompt], seed=i, **settings)
-        sequential.append(time.perf_counter() - t)
-        server = Server(model, policy=policy)
-        t = time.perf_counter()
-        requests = [server.submit(prompt, seed=i, **settings) for i, prompt in enumerate(prompts)]
-        for request in requests:
-            request.result()
-        concurrent.append(time.perf_counter() - t)
-        server.close()
-    return {"sequential": statistics.median(sequential), "concurrent": statistics.median(concurrent)}
-
-
-def _quantile(xs: list[float], q: float) -> float:
-    return statistics.quantiles(xs, n=100, method="inclusive")[int(q * 100) - 1] if len(xs) > 1 else xs[0]
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m scd_core.serve", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="tiny")
-    ap.add_argument("--methods", default="ar,sjd,scd-mc,scd-gumbel")
-    ap.add_argument("--window", type=int, default=16)
-    ap.add_argument("--init", default="random")
-    ap.add_argument("--visitors", default="1,4,8,16", help="concurrent visitors (comma-separated)")
-    ap.add_argument("--requests", type=int, default=16, help="requests per row of the table")
-    ap.add_argument("--policy", action="store_true", help="let the measured policy choose each batch's window")
-    ap.add_argument("--burst", type=int, default=0,
-                    help="instead of the table: N requests one after another vs N submitted at once")
-    ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    from scd_core.models import load_model
+    """`python -m scd_core.serve ...`: the serving benchmark (`scd_core.bench_serve`)."""
+    from scd_core.bench_serve import main as bench_main
 
-    model = load_model(args.model)
-    base = Settings.for_model(model, window=args.window, init=args.init)
-    settings = {k: getattr(base, k) for k in ("temperature", "top_k", "top_p", "cfg_scale")}
-    prompts = list(optional(model, "example_prompts") or ["a red apple"])
-    print(f"# {args.model}: window {args.window}, init {args.init}, {settings}, threads {torch.get_num_threads()}, "
-          f"{args.requests} requests per row", file=sys.stderr)
-    if args.burst:
-        return _print_burst(model, prompts, settings, args)
-    print("| method | visitors | policy | images/s | p50 latency s | p95 latency s | mean NFE |")
-    print("|---|---|---|---|---|---|---|")
-    for method in args.methods.split(","):
-        window = 1 if method == "ar" else args.window
-        group = dict(method=method, window=window, init=args.init, **settings)
-        policy = None
-        if args.policy and method != "ar":
-            plan, _ = validate(model, [""], base.replace(method=method, window=window))
-            policy = Policy.measure(model, plan, windows=sorted({1, 4, 8, window}))
-        for visitors in (int(v) for v in args.visitors.split(",")):
-            server = Server(model, policy=policy)
-            _visitors(server, prompts, 1, 1, group)                              # warm-up
-            seconds, latencies, nfes = _visitors(server, prompts, visitors, max(1, args.requests // visitors), group)
-            server.close()
-            print(f"| {method} | {visitors} | {'measured' if policy else 'fixed'} | {len(latencies) / seconds:.2f} | "
-                  f"{_quantile(latencies, 0.5):.3f} | {_quantile(latencies, 0.95):.3f} | "
-                  f"{statistics.fmean(nfes):.1f} |", flush=True)
-    return 0
-
-
-def _print_burst(model, prompts: list[str], settings: dict, args: argparse.Namespace) -> int:
-    batch = [prompts[i % len(prompts)] for i in range(args.burst)]
-    print(f"| method | L | policy | {args.burst} one after another s | {args.burst} at once s | speed-up |")
-    print("|---|---|---|---|---|---|")
-    for method in args.methods.split(","):
-        window = 1 if method == "ar" else args.window
-        group = dict(method=method, window=window, init=args.init, **settings)
-        policies = {"fixed": None}
-        if args.policy and method != "ar":
-            plan, _ = validate(model, [""], base.replace(method=method, window=window))
-            policies["measured"] = Policy.measure(model, plan, windows=sorted({1, 4, 8, window}))
-        for name, policy in policies.items():
-            times = burst(model, batch, group, policy)
-            print(f"| {method} | {window} | {name} | {times['sequential']:.2f} | {times['concurrent']:.2f} | "
-                  f"{times['sequential'] / times['concurrent']:.2f}x |", flush=True)
-    return 0
+    return bench_main(argv)
 
 
 if __name__ == "__main__":

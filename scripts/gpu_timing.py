@@ -496,7 +496,7 @@ def resolve_device(args: argparse.Namespace) -> tuple[torch.device, torch.dtype]
     if device.type != "cuda" and not args.tiny:
         raise RuntimeError(f"the full-size models run on a CUDA GPU only, not on {wanted!r}; "
                            "use --tiny for a CPU check of the plumbing")
-    from scd_core.models._hf import pick_device_dtype
+    from scd_core.models.checkpoints import pick_device_dtype
 
     try:
         return pick_device_dtype(device, args.dtype)

@@ -20,7 +20,7 @@ from demo import uploads
 from demo.clips import CLIP_FRAMES
 from scd_core.models.cache import ModelCache
 from scd_core.models import cosmos
-from scd_core.models import cosmos_tokenizer as dv
+from scd_core.models.cosmos import tokenizer as dv
 from test_app import shown
 from test_models_cosmos import LEVELS, TINY, save_tokenizer, write_clip
 

@@ -5,13 +5,14 @@ import math
 import os
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from scd_core.models import cosmos
-from scd_core.models import cosmos_tokenizer as dv
+from scd_core.models.cosmos import tokenizer as dv
 from fakehub import empty_hub_cache  # noqa: F401  (fixture: offline, empty Hugging Face cache)
 import rows_util
 
@@ -575,14 +576,15 @@ def test_added_rows_equal_their_prompts_started_alone(video_model, clips):
     rows_util.check_added_rows(model, clips[:2], clips[2:4], 1.0)
     s = model.start(clips[:2])
     s.add_rows(clips[2:3])
-    assert torch.equal(model.last_prefix, model.encode_videos(clips[:3]))     # decode finds every row's prefix
+    assert torch.equal(s.prefix_tokens, model.encode_videos(clips[:3]))       # each row decodes after its own
+    assert torch.equal(s.row_decoder(2).prefix_tokens, model.encode_videos(clips[2:3]))
 
 
 def test_kept_rows_equal_an_untouched_session(video_model, clips):
     model = video_model
     s = rows_util.check_kept_rows(model, clips[:3], [2, 0], 1.0)
     assert torch.equal(s.prefix_tokens, model.encode_videos([clips[2], clips[0]]))
-    assert torch.equal(model.last_prefix, s.prefix_tokens)
+    assert torch.equal(s.row_decoder(0).prefix_tokens, s.prefix_tokens[:1])
     with pytest.raises(ValueError, match="rows"):
         s.keep_rows(torch.tensor([2]))
     with pytest.raises(ValueError, match="prompts"):
@@ -620,3 +622,43 @@ def test_video2world_rows_join_with_their_text_states(device):
 def test_scheduler_rows_join_and_leave_with_greedy_tokens_of_ar_alone(video_model, clips):
     joins = {0: clips[:2], 2: clips[2:3], 5: clips[3:5]}
     rows_util.check_scheduler_greedy(video_model, joins, cfg_scale=1.0, window=8)
+
+
+def test_concurrent_sessions_decode_what_each_would_alone(video_model, clips):
+    """Two sessions of one model with different prompt clips, stepped in turn: each row's
+    tokens and decoded frames are those of its session run alone (no shared prefix)."""
+    model = video_model
+
+    def pick(logits):           # greedy next token [1, 1] from [1, V] or [1, W, V]
+        return logits.reshape(1, -1, logits.shape[-1])[:, -1].argmax(-1, keepdim=True)
+
+    def greedy(session, steps=3):
+        tokens, logits = [], session.first_logits
+        for i in range(steps):
+            tokens.append(pick(logits))
+            logits = session.step(tokens[-1], torch.tensor([i]))
+        return torch.cat(tokens, 1)
+
+    def finished(tokens):       # a full grid: the greedy prefix, then zeros
+        n = math.prod(model.grid)
+        return torch.cat([tokens, torch.zeros(tokens.shape[0], n - tokens.shape[1], dtype=torch.long)], 1)
+
+    alone = {}
+    for name, clip in (("a", clips[0]), ("b", clips[3])):
+        s = model.start([clip])
+        t = greedy(s)
+        alone[name] = (t, s.row_decoder(0)(finished(t)))
+    a, b = model.start([clips[0]]), model.start([clips[3]])     # b's start comes after a's
+    tokens = {"a": [], "b": []}
+    logits = {"a": a.first_logits, "b": b.first_logits}
+    for i in range(3):                                          # interleaved passes
+        for name, s in (("a", a), ("b", b)):
+            tokens[name].append(pick(logits[name]))
+            logits[name] = s.step(tokens[name][-1], torch.tensor([i]))
+    for name, s in (("a", a), ("b", b)):
+        t = torch.cat(tokens[name], 1)
+        assert torch.equal(t, alone[name][0])
+        frames = s.row_decoder(0)(finished(t))
+        assert len(frames[0]) == len(alone[name][1][0])
+        assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(frames[0], alone[name][1][0]))
+    assert not torch.equal(a.prefix_tokens, b.prefix_tokens)    # the clips differ, so this could fail

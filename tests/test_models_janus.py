@@ -5,7 +5,7 @@ import torch
 import transformers
 
 from scd_core.models import janus as janus_mod  # noqa: E402
-from scd_core.models._hf import WeightsNotFoundError  # noqa: E402
+from scd_core.models.checkpoints import WeightsNotFoundError  # noqa: E402
 from fakehub import empty_hub_cache  # noqa: E402,F401  (fixture: offline, empty Hugging Face cache)
 import rows_util  # noqa: E402
 

@@ -9,11 +9,11 @@ only the H x W grid of visual codes (V = the VQ codebook size); the adapter
 - restricts logits to the visual tokens (as `generate` does with `prefix_allowed_tokens_fn`),
 - runs classifier-free guidance with a negative prompt in the same batched forward: the
   cond and negative rows have different lengths, so prompts are left-padded and every call
-  passes explicit `position_ids` and a 2-D attention mask (`_hf.RowSlots`). Guidance is
+  passes explicit `position_ids` and a 2-D attention mask (`transformers_session.RowSlots`). Guidance is
   `u + (c - u) * cfg_scale` on the visual logits, which equals transformers' unbatched
   log-softmax guidance restricted to the visual tokens up to a per-row constant;
 - rows joining (`add_rows`) and leaving (`keep_rows`) a running session: the cache keeps the
-  prompt rows of all prompts, then their negative-prompt rows (`_hf.RowSlots.join` / `keep`).
+  prompt rows of all prompts, then their negative-prompt rows (`transformers_session.RowSlots.join` / `keep`).
 """
 from __future__ import annotations
 
@@ -21,8 +21,11 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ._hf import (ResizableRows, RowSlots, load_pretrained, check_cfg, check_prompts, check_step, check_tokens,
-                  config_model_type, left_pad, pick_device_dtype, resolve_weights)
+from scd_core.sampling import guide
+
+from .checkpoints import config_model_type, pick_device_dtype, resolve_weights
+from .checks import check_cfg, check_prompts, check_step, check_tokens, left_pad
+from .transformers_session import ResizableRows, RowSlots, load_pretrained
 from .hub import HubFiles, ProgressFn
 
 # The transformers port (Emu3ForConditionalGeneration); BAAI/Emu3-Gen itself needs remote code.
@@ -187,7 +190,7 @@ class Emu3Session(ResizableRows):
         if self.reps == 1:
             return scores
         cond, uncond = scores[: self.batch], scores[self.batch:]
-        return uncond + (cond - uncond) * self.cfg_scale
+        return guide(cond, uncond, self.cfg_scale)
 
     def _layout(self, tokens: torch.Tensor, start: torch.Tensor):
         """Interleave end-of-line tokens: per-row BPE ids, sequence offsets (-1 = padding) and,

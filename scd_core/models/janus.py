@@ -10,7 +10,7 @@ with `generation_mode="image"`:
 - the image head: logits come from `model.model.generation_head` over the 16384-code image
   vocabulary, and fed tokens are embedded with `model.prepare_embeddings_for_image_generation`;
 - the cache: one `DynamicCache` for all rows, with per-row forgetting through the attention
-  mask (see `_hf.RowSlots`), so rows of a batch may continue from different positions, and
+  mask (see `transformers_session.RowSlots`), so rows of a batch may continue from different positions, and
   rows may join (`add_rows`) and leave (`keep_rows`) a running session.
 
 Paper settings (Janus-Pro in the SCD paper): CFG 5, top-k 1000, window L = 32.
@@ -21,8 +21,11 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ._hf import (ResizableRows, RowSlots, load_pretrained, check_cfg, check_prompts, check_step, check_tokens,
-                  config_model_type, left_pad, pick_device_dtype, resolve_weights)
+from scd_core.sampling import guide
+
+from .checkpoints import config_model_type, pick_device_dtype, resolve_weights
+from .checks import check_cfg, check_prompts, check_step, check_tokens, left_pad
+from .transformers_session import ResizableRows, RowSlots, load_pretrained
 from .hub import HubFiles, ProgressFn
 
 # transformers' Janus port (JanusForConditionalGeneration) of DeepSeek's checkpoints; the
@@ -172,7 +175,7 @@ class JanusSession(ResizableRows):
         if self.reps == 1:
             return scores
         cond, uncond = scores[: self.batch], scores[self.batch:]
-        return uncond + (cond - uncond) * self.cfg_scale
+        return guide(cond, uncond, self.cfg_scale)
 
     @torch.no_grad()
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:

@@ -30,7 +30,11 @@ from typing import Callable, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from ._hf import check_prompts, check_rows, guided_order, guided_rows, pick_device_dtype, resolve_weights
+from scd_core.sampling import guide
+
+from .checkpoints import pick_device_dtype, resolve_weights
+from .checks import check_prompts
+from .rows import GuidedRows
 from .hub import HubFiles, ProgressFn, cached
 
 HUB_FILES = {name: HubFiles.transformers(repo, approx_gb=14.0) for name, repo in (
@@ -255,19 +259,19 @@ class _Feed:
     out: torch.Tensor        # [B, W] index in T of the hidden state predicting the next code
 
 
-class LuminaSession:
+class LuminaSession(GuidedRows):
     """One batch being decoded; cond rows 0..B-1, uncond rows B..2B-1 when cfg_scale != 1.
     Rows join with `add_rows` and leave with `keep_rows` (a `ResizableSession`)."""
 
     def __init__(self, tm: LuminaTokenModel, prompts: list[str], cfg_scale: float) -> None:
         self.tm = tm
         self.cfg = cfg_scale
-        self.B = len(prompts)
+        self.batch = len(prompts)
         rows = [tm.cond_ids(p) for p in prompts]
         if cfg_scale != 1.0:
             rows += [tm.uncond_ids() for _ in prompts]
         self.R = len(rows)
-        self.reps = self.R // self.B                     # 2 with guidance: cond block, uncond block
+        self.reps = self.R // self.batch                     # 2 with guidance: cond block, uncond block
         self.P = max(len(r) for r in rows)
         dev = tm.device
         self.plen = torch.tensor([len(r) for r in rows], device=dev)
@@ -280,30 +284,26 @@ class LuminaSession:
         self.first_logits = self._prefill(rows)
 
     # -- rows joining and leaving -------------------------------------------------------
-    @torch.no_grad()
-    def add_rows(self, prompts: Sequence[str]) -> torch.Tensor:
-        """Start new rows after the existing ones (one forward pass over their prompts, with
-        this session's guidance); returns their first logits [b, V]."""
-        new = self.tm.start(prompts, self.cfg)
+    # (`add_rows`: the prompt regions of both batches are left-padded to the longer one;
+    # `keep_rows`: the prompt region shrinks to the longest kept prompt)
+    def start_like(self, prompts: Sequence[str]) -> "LuminaSession":
+        return self.tm.start(prompts, self.cfg)
+
+    def join_state(self, new: "LuminaSession", order: torch.Tensor) -> None:
         P = max(self.P, new.P)
-        order = guided_order(self.B, new.B, self.reps).to(self.plen.device)
+        order = order.to(self.plen.device)
         kv = [(torch.cat([ka, kb])[order], torch.cat([va, vb])[order])
               for (ka, va), (kb, vb) in zip(self._tensors(P), new._tensors(P))]
         length = max(self.slots.length + P - self.P, new.slots.length + P - new.P)
         self._relayout(P, torch.cat([self.plen, new.plen])[order], kv, length)
-        self.first_logits = torch.cat([self.first_logits, new.first_logits])
-        return new.first_logits
 
-    def keep_rows(self, rows: torch.LongTensor) -> None:
-        """Keep only the rows listed, in that order; the others are forgotten."""
-        rows = check_rows(rows, self.B)
-        index = guided_rows(rows, self.B, self.reps).to(self.plen.device)
+    def select_state(self, index: torch.Tensor) -> None:
+        index = index.to(self.plen.device)
         plen = self.plen[index]
         P = int(plen.max()) if len(plen) else self.P
         cut = self.P - P                                 # prompt slots no kept row uses
         kv = [(k[index][:, :, cut:], v[index][:, :, cut:]) for k, v in self._tensors(self.P)]
         self._relayout(P, plen, kv, max(0, self.slots.length - cut))
-        self.first_logits = self.first_logits[rows.to(self.first_logits.device)]
 
     def _tensors(self, P: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Every layer's keys and values with the prompt region left-padded to P slots."""
@@ -313,7 +313,6 @@ class LuminaSession:
     def _relayout(self, P: int, plen: torch.Tensor, kv: list, length: int) -> None:
         self.P, self.plen = P, plen
         self.R = int(plen.numel())
-        self.B = self.R // self.reps
         self.capacity = P + self.seq_total + 1
         self.scratch = self.capacity - 1
         self.slots.length = length
@@ -323,8 +322,7 @@ class LuminaSession:
     def _mix(self, logits: torch.Tensor) -> torch.Tensor:
         if self.reps == 1:
             return logits
-        c, u = logits[: self.B], logits[self.B:]
-        return u + self.cfg * (c - u)
+        return guide(logits[: self.batch], logits[self.batch:], self.cfg)
 
     def _mask(self, q_slot: torch.Tensor) -> torch.Tensor:
         """Additive 4-D mask [R, 1, T, view]: prompt slots of the row, plus P..q_slot.
@@ -388,12 +386,12 @@ class LuminaSession:
     @torch.no_grad()
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
         tokens = _check_tokens(tokens, self.tm.vocab_size, "tokens").to(self.tm.device)
-        if tokens.shape[0] != self.B or tokens.shape[1] < 1:
-            raise ValueError(f"tokens: expected [{self.B}, W>=1], got {tuple(tokens.shape)}")
+        if tokens.shape[0] != self.batch or tokens.shape[1] < 1:
+            raise ValueError(f"tokens: expected [{self.batch}, W>=1], got {tuple(tokens.shape)}")
         start = torch.as_tensor(start, device=self.tm.device).long().reshape(-1)
         n = self.tm.grid[0] * self.tm.grid[1]
-        if start.shape[0] != self.B or int(start.min()) < 0 or int((start + tokens.shape[1]).max()) > n:
-            raise ValueError(f"start: expected [{self.B}] positions with start + W <= {n}, got {start.tolist()}")
+        if start.shape[0] != self.batch or int(start.min()) < 0 or int((start + tokens.shape[1]).max()) > n:
+            raise ValueError(f"start: expected [{self.batch}] positions with start + W <= {n}, got {start.tolist()}")
         feed = self._layout(tokens, start)
         seq = feed.seq.repeat(self.reps, 1)
         ids = feed.ids.repeat(self.reps, 1)

@@ -166,7 +166,7 @@ class TextureSession:
         up = torch.where(row > 0, self.history.gather(1, (pos - W).clamp(min=0)) % S, S)
         centre = self.centre.gather(1, pos).unsqueeze(-1)                              # [B, W, 1]
         bump = -((m.levels - centre) ** 2) / (2 * m.sigma ** 2)                        # [B, W, S]
-        shade_logits = self.cfg_scale * bump + m.neighbour[left] + m.neighbour[up]     # u + s (c - u)
+        shade_logits = self.cfg_scale * bump + m.neighbour[left] + m.neighbour[up]     # guide(u + bump, u, s) in closed form: c - u = bump
         out = torch.full((*pos.shape, m.vocab_size), float("-inf"), device=pos.device)
         cols = self.offset.view(-1, 1, 1) + m.levels.long()                            # [B, 1, S]
         return out.scatter_(-1, cols.expand(*pos.shape, S), shade_logits)

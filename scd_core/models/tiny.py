@@ -28,6 +28,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from scd_core.sampling import guide
+
+from .rows import GuidedRows
+
 ASSETS = Path(__file__).resolve().parents[1] / "assets" / "tiny"
 WHITE_LEVEL = 250 / 255
 BACKGROUND_CODE = 0
@@ -270,7 +274,7 @@ class TinyGPT(nn.Module):
 
 # --------------------------------------------------------------------------- TokenModel
 
-class TinySession:
+class TinySession(GuidedRows):
     """Batch decoding state with a static position-indexed KV cache (see module docstring)."""
 
     def __init__(self, model: "TinyModel", prompts: Sequence[str], cfg_scale: float) -> None:
@@ -278,6 +282,7 @@ class TinySession:
         self.batch = len(prompts)
         self.cfg_scale = float(cfg_scale)
         self.guided = self.cfg_scale != 1.0
+        self.reps = 2 if self.guided else 1              # cond block, then uncond block
         rows = list(prompts) + ([""] * len(prompts) if self.guided else [])
         word_ids, word_mask = model.encode_prompts(rows)
         cfg = self.gpt.cfg
@@ -301,36 +306,22 @@ class TinySession:
             x = block.forward_cached(x, pos, ck, cv, mask)
         logits = self.gpt.head(self.gpt.ln_f(x)).float()
         if self.guided:
-            cond, uncond = logits[: self.batch], logits[self.batch:]
-            logits = uncond + self.cfg_scale * (cond - uncond)
+            logits = guide(logits[: self.batch], logits[self.batch:], self.cfg_scale)
         return logits
 
-    def add_rows(self, prompts: Sequence[str]) -> torch.Tensor:
-        """Start new rows after the existing ones (one forward pass over their prompts);
-        returns their first logits [b, V]. The cache keeps conditional rows, then
-        unconditional ones."""
-        new = self.model.start(prompts, self.cfg_scale)
-        B, b = self.batch, new.batch
+    # rows joining and leaving (`rows.GuidedRows`): the cache keeps conditional rows, then
+    # unconditional ones
+    def start_like(self, prompts: Sequence[str]) -> "TinySession":
+        return self.model.start(prompts, self.cfg_scale)
 
-        def merged(old: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor:
-            if not self.guided:
-                return torch.cat([old, fresh])
-            return torch.cat([old[:B], fresh[:b], old[B:], fresh[b:]])
+    def join_state(self, new: "TinySession", order: torch.Tensor) -> None:
+        order = order.to(self.key_pos.device)
+        self.cache = [(torch.cat([k, nk])[order], torch.cat([v, nv])[order])
+                      for (k, v), (nk, nv) in zip(self.cache, new.cache)]
 
-        self.cache = [(merged(k, nk), merged(v, nv)) for (k, v), (nk, nv) in zip(self.cache, new.cache)]
-        self.first_logits = torch.cat([self.first_logits, new.first_logits])
-        self.batch = B + b
-        return new.first_logits
-
-    def keep_rows(self, rows: torch.LongTensor) -> None:
-        """Keep only the rows listed, in that order; the others are forgotten."""
-        rows = torch.as_tensor(rows, dtype=torch.long, device=self.key_pos.device).reshape(-1)
-        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= self.batch):
-            raise ValueError(f"rows: expected indices in [0, {self.batch}), got {rows.tolist()}")
-        index = torch.cat([rows, rows + self.batch]) if self.guided else rows
+    def select_state(self, index: torch.Tensor) -> None:
+        index = index.to(self.key_pos.device)
         self.cache = [(k[index], v[index]) for k, v in self.cache]
-        self.first_logits = self.first_logits[rows]
-        self.batch = int(rows.numel())
 
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
         n, v = self.gpt.cfg.n_tokens, self.gpt.cfg.vocab_size

@@ -17,18 +17,13 @@ from typing import Sequence
 import torch
 from PIL import Image
 
-from scd_core.sampling import SamplingConfig, processed_probs
+from scd_core.sampling import SamplingConfig, guide, processed_probs
+
+from .rows import GuidedRows
 
 
 def _prompt_seed(prompt: str, salt: int) -> int:
     return zlib.crc32(prompt.encode()) ^ (salt * 0x9E3779B1 & 0xFFFFFFFF)
-
-
-def _guided(cond: torch.Tensor, uncond: torch.Tensor | None, cfg_scale: float) -> torch.Tensor:
-    """Classifier-free guidance: u + s (c - u); the conditional logits alone when s == 1."""
-    if uncond is None or cfg_scale == 1.0:
-        return cond
-    return uncond + cfg_scale * (cond - uncond)
 
 
 # ---------------------------------------------------------------------------------------
@@ -58,7 +53,7 @@ class ToyModel:
         return self._tables[key]
 
     def guided_table(self, prompt: str, cfg_scale: float) -> torch.Tensor:
-        return _guided(self.table(prompt), self.table(None), cfg_scale)
+        return guide(self.table(prompt), self.table(None), cfg_scale)
 
     def start(self, prompts: Sequence[str], cfg_scale: float) -> "ToySession":
         return ToySession(self, list(prompts), cfg_scale)
@@ -87,31 +82,30 @@ class ToyModel:
         return (tokens * weights).sum(1)
 
 
-class ToySession:
+class ToySession(GuidedRows):
+    """One guided table per distinct prompt (guidance is mixed into the tables: one block)."""
+
+    reps = 1
+
     def __init__(self, model: ToyModel, prompts: list[str], cfg_scale: float):
         self.model, self.cfg_scale = model, cfg_scale
-        self.table_of: dict[str, int] = {}                     # prompt -> index into `tables`
-        self.tables = torch.zeros(0, model.num_nodes, model.vocab_size)
-        self.row_table = torch.zeros(0, dtype=torch.long)
-        self.history = torch.zeros(0, model.N + 1, dtype=torch.long)
-        self.first_logits = self.add_rows(prompts)
+        distinct = list(dict.fromkeys(prompts))
+        self.tables = torch.stack([model.guided_table(p, cfg_scale) for p in distinct])
+        self.row_table = torch.tensor([distinct.index(p) for p in prompts], dtype=torch.long)
+        self.history = torch.zeros(len(prompts), model.N + 1, dtype=torch.long)
+        self.batch = len(prompts)
+        self.first_logits = self.tables[self.row_table, model.offset[0]]
 
-    def add_rows(self, prompts: Sequence[str]) -> torch.Tensor:
-        """Start new rows after the existing ones; returns their first logits [b, V]."""
-        new = [p for p in dict.fromkeys(prompts) if p not in self.table_of]
-        for p in new:
-            self.table_of[p] = len(self.table_of)
-        if new:
-            guided = torch.stack([self.model.guided_table(p, self.cfg_scale) for p in new])
-            self.tables = torch.cat([self.tables, guided])
-        rows = torch.tensor([self.table_of[p] for p in prompts], dtype=torch.long)
-        self.row_table = torch.cat([self.row_table, rows])
-        self.history = torch.cat([self.history, torch.zeros(len(prompts), self.model.N + 1, dtype=torch.long)])
-        return self.tables[rows, self.model.offset[0]]
+    def start_like(self, prompts: Sequence[str]) -> "ToySession":
+        return ToySession(self.model, list(prompts), self.cfg_scale)
 
-    def keep_rows(self, rows: torch.LongTensor) -> None:
-        """Keep only the rows listed, in that order."""
-        self.row_table, self.history = self.row_table[rows], self.history[rows]
+    def join_state(self, new: "ToySession", order: torch.Tensor) -> None:
+        self.row_table = torch.cat([self.row_table, new.row_table + len(self.tables)])[order]
+        self.tables = torch.cat([self.tables, new.tables])
+        self.history = torch.cat([self.history, new.history])[order]
+
+    def select_state(self, index: torch.Tensor) -> None:
+        self.row_table, self.history = self.row_table[index], self.history[index]
 
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
         m, V = self.model, self.model.vocab_size
@@ -194,46 +188,38 @@ class ToyGridModel:
         return [Image.fromarray(img.numpy(), "RGB") for img in rgb]
 
 
-class ToyGridSession:
+class ToyGridSession(GuidedRows):
     """Rows of the batch, then (with guidance) their unconditional twins."""
 
     def __init__(self, model: ToyGridModel, prompts: list[str], cfg_scale: float):
-        self.model, self.cfg_scale = model, cfg_scale
+        m = self.model = model
+        self.cfg_scale = cfg_scale
         self.use_cfg = cfg_scale != 1.0
-        self.batch = 0
-        self.prompt_emb = torch.zeros(0, model.embed_pos.shape[1], device=model.device)
-        self.history = torch.zeros(0, model.N + 1, dtype=torch.long, device=model.device)
-        self.first_logits = self.add_rows(prompts)
-
-    def add_rows(self, prompts: Sequence[str]) -> torch.Tensor:
-        """Start new rows after the existing ones; returns their first logits [b, V]."""
-        m, B, b = self.model, self.batch, len(prompts)
+        self.reps = 2 if self.use_cfg else 1
+        self.batch = len(prompts)
         cond = torch.stack([m.prompt_embedding(p) for p in prompts])
-        new_emb = torch.cat([cond, torch.zeros_like(cond)]) if self.use_cfg else cond
-        new_history = torch.zeros(new_emb.shape[0], m.N + 1, dtype=torch.long, device=m.device)
-        first = self._guide(m.logits(new_history, torch.zeros(new_emb.shape[0], 1, dtype=torch.long,
-                                                               device=m.device), new_emb))[:, 0]
-        self.prompt_emb, self.history = self._merged(self.prompt_emb, new_emb), self._merged(self.history, new_history)
-        self.batch = B + b
-        return first
+        self.prompt_emb = torch.cat([cond, torch.zeros_like(cond)]) if self.use_cfg else cond
+        self.history = torch.zeros(self.prompt_emb.shape[0], m.N + 1, dtype=torch.long, device=m.device)
+        first_pos = torch.zeros(self.prompt_emb.shape[0], 1, dtype=torch.long, device=m.device)
+        self.first_logits = self._guide(m.logits(self.history, first_pos, self.prompt_emb))[:, 0]
 
-    def keep_rows(self, rows: torch.LongTensor) -> None:
-        """Keep only the rows listed, in that order."""
-        index = torch.cat([rows, rows + self.batch]) if self.use_cfg else rows
+    def start_like(self, prompts: Sequence[str]) -> "ToyGridSession":
+        return ToyGridSession(self.model, list(prompts), self.cfg_scale)
+
+    def join_state(self, new: "ToyGridSession", order: torch.Tensor) -> None:
+        order = order.to(self.history.device)
+        self.prompt_emb = torch.cat([self.prompt_emb, new.prompt_emb])[order]
+        self.history = torch.cat([self.history, new.history])[order]
+
+    def select_state(self, index: torch.Tensor) -> None:
+        index = index.to(self.history.device)
         self.prompt_emb, self.history = self.prompt_emb[index], self.history[index]
-        self.batch = len(rows)
-
-    def _merged(self, old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-        if not self.use_cfg:
-            return torch.cat([old, new])
-        B, b = self.batch, new.shape[0] // 2
-        return torch.cat([old[:B], new[:b], old[B:], new[b:]])
 
     def _guide(self, logits: torch.Tensor) -> torch.Tensor:
         if not self.use_cfg:
             return logits
         cond, uncond = logits.chunk(2)
-        return _guided(cond, uncond, self.cfg_scale)
+        return guide(cond, uncond, self.cfg_scale)
 
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
         if self.use_cfg:
