@@ -253,3 +253,20 @@ def test_sjd_and_scd_match_ar_per_position_histograms(image_model):
         other = scd_core.generate(image_model, prompts, method=method, seed=seed, **settings).tokens
         pvals = [two_sample_pvalue(ar[:, j], other[:, j], 512) for j in positions]
         assert min(pvals) > alpha, (method, min(pvals))
+
+
+def test_loading_the_embedded_models_leaves_the_process_thread_count_alone():
+    """The process's torch thread count is its owner's: loading tiny or tiny-video never
+    changes it (only an explicit `threads=` does)."""
+    from scd_core.models.tiny import load_tiny, load_tiny_video
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        load_tiny()
+        load_tiny_video()
+        assert torch.get_num_threads() == 2
+        load_tiny(threads=1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -457,8 +457,10 @@ def claims_folder(path: str) -> bool:
 
 
 def default_threads() -> int:
-    """One torch thread on machines with <= 2 cores (two threads slow down many-fold when
-    another process shares them); two otherwise. A 64-token model gains little from more."""
+    """The thread count suggested for these models: one torch thread on machines with <= 2
+    cores (two threads slow down many-fold when another process shares them); two
+    otherwise. A 64-token model gains little from more. Loading never applies it by itself:
+    the process's thread count is its owner's choice (`threads=` asks for it)."""
     return 1 if (os.cpu_count() or 1) <= 2 else 2
 
 
@@ -494,16 +496,17 @@ def _load(kind: str, prior: str, name: str, folder: str | Path | None, device: s
 
 
 def load_tiny(name_or_path: str = "tiny", *, device: str | torch.device = "cpu",
-              dtype: torch.dtype | str = torch.float32, threads: int | None = default_threads()) -> TinyModel:
+              dtype: torch.dtype | str = torch.float32, threads: int | None = None) -> TinyModel:
     """The embedded emoji image model: 32x32 images, 8x8 tokens, vocab 512.
 
-    `threads` sets torch's CPU thread count (None leaves it as it is)."""
+    `threads` sets torch's CPU thread count for the whole process (None, the default,
+    leaves it as it is; `default_threads()` suggests one)."""
     folder = None if name_or_path in VARIANTS else name_or_path
     return _load("image", "image_prior", "tiny", folder, device, dtype, threads)
 
 
 def load_tiny_video(name_or_path: str = "tiny-video", *, device: str | torch.device = "cpu",
-                    dtype: torch.dtype | str = torch.float32, threads: int | None = default_threads()) -> TinyModel:
+                    dtype: torch.dtype | str = torch.float32, threads: int | None = None) -> TinyModel:
     """The embedded emoji clip model: T frames of 32x32, T x 8x8 tokens, vocab 512."""
     folder = None if name_or_path in VARIANTS else name_or_path
     return _load("video", "video_prior", "tiny-video", folder, device, dtype, threads)
