@@ -16,8 +16,9 @@ from __future__ import annotations
 import contextlib
 import math
 import statistics
-from dataclasses import dataclass, field, replace
-from typing import Callable, ContextManager, Iterator, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Callable, ContextManager, Iterator
 
 import torch
 
@@ -106,12 +107,29 @@ class Spread:
 
 # ------------------------------------------------------------------------------- race
 
-@dataclass
+class Prefix(Sequence):
+    """The first `n` items of an append-only list: what a run had recorded at one moment.
+    Later appends do not show, so a kept snapshot never changes (and none is copied)."""
+
+    def __init__(self, items: list, n: int) -> None:
+        self._items, self._n = items, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._items[j] for j in range(self._n)[i]]
+        return self._items[range(self._n)[i]]
+
+
+@dataclass(frozen=True)
 class MethodRun:
-    """One method's batch of K rows: its recorded trace and its wall time, measured alone."""
+    """One method's batch of K rows: its recorded trace and its wall time, measured alone.
+    Immutable: `decode` yields a new one after every pass."""
 
     method: str
-    records: list[Iteration] = field(default_factory=list)
+    records: Sequence[Iteration] = ()
     num_tokens: int = 0
     stopped: bool = False
 
@@ -156,7 +174,7 @@ class MethodRun:
 
     def final(self) -> "MethodRun":
         """This run reduced to its last record (what a finished picture needs), to keep."""
-        return MethodRun(self.method, self.records[-1:], self.num_tokens, self.stopped)
+        return MethodRun(self.method, tuple(self.records[-1:]), self.num_tokens, self.stopped)
 
     def at(self, nfe: int) -> Iteration:
         """The record after `nfe` passes (the last one once the batch has finished)."""
@@ -180,7 +198,8 @@ class MethodSummary:
 def decode(model, race: Race, method: str, samples: int,
            stop: Callable[[], bool] | None = None,
            device: ContextManager | None = None) -> Iterator[MethodRun]:
-    """Decode `samples` rows of one method, yielding the growing MethodRun after every pass.
+    """Decode `samples` rows of one method, yielding the MethodRun so far after every pass
+    (each yielded run is a snapshot: it keeps showing the passes it had).
 
     Nothing but the stop check runs between passes, so the run's wall time is the method's
     own; a consumer that renders between yields is not counted either (the engine's clock
@@ -189,14 +208,15 @@ def decode(model, race: Race, method: str, samples: int,
     shares the device meanwhile.
     When `stop()` turns true the run ends after the current pass, marked `stopped`.
     """
-    run = MethodRun(method, num_tokens=math.prod(int(g) for g in model.grid))
+    num_tokens, records = math.prod(int(g) for g in model.grid), []
     prompts = [race.prompt] * samples
     with device or contextlib.nullcontext():
         for it in scd_core.stream(model, prompts, seed=race.seed, settings=race.of(method)):
-            run.records.append(it)
-            run.stopped = stop is not None and not run.done and stop()
-            yield run
-            if run.stopped:
+            records.append(it)
+            done = int(it.n_after.min()) >= num_tokens
+            stopped = stop is not None and not done and stop()
+            yield MethodRun(method, Prefix(records, len(records)), num_tokens, stopped)
+            if stopped:
                 return
 
 

@@ -163,3 +163,15 @@ def test_the_gap_is_probed_on_the_races_ar_sample_and_only_for_embedded_models(t
     assert race.gap_probe(texture, "texture", settings, runs) == \
         race.context_sensitivity(texture, settings, sample=runs["ar"].tokens()[0])
     assert race.gap_probe(None, "janus-pro-1b", settings, {}) is None      # nothing decoded
+
+
+def test_each_yielded_run_is_a_snapshot_that_later_passes_do_not_change(toy_grid):
+    """`race.decode` yields a new, frozen MethodRun after every pass: a consumer that keeps
+    one still sees exactly the passes it had."""
+    runs = list(race.decode(toy_grid, race.Race("fox", scd_core.Settings(window=8)), "sjd", 2))
+    assert [r.nfe for r in runs] == list(range(1, len(runs) + 1))
+    early = runs[2]
+    assert early.records[-1] is runs[-1].records[2] and len(early.records[:]) == 3
+    assert not early.done and runs[-1].done
+    with pytest.raises(AttributeError):
+        early.stopped = True
