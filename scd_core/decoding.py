@@ -27,13 +27,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Iterator, NamedTuple, Sequence
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from scd_core import coupling
-from scd_core.protocols import Session, TokenModel
+from scd_core.protocols import Session, TokenModel, row_decoder
 from scd_core.sampling import SamplingConfig, processed_probs
 from scd_core.settings import INITS, MAX_WINDOW, METHODS, Settings  # noqa: F401 (re-exported)
 from scd_core.trace import Iteration, Run
@@ -362,9 +362,21 @@ def generate(model: TokenModel, prompts: Sequence[str], method: str | None = Non
     """Decode one grid of tokens per prompt; returns a Run with tokens, NFE, images, trace.
     The keywords left out take their value from `settings` (by default `Settings()`:
     scd-mc, window 16, random init, temperature 1, no top-k/top-p, no guidance)."""
-    records = list(stream(model, prompts, method=method, window=window, seed=seed, temperature=temperature,
-                          top_k=top_k, top_p=top_p, cfg_scale=cfg_scale, init=init, settings=settings))
-    return Run.from_iterations(records, decode=model.decode)
+    settings = settings_of(settings, method=method, window=window, init=init, temperature=temperature,
+                           top_k=top_k, top_p=top_p, cfg_scale=cfg_scale)
+    plan, seeds = validate(model, prompts, settings, seed)
+    decoders = []                                        # each row's own decoder (a clip model's knows its prefix)
+    records = list(decode(model, list(prompts), seeds, plan, on_start=lambda session: decoders.extend(
+        row_decoder(model, session, b) for b in range(len(prompts)))))
+    return Run.from_iterations(records, decode=batch_decoder(model, decoders))
+
+
+def batch_decoder(model: TokenModel, decoders: list):
+    """tokens [B, N] -> decoded rows, each by its own row decoder (`model.decode` at once
+    when no row needs context of its own)."""
+    if all(d == model.decode for d in decoders):
+        return model.decode
+    return lambda tokens: [out for b, d in enumerate(decoders) for out in d(tokens[b: b + 1])]
 
 
 def stream(model: TokenModel, prompts: Sequence[str], method: str | None = None, window: int | None = None,
@@ -379,11 +391,15 @@ def stream(model: TokenModel, prompts: Sequence[str], method: str | None = None,
     return decode(model, list(prompts), seeds, plan)
 
 
-def decode(model: TokenModel, prompts: list[str], seeds: list[int], plan: Plan) -> Iterator[Iteration]:
-    """`stream` with its arguments already checked (`validate`)."""
+def decode(model: TokenModel, prompts: list[str], seeds: list[int], plan: Plan,
+           on_start: Callable[[Session], None] | None = None) -> Iterator[Iteration]:
+    """`stream` with its arguments already checked (`validate`); `on_start(session)` hears
+    the model's session once it has started."""
     entered = time.perf_counter()
     with torch.inference_mode():                         # no autograd bookkeeping in the loop
         session = TimedSession.start(model, prompts, plan.cfg_scale)
+        if on_start is not None:
+            on_start(session.session)
         state, verdict = start_rows(session.first_logits, seeds, plan)
         record = Iteration.of(0, plan.method, None, state, verdict, nfe=1,
                               wall_time=time.perf_counter() - entered, step_time=session.seconds)

@@ -662,3 +662,17 @@ def test_concurrent_sessions_decode_what_each_would_alone(video_model, clips):
         assert len(frames[0]) == len(alone[name][1][0])
         assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(frames[0], alone[name][1][0]))
     assert not torch.equal(a.prefix_tokens, b.prefix_tokens)    # the clips differ, so this could fail
+
+
+def test_a_runs_images_follow_its_own_clip_whatever_ran_since(video_model, clips):
+    """`generate`'s pictures decode each row after its own conditioning frames: a run decoded
+    after another run on another clip shows its own clip's frames, not the latest one's."""
+    import scd_core
+    model = video_model
+    kw = dict(method="sjd", window=8, seed=0, init="repeat-frame", top_p=0.8)
+    first = scd_core.generate(model, [clips[0]], **kw)
+    scd_core.generate(model, [clips[3]], **kw)                     # the model's last start: another clip
+    got = first.images[0]
+    own = model.start([clips[0]]).row_decoder(0)(first.tokens)
+    assert not torch.equal(model.conditioning([clips[0]])[0], model.conditioning([clips[3]])[0])
+    assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(got, own[0]))

@@ -132,7 +132,8 @@ class CosmosVideoModel:
         self.default_settings = {"top_p": top_p, "temperature": 1.0, "cfg_scale": 1.0,
                                  "window": 128, "init": "repeat-frame"}
         # [B, prefix_len] of the last start(): only for `decode(tokens)` called without a
-        # prefix by a caller that holds no row decoder (`scd_core.generate`'s `run.images`).
+        # prefix by a caller that holds no row decoder (the race's batch pictures; `scd_core.generate`
+        # decodes each row with its own).
         # Sessions never write it and row decoders never read it.
         self.last_prefix: torch.LongTensor | None = None
 
