@@ -16,6 +16,7 @@ import pytest
 from gradio_client import Client
 
 import app
+import scd_core
 from demo import models
 from scd_core.models.cache import ModelCache
 from scd_core.models.status import model_status
@@ -271,7 +272,7 @@ def test_replay_colours_only_the_verified_drafts():
 
 def test_video_model_streams_tiled_frames_then_mp4_and_gif(monkeypatch):
     """The whole video path of the app, a toy clip model standing in for tiny-video."""
-    model = app.scd_core.load_model("toy", vocab_size=3, grid=(3, 2, 2))
+    model = scd_core.load_model("toy", vocab_size=3, grid=(3, 2, 2))
     monkeypatch.setattr(app.MODELS, "cache", ModelCache())
     app.MODELS.put("tiny-video", model)
     updates = list(app.generate_stream(*args(model="tiny-video", init="repeat-frame", window=4,
