@@ -1,8 +1,9 @@
 """Gradio demo of lossless speculative decoding for AR image and video models: watch a sample
 form pass by pass, race AR, SJD and SCD over several samples. `demo` is the Blocks app (the
 Hugging Face Space entry point); `python app.py` serves it locally. This file is the page:
-Generate decodes as a row of `scd_core.serve` (one server per model, visitors share its
-passes), the race is `scd_core.race`; what the page calls lives in `demo/`, one module per
+Generate submits a row to the decode client that SCD_DECODE names (`demo.backend`: worker
+processes by default; visitors' rows share passes) and shows its records, the race is
+`scd_core.race` in this process; what the page calls lives in `demo/`, one module per
 job (docs/app.md)."""
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import gradio as gr
 import torch
 
 from scd_core import race
+from scd_core.client import DecodeError
 from scd_core.models import cache
 
-from demo import (charts, checks, export, labels, models, pictures, race_view, run_view, servers,
-                  streaming, texts, uploads)
+from demo import (backend, charts, checks, export, labels, models, pictures, race_view, run_view,
+                  servers, streaming, texts, uploads)
 from demo.clips import example_clips
 
 try:  # ZeroGPU on Hugging Face Spaces (hold a GPU for duration(*inputs) s); a no-op elsewhere
@@ -46,6 +48,10 @@ THREADS = 2 * SERVERS.max_batch
 STOPS = servers.Stops()
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 MODELS = models.Models(cache, DEVICE, SERVERS)   # one large model resident at a time
+# Where Generate decodes (SCD_DECODE, docs/app.md); the page keeps its own models to draw.
+KIND = backend.backend_kind()
+REQUESTS = backend.Requests(backend.make_client(
+    KIND, lambda: servers.PageClient(SERVERS, MODELS.get), models.load_for_worker, SERVERS.max_batch))
 LABELS = labels.METHOD_LABELS
 
 
@@ -111,19 +117,19 @@ def run_charts(stats: run_view.TraceStats, history: dict, method: str, live: boo
     return dict(zip(views, charts.run_figures(stats, history, method, live)))
 
 
-def final_outputs(model, name: str, method: str, prompt: str, stats: run_view.TraceStats, row,
-                  history: dict) -> dict:
-    wall, shared = stats.records[-1].wall_time, servers.shared_rows(row, len(stats.records))
+def final_outputs(model, name: str, method: str, prompt: str, stats: run_view.TraceStats, shared: int,
+                  decode, history: dict) -> dict:
+    wall = stats.records[-1].wall_time
     out = {summary: texts.prompt_note(model, prompt) + run_view.run_summary(
                LABELS[method], stats.sample(), wall, history.get("ar", {}).get("wall"),
                models.device_name(), shared, stats.done),
            heat_committed: charts.committed_at_figure(stats), heat_unchanged: charts.unchanged_figure(stats),
            film: pictures.filmstrip_image(stats.film), history_state: history,
-           last_run: {"model": name, "method": method, "iterations": stats.records, "decode": row.decode},
+           last_run: {"model": name, "method": method, "iterations": stats.records, "decode": decode},
            replay_slider: gr.Slider(minimum=0, maximum=len(stats.records) - 1,
                                     value=len(stats.records) - 1, step=1, interactive=True)}
     if models.is_video(name):
-        mp4, gif = export.export_run_clip(model, stats.records[-1], f"{name}-{method}", row.decode)
+        mp4, gif = export.export_run_clip(model, stats.records[-1], f"{name}-{method}", decode)
         out |= {clip_video: mp4, clip_files: [mp4, gif]}
     return out
 
@@ -133,12 +139,13 @@ def final_outputs(model, name: str, method: str, prompt: str, stats: run_view.Tr
 def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                     pace=0.0, samples=1, clip=None, clip_text="", history=None, ticket=None,
                     request: gr.Request = None):
-    """Decode one sample as a row of the model's shared passes and stream them to the page
-    (every pass in slow motion, else a few pictures a second); Stop ends it at once, keeping
-    what is shown, and its row leaves the batch. An input the model refuses (a clip too short
-    for it...) is said in the status, nothing lost."""
+    """Decode one sample as a row on the decode client (visitors' rows share passes) and
+    stream its passes to the page (every pass in slow motion, else a few pictures a second);
+    Stop cancels it at once, keeping what is shown, and its row leaves the batch. An input the
+    model refuses (a clip too short for it...) or a lost row is said in the status, nothing lost."""
     key, browser, ticket = session_key(request), ticket is not None, STOPS.stamp(ticket)
     stopped = lambda: STOPS.stopped(key, ticket)  # noqa: E731
+    row = None
     try:
         model, s = prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
                            prompt, clip, clip_text)
@@ -146,30 +153,39 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
         if stopped():                                     # stopped while waiting in the queue
             yield {status: texts.STOPPED_EARLY}
             return
-        row, stats = SERVERS.submit(model, s, method), run_view.TraceStats(tuple(model.grid))
-        history = streaming.history_of(history, name)
+        row = backend.Row(REQUESTS, REQUESTS.submit(key, name, s.prompt, s.seed, s.of(method)), name)
+        stats, history = run_view.TraceStats(tuple(model.grid)), streaming.history_of(history, name)
         blank = dict.fromkeys(run_views, None)            # clears the last run's views
-        for it, picture, charts_due in servers.shown(row, pace, stopped, SERVERS.timing_alone.is_set):
+        waiting = SERVERS.timing_alone.is_set if KIND == "local" else lambda: False
+        records = servers.follow(row.client, row.rid, stopped, waiting=waiting)
+        for it, picture, charts_due in servers.shown(records, pace, stopped, row.share):
             if it is None:                                # slow motion paces the display only
                 yield blank | {status: texts.WAITING}
                 continue
             stats.add(it)
             if picture and not stats.done:
-                yield blank | {live_image: pictures.render_iteration(model, it, decode=row.decode),
+                yield blank | {live_image: pictures.render_iteration(model, it, decode=row.decode()),
                                status: run_view.run_status(LABELS[method], stats, it.wall_time, "running",
-                                                    servers.shared_rows(row, len(stats.records)))} | \
+                                                           row.shared(len(stats.records)))} | \
                     (run_charts(stats, history, method, live=True) if charts_due or blank else {})
                 blank = {}                                # charts come when due, and with the first picture
     except ValueError as exc:
         log.info("refused: %s", exc)
         yield {status: f"**Not started:** {uploads.without_paths(exc)}"}
         return
+    except DecodeError as exc:                            # the row was lost: said, what is shown stays
+        log.info("not decoded: %s", exc)
+        started = row is not None and stats.records
+        yield {status: f"**{'Not finished' if started else 'Not started'}:** {uploads.without_paths(exc)}"}
+        return
+    finally:
+        if row is not None:
+            decode, _ = row.decode(), row.end()
     if not stats.records:
         yield {status: texts.STOPPED_EARLY}
         return
-    it, shared, end = stats.records[-1], servers.shared_rows(row, len(stats.records)), \
-        "done" if stats.done else "stopped"
-    yield blank | {live_image: pictures.render_iteration(model, it, decode=row.decode),  # the final picture
+    it, shared, end = stats.records[-1], row.shared(len(stats.records)), "done" if stats.done else "stopped"
+    yield blank | {live_image: pictures.render_iteration(model, it, decode=decode),  # the final picture
                    status: run_view.run_status(LABELS[method], stats, it.wall_time, end, shared)}
     if browser:                                           # first (drawing the charts delays it)
         servers.sleep_until(servers.now() + servers.FIRST_PAINT)
@@ -177,7 +193,7 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
         history[method] = {"nfe": stats.nfe, "committed": stats.committed,
                            "wall": None if shared else it.wall_time}
     yield run_charts(stats, history, method) | final_outputs(model, name, method, s.prompt, stats,
-                                                              row, history)
+                                                              shared, decode, history)
 
 
 # ------------------------------------------------------------------------------- race
@@ -274,6 +290,7 @@ def export_run(run):
 
 def stop(at=None, request: gr.Request = None):
     STOPS.stop(session_key(request), at)
+    REQUESTS.cancel_visitor(session_key(request))      # their running row leaves at its next boundary
 
 
 def forget(request: gr.Request = None):

@@ -108,6 +108,19 @@ def sampling_defaults(name: str, model=None) -> dict:
     return {**base, **{k: v for k, v in own.items() if k in base}}
 
 
+def load_kwargs(name: str, device: str) -> dict:
+    """The page's load arguments for a model on this device: large models in bfloat16 on a GPU."""
+    large_on_gpu = device == "cuda" and REGISTRY[name].needs_weights
+    return dict(device=device, **({"dtype": torch.bfloat16} if large_on_gpu else {}))
+
+
+def load_for_worker(name: str):
+    """A decoding worker's model, loaded as the page loads it (sent to worker processes)."""
+    from scd_core.models import load_model
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return load_model(name, **load_kwargs(name, device))
+
+
 class Models:
     """The page's models, loaded (and downloaded) on first use into `cache` with this device's
     load arguments (large models in bfloat16 on a GPU). Every load also closes the servers of
@@ -117,8 +130,7 @@ class Models:
         self.cache, self.device, self.servers = cache, device, servers
 
     def kwargs(self, name: str) -> dict:
-        large_on_gpu = self.device == "cuda" and REGISTRY[name].needs_weights
-        return dict(device=self.device, **({"dtype": torch.bfloat16} if large_on_gpu else {}))
+        return load_kwargs(name, self.device)
 
     def get(self, name: str, progress=None):
         """The model; `progress(done, total, repo)` hears a download."""

@@ -1,14 +1,18 @@
-"""The servers whose forward passes visitors share, stop flags per visitor, and the pace of
-live updates: when a Generate run shows a picture or its charts, and how a race replays."""
+"""The servers whose forward passes visitors share (and the `local` decode client on them),
+stop flags per visitor, and the pace of live updates: when a Generate run shows a picture or its charts, and how a race replays."""
 from __future__ import annotations
 
 import contextlib
+import math
+import queue
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 from demo.checks import as_int
+from scd_core.client import RowBook, RowLog, RowResult, failure_message
 from scd_core.decoding import METHODS
 from scd_core.models.status import MAX_GPU_SECONDS, MIN_GPU_SECONDS, gpu_seconds
 from scd_core.serve import Request, Server
@@ -88,61 +92,141 @@ class Servers:
             return [server.model for server in self._servers.values()]
 
 
-def follow(request: Request, stopped: Callable[[], bool], poll: float = 0.05,
+class PageClient:
+    """The `local` decode client (`demo.backend`): rows on the page's own `Servers`, on the
+    models `get_model(name)` gives (the page's, so a model the page replaces is the one
+    decoded). Besides the `scd_core.client.DecodeClient` methods it tells a row's decoder
+    and the batch of each of its passes while it runs."""
+
+    def __init__(self, servers: Servers, get_model: Callable[[str], object]) -> None:
+        self.servers, self._get = servers, get_model
+        self._rows = RowBook()
+        self._requests: dict[str, Request] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, model: str, prompt: str, seed: int, settings: Settings) -> str:
+        loaded = self._get(model)
+        request = self.servers.get(loaded).submit(prompt, seed, settings)   # ValueError: a bad argument
+        rid, row = uuid.uuid4().hex, RowLog(model, math.prod(int(s) for s in loaded.grid))
+        with self._lock:
+            self._requests[rid] = request
+        self._rows.add(rid, row)
+        threading.Thread(target=self._pump, args=(rid, request, row), name=f"scd-row-{rid[:8]}",
+                         daemon=True).start()
+        return rid
+
+    def records(self, request: str) -> Iterator[Iteration]:
+        return self._rows.get(request).records()
+
+    def cancel(self, request: str) -> None:
+        self._rows.get(request).cancel_requested = True
+        with self._lock:
+            running = self._requests.get(request)
+        if running is not None:
+            running.cancel()
+
+    def result(self, request: str, timeout: float | None = None) -> RowResult:
+        return self._rows.get(request).result(timeout)
+
+    def decoder(self, request: str):
+        """The row's decoder (None before its first pass: the model's own)."""
+        with self._lock:
+            running = self._requests.get(request)
+        return getattr(running, "decode", None)
+
+    def batch_sizes(self, request: str) -> list[int]:
+        with self._lock:
+            running = self._requests.get(request)
+        return list(running.batch_sizes) if running is not None else []
+
+    def release(self, request: str) -> None:
+        """Forget a row once the page is done with it."""
+        with self._lock:
+            self._requests.pop(request, None)
+        self._rows.release(request)
+
+    def close(self) -> None:
+        for row in self._rows.running():
+            row.cancel_requested = True
+        with self._lock:
+            running = list(self._requests.values())
+        for request in running:
+            request.cancel()
+
+    def _pump(self, rid: str, request: Request, row: RowLog) -> None:
+        error = None
+        try:
+            for record in request:
+                row.append(record)
+        except Exception as exc:                      # its batch failed, or its start was refused
+            error = failure_message(exc)
+        row.end(error, tuple(request.batch_sizes))
+        self._rows.finished(rid)
+
+
+def follow(client, request: str, stopped: Callable[[], bool], poll: float = 0.05,
            waiting: Callable[[], bool] = lambda: False) -> Iterator[Iteration | None]:
-    """A served request's records as they arrive. Ends when the request ends (raising its
-    error if the model refused its start), or within `poll` seconds of `stopped()` turning
-    true even while the server waits for the device. Before the first record it yields None
-    once if `waiting()` turns true (a run timed alone holds the device). However it ends (the
-    caller may stop reading), the request is cancelled: its row leaves at the next boundary."""
+    """A row's records (`client.records(request)`) as they arrive. Ends when the row ends
+    (raising its DecodeError if it was lost), or within `poll` seconds of `stopped()` turning
+    true even while no pass runs. Before the first record it yields None once if `waiting()`
+    turns true (a run timed alone holds the device). However it ends (the caller may stop
+    reading), the row is cancelled: it leaves at its next pass boundary."""
+    feed: queue.Queue = queue.Queue()
+
+    def read() -> None:
+        try:
+            for record in client.records(request):
+                feed.put(("record", record))
+            feed.put(("end", None))
+        except Exception as exc:                      # noqa: BLE001: raised to the reader below
+            feed.put(("error", exc))
+
+    threading.Thread(target=read, name="scd-follow", daemon=True).start()
     seen, told = 0, False
     try:
-        while True:
-            finished = request.finished.is_set()     # first: every record precedes the end
-            while seen < len(request.records):
-                yield request.records[seen]
-                seen += 1
-            if finished:
-                if request.error is not None:
-                    raise request.error
+        while not stopped():
+            try:
+                kind, value = feed.get(timeout=poll)
+            except queue.Empty:
+                if not seen and not told and waiting():
+                    told = True
+                    yield None
+                continue
+            if kind == "error":
+                raise value
+            if kind == "end":
                 return
-            if stopped():
-                return
-            if not seen and not told and waiting():
-                told = True
-                yield None
-            request.finished.wait(poll)
+            seen += 1
+            yield value
     finally:
-        request.cancel()
+        try:
+            client.cancel(request)
+        except ValueError:                            # it ended and was forgotten meanwhile
+            pass
 
 
-def shown(request: Request, pace: float, stopped: Callable[[], bool],
-          waiting: Callable[[], bool] = lambda: False,
+def shown(records: Iterable[Iteration | None], pace: float, stopped: Callable[[], bool],
+          share: Callable[[Iteration], int] = lambda record: 1,
           clock: Clock = CLOCK) -> Iterator[tuple[Iteration | None, bool, bool]]:
-    """A served request's records as a Generate run shows them: (record, picture due, charts
-    due), and (None, False, False) if its first pass waits for a run timed alone (`waiting`,
-    as for `follow`). Slow motion (pace > 0) shows every pass, `max(pace, IMAGE_EVERY)` seconds apart; a
-    Stop cuts the wait short and ends it there (what is shown stays). Full speed shows a
-    picture at most every FULL_SPEED_EVERY * B seconds and none before, the live charts every
-    PLOT_EVERY * B, where B rows share the pass: B visitors together get the updates one
-    would, so that drawing them does not slow the shared decoding."""
+    """A row's records (as `follow` gives them) as a Generate run shows them: (record,
+    picture due, charts due), and (None, False, False) for follow's None. Slow motion (pace > 0)
+    shows every pass, `max(pace, IMAGE_EVERY)` seconds apart; a Stop cuts the wait short and
+    ends it there (what is shown stays). Full speed shows a picture at most every
+    FULL_SPEED_EVERY * B seconds and none before, the live charts every PLOT_EVERY * B, where
+    B = `share(record)` rows share the pass: B visitors together get the updates one would,
+    so that drawing them does not slow the shared decoding."""
     picture = Pacer(IMAGE_EVERY, pace, stopped, clock=clock) if pace else \
         Pacer(FULL_SPEED_EVERY, wait_first=True, clock=clock)
     charts = Pacer(PLOT_EVERY, wait_first=True, clock=clock)
-    for record in follow(request, stopped, waiting=waiting):
+    for record in records:
         if record is None:
             yield None, False, False
             continue
-        share = request.batch_sizes[record.index]
-        due = picture(share=share)
+        rows = share(record)
+        due = picture(share=rows)
         if pace and stopped():
             return
-        yield record, due and not stopped(), due and charts(share=share)
-
-
-def shared_rows(request: Request, records: int) -> int:
-    """The most other rows that one of the request's first `records` passes decoded with it."""
-    return max(request.batch_sizes[:records], default=1) - 1
+        yield record, due and not stopped(), due and charts(share=rows)
 
 
 # ----------------------------------------------------------------------- stop and pace

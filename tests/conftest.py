@@ -3,6 +3,11 @@ import os
 import pytest
 import torch
 
+# The page's handlers are called directly and reach into its in-process servers and models:
+# Generate decodes in the test's process (tests/test_app_serving.py runs the page on worker
+# processes too).
+os.environ["SCD_DECODE"] = "local"
+
 # Two shared cores: torch with 2 threads can slow down many-fold under contention.
 torch.set_num_threads(int(os.environ.get("SCD_TEST_THREADS", "1")))
 

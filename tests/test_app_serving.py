@@ -7,6 +7,8 @@ gradio_client visitors press Generate at once.
 """
 from __future__ import annotations
 
+import os
+import signal
 import statistics
 import threading
 import time
@@ -18,8 +20,9 @@ from PIL import Image
 
 import app
 import scd_core
-from demo import pictures
+from demo import backend, models, pictures
 from scd_core.models.cache import ModelCache
+from scd_core.workers import ProcessClient
 from test_app import args, final, latest, visitor
 
 TINY = dict(model="tiny", prompt="red heart", method="scd-mc", window=16, top_k=100, cfg_scale=3.0,
@@ -34,18 +37,20 @@ def alone(model, seed: int, prompt: str = "red heart") -> tuple[np.ndarray, int]
 
 
 class Visitors:
-    """Visitors pressing Generate together: their rows wait for the device until all are in."""
+    """Visitors pressing Generate together (the page's `local` decode client): their rows
+    wait for the device until all are in; `rows` has each seed's request id, kept readable."""
 
     def __init__(self, monkeypatch) -> None:
         self.rows, self.updates, self.threads = {}, {}, []
-        submit = app.SERVERS.submit
+        self.client, submit = app.REQUESTS.client, app.REQUESTS.submit
 
-        def counted(model, settings, method):
-            request = submit(model, settings, method)
-            self.rows[settings.seed] = request
-            return request
+        def counted(visitor, name, prompt, seed, settings):
+            rid = submit(visitor, name, prompt, seed, settings)
+            self.rows[seed] = rid
+            return rid
 
-        monkeypatch.setattr(app.SERVERS, "submit", counted)
+        monkeypatch.setattr(app.REQUESTS, "submit", counted)
+        monkeypatch.setattr(self.client, "release", lambda rid: None)   # rows stay to be read
 
     def start(self, **each: dict) -> None:
         """Each visitor (by name) with its overrides of TINY; returns once all rows are in
@@ -87,24 +92,24 @@ def test_stop_during_a_shared_batch_drops_only_that_visitors_row(monkeypatch):
     model = app.MODELS.get("tiny")
     crowd = Visitors(monkeypatch)
     crowd.start(**{f"v{seed}": dict(seed=seed) for seed in range(4)})
-    stopped = crowd.rows[2]
+    client, stopped = crowd.client, crowd.rows[2]
     deadline = time.time() + 60
-    while len(stopped.records) < 3 and time.time() < deadline:       # prefill and two passes
+    while len(client.batch_sizes(stopped)) < 3 and time.time() < deadline:   # prefill and two passes
         time.sleep(0.001)
     with app.SERVERS.device_lock:                                      # between two passes
-        app.stop(request=visitor("v2"))
-        while not stopped.cancelled.is_set() and time.time() < deadline:
-            time.sleep(0.005)
-        shown = len(stopped.records)
+        app.stop(request=visitor("v2"))                                # cancels its row at once
+        time.sleep(0.05)                                               # its last record is filed
+        shown = len(client.batch_sizes(stopped))
     updates = crowd.join()
     status = final(updates["v2"], app.status)
     assert "stopped at NFE" in status and int(status.split("NFE ")[1].split(",")[0]) <= shown
-    assert stopped.finished.is_set() and int(stopped.records[-1].n_after[0]) < 64   # it left unfinished
+    row = client.result(stopped, timeout=30)
+    assert row.cancelled and row.nfe <= shown + 1 and int((row.tokens >= 0).sum()) < 64   # it left unfinished
     for seed in (0, 1, 3):
         picture, _ = alone(model, seed)
         assert np.array_equal(final(updates[f"v{seed}"], app.live_image), picture), seed
-        row = crowd.rows[seed]
-        assert row.batch_sizes[shown] == 3 or len(row.records) <= shown   # the batch went on without it
+        sizes = client.result(crowd.rows[seed], timeout=30).batch_sizes
+        assert len(sizes) <= shown + 1 or sizes[shown + 1] == 3        # the batch went on without it
 
 
 class Refusing:
@@ -145,7 +150,8 @@ def test_a_request_the_model_refuses_leaves_the_others_running(monkeypatch):
     crowd = Visitors(monkeypatch)
     crowd.start(good=dict(seed=0), bad=dict(seed=1, prompt="refused"), late=dict(seed=2))
     updates = crowd.join()
-    assert updates["bad"] == [{app.status: "**Not started:** prompts: this model refuses 'refused'"}]
+    assert updates["bad"] == [{app.status: "**Not started:** this request was refused: prompts: this model "
+                                           "refuses 'refused'"}]
     for name, seed in (("good", 0), ("late", 2)):
         picture, _ = alone(tiny, seed)
         assert np.array_equal(final(updates[name], app.live_image), picture), name
@@ -249,3 +255,46 @@ def test_every_method_generates_through_the_api_on_every_embedded_model(url, nam
                             api_name="/generate")
         job.result(timeout=300)
         assert "done" in latest(job.outputs(), 1), (name, method, latest(job.outputs(), 1))
+
+
+def test_the_page_decodes_in_worker_processes_and_a_killed_worker_loses_only_that_run(url, monkeypatch):
+    """SCD_DECODE=process, served: Generate gives each seed's picture of `scd_core.generate`,
+    Stop ends the row, a killed worker is told to its visitor and the next Generate works."""
+    client = ProcessClient(threads=1, load=models.load_for_worker)
+    monkeypatch.setattr(app, "REQUESTS", backend.Requests(client))
+    monkeypatch.setattr(app, "KIND", "process")
+    try:
+        model, page = app.MODELS.get("tiny"), Client(url, verbose=False)
+        for seed in (3, 4):
+            _, outputs = served(page, seed=seed)
+            assert "done" in latest(outputs, 1)
+            assert np.array_equal(picture(outputs), alone(model, seed)[0]), seed
+        pid = client.pid("tiny")
+        assert pid is not None and pid != os.getpid()
+
+        def running(seed: int):
+            job = page.submit(*args(**{**TINY, "seed": seed, "pace": 0.2}), api_name="/generate")
+            deadline = time.time() + 60
+            while "decoding" not in (latest(job.outputs(), 1) or "") and time.time() < deadline:
+                time.sleep(0.05)
+            return job
+
+        job = running(5)
+        page.predict(api_name="/stop")
+        job.result(timeout=60)
+        assert "stopped at NFE" in latest(job.outputs(), 1)
+
+        for k in range(20):                 # rows that keep the worker busy (each its own settings)
+            client.submit("tiny", "red heart", k, scd_core.Settings(method="ar", top_k=200 + k))
+        job = page.submit(*args(**{**TINY, "seed": 6}), api_name="/generate")
+        deadline = time.time() + 60
+        while app.REQUESTS.rows_of("tiny") == 0 and time.time() < deadline:   # its row is in
+            time.sleep(0.005)
+        os.kill(pid, signal.SIGKILL)
+        job.result(timeout=60)
+        assert "the decoding worker for tiny stopped unexpectedly" in latest(job.outputs(), 1)
+        _, outputs = served(page, seed=4)
+        assert "done" in latest(outputs, 1) and client.pid("tiny") not in (None, pid)
+        assert np.array_equal(picture(outputs), alone(model, 4)[0])
+    finally:
+        client.close()

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 import scd_core
-from demo import checks, models, servers, streaming
+from demo import backend, checks, models, servers, streaming
 from scd_core.race import Race
 
 
@@ -104,16 +104,9 @@ def test_a_stop_cuts_the_slow_motion_wait_short():
 
 # ---------------------------------------------------------------------------- serving
 
-class Finished:
-    """A served request that has ended with `n` records, each from a pass of `batch` rows."""
-
-    def __init__(self, n: int, batch: int = 1) -> None:
-        self.records, self.batch_sizes = [SimpleNamespace(index=i) for i in range(n)], [batch] * n
-        self.finished, self.cancelled, self.error = threading.Event(), threading.Event(), None
-        self.finished.set()
-
-    def cancel(self) -> None:
-        self.cancelled.set()
+def records(n: int) -> list:
+    """The records of a row that has ended after `n` passes."""
+    return [SimpleNamespace(index=i) for i in range(n)]
 
 
 @pytest.fixture(scope="module")
@@ -135,25 +128,26 @@ def test_one_server_per_model_closed_once_the_model_is_dropped(grid):
 
 def test_follow_ends_at_a_stop_even_while_the_device_is_busy(grid):
     pool, flag = servers.Servers(), threading.Event()
+    client = servers.PageClient(pool, lambda name: grid)
     with pool.device_lock:                         # a race holds the device: no pass runs
-        row = pool.submit(grid, Race("a cat", scd_core.Settings(window=4)), "sjd")
+        rid = client.submit("grid", "a cat", 0, scd_core.Settings(window=4, method="sjd"))
         threading.Timer(0.1, flag.set).start()
         t = time.perf_counter()
-        assert list(servers.follow(row, flag.is_set)) == []
-        assert time.perf_counter() - t < 1 and row.cancelled.is_set()
-    row.result(timeout=30)            # it joined at the next boundary, and left at the one after
-    assert len(row.records) <= 2 and int(row.records[-1].n_after[0]) < 36
+        assert list(servers.follow(client, rid, flag.is_set)) == []
+        assert time.perf_counter() - t < 1
+    row = client.result(rid, timeout=30)  # it joined at the next boundary, and left at the one after
+    assert row.cancelled and row.nfe <= 2 and int((row.tokens >= 0).sum()) < 36
 
 
 def test_slow_motion_shows_every_pass_and_a_stop_keeps_what_is_shown():
     clock, seen = FakeClock(), []
     t = clock.now()
-    for record, picture, _ in servers.shown(Finished(5), 0.05, lambda: len(seen) >= 3, clock=clock):
+    for record, picture, _ in servers.shown(records(5), 0.05, lambda: len(seen) >= 3, clock=clock):
         assert picture
         seen.append(record)
     assert [r.index for r in seen] == [0, 1, 2]
     assert clock.now() - t == pytest.approx(2 * max(0.05, servers.IMAGE_EVERY))
-    assert [r.index for r, _, _ in servers.shown(Finished(5), 0.05, lambda: False, clock=clock)] == \
+    assert [r.index for r, _, _ in servers.shown(records(5), 0.05, lambda: False, clock=clock)] == \
         [0, 1, 2, 3, 4]
 
 
@@ -174,7 +168,7 @@ def test_full_speed_shares_the_live_updates_among_the_rows_of_a_pass():
     clock.t += 0.05
     assert servers.Pacer(0.01, wait_first=True, clock=clock)(share=1) is False
     assert not busy(share=32) and busy(share=1)                 # 0.05 s: past 0.01 s, not 0.32 s
-    assert [p for _, p, _ in servers.shown(Finished(40, 32), 0.0, lambda: False, clock=clock)] == \
+    assert [p for _, p, _ in servers.shown(records(40), 0.0, lambda: False, lambda r: 32, clock=clock)] == \
         [False] * 40
 
 
@@ -207,3 +201,13 @@ def test_a_loaded_models_own_window_reaches_the_page():
     page_models.put("janus-pro-1b", grid)              # a model with weights, now loaded
     d, s, ok = page_models.defaults("janus-pro-1b")
     assert ok and d["window"] == 24 and s["top_k"] == 7
+
+
+def test_the_decode_backend_is_read_from_scd_decode_and_a_bad_value_is_named():
+    assert backend.backend_kind({}) == "process" and backend.backend_kind({"SCD_DECODE": " "}) == "process"
+    assert backend.backend_kind({"SCD_DECODE": "local"}) == "local"
+    assert backend.backend_kind({"SCD_DECODE": "ray://10.0.0.2:10001"}) == "ray"
+    assert backend.backend_kind({"SCD_DECODE": "ray://local"}) == "ray"
+    for bad in ("ray://", "processes", "http://host:1"):
+        with pytest.raises(ValueError, match="SCD_DECODE"):
+            backend.backend_kind({"SCD_DECODE": bad})

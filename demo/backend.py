@@ -1,0 +1,118 @@
+"""Where Generate decodes: the decode client that `SCD_DECODE` names, parsed once here, and
+the page's requests on it (one per running Generate, by visitor, so that Stop cancels it).
+
+    SCD_DECODE=process        (the default) one worker process per model (`scd_core.workers`),
+                              SCD_THREADS torch threads each (default 1)
+    SCD_DECODE=local          in the page's process, on the page's own models and servers
+    SCD_DECODE=ray://local    Ray Serve (`scd_core.distributed.service.client_from_env`)
+    SCD_DECODE=ray://HOST:PORT
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Callable
+
+from scd_core.settings import Settings
+
+ENV = "SCD_DECODE"
+BACKENDS = ("process", "local", "ray://local", "ray://HOST:PORT")
+
+
+def backend_kind(environ=os.environ) -> str:
+    """`process`, `local` or `ray` from SCD_DECODE (unset or empty: `process`); a ValueError
+    naming SCD_DECODE otherwise."""
+    value = (environ.get(ENV) or "").strip() or "process"
+    if value in ("process", "local"):
+        return value
+    if value.startswith("ray://") and value != "ray://":
+        return "ray"
+    raise ValueError(f"{ENV} must be one of {', '.join(BACKENDS)}, got {value!r}")
+
+
+def make_client(kind: str, local: Callable[[], Any], load: Callable[[str], Any], max_batch: int,
+                environ=os.environ):
+    """The decode client of this kind: `local()` makes the in-process one; the worker
+    processes load their model with `load(name)` (a module-level function: it is sent to them)."""
+    if kind == "local":
+        return local()
+    if kind == "process":
+        from demo.checks import env_count
+        from scd_core.workers import ProcessClient
+        return ProcessClient(max_batch=max_batch, threads=env_count("SCD_THREADS", 1), load=load)
+    from scd_core.distributed.service import client_from_env
+    return client_from_env(environ)
+
+
+class Requests:
+    """The page's running Generate requests on one decode client: by visitor (Stop cancels
+    theirs at once) and by model (how many rows of it the page is decoding now)."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+        self._lock = threading.Lock()
+        self._running: dict[str, tuple[str, str]] = {}     # request id -> (visitor, model name)
+
+    def submit(self, visitor: str, name: str, prompt: str, seed: int, settings: Settings) -> str:
+        rid = self.client.submit(name, prompt, seed, settings)
+        with self._lock:
+            self._running[rid] = (visitor, name)
+        return rid
+
+    def done(self, rid: str) -> None:
+        with self._lock:
+            self._running.pop(rid, None)
+
+    def cancel_visitor(self, visitor: str) -> None:
+        """Cancel the visitor's running rows (at once: each leaves at its next pass boundary)."""
+        with self._lock:
+            mine = [rid for rid, (v, _) in self._running.items() if v == visitor]
+        for rid in mine:
+            try:
+                self.client.cancel(rid)
+            except ValueError:                       # it ended and was forgotten meanwhile
+                pass
+
+    def rows_of(self, name: str) -> int:
+        """The page's rows of this model decoding now."""
+        with self._lock:
+            return sum(1 for _, n in self._running.values() if n == name)
+
+
+class Row:
+    """One Generate row on the decode client, as the page reads it: its decoder and the
+    batch sizes of its passes, live where the client tells them (`local`), else at its end."""
+
+    def __init__(self, requests: Requests, rid: str, name: str) -> None:
+        self.requests, self.rid, self.name, self.client = requests, rid, name, requests.client
+        self.final: tuple[int, ...] | None = None
+
+    def decode(self):
+        """The row's decoder where the client tells it (None: the model's own)."""
+        return getattr(self.client, "decoder", lambda rid: None)(self.rid)
+
+    def batch_sizes(self) -> list[int]:
+        if self.final is not None:
+            return list(self.final)
+        live = getattr(self.client, "batch_sizes", None)
+        return live(self.rid) if live else []
+
+    def share(self, record) -> int:
+        """The rows that decoded this record's pass (the page's rows of the model, if not told)."""
+        sizes = self.batch_sizes()
+        return sizes[record.index] if record.index < len(sizes) else max(1, self.requests.rows_of(self.name))
+
+    def shared(self, records: int) -> int:
+        """The most other rows that one of its first `records` passes decoded with it."""
+        return max(self.batch_sizes()[:records], default=1) - 1
+
+    def end(self) -> None:
+        """Cancel it if it still runs (it leaves at its next pass boundary), read its batch
+        sizes from its result, then forget it."""
+        try:
+            self.client.cancel(self.rid)
+            self.final = tuple(self.client.result(self.rid, timeout=5.0).batch_sizes)
+        except (TimeoutError, RuntimeError, ValueError):   # DecodeError is a RuntimeError
+            pass
+        self.requests.done(self.rid)
+        getattr(self.client, "release", lambda rid: None)(self.rid)
