@@ -133,7 +133,7 @@ def decode_pass(session: Session, state: State, plan: Plan) -> tuple[State, Verd
     fed = canvas_at(state, start.unsqueeze(1) + torch.arange(W, device=start.device))   # [B, W]
     logits = session.step(fed, start)                    # [B, W, V]: logits[b, j] predicts start + j + 1
     offset = state.n - 1 - start                         # [B] index of the logits for position n
-    p = processed_probs(align(logits, offset, plan.window), plan.sampling)               # [B, L, V]
+    p = processed_probs(logits, plan.sampling, window_rows(offset, plan.window, W))    # [B, L, V]
     state, verdict = advance(state, p, m=W - 1 - offset, plan=plan)
     return state, verdict._replace(start=start, fed=fed)
 
@@ -263,11 +263,10 @@ def canvas_at(state: State, pos: torch.LongTensor) -> torch.LongTensor:
     return torch.where(rel < 0, committed, drafts.gather(1, rel.clamp(0, drafts.shape[1] - 1)))
 
 
-def align(logits: torch.Tensor, offset: torch.LongTensor, L: int) -> torch.Tensor:
-    """logits [B, W, V] -> [B, L, V] with slot i holding the logits at index offset[b] + i
+def window_rows(offset: torch.LongTensor, L: int, W: int) -> torch.LongTensor:
+    """[B, L] the index into a pass's W logits of each slot: slot i reads offset[b] + i
     (clamped to the window: slots past the fed drafts are never read)."""
-    index = (offset.unsqueeze(1) + torch.arange(L, device=logits.device)).clamp(max=logits.shape[1] - 1)
-    return logits[rows_of(index), index]                                        # whole rows copied
+    return (offset.unsqueeze(1) + torch.arange(L, device=offset.device)).clamp(max=W - 1)
 
 
 def commit(tokens: torch.LongTensor, n: torch.LongTensor, c: torch.LongTensor,
@@ -312,7 +311,7 @@ def start_rows(first_logits: torch.Tensor, seeds: Sequence[int], plan: Plan) -> 
                   q=torch.zeros(B, D, V, device=device),
                   keys=coupling.row_keys(torch.tensor(list(seeds), dtype=torch.long, device=device)).unsqueeze(1),
                   passes=torch.zeros(B, dtype=torch.long, device=device))
-    p = processed_probs(align(first_logits.unsqueeze(1), torch.zeros_like(empty.n), plan.window), plan.sampling)
+    p = processed_probs(first_logits.unsqueeze(1), plan.sampling, window_rows(empty.n, plan.window, 1))
     state, verdict = advance(empty, p, torch.zeros_like(empty.n), plan)
     return state, verdict._replace(start=torch.full_like(empty.n, -1), fed=empty.tokens[:, :0])
 
