@@ -133,7 +133,7 @@ def decode_pass(session: Session, state: State, plan: Plan) -> tuple[State, Verd
     fed = canvas_at(state, start.unsqueeze(1) + torch.arange(W, device=start.device))   # [B, W]
     logits = session.step(fed, start)                    # [B, W, V]: logits[b, j] predicts start + j + 1
     offset = state.n - 1 - start                         # [B] index of the logits for position n
-    p = processed_probs(align(logits, offset, plan.window), plan.sampling)               # [B, L, V]
+    p = processed_probs(logits, plan.sampling, window_rows(offset, plan.window, W))    # [B, L, V]
     state, verdict = advance(state, p, m=W - 1 - offset, plan=plan)
     return state, verdict._replace(start=start, fed=fed)
 
@@ -184,7 +184,7 @@ def advance(state: State, p: torch.Tensor, m: torch.LongTensor, plan: Plan) -> t
     src = (c + slots[:D]).clamp(max=L - 1)                                      # [B, D] old slot of each new slot
     carried = (c + slots[:D] <= m) & (n + c + slots[:D] < N)                    # [B, D] slots with a redraft
     drafts = torch.where(carried, redraft.gather(1, src), -1)                   # [B, D]
-    q = redraft_laws(p, state.q, kept).gather(1, src.unsqueeze(-1).expand(-1, -1, V))   # [B, D, V]
+    q = redraft_laws(p, state.q, kept)[rows_of(src), src]                       # [B, D, V]: whole rows copied
 
     # fill the empty slots by the init scheme, with the law each draft is drawn from
     after = State(tokens, state.n + c.squeeze(1), drafts, q, state.keys, state.passes + 1)
@@ -241,13 +241,19 @@ def fill_empty(state: State, carried: torch.BoolTensor, u: torch.Tensor, plan: P
         draft = torch.where(copy, canvas_at(state, src.clamp(min=0)), draft)
     empty = ~carried
     drafts = torch.where(empty, draft, state.drafts).masked_fill(pos >= plan.N, -1)
-    q = state.q
-    q[empty] = 1.0 / V                                                          # uniform: random init
-    q[empty & copy] = F.one_hot(draft[empty & copy], V).to(q.dtype)             # one-hot: a copy
+    q = state.q.masked_fill_(empty.unsqueeze(-1), 1.0 / V)                      # uniform: random init
+    one_hot = (empty & copy).nonzero(as_tuple=True)                             # ([C], [C]) slots of a copy
+    q[one_hot] = 0.0
+    q[one_hot + (draft[one_hot],)] = 1.0                                        # one-hot: a copy
     return State(state.tokens, state.n, drafts, q, state.keys, state.passes)
 
 
 # ---------------------------------------------------------------------------- helpers
+
+def rows_of(index: torch.LongTensor) -> torch.LongTensor:
+    """[B, 1] the row number of each row of index [B, S], to index [B, ...] tensors at (b, index[b, s])."""
+    return torch.arange(index.shape[0], device=index.device).unsqueeze(1)
+
 
 def canvas_at(state: State, pos: torch.LongTensor) -> torch.LongTensor:
     """Token at generated positions pos [B, S]: committed below n, else the draft there."""
@@ -257,11 +263,10 @@ def canvas_at(state: State, pos: torch.LongTensor) -> torch.LongTensor:
     return torch.where(rel < 0, committed, drafts.gather(1, rel.clamp(0, drafts.shape[1] - 1)))
 
 
-def align(logits: torch.Tensor, offset: torch.LongTensor, L: int) -> torch.Tensor:
-    """logits [B, W, V] -> [B, L, V] with slot i holding the logits at index offset[b] + i
+def window_rows(offset: torch.LongTensor, L: int, W: int) -> torch.LongTensor:
+    """[B, L] the index into a pass's W logits of each slot: slot i reads offset[b] + i
     (clamped to the window: slots past the fed drafts are never read)."""
-    index = (offset.unsqueeze(1) + torch.arange(L, device=logits.device)).clamp(max=logits.shape[1] - 1)
-    return logits.gather(1, index.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+    return (offset.unsqueeze(1) + torch.arange(L, device=offset.device)).clamp(max=W - 1)
 
 
 def commit(tokens: torch.LongTensor, n: torch.LongTensor, c: torch.LongTensor,
@@ -306,7 +311,7 @@ def start_rows(first_logits: torch.Tensor, seeds: Sequence[int], plan: Plan) -> 
                   q=torch.zeros(B, D, V, device=device),
                   keys=coupling.row_keys(torch.tensor(list(seeds), dtype=torch.long, device=device)).unsqueeze(1),
                   passes=torch.zeros(B, dtype=torch.long, device=device))
-    p = processed_probs(align(first_logits.unsqueeze(1), torch.zeros_like(empty.n), plan.window), plan.sampling)
+    p = processed_probs(first_logits.unsqueeze(1), plan.sampling, window_rows(empty.n, plan.window, 1))
     state, verdict = advance(empty, p, torch.zeros_like(empty.n), plan)
     return state, verdict._replace(start=torch.full_like(empty.n, -1), fed=empty.tokens[:, :0])
 

@@ -47,20 +47,30 @@ def guide(cond: torch.Tensor, uncond: torch.Tensor | None, scale: float) -> torc
     return uncond + scale * (cond - uncond)
 
 
-def processed_probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
-    """[..., V] guided logits -> [..., V] float32 probabilities p (temperature, top-k, top-p)."""
+def processed_probs(logits: torch.Tensor, cfg: SamplingConfig, rows: torch.LongTensor | None = None) -> torch.Tensor:
+    """[..., V] guided logits -> [..., V] float32 probabilities p (temperature, top-k, top-p).
+
+    With `rows` [B, L] (logits [B, W, V]), p is [B, L, V] with p[b, l] the distribution of
+    logits[b, rows[b, l]]: the logits are filtered where they lie and only the rows' results
+    are copied (no [B, L, V] copy of the logits)."""
+    def pick(t: torch.Tensor) -> torch.Tensor:                   # [B, W, ...] -> [B, L, ...]
+        if rows is None:
+            return t
+        return t[torch.arange(rows.shape[0], device=rows.device).unsqueeze(1), rows]
+
     if logits.dtype != torch.float32:
         logits = logits.float()
+    shape = pick(logits[..., :1]).shape[:-1] + logits.shape[-1:]  # [..., V] of the result
     if cfg.greedy:
-        return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+        return logits.new_zeros(shape).scatter_(-1, pick(logits.argmax(-1, keepdim=True)), 1.0)
     if cfg.temperature != 1.0:
         logits = logits / cfg.temperature
     if 0 < cfg.top_k < logits.shape[-1]:
         # softmax over the k largest logits only (exactly k tokens: torch.topk breaks ties)
         top = logits.topk(cfg.top_k, dim=-1, sorted=False)
-        probs = torch.zeros_like(logits).scatter_(-1, top.indices, top.values.softmax(-1))
+        probs = logits.new_zeros(shape).scatter_(-1, pick(top.indices), pick(top.values).softmax(-1))
     else:
-        probs = logits.softmax(-1)
+        probs = pick(logits).softmax(-1)
     if cfg.top_p < 1:
         probs = _nucleus(probs, cfg.top_p)
     return probs
