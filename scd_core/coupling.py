@@ -120,5 +120,13 @@ def gumbel_noise(keys: torch.LongTensor, positions: torch.LongTensor, vocab: int
     """
     position_key = _mix32(keys ^ (positions * 0x632BE5AB))                       # [B, S]
     h = _mix32(position_key.unsqueeze(-1) ^ _token_keys(vocab, positions.device))   # [B, S, V]
-    u = ((h >> 8).float() + 0.5) * (1.0 / 16777216.0)                           # in (0, 1)
+    u = hash_uniforms(h)
     return -(-u.log()).log()
+
+
+def hash_uniforms(h: torch.LongTensor) -> torch.Tensor:
+    """32-bit hashes -> float32 uniforms in (0, 1) from their top 24 bits (bucket centres).
+    The top bucket's centre, 1 - 2**-25, rounds to 1.0 in float32 (its Gumbel noise would be
+    +inf and take its token whatever p, p = 0 included): it is held at the largest float below 1."""
+    u = ((h >> 8).float() + 0.5) * (1.0 / 16777216.0)
+    return u.clamp(max=1.0 - 2.0 ** -24)

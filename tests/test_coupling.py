@@ -126,3 +126,17 @@ def test_residual_of_equal_laws_falls_back_to_p():
     p = torch.tensor([0.2, 0.3, 0.5])
     assert torch.equal(coupling.residual(p, p), p)
     assert torch.allclose(coupling.residual(p, torch.tensor([0.4, 0.3, 0.3])), torch.tensor([0.0, 0.0, 1.0]))
+
+
+def test_gumbel_noise_is_finite_even_at_the_top_hash_bucket():
+    """The 24-bit uniform's top bucket, (2**24 - 0.5) / 2**24, rounds to 1.0 in float32 and
+    would give G = +inf, which picks its token whatever p (even p = 0): the uniforms stay
+    below 1, so the noise of every hash is finite."""
+    import torch
+    from scd_core import coupling
+
+    h = torch.tensor([0, 2 ** 31, 2 ** 32 - 257, 2 ** 32 - 1], dtype=torch.long)
+    u = coupling.hash_uniforms(h)
+    assert bool((u > 0).all() and (u < 1).all())
+    assert torch.isfinite(-(-u.log()).log()).all()
+    assert float(u[-1]) > float(u[-2])                      # the top bucket still ranks above the next
