@@ -17,10 +17,12 @@ forward passes at several batch sizes and windows on this device.
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import queue
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
 from typing import Iterator, Sequence
@@ -305,6 +307,17 @@ class Scheduler:
         self.rows = []
 
 
+_LIVE: "weakref.WeakSet[Server]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_servers() -> None:
+    """At exit, every live server's requests are cancelled and its worker joined: a worker
+    thread still inside torch when the interpreter ends would abort the process."""
+    for server in list(_LIVE):
+        server.close(cancel=True, timeout=10)
+
+
 class Server:
     """Schedulers of one model, one per settings group, run by one worker thread that takes
     one pass of each busy group in turn. Requests with the same settings share passes.
@@ -320,6 +333,7 @@ class Server:
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
+        _LIVE.add(self)
 
     def submit(self, prompt: str, seed: int = 0, settings: Settings | None = None, **keywords) -> Request:
         """Queue a prompt with its settings (`settings`, or the keywords of `generate` on top
@@ -338,13 +352,21 @@ class Server:
             self._wake.notify()
         return request
 
-    def close(self) -> None:
-        """Stop the worker once the requests already submitted are done."""
+    def close(self, cancel: bool = False, timeout: float | None = None) -> None:
+        """Stop the worker once the requests already submitted are done (`cancel`: cancel
+        them first, so that they end at the next pass boundary)."""
         with self._wake:
+            if cancel:
+                for scheduler in self.schedulers.values():
+                    with scheduler._lock:
+                        requests = [r for r in scheduler.rows + scheduler._waiting if r is not None]
+                    for request in requests:
+                        request.cancel()
             self._closed = True
             self._wake.notify()
-        if self._thread is not None:
-            self._thread.join()
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
 
     def _work(self) -> None:
         while True:
