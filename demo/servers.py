@@ -3,16 +3,14 @@ stop flags per visitor, and the pace of live updates: when a Generate run shows 
 from __future__ import annotations
 
 import contextlib
-import math
 import queue
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 from demo.checks import as_int
-from scd_core.client import RowBook, RowLog, RowResult, failure_message
+from scd_core.local import LocalClient
 from scd_core.decoding import METHODS
 from scd_core.models.status import MAX_GPU_SECONDS, MIN_GPU_SECONDS, gpu_seconds
 from scd_core.serve import Request, Server
@@ -92,41 +90,19 @@ class Servers:
             return [server.model for server in self._servers.values()]
 
 
-class PageClient:
-    """The `local` decode client (`demo.backend`): rows on the page's own `Servers`, on the
-    models `get_model(name)` gives (the page's, so a model the page replaces is the one
-    decoded). Besides the `scd_core.client.DecodeClient` methods it tells a row's decoder
-    and the batch of each of its passes while it runs."""
+class PageClient(LocalClient):
+    """The `local` decode client (`demo.backend`): `scd_core.local.LocalClient` on the page's
+    own `Servers` and the models `get_model(name)` gives (the page's, so a model the page
+    replaces is the one decoded). It keeps a row's server request until `release`, so that
+    it can tell the row's decoder and the batch of each of its passes, also after its end."""
 
     def __init__(self, servers: Servers, get_model: Callable[[str], object]) -> None:
+        super().__init__(load=get_model, max_batch=servers.max_batch, device_lock=servers.device_lock)
         self.servers, self._get = servers, get_model
-        self._rows = RowBook()
-        self._requests: dict[str, Request] = {}
-        self._lock = threading.Lock()
 
-    def submit(self, model: str, prompt: str, seed: int, settings: Settings) -> str:
-        loaded = self._get(model)
-        request = self.servers.get(loaded).submit(prompt, seed, settings)   # ValueError: a bad argument
-        rid, row = uuid.uuid4().hex, RowLog(model, math.prod(int(s) for s in loaded.grid))
-        with self._lock:
-            self._requests[rid] = request
-        self._rows.add(rid, row)
-        threading.Thread(target=self._pump, args=(rid, request, row), name=f"scd-row-{rid[:8]}",
-                         daemon=True).start()
-        return rid
-
-    def records(self, request: str) -> Iterator[Iteration]:
-        return self._rows.get(request).records()
-
-    def cancel(self, request: str) -> None:
-        self._rows.get(request).cancel_requested = True
-        with self._lock:
-            running = self._requests.get(request)
-        if running is not None:
-            running.cancel()
-
-    def result(self, request: str, timeout: float | None = None) -> RowResult:
-        return self._rows.get(request).result(timeout)
+    def server(self, name: str):
+        loaded = self._get(name)
+        return loaded, self.servers.get(loaded)
 
     def decoder(self, request: str):
         """The row's decoder (None before its first pass: the model's own)."""
@@ -146,6 +122,7 @@ class PageClient:
         self._rows.release(request)
 
     def close(self) -> None:
+        """Cancel the rows still running (the page's servers stay: they are the page's)."""
         for row in self._rows.running():
             row.cancel_requested = True
         with self._lock:
@@ -153,15 +130,8 @@ class PageClient:
         for request in running:
             request.cancel()
 
-    def _pump(self, rid: str, request: Request, row: RowLog) -> None:
-        error = None
-        try:
-            for record in request:
-                row.append(record)
-        except Exception as exc:                      # its batch failed, or its start was refused
-            error = failure_message(exc)
-        row.end(error, tuple(request.batch_sizes))
-        self._rows.finished(rid)
+    def _ended(self, rid: str) -> None:
+        pass                                          # kept until `release`
 
 
 def follow(client, request: str, stopped: Callable[[], bool], poll: float = 0.05,

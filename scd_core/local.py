@@ -68,6 +68,12 @@ class LocalClient:
                 self._servers[name] = Server(model, max_batch=self.max_batch, device_lock=self.device_lock)
             return model
 
+    def server(self, name: str) -> tuple[Any, Server]:
+        """The model served under `name` and its server (loading it on first use)."""
+        model = self.model(name)
+        with self._lock:
+            return model, self._servers[name]
+
     def num_tokens(self, name: str) -> int:
         """Tokens in a grid of this model (loads it)."""
         return math.prod(int(s) for s in self.model(name).grid)
@@ -78,12 +84,10 @@ class LocalClient:
         ValueError names a bad argument at once. `settings` None: `Settings()`."""
         if self._closed:
             raise DecodeError("the decoding service is closed")
-        num_tokens = self.num_tokens(model)
-        with self._lock:
-            server = self._servers[model]
+        loaded, server = self.server(model)
         request = server.submit(prompt, seed, settings)          # checks prompt, seed, settings
         rid = request_id or uuid.uuid4().hex
-        row = RowLog(model, num_tokens)
+        row = RowLog(model, math.prod(int(s) for s in loaded.grid))
         with self._lock:
             self._requests[rid] = request
         self._rows.add(rid, row)
@@ -134,7 +138,11 @@ class LocalClient:
                 row.append(record)
         except Exception as exc:                      # its batch failed, or its start was refused
             error = failure_message(exc)
-        with self._lock:
-            self._requests.pop(rid, None)
+        self._ended(rid)
         row.end(error, tuple(request.batch_sizes))
         self._rows.finished(rid)
+
+    def _ended(self, rid: str) -> None:
+        """A row's server request has ended: it is no longer kept."""
+        with self._lock:
+            self._requests.pop(rid, None)
