@@ -45,6 +45,34 @@ class ResizableSession(Session, Protocol):
 
 
 @runtime_checkable
+class TreeSession(Session, Protocol):
+    """A Session that can feed a tree of drafts in one pass (optional; needed for `tree=`).
+
+    `step_tree(tokens [B, T], parents [B, T], start [B])` feeds T nodes per row in one
+    forward pass, first forgetting anything fed earlier at positions >= start[b] of row b.
+    Node 0 is the root (`parents[b, 0] == -1`); every other node j has a parent
+    `0 <= parents[b, j] < j`. A node's depth is 0 for the root, else its parent's plus one,
+    and node j sits at generated position `start[b] + depth(j)`: siblings share a position.
+    Node j sees the committed prefix and its own root-to-j path only (a tree attention mask:
+    its ancestors and itself). It returns logits [B, T, V] where `logits[b, j]` predicts
+    position `start[b] + depth(j) + 1` given the prefix and that path: the logits `step`
+    would give at the end of that path fed as a chain. A chain (`parents[b, j] == j - 1`)
+    is exactly `step(tokens, start)`.
+
+    `keep_path(nodes [B, P])` follows a `step_tree`: `nodes[b]` is a root-to-node path of
+    that call's nodes (`nodes[b, 0] == 0`, each next one a child of the one before, padded
+    with -1 at the end). Row b keeps node `nodes[b, i]` as position `start[b] + i` and
+    forgets every other node of that call, without feeding anything: afterwards the session
+    is exactly as if the path had been fed by `step`.
+    """
+
+    def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
+                  start: torch.LongTensor) -> torch.Tensor: ...
+
+    def keep_path(self, nodes: torch.LongTensor) -> None: ...
+
+
+@runtime_checkable
 class TokenModel(Protocol):
     """An autoregressive model over a grid of discrete tokens.
 
@@ -93,3 +121,8 @@ def row_decoder(model: Any, session: Session, row: int):
 def can_resize(session: Session) -> bool:
     """Whether rows can join and leave the session's batch (`ResizableSession`)."""
     return callable(getattr(session, "add_rows", None)) and callable(getattr(session, "keep_rows", None))
+
+
+def can_tree(session: Session) -> bool:
+    """Whether the session can feed a tree of drafts in one pass (`TreeSession`)."""
+    return callable(getattr(session, "step_tree", None)) and callable(getattr(session, "keep_path", None))
