@@ -7,6 +7,8 @@ ancestors follow in one sweep per tree level, never per node.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 
@@ -60,3 +62,90 @@ def path_tokens(tokens: torch.LongTensor, parents: torch.LongTensor) -> torch.Lo
     b, i, j = seen.nonzero(as_tuple=True)
     out[b, i, d[b, j]] = tokens[b, j]
     return out
+
+
+@dataclass
+class Tree:
+    """One `step_tree` call's tree, checked, with what a `keep_path` after it needs.
+
+    tokens, parents, depth [B, T]; start [B]; seen [B, T, T] (`ancestors`)."""
+
+    tokens: torch.LongTensor
+    parents: torch.LongTensor
+    start: torch.LongTensor
+    depth: torch.LongTensor
+    seen: torch.BoolTensor
+
+    @property
+    def positions(self) -> torch.LongTensor:
+        """[B, T] the generated position of each node: start[b] + depth."""
+        return self.start.unsqueeze(1) + self.depth
+
+    def repeat(self, reps: int) -> "Tree":
+        """The same tree for `reps` blocks of rows (a guided model's unconditional rows)."""
+        return Tree(self.tokens.repeat(reps, 1), self.parents.repeat(reps, 1), self.start.repeat(reps),
+                    self.depth.repeat(reps, 1), self.seen.repeat(reps, 1, 1))
+
+
+def check_tree(tokens, parents, start, batch: int, vocab_size: int) -> Tree:
+    """Validate `step_tree` arguments (a ValueError naming the argument): tokens [batch, T] in
+    [0, V), parents [batch, T] a tree (`check_parents`), start [batch] >= 0."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int64, torch.int32) \
+            or tokens.ndim != 2 or tokens.shape[0] != batch or tokens.shape[1] == 0:
+        raise ValueError(f"tokens: expected an integer tensor [B={batch}, T] with T >= 1, got "
+                         f"{getattr(tokens, 'shape', type(tokens).__name__)}")
+    if int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size:
+        raise ValueError(f"tokens: values must lie in [0, {vocab_size})")
+    if not isinstance(parents, torch.Tensor) or parents.dtype not in (torch.int64, torch.int32) \
+            or tuple(parents.shape) != tuple(tokens.shape):
+        raise ValueError(f"parents: expected an integer tensor of the tokens' shape {tuple(tokens.shape)}, got "
+                         f"{getattr(parents, 'shape', type(parents).__name__)}")
+    start = torch.as_tensor(start).reshape(-1).long()
+    if start.shape[0] != batch:
+        raise ValueError(f"start: expected {batch} entries, got {start.shape[0]}")
+    if int(start.min()) < 0:
+        raise ValueError("start: positions must be >= 0")
+    parents = parents.long().to(tokens.device)
+    check_parents(parents)
+    seen = ancestors(parents)
+    return Tree(tokens.long(), parents, start.to(tokens.device), seen.sum(2) - 1, seen)
+
+
+def check_path(tree: Tree, nodes) -> tuple[torch.LongTensor, torch.BoolTensor]:
+    """Validate `keep_path(nodes)` against the tree it follows: nodes [B, P], each row a
+    root-to-node path of that tree (node 0 first, each next node a child of the one before)
+    padded with -1. Returns (index [B, P] with the padding as 0, kept [B, P] bool)."""
+    if tree is None:
+        raise ValueError("nodes: keep_path follows a step_tree, and none is pending")
+    B, T = tree.parents.shape
+    if not isinstance(nodes, torch.Tensor) or nodes.dtype not in (torch.int64, torch.int32) \
+            or nodes.ndim != 2 or nodes.shape[0] != B or nodes.shape[1] == 0:
+        raise ValueError(f"nodes: expected an integer tensor [B={B}, P] with P >= 1, got "
+                         f"{getattr(nodes, 'shape', type(nodes).__name__)}")
+    nodes = nodes.long().to(tree.parents.device)
+    kept = nodes >= 0
+    if bool((nodes >= T).any()) or bool((nodes < -1).any()):
+        raise ValueError(f"nodes: node indices must lie in [0, {T}) or be -1 (padding)")
+    if bool((nodes[:, 0] != 0).any()) or bool((kept[:, 1:] & ~kept[:, :-1]).any()):
+        raise ValueError("nodes: each row must start at the root (0), padded with -1 at the end only")
+    index = nodes.clamp(min=0)
+    parent = tree.parents.gather(1, index[:, 1:])
+    if bool((kept[:, 1:] & (parent != index[:, :-1])).any()):
+        raise ValueError("nodes: each node of a path must be a child of the node before it")
+    return index, kept
+
+
+def tree_mask(prefix: torch.BoolTensor, seen: torch.BoolTensor) -> torch.BoolTensor:
+    """[R, 1, T, L + T] what each node attends to: the visible prefix slots `prefix` [R, L]
+    (the same for every node), then its ancestors and itself among the T nodes (`seen`)."""
+    R, T = seen.shape[:2]
+    return torch.cat([prefix[:, None, :].expand(R, T, -1), seen], dim=2)[:, None]
+
+
+def gather_nodes(x: torch.Tensor, index: torch.LongTensor, dim: int) -> torch.Tensor:
+    """Entries `index` [R, P] of per-node tensor `x` (node axis `dim`, rows first): e.g. the
+    kept path's keys [R, H, P, D] out of a tree's keys [R, H, T, D] with dim=2."""
+    shape = [1] * x.dim()
+    shape[0], shape[dim] = index.shape
+    idx = index.view(shape).expand(*[index.shape[1] if d == dim else s for d, s in enumerate(x.shape)])
+    return x.gather(dim, idx)
