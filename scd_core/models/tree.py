@@ -149,3 +149,57 @@ def gather_nodes(x: torch.Tensor, index: torch.LongTensor, dim: int) -> torch.Te
     shape[0], shape[dim] = index.shape
     idx = index.view(shape).expand(*[index.shape[1] if d == dim else s for d, s in enumerate(x.shape)])
     return x.gather(dim, idx)
+
+
+@dataclass
+class Forced:
+    """A tree with a forced token (an end-of-row marker) fed after some of its nodes.
+
+    The T nodes are entries 0..T-1; the forced tokens are entries T..T+E-1, `owner` [R, E]
+    the node each follows (`forced` [R, E] False for padding: rows have different counts).
+    A forced token sits between its node and that node's children: the children and the
+    forced token itself see it, its own node and the node's siblings do not."""
+
+    seen: torch.BoolTensor       # [R, T+E, T+E] what each entry attends to among the entries
+    out: torch.LongTensor        # [R, T] the entry whose output predicts the next node's token
+    owner: torch.LongTensor      # [R, E]
+    forced: torch.BoolTensor     # [R, E]
+
+
+def force_after(seen: torch.BoolTensor, after: torch.BoolTensor) -> Forced:
+    """The entries of a tree (`seen` [R, T, T], `ancestors`) with a forced token after each
+    node where `after` [R, T] (see `Forced`)."""
+    R, T = after.shape
+    rank = after.long().cumsum(1) - 1                                          # [R, T]
+    E = int(after.sum(1).max()) if T else 0
+    owner = torch.zeros(R, E, dtype=torch.long, device=after.device)
+    forced = torch.zeros(R, E, dtype=torch.bool, device=after.device)
+    b, j = after.nonzero(as_tuple=True)
+    owner[b, rank[b, j]], forced[b, rank[b, j]] = j, True
+    of_owner = seen.gather(2, owner[:, None, :].expand(R, T, E))               # [R, T, E]: node i sees owner
+    strict = of_owner & (owner[:, None, :] != torch.arange(T, device=after.device)[None, :, None])
+    owner_seen = seen.gather(1, owner[:, :, None].expand(R, E, T))             # [R, E, T]: owner sees node j
+    owner_owner = owner_seen.gather(2, owner[:, None, :].expand(R, E, E))      # [R, E, E]
+    top = torch.cat([seen, strict & forced[:, None, :]], 2)
+    bottom = torch.cat([owner_seen, owner_owner & forced[:, None, :]], 2)
+    out = torch.where(after, T + rank.clamp(min=0), torch.arange(T, device=after.device))
+    return Forced(torch.cat([top, bottom], 1), out, owner, forced)
+
+
+def path_entries(forced: Forced, index: torch.LongTensor, kept: torch.BoolTensor
+                 ) -> tuple[torch.LongTensor, torch.BoolTensor]:
+    """The entries of a kept path (`check_path`'s index, kept [R, P]) in sequence order: each
+    kept node, then its forced token if it has one. Returns (entries [R, Q], valid [R, Q])."""
+    R, P = index.shape
+    T = forced.out.shape[1]
+    has = (forced.out.gather(1, index) >= T) & kept                              # node followed by its forced token
+    count = kept.long() + has.long()
+    slot = count.cumsum(1) - count                                              # entry slot of each kept node
+    Q = max(int(count.sum(1).max()), 1)
+    entries = torch.zeros(R, Q, dtype=torch.long, device=index.device)
+    valid = torch.zeros(R, Q, dtype=torch.bool, device=index.device)
+    b, i = kept.nonzero(as_tuple=True)
+    entries[b, slot[b, i]], valid[b, slot[b, i]] = index[b, i], True
+    b, i = has.nonzero(as_tuple=True)
+    entries[b, slot[b, i] + 1], valid[b, slot[b, i] + 1] = forced.out.gather(1, index)[b, i], True
+    return entries, valid
