@@ -2,8 +2,8 @@
 attention mask of a tree given by parent links, for every model and adapter to share.
 
 A tree of T nodes per row is `parents` [B, T]: -1 for the root (node 0), else the index of
-the node's parent, always smaller than its own. Parents come before children, so depths and
-ancestors follow in one sweep per tree level, never per node.
+the node's parent, always smaller than its own. Ancestors follow from the parent links by
+repeated squaring (about log2(depth) matrix products), never a loop per node.
 """
 from __future__ import annotations
 
@@ -24,21 +24,17 @@ def check_parents(parents: torch.LongTensor) -> None:
 
 def ancestors(parents: torch.LongTensor) -> torch.BoolTensor:
     """[B, T, T] whether node j is node i or one of its ancestors (what node i may attend to
-    within the tree: the tree attention mask)."""
+    within the tree: the tree attention mask). Each squaring doubles the path length
+    covered, so a tree of depth D takes about log2(D) matrix products, a chain included."""
     B, T = parents.shape
-    eye = torch.eye(T, dtype=torch.bool, device=parents.device).expand(B, T, T)
-    up = torch.zeros(B, T, T, dtype=torch.bool, device=parents.device)        # [b, i, j]: j is i's parent
-    rows = parents >= 0
-    b, i = rows.nonzero(as_tuple=True)
-    up[b, i, parents[b, i]] = True
-    seen, reach = eye.clone(), eye.float()
-    for _ in range(T - 1):                          # at most T - 1 levels; stops when nothing new
-        reach = (reach @ up.float()).clamp(max=1)   # one level further up
-        new = reach.bool() & ~seen
-        if not bool(new.any()):
-            break
-        seen |= new
-    return seen
+    seen = torch.eye(T, dtype=torch.bool, device=parents.device).repeat(B, 1, 1)
+    b, i = (parents >= 0).nonzero(as_tuple=True)
+    seen[b, i, parents[b, i]] = True                                           # itself and its parent
+    while True:
+        reach = (seen.float() @ seen.float()) > 0                              # up to twice as far
+        if torch.equal(reach, seen):
+            return seen
+        seen = reach
 
 
 def depths(parents: torch.LongTensor) -> torch.LongTensor:
