@@ -2,9 +2,13 @@
 and their argument checks."""
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
+import tree_util
 from scd_core.models import tree as tr
 
 TREES = torch.tensor([[-1, 0, 0, 1, 1, 1, 2, 3],          # breadth first
@@ -97,3 +101,12 @@ def test_bad_trees_and_paths_raise_value_errors_naming_the_argument():
             tr.check_path(tree, torch.tensor(nodes))
     with pytest.raises(ValueError, match="nodes"):
         tr.check_path(None, torch.tensor([[0], [0]]))          # no step_tree before
+
+
+def test_the_documented_example_model_passes_the_tree_checker():
+    """docs/models.md's cache-free example, as written, follows the whole contract."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "models.md").read_text()
+    block = next(b for b in re.findall(r"^```python\n(.*?)^```", text, re.S | re.M) if "class Trigram" in b)
+    space: dict = {}
+    exec(compile(block, "docs/models.md", "exec"), space)
+    tree_util.check_tree_session(space["Trigram"](), ["a", "b"], 1.0)
