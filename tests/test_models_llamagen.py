@@ -11,6 +11,7 @@ from scd_core.models import llamagen as lg
 from scd_core.models.llamagen import GPTConfig, LlamaGenTokenModel, Transformer, VQModel
 from fakehub import empty_hub_cache  # noqa: F401  (fixture: offline, empty Hugging Face cache)
 import rows_util
+import tree_util
 
 V = 24
 GRID = 4
@@ -361,3 +362,10 @@ def test_cuda_rows_join_and_leave(t2i):
     old, new, more = ROW_PROMPTS["t2i"]
     rows_util.check_added_rows(gpu, old, new, 4.0)
     rows_util.check_kept_rows(gpu, more, [2, 0], 4.0)
+
+
+@pytest.mark.parametrize("kind,cfg", [("c2i", 4.0), ("t2i", 1.0), ("t2i", 7.5)])
+def test_tree_of_drafts_equals_its_paths_fed_as_chains(c2i, t2i, kind, cfg):
+    """The tree contract (tests/tree_util.py): 2-D RoPE at each node's depth, the text mask kept."""
+    tm = c2i if kind == "c2i" else t2i
+    tree_util.check_tree_session(tm, ["3", "7"] if kind == "c2i" else ["a red apple", "two cats"], cfg)

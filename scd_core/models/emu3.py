@@ -27,6 +27,7 @@ from .checkpoints import config_model_type, pick_device_dtype, resolve_weights
 from .checks import check_cfg, check_prompts, check_step, check_tokens, left_pad
 from .transformers_session import ResizableRows, RowSlots, load_pretrained
 from .hub import HubFiles, ProgressFn
+from .tree import Forced, Tree, check_path, check_tree, force_after, path_entries
 
 # The transformers port (Emu3ForConditionalGeneration); BAAI/Emu3-Gen itself needs remote code.
 HUB_FILES = {"emu3-gen": HubFiles.transformers("BAAI/Emu3-Gen-hf", approx_gb=17.0)}
@@ -178,6 +179,8 @@ class Emu3Session(ResizableRows):
         with torch.no_grad():
             hidden = self._forward(ids, mask, RowSlots.prompt_position_ids(mask))
             self.first_logits = self._logits(hidden[:, -1])
+        self.tree: Tree | None = None                    # the last step_tree's, until keep_path
+        self.forced: Forced | None = None
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         out = self._text(input_ids=ids, attention_mask=mask, position_ids=position_ids,
@@ -220,7 +223,41 @@ class Emu3Session(ResizableRows):
         mask, position_ids = self.slots.prepare(self.cache, forget, offs)
         hidden = self._forward(ids, mask, position_ids)
         picked = torch.gather(hidden, 1, pick.repeat(self.reps, 1)[..., None].expand(-1, -1, hidden.shape[-1]))
+        self.tree = None
         return self._logits(picked)
+
+    # a tree of drafts (`protocols.TreeSession`): the nodes, then an end-of-line entry after
+    # each node that ends a row (`tree.force_after`: seen by that node's children only); a
+    # 4-D mask and position ids through public inputs; `keep_path` gathers the kept path's
+    # entries in the DynamicCache and crops the rest (`RowSlots.prepare_tree` / `keep_tree`)
+    @torch.no_grad()
+    def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
+                  start: torch.LongTensor) -> torch.Tensor:
+        tree = check_tree(tokens, parents, start, self.batch, self.tm.vocab_size)
+        dev = self.tm.device
+        g = tree.positions.to(dev)                                            # grid positions [B, T]
+        forced = force_after(tree.seen.to(dev), (g % self.tm.grid[1]) == self.tm.grid[1] - 1)
+        eol_offset = torch.where(forced.forced, self.tm.offsets(g.gather(1, forced.owner)) + 1, -1)
+        self.entry_offsets = torch.cat([self.tm.offsets(g), eol_offset], 1)  # [B, T + E]
+        ids = torch.cat([self._bpe[tree.tokens.to(dev)],
+                         torch.full_like(forced.owner, self.tm.eol_token_id)], 1)
+        reps = self.reps                                                      # negative rows: the same tree
+        mask, position_ids = self.slots.prepare_tree(
+            self.cache, self.tm.offsets(tree.start.to(dev)).repeat(reps), self.entry_offsets.repeat(reps, 1),
+            forced.seen.repeat(reps, 1, 1), self.tm.model.lm_head.weight.dtype)
+        hidden = self._forward(ids.repeat(reps, 1), mask, position_ids)
+        out = forced.out.repeat(reps, 1)
+        picked = torch.gather(hidden, 1, out[..., None].expand(-1, -1, hidden.shape[-1]))
+        self.tree, self.forced = tree, forced
+        return self._logits(picked)
+
+    def keep_path(self, nodes: torch.LongTensor) -> None:
+        index, kept = check_path(self.tree, nodes)
+        entries, valid = path_entries(self.forced, index.to(self.tm.device), kept.to(self.tm.device))
+        offsets = self.entry_offsets.gather(1, entries)
+        self.slots.keep_tree(self.cache, entries.repeat(self.reps, 1), valid.repeat(self.reps, 1),
+                             offsets.repeat(self.reps, 1))
+        self.tree = self.forced = None
 
 
 def _check_ratio(ratio: str) -> str:

@@ -27,6 +27,7 @@ from .checkpoints import config_model_type, pick_device_dtype, resolve_weights
 from .checks import check_cfg, check_prompts, check_step, check_tokens, left_pad
 from .transformers_session import ResizableRows, RowSlots, load_pretrained
 from .hub import HubFiles, ProgressFn
+from .tree import Tree, check_path, check_tree
 
 # transformers' Janus port (JanusForConditionalGeneration) of DeepSeek's checkpoints; the
 # original deepseek-ai/Janus-Pro-* repositories need DeepSeek's own package.
@@ -163,6 +164,7 @@ class JanusSession(ResizableRows):
             embeds = tm.model.get_input_embeddings()(ids)
             hidden = self._forward(embeds, mask, RowSlots.prompt_position_ids(mask))
             self.first_logits = self._logits(hidden[:, -1])
+        self.tree: Tree | None = None                    # the last step_tree's, until keep_path
 
     def _forward(self, embeds: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         out = self._lm(inputs_embeds=embeds, attention_mask=mask, position_ids=position_ids,
@@ -186,7 +188,30 @@ class JanusSession(ResizableRows):
         offsets = start[:, None] + torch.arange(tokens.shape[1], device=device)
         mask, position_ids = self.slots.prepare(self.cache, start, offsets)
         embeds = self.tm.model.prepare_embeddings_for_image_generation(tokens)
+        self.tree = None
         return self._logits(self._forward(embeds, mask, position_ids))
+
+    # a tree of drafts (`protocols.TreeSession`): a 4-D mask over the cache and the nodes'
+    # own paths, position ids at each node's depth; `keep_path` gathers the kept nodes'
+    # keys/values into place and crops the rest (`RowSlots.prepare_tree` / `keep_tree`)
+    @torch.no_grad()
+    def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
+                  start: torch.LongTensor) -> torch.Tensor:
+        tree = check_tree(tokens, parents, start, self.batch, self.tm.vocab_size)
+        device = self.tm.device
+        rows = tree.repeat(self.reps)                    # unconditional rows: the same tree
+        embeds = self.tm.model.prepare_embeddings_for_image_generation(rows.tokens.to(device))
+        mask, position_ids = self.slots.prepare_tree(self.cache, rows.start.to(device), rows.positions.to(device),
+                                                     rows.seen, embeds.dtype)
+        self.tree = tree
+        return self._logits(self._forward(embeds, mask, position_ids))
+
+    def keep_path(self, nodes: torch.LongTensor) -> None:
+        index, kept = check_path(self.tree, nodes)
+        offsets = self.tree.start[:, None] + torch.arange(index.shape[1], device=index.device)
+        self.slots.keep_tree(self.cache, index.repeat(self.reps, 1), kept.repeat(self.reps, 1),
+                             offsets.repeat(self.reps, 1))
+        self.tree = None
 
 
 # ---------------------------------------------------------------- shared small helpers

@@ -35,6 +35,7 @@ from scd_core.sampling import guide
 from .checkpoints import pick_device_dtype, resolve_weights
 from .checks import check_prompts
 from .rows import GuidedRows
+from .tree import Forced, Tree, check_path, check_tree, force_after, path_entries, tree_mask
 from .hub import HubFiles, ProgressFn, cached
 
 HUB_FILES = {name: HubFiles.transformers(repo, approx_gb=14.0) for name, repo in (
@@ -282,6 +283,8 @@ class LuminaSession(GuidedRows):
         self.slots = _Slots()
         self.cache = _slot_cache(tm.model.config.num_hidden_layers, self.capacity, self.slots)
         self.first_logits = self._prefill(rows)
+        self.tree: Tree | None = None                        # the last step_tree's, until keep_path
+        self.forced: Forced | None = None
 
     # -- rows joining and leaving -------------------------------------------------------
     # (`add_rows`: the prompt regions of both batches are left-padded to the longer one;
@@ -306,9 +309,10 @@ class LuminaSession(GuidedRows):
         self._relayout(P, plen, kv, max(0, self.slots.length - cut))
 
     def _tensors(self, P: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Every layer's keys and values with the prompt region left-padded to P slots."""
-        pad = (0, 0, P - self.P, 0)
-        return [(F.pad(layer.keys, pad), F.pad(layer.values, pad)) for layer in self.cache.layers]
+        """Every layer's keys and values with the prompt region left-padded to P slots (the
+        sequence's slots only: a tree region after them is not carried)."""
+        pad, c = (0, 0, P - self.P, 0), self.capacity
+        return [(F.pad(layer.keys[:, :, :c], pad), F.pad(layer.values[:, :, :c], pad)) for layer in self.cache.layers]
 
     def _relayout(self, P: int, plen: torch.Tensor, kv: list, length: int) -> None:
         self.P, self.plen = P, plen
@@ -402,7 +406,74 @@ class LuminaSession(GuidedRows):
         hidden = self._forward(ids, pos, slot, q_slot)
         out = feed.out.repeat(self.reps, 1)
         picked = torch.gather(hidden, 1, out[:, :, None].expand(-1, -1, hidden.shape[-1]))
+        self.tree = None
         return self._mix(self.tm.image_logits(picked))
+
+    # -- a tree of drafts (`protocols.TreeSession`) ---------------------------------------
+    # The nodes, then an end-of-row entry after each node that ends a row
+    # (`tree.force_after`: seen by that node's children only), are written to a tree region
+    # of slots after the sequence's; a 4-D mask shows each entry the prompt, the sequence
+    # before its start and its own path. `keep_path` copies the kept entries' keys/values to
+    # their sequence slots.
+    def _tree_region(self, width: int) -> int:
+        """The first slot of a region of `width` slots after the sequence's (grown as needed)."""
+        first = self.capacity
+        have = self.cache.layers[0].keys.shape[2] if self.cache.layers[0].is_initialized else self.capacity
+        if have < first + width:
+            pad = (0, 0, 0, first + width - have)
+            kv = [(F.pad(layer.keys, pad), F.pad(layer.values, pad)) for layer in self.cache.layers]
+            self.cache = _slot_cache(len(kv), first + width, self.slots, kv)
+        return first
+
+    @torch.no_grad()
+    def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
+                  start: torch.LongTensor) -> torch.Tensor:
+        tree = check_tree(tokens, parents, start, self.batch, self.tm.vocab_size)
+        dev = self.tm.device
+        gh, gw = self.tm.grid
+        g = tree.positions.to(dev)                                           # grid positions [B, T]
+        if int(g.max()) >= gh * gw:
+            raise ValueError(f"start: every node's position start + depth must be < {gh * gw}, got starts "
+                             f"{tree.start.tolist()}")
+        forced = force_after(tree.seen.to(dev), (g % gw) == gw - 1)
+        s_tok = g + g // gw                                                  # sequence index of each node
+        eol_seq = torch.where(forced.forced, s_tok.gather(1, forced.owner) + 1, -1)
+        self.entry_seq = torch.cat([s_tok, eol_seq], 1)                      # [B, T + E]
+        ids = torch.cat([self.tm.code2bpe.to(dev)[tree.tokens.to(dev)],
+                         torch.full_like(forced.owner, self.tm.layout.eol)], 1).repeat(self.reps, 1)
+        seq = self.entry_seq.repeat(self.reps, 1)
+        n = seq.shape[1]
+        first = self._tree_region(n)
+        slot = first + torch.arange(n, device=dev).expand(self.R, -1)
+        pos = self.plen[:, None] + seq.clamp(min=0)
+        begin = (tree.start.to(dev) + tree.start.to(dev) // gw).repeat(self.reps)   # sequence index of start
+        k = torch.arange(first, device=dev)
+        prompt = (k >= (self.P - self.plen)[:, None]) & (k < self.P)
+        prefix = prompt | ((k >= self.P) & (k < self.P + begin[:, None]))
+        allowed = tree_mask(prefix, forced.seen.repeat(self.reps, 1, 1))
+        dtype = self.tm.image_head.dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=dev).masked_fill_(~allowed, torch.finfo(dtype).min)
+        self.slots.index, self.slots.view = slot, first + n
+        out = self.tm.model.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache,
+                                  use_cache=True).last_hidden_state
+        picked = torch.gather(out, 1, forced.out.repeat(self.reps, 1)[:, :, None].expand(-1, -1, out.shape[-1]))
+        self.tree, self.forced, self.tree_first = tree, forced, first
+        return self._mix(self.tm.image_logits(picked))
+
+    def keep_path(self, nodes: torch.LongTensor) -> None:
+        index, kept = check_path(self.tree, nodes)
+        dev = self.tm.device
+        entries, valid = path_entries(self.forced, index.to(dev), kept.to(dev))
+        seq = self.entry_seq.gather(1, entries).repeat(self.reps, 1)
+        entries, valid = entries.repeat(self.reps, 1), valid.repeat(self.reps, 1)
+        b, q = valid.nonzero(as_tuple=True)
+        src, dst = self.tree_first + entries[b, q], self.P + seq[b, q]
+        for layer in self.cache.layers:
+            layer.keys[b, :, dst] = layer.keys[b, :, src]
+            layer.values[b, :, dst] = layer.values[b, :, src]
+        if len(b):
+            self.slots.length = max(self.slots.length, int(dst.max()) + 1)
+        self.tree = self.forced = None
 
 
 # --------------------------------------------------------------------------- loading

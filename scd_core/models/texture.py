@@ -24,6 +24,8 @@ from typing import Sequence
 import torch
 from PIL import Image
 
+from .tree import Tree, check_path, check_tree, path_tokens
+
 PALETTES: dict[str, list[tuple[int, int, int]]] = {
     "ocean": [(4, 18, 58), (18, 82, 150), (70, 170, 215), (230, 248, 255)],
     "sunset": [(38, 10, 60), (170, 36, 92), (245, 122, 48), (255, 228, 140)],
@@ -154,16 +156,21 @@ class TextureSession:
                                    device=model.device)                                       # [B]
         self.history = torch.zeros(B, model.N + 1, dtype=torch.long, device=model.device)
         self.first_logits = self._logits(torch.zeros(B, 1, dtype=torch.long, device=model.device))[:, 0]
+        self.tree: Tree | None = None                   # the last step_tree's, until keep_path
 
-    def _logits(self, positions: torch.Tensor) -> torch.Tensor:
-        """positions [B, W] to predict -> guided logits [B, W, V], -inf outside the row's palette."""
+    def _logits(self, positions: torch.Tensor, token_at=None) -> torch.Tensor:
+        """positions [B, W] to predict -> guided logits [B, W, V], -inf outside the row's palette.
+
+        `token_at(p)` gives the tokens at positions p [B, W] (each before its own position);
+        by default the history's."""
         m = self.model
         H, W = m.grid
         S = m.shades
+        token_at = token_at or (lambda p: self.history.gather(1, p))
         pos = positions.clamp(max=m.N - 1)
         col, row = pos % W, pos // W
-        left = torch.where(col > 0, self.history.gather(1, (pos - 1).clamp(min=0)) % S, S)
-        up = torch.where(row > 0, self.history.gather(1, (pos - W).clamp(min=0)) % S, S)
+        left = torch.where(col > 0, token_at((pos - 1).clamp(min=0)) % S, S)
+        up = torch.where(row > 0, token_at((pos - W).clamp(min=0)) % S, S)
         centre = self.centre.gather(1, pos).unsqueeze(-1)                              # [B, W, 1]
         bump = -((m.levels - centre) ** 2) / (2 * m.sigma ** 2)                        # [B, W, S]
         shade_logits = self.cfg_scale * bump + m.neighbour[left] + m.neighbour[up]     # guide(u + bump, u, s) in closed form: c - u = bump
@@ -172,9 +179,34 @@ class TextureSession:
         return out.scatter_(-1, cols.expand(*pos.shape, S), shade_logits)
 
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
+        self.tree = None
         pos = start.unsqueeze(1) + torch.arange(tokens.shape[1], device=tokens.device)
         self.history.scatter_(1, pos, tokens)
         return self._logits(pos + 1)
+
+    # a tree of drafts (`protocols.TreeSession`): p needs only the tokens to the left and
+    # above, read from each node's own path where they lie at or after `start`
+    def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
+                  start: torch.LongTensor) -> torch.Tensor:
+        tree = check_tree(tokens, parents, start, self.history.shape[0], self.model.vocab_size)
+        if int(tree.start.max()) > self.model.N:
+            raise ValueError(f"start: positions must lie in [0, {self.model.N}], got {tree.start.tolist()}")
+        path = path_tokens(tree.tokens, tree.parents)                                  # [B, T, T] by depth
+        begin = tree.start.unsqueeze(1)
+
+        def token_at(p: torch.Tensor) -> torch.Tensor:
+            on_path = path.gather(2, (p - begin).clamp(min=0).unsqueeze(2)).squeeze(2)
+            return torch.where(p >= begin, on_path, self.history.gather(1, p))
+
+        self.tree = tree
+        return self._logits(tree.positions + 1, token_at)
+
+    def keep_path(self, nodes: torch.LongTensor) -> None:
+        index, kept = check_path(self.tree, nodes)
+        pos = (self.tree.start.unsqueeze(1) + torch.arange(index.shape[1], device=index.device)).clamp(max=self.model.N)
+        fed = torch.where(kept, self.tree.tokens.gather(1, index), self.history.gather(1, pos))
+        self.history.scatter_(1, pos, fed)
+        self.tree = None
 
 
 def load_texture(name: str = "texture", device: str | torch.device | None = None, **kwargs) -> TextureModel:

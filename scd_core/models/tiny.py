@@ -31,6 +31,7 @@ from torch import nn
 from scd_core.sampling import guide
 
 from .rows import GuidedRows
+from .tree import Tree, check_path, check_tree, gather_nodes, tree_mask
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets" / "tiny"
 WHITE_LEVEL = 250 / 255
@@ -215,6 +216,16 @@ class Block(nn.Module):
         att = F.scaled_dot_product_attention(q, cache_k, cache_v, attn_mask=mask)
         return self.finish(x, att)
 
+    def forward_tree(self, x: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor,
+                     mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Tree nodes x [B, T, d] attend to the cache and to each other through `mask`
+        [B, 1, T, S + T] (`tree.tree_mask`); their keys/values [B, H, T, dh] are returned,
+        not written: siblings share a position."""
+        q, k, v = self.heads(x)
+        att = F.scaled_dot_product_attention(q, torch.cat([cache_k, k], 2), torch.cat([cache_v, v], 2),
+                                             attn_mask=mask)
+        return self.finish(x, att), k, v
+
 
 class TinyGPT(nn.Module):
     """Sequence: position 0 is the prompt token, position i >= 1 holds generated token i-1;
@@ -299,6 +310,8 @@ class TinySession(GuidedRows):
             x = prompt.unsqueeze(1) + self.pos_table[:1]
             pos = torch.zeros(n_rows, 1, dtype=torch.long, device=p.device)
             self.first_logits = self._run(x, pos)[:, 0]
+        self.tree: Tree | None = None                        # the last step_tree's, until keep_path
+        self.tree_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def _run(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         mask = (self.key_pos.view(1, 1, 1, -1) <= pos.view(pos.shape[0], 1, -1, 1))
@@ -346,7 +359,42 @@ class TinySession(GuidedRows):
         with torch.inference_mode():
             x = self.gpt.tok_emb(tokens.to(dev)) + self.pos_table[write_pos]
             logits = self._run(x, write_pos)
+        self.tree = None
         return logits
+
+    # a tree of drafts (`protocols.TreeSession`): the nodes' keys and values stay beside the
+    # cache until `keep_path` writes the kept ones at their positions
+    def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
+                  start: torch.LongTensor) -> torch.Tensor:
+        n = self.gpt.cfg.n_tokens
+        dev = self.pos_table.device
+        tree = check_tree(tokens, parents, start, self.batch, self.gpt.cfg.vocab_size)
+        if int(tree.start.max()) > n:
+            raise ValueError(f"start: positions must lie in [0, {n}], got {tree.start.tolist()}")
+        rows = tree.repeat(self.reps)                                    # uncond rows: the same tree
+        seq_start = rows.start.to(dev) + 1                               # sequence position of generated start
+        write_pos = (rows.positions.to(dev) + 1).clamp(max=n)           # as `step`: past the grid is not kept
+        mask = tree_mask(self.key_pos < seq_start[:, None], rows.seen.to(dev))
+        with torch.inference_mode():
+            x = self.gpt.tok_emb(rows.tokens.to(dev)) + self.pos_table[write_pos]
+            self.tree_kv = []
+            for block, (ck, cv) in zip(self.gpt.blocks, self.cache):
+                x, k, v = block.forward_tree(x, ck, cv, mask)
+                self.tree_kv.append((k, v))
+            logits = self.gpt.head(self.gpt.ln_f(x)).float()
+        self.tree = tree
+        return guide(logits[: self.batch], logits[self.batch:], self.cfg_scale) if self.guided else logits
+
+    def keep_path(self, nodes: torch.LongTensor) -> None:
+        index, kept = check_path(self.tree, nodes)
+        dev = self.pos_table.device
+        index, kept = index.repeat(self.reps, 1).to(dev), kept.repeat(self.reps, 1).to(dev)
+        seq = self.tree.start.repeat(self.reps).to(dev)[:, None] + 1 + torch.arange(index.shape[1], device=dev)
+        b, i = (kept & (seq <= self.gpt.cfg.n_tokens)).nonzero(as_tuple=True)
+        for (ck, cv), (k, v) in zip(self.cache, self.tree_kv):
+            ck[b, :, seq[b, i]] = gather_nodes(k, index, 2)[b, :, i]
+            cv[b, :, seq[b, i]] = gather_nodes(v, index, 2)[b, :, i]
+        self.tree, self.tree_kv = None, []
 
 
 def cfg_blocks(cfg: GPTConfig) -> range:

@@ -115,6 +115,41 @@ class RowSlots:
         self.off = torch.cat([self.off, offsets], dim=1)
         return mask, position_ids
 
+    def prepare_tree(self, cache, forget_from: torch.Tensor, offsets: torch.Tensor, seen: torch.Tensor,
+                     dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """As `prepare`, for the entries of a draft tree: `offsets` [R, T] (siblings share
+        one), `seen` [R, T, T] what each entry attends to among them (`tree.ancestors`).
+        Returns a 4-D additive float mask [R, 1, T, cache_len + T] in `dtype` (transformers
+        uses a 4-D mask as given) and `position_ids` [R, T]. The entries' slots are pending:
+        no later call sees them until `keep_tree` keeps some."""
+        mask, position_ids = self.prepare(cache, forget_from, offsets)
+        held = mask.shape[1] - offsets.shape[1]
+        allowed = torch.cat([mask[:, None, :held].bool().expand(-1, offsets.shape[1], -1),
+                             seen.to(mask.device)], dim=2)[:, None]
+        self.valid[:, held:] = False
+        self.tree_from = held
+        additive = torch.zeros(allowed.shape, dtype=dtype, device=mask.device)
+        return additive.masked_fill_(~allowed, torch.finfo(dtype).min), position_ids
+
+    def keep_tree(self, cache, entries: torch.Tensor, kept: torch.Tensor, offsets: torch.Tensor) -> None:
+        """After a `prepare_tree` forward: keep its entries `entries` [R, Q] where `kept`, at
+        sequence offsets `offsets` [R, Q], in that order; forget the others. Each layer's
+        kept keys/values are gathered to the front of the tree's slots (public `keys` /
+        `values` of the cache's layers) and the rest cropped away."""
+        held = self.tree_from
+        width = entries.shape[1]
+        for layer in cache.layers:
+            idx = entries.to(layer.keys.device)[:, None, :, None]
+            layer.keys[:, :, held:held + width] = layer.keys[:, :, held:].gather(
+                2, idx.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3]))
+            layer.values[:, :, held:held + width] = layer.values[:, :, held:].gather(
+                2, idx.expand(-1, layer.values.shape[1], -1, layer.values.shape[3]))
+        crop_to(cache, held + width)
+        kept = kept.to(self.off.device)
+        self.valid = torch.cat([self.valid[:, :held], kept], dim=1)
+        self.off = torch.cat([self.off[:, :held], torch.where(kept, offsets.to(self.off.device), -1)], dim=1)
+        self._crop_dead_tail(cache)
+
     def _crop_dead_tail(self, cache) -> None:
         alive = self.valid.any(0).nonzero()
         keep = int(alive[-1]) + 1 if len(alive) else 0

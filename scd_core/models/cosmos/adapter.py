@@ -9,6 +9,7 @@ from typing import Sequence
 import torch
 
 from ..rows import GuidedRows
+from ..tree import Tree, check_path, check_tree
 from . import tokenizer as dv
 from .config import INPUT_FRAMES, NUM_INPUT_FRAMES, T5_MAX_LENGTH
 from .network import CosmosTransformer, KVCache
@@ -66,6 +67,7 @@ class CosmosSession(GuidedRows):
         with torch.no_grad():
             self.first_logits = net(tokens, pos, self.cache)[:, -1]
         self.fed = torch.zeros(b, dtype=torch.long)           # generated positions fed per row
+        self.tree: Tree | None = None                         # the last step_tree's, until keep_path
         self.batch = b
 
     def add_token_rows(self, prefix: torch.LongTensor, context: torch.Tensor | None = None) -> torch.Tensor:
@@ -109,7 +111,34 @@ class CosmosSession(GuidedRows):
         with torch.no_grad():
             logits = self.model.net(tokens.to(self.model.device), pos.to(self.model.device), self.cache)
         self.fed = start + w
+        self.tree = None
         return logits
+
+    # a tree of drafts (`protocols.TreeSession`): the nodes attend to the cache before their
+    # start and to their own paths, with RoPE and position embeddings at their depths; their
+    # keys/values stay beside the cache until `keep_path`
+    def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
+                  start: torch.LongTensor) -> torch.Tensor:
+        tree = check_tree(tokens, parents, start, self.batch, self.model.vocab_size)
+        start = tree.start.cpu()
+        if bool((start > self.fed).any()):
+            raise ValueError(f"start: each row's start must lie in [0, positions fed so far]; "
+                             f"got {start.tolist()} with {self.fed.tolist()} fed")
+        dev = self.model.device
+        with torch.no_grad():
+            logits = self.model.net(tree.tokens.to(dev), (self.base + tree.positions).to(dev), self.cache,
+                                    tree=((self.base + tree.start).to(dev), tree.seen.to(dev)))
+        self.fed = start.clone()                             # the nodes are not kept until keep_path
+        self.tree = tree
+        return logits
+
+    def keep_path(self, nodes: torch.LongTensor) -> None:
+        index, kept = check_path(self.tree, nodes)
+        dev = self.model.device
+        slots = self.base + self.tree.start[:, None] + torch.arange(index.shape[1], device=index.device)
+        self.cache.keep_nodes(index.to(dev), kept.to(dev), slots.to(dev))
+        self.fed = self.fed + kept.sum(1).cpu()
+        self.tree = None
 
 
 class CosmosVideoModel:

@@ -10,6 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..layers import RMSNorm
+from ..tree import gather_nodes, tree_mask
 from .config import CosmosConfig
 
 
@@ -141,6 +142,19 @@ class Attention(nn.Module):
         span = mask.shape[-1]
         return self.attend(q, cache_k[:, :, :span], cache_v[:, :, :span], mask)
 
+    def forward_nodes(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache_k: torch.Tensor,
+                      cache_v: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Tree nodes: attend to cache slots [0, S) and to the nodes through `mask`
+        [B, 1, T, S + T] (`tree.tree_mask`); their keys/values [B, Hkv, T, D] are returned,
+        not written (siblings share a position)."""
+        q = apply_rope(self.project_q(x), cos, sin)
+        k, v = self.project_kv(x)
+        k = apply_rope(k, cos, sin).to(cache_k.dtype).transpose(1, 2)
+        v = v.to(cache_v.dtype).transpose(1, 2)
+        span = mask.shape[-1] - x.shape[1]
+        out = self.attend(q, torch.cat([cache_k[:, :, :span], k], 2), torch.cat([cache_v[:, :, :span], v], 2), mask)
+        return out, k, v
+
     def forward_cross(self, x: torch.Tensor, ctx_k: torch.Tensor, ctx_v: torch.Tensor) -> torch.Tensor:
         return self.attend(self.project_q(x), ctx_k, ctx_v, None)
 
@@ -164,6 +178,7 @@ class KVCache:
     k: list[torch.Tensor]
     v: list[torch.Tensor]
     context: list[tuple[torch.Tensor, torch.Tensor] | None] = field(default_factory=list)
+    nodes: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)   # a tree's, per layer
 
     @classmethod
     def allocate(cls, cfg: CosmosConfig, batch: int, capacity: int,
@@ -183,6 +198,17 @@ class KVCache:
         if extra > 0:
             pad = lambda t: torch.cat([t, t.new_zeros(*t.shape[:2], extra, t.shape[3])], dim=2)
             self.k, self.v = [pad(t) for t in self.k], [pad(t) for t in self.v]
+
+    def keep_nodes(self, index: torch.Tensor, kept: torch.Tensor, slots: torch.Tensor) -> None:
+        """Write the last tree's nodes `index` [B, P] at positions `slots` [B, P] where `kept`;
+        forget the other nodes."""
+        if bool(kept.any()):
+            self.grow(int(slots[kept].max()) + 1)
+        b, i = kept.nonzero(as_tuple=True)
+        for layer, (k, v) in enumerate(self.nodes):
+            self.k[layer][b, :, slots[b, i]] = gather_nodes(k, index, 2)[b, :, i]
+            self.v[layer][b, :, slots[b, i]] = gather_nodes(v, index, 2)[b, :, i]
+        self.nodes = []
 
     def keep(self, rows: torch.Tensor) -> None:
         """Keep only rows `rows` of every layer (self- and cross-attention), in that order."""
@@ -225,11 +251,15 @@ class CosmosTransformer(nn.Module):
                 k, v = layer.cross_attention.project_kv(context.to(layer.cross_attention.wk.weight.dtype))
                 cache.context[i] = (k.transpose(1, 2), v.transpose(1, 2))
 
-    def forward(self, tokens: torch.LongTensor, seq_pos: torch.LongTensor, cache: KVCache) -> torch.Tensor:
+    def forward(self, tokens: torch.LongTensor, seq_pos: torch.LongTensor, cache: KVCache,
+                tree: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """tokens, seq_pos [B, L] -> logits [B, L, V] (float32).
 
         Every query attends to cached keys at positions <= its own, whatever was written at
-        higher positions earlier: that is what makes rollback free.
+        higher positions earlier: that is what makes rollback free. With `tree` = (first [B],
+        seen [B, L, L]) the tokens are the nodes of a draft tree: each attends to the cached
+        positions < first[b] and to its ancestors and itself (`seen`), and their keys and
+        values stay in `cache.nodes` until `cache.keep_nodes`.
         """
         cfg = self.cfg
         if int(seq_pos.max()) >= cache.capacity:
@@ -237,15 +267,25 @@ class CosmosTransformer(nn.Module):
         h = self.tok_embeddings(tokens)
         angles = rope_angles(seq_pos, cfg)
         cos, sin = angles.cos(), angles.sin()
-        span = int(seq_pos.max()) + 1
-        keys = torch.arange(span, device=tokens.device)
-        mask = (keys[None, None, None, :] <= seq_pos[:, None, :, None])        # [B, 1, L, span]
+        if tree is None:
+            span = int(seq_pos.max()) + 1
+            keys = torch.arange(span, device=tokens.device)
+            mask = (keys[None, None, None, :] <= seq_pos[:, None, :, None])    # [B, 1, L, span]
+        else:
+            first, seen = tree
+            mask = tree_mask(torch.arange(int(first.max()), device=tokens.device) < first[:, None], seen)
+            cache.nodes = []
         ape = abs_pos_embedding(seq_pos, cfg).to(h.dtype) if cfg.abs_pos_emb else None
         for i, layer in enumerate(self.layers):
             if ape is not None:
                 h = h + ape
-            h = h + layer.attention.forward_self(layer.attention_norm(h), cos, sin, seq_pos,
-                                                 cache.k[i], cache.v[i], mask)
+            x = layer.attention_norm(h)
+            if tree is None:
+                h = h + layer.attention.forward_self(x, cos, sin, seq_pos, cache.k[i], cache.v[i], mask)
+            else:
+                out, k, v = layer.attention.forward_nodes(x, cos, sin, cache.k[i], cache.v[i], mask)
+                cache.nodes.append((k, v))
+                h = h + out
             if layer.has_cross:
                 ctx_k, ctx_v = cache.context[i]
                 h = h + layer.cross_attention.forward_cross(layer.cross_attention_norm(h), ctx_k, ctx_v)

@@ -10,6 +10,7 @@ from scd_core.sampling import guide
 
 from ..checks import check_cfg, check_prompts, check_step
 from ..rows import GuidedRows
+from ..tree import Tree, check_path, check_tree, tree_mask
 from .config import DEFAULT_SETTINGS, EXAMPLE_PROMPTS
 from .network import Transformer
 from .vq import VQModel
@@ -131,6 +132,7 @@ class LlamaGenSession(GuidedRows):
             pos = torch.arange(self.cls, device=tm.device).expand(self.R, -1)
             logits = tm.gpt.forward_embeddings(emb, pos, self._mask(pos), self.cache)
         self.first_logits = self._mix(logits[:, -1])
+        self.tree: Tree | None = None                       # the last step_tree's, until keep_path
 
     # rows joining and leaving (`rows.GuidedRows`)
     def start_like(self, prompts: Sequence[str]) -> "LlamaGenSession":
@@ -180,4 +182,36 @@ class LlamaGenSession(GuidedRows):
         pos = (self.cls + start[:, None] + torch.arange(tokens.shape[1], device=dev)).repeat(reps, 1)
         h = self.tm.gpt.tok_embeddings(tokens.repeat(reps, 1))
         logits = self.tm.gpt.forward_embeddings(h, pos, self._mask(pos), self.cache)
+        self.tree = None
         return self._mix(logits)
+
+    # a tree of drafts (`protocols.TreeSession`): the nodes attend to the cache before their
+    # start and to their own paths; their keys/values stay beside the cache until `keep_path`
+    @torch.no_grad()
+    def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
+                  start: torch.LongTensor) -> torch.Tensor:
+        tree = check_tree(tokens, parents, start, self.batch, self.tm.vocab_size)
+        n = self.tm.cfg.block_size
+        if int(tree.positions.max()) >= n:
+            raise ValueError(f"start: every node's position start + depth must be < {n}, got starts "
+                             f"{tree.start.tolist()}")
+        dev = self.tm.device
+        rows = tree.repeat(self.reps)                       # unconditional rows: the same tree
+        first = self.cls + rows.start.to(dev)               # slot of each row's generated start
+        view = int(first.max())
+        prefix = torch.arange(view, device=dev) < first[:, None]
+        prefix[:, : self.cls] &= self.cond_mask            # condition slots per the text mask
+        h = self.tm.gpt.tok_embeddings(rows.tokens.to(dev))
+        logits = self.tm.gpt.forward_embeddings(h, self.cls + rows.positions.to(dev),
+                                                tree_mask(prefix, rows.seen.to(dev)), self.cache, tree=True)
+        self.tree = tree
+        return self._mix(logits)
+
+    def keep_path(self, nodes: torch.LongTensor) -> None:
+        index, kept = check_path(self.tree, nodes)
+        dev = self.tm.device
+        slots = self.cls + self.tree.start.to(dev)[:, None] + torch.arange(index.shape[1], device=dev)
+        for layer in self.cache:
+            layer.keep_nodes(index.repeat(self.reps, 1).to(dev), kept.repeat(self.reps, 1).to(dev),
+                             slots.repeat(self.reps, 1))
+        self.tree = None

@@ -7,6 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..layers import RMSNorm
+from ..tree import gather_nodes
 from .config import GPTConfig
 
 
@@ -57,8 +58,10 @@ class Attention(nn.Module):
         q = apply_rotary(q.view(r, t, c.n_head, c.head_dim), freqs).transpose(1, 2)
         k = apply_rotary(k.view(r, t, c.kv_heads, c.head_dim), freqs).transpose(1, 2)
         v = v.view(r, t, c.kv_heads, c.head_dim).transpose(1, 2)
-        if cache is not None:
+        if cache is not None and slots is not None:
             k, v = cache.write(k, v, slots, mask.shape[-1])
+        elif cache is not None:                             # tree nodes: beside the cache, not in it
+            k, v = cache.beside(k, v, mask.shape[-1] - t)
         rep = c.n_head // c.kv_heads
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -123,6 +126,20 @@ class StaticKV:
         self.v[rows, :, slots] = v.transpose(1, 2)
         return self.k[:, :, :view], self.v[:, :, :view]
 
+    def beside(self, k: torch.Tensor, v: torch.Tensor, view: int):
+        """Tree nodes' keys/values [R, kv_heads, T, head_dim]: kept aside (siblings share a
+        slot) until `keep_nodes`; returns slots [0, view) followed by the nodes'."""
+        self.nodes = (k, v)
+        return torch.cat([self.k[:, :, :view], k], 2), torch.cat([self.v[:, :, :view], v], 2)
+
+    def keep_nodes(self, index: torch.Tensor, kept: torch.Tensor, slots: torch.Tensor) -> None:
+        """Write the aside nodes `index` [R, P] at `slots` [R, P] where `kept`; forget the rest."""
+        k, v = self.nodes
+        b, i = kept.nonzero(as_tuple=True)
+        self.k[b, :, slots[b, i]] = gather_nodes(k, index, 2)[b, :, i]
+        self.v[b, :, slots[b, i]] = gather_nodes(v, index, 2)[b, :, i]
+        self.nodes = None
+
     def keep(self, rows: torch.Tensor) -> None:
         """Keep only cache rows `rows`, in that order."""
         self.k, self.v = self.k[rows], self.v[rows]
@@ -162,16 +179,18 @@ class Transformer(nn.Module):
         return emb[:, : self.config.cls_token_num]
 
     def forward_embeddings(self, h: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-                           cache: list[StaticKV] | None = None) -> torch.Tensor:
+                           cache: list[StaticKV] | None = None, tree: bool = False) -> torch.Tensor:
         """Run embeddings h [R, T, dim] at absolute positions [R, T] -> logits [R, T, V] (float).
 
         `mask` [R, 1, T, S] is boolean (True = attend). With a cache, keys/values are written at
         slot = position and attention sees slots [0, S) (S = furthest position + 1 suffices);
-        without one, S = T.
+        without one, S = T. With `tree`, h are the nodes of a draft tree: their keys/values
+        stay beside the cache (`StaticKV.beside`) and `mask` is [R, 1, T, S + T]
+        (`tree.tree_mask`): S cache slots, then the nodes.
         """
         if self.freqs_cis.device != h.device:
             self.freqs_cis = self.freqs_cis.to(h.device)
         freqs = self.freqs_cis[positions]
         for i, layer in enumerate(self.layers):
-            h = layer(h, freqs, None if cache is None else cache[i], positions, mask)
+            h = layer(h, freqs, None if cache is None else cache[i], None if tree else positions, mask)
         return self.output(self.norm(h)).float()

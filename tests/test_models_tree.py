@@ -1,0 +1,112 @@
+"""The shared pieces of a draft tree (`scd_core.models.tree`) against per-node references,
+and their argument checks."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import tree_util
+from scd_core.models import tree as tr
+
+TREES = torch.tensor([[-1, 0, 0, 1, 1, 1, 2, 3],          # breadth first
+                      [-1, 0, 1, 0, 1, 3, 2, 2],          # interleaved
+                      [-1, 0, 1, 2, 3, 4, 5, 6]])         # a chain
+
+
+def reference_paths(parents: list[int]) -> list[list[int]]:
+    paths: list[list[int]] = []
+    for j, p in enumerate(parents):
+        paths.append([j] if p < 0 else paths[p] + [j])
+    return paths
+
+
+def test_ancestors_depths_and_path_tokens_follow_the_parent_links():
+    seen, depth = tr.ancestors(TREES), tr.depths(TREES)
+    tokens = torch.arange(100, 100 + TREES.numel()).view(TREES.shape)
+    by_depth = tr.path_tokens(tokens, TREES)
+    for b, parents in enumerate(TREES.tolist()):
+        for i, path in enumerate(reference_paths(parents)):
+            assert seen[b, i].nonzero().flatten().tolist() == sorted(path)
+            assert int(depth[b, i]) == len(path) - 1
+            assert by_depth[b, i, :len(path)].tolist() == tokens[b, path].tolist()
+            assert bool((by_depth[b, i, len(path):] == -1).all())
+    assert torch.equal(tr.positions(torch.tensor([2, 0, 5]), TREES), depth + torch.tensor([[2], [0], [5]]))
+
+
+def test_tree_mask_shows_the_prefix_to_every_node_and_the_path_only():
+    seen = tr.ancestors(TREES[:2])
+    prefix = torch.tensor([[True, True, False], [True, False, False]])
+    mask = tr.tree_mask(prefix, seen)
+    assert mask.shape == (2, 1, 8, 11)
+    assert torch.equal(mask[:, 0, :, :3], prefix[:, None, :].expand(2, 8, 3))
+    assert torch.equal(mask[:, 0, :, 3:], seen)
+
+
+def test_gather_nodes_takes_each_rows_own_nodes():
+    x = torch.randn(2, 3, 8, 4)                                   # [R, H, T, D]
+    index = torch.tensor([[0, 2, 5], [0, 1, 1]])
+    got = tr.gather_nodes(x, index, 2)
+    for b in range(2):
+        assert torch.equal(got[b], x[b][:, index[b]])
+
+
+def test_a_forced_token_is_seen_by_its_nodes_descendants_and_itself():
+    parents = TREES[:2]
+    seen = tr.ancestors(parents)
+    after = torch.tensor([[False, True, False, True, False, False, False, False],
+                          [False, False, True, False, False, False, False, False]])
+    forced = tr.force_after(seen, after)
+    T = 8
+    for b in range(2):
+        owners = after[b].nonzero().flatten().tolist()
+        E = len(owners)
+        assert forced.owner[b, :E].tolist() == owners and bool(forced.forced[b, :E].all())
+        assert not bool(forced.forced[b, E:].any())
+        for i in range(T):                                        # a node: its path, and the forced
+            for e, o in enumerate(owners):                        # tokens of its strict ancestors
+                assert bool(forced.seen[b, i, T + e]) == (bool(seen[b, i, o]) and o != i)
+            assert torch.equal(forced.seen[b, i, :T], seen[b, i])
+            assert int(forced.out[b, i]) == (T + owners.index(i) if i in owners else i)
+        for e, o in enumerate(owners):                            # a forced token: its node's path,
+            assert torch.equal(forced.seen[b, T + e, :T], seen[b, o])     # itself and those above
+            for f, p in enumerate(owners):
+                assert bool(forced.seen[b, T + e, T + f]) == bool(seen[b, o, p])
+    entries, valid = tr.path_entries(forced, torch.tensor([[0, 1, 3, 7], [0, 1, 2, 6]]), torch.ones(2, 4, dtype=torch.bool))
+    assert entries[0][valid[0]].tolist() == [0, 1, T, 3, T + 1, 7]
+    assert entries[1][valid[1]].tolist() == [0, 1, 2, T, 6]
+
+
+def test_bad_trees_and_paths_raise_value_errors_naming_the_argument():
+    tokens = torch.zeros(2, 8, dtype=torch.long)
+    start = torch.tensor([0, 1])
+    tree = tr.check_tree(tokens, TREES[:2], start, 2, 16)
+    with pytest.raises(ValueError, match="parents"):
+        tr.check_tree(tokens, torch.tensor([[-1, 0, 2, 1, 1, 1, 2, 3]] * 2), start, 2, 16)   # a parent after its child
+    with pytest.raises(ValueError, match="parents"):
+        tr.check_tree(tokens, torch.tensor([[0, 0, 0, 1, 1, 1, 2, 3]] * 2), start, 2, 16)    # no root
+    with pytest.raises(ValueError, match="tokens"):
+        tr.check_tree(tokens + 16, TREES[:2], start, 2, 16)
+    with pytest.raises(ValueError, match="start"):
+        tr.check_tree(tokens, TREES[:2], torch.tensor([0]), 2, 16)
+    index, kept = tr.check_path(tree, torch.tensor([[0, 1, 3, 7], [0, 3, -1, -1]]))
+    assert index.tolist() == [[0, 1, 3, 7], [0, 3, 0, 0]] and kept.sum(1).tolist() == [4, 2]
+    for nodes in ([[1, 3, -1, -1], [0, -1, -1, -1]],          # not from the root
+                  [[0, 2, 3, -1], [0, -1, -1, -1]],           # 3 is not a child of 2
+                  [[0, -1, 1, -1], [0, -1, -1, -1]],          # padding inside
+                  [[0, 8, -1, -1], [0, -1, -1, -1]]):         # no such node
+        with pytest.raises(ValueError, match="nodes"):
+            tr.check_path(tree, torch.tensor(nodes))
+    with pytest.raises(ValueError, match="nodes"):
+        tr.check_path(None, torch.tensor([[0], [0]]))          # no step_tree before
+
+
+def test_the_documented_example_model_passes_the_tree_checker():
+    """docs/models.md's cache-free example, as written, follows the whole contract."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "models.md").read_text()
+    block = next(b for b in re.findall(r"^```python\n(.*?)^```", text, re.S | re.M) if "class Trigram" in b)
+    space: dict = {}
+    exec(compile(block, "docs/models.md", "exec"), space)
+    tree_util.check_tree_session(space["Trigram"](), ["a", "b"], 1.0)
