@@ -94,6 +94,22 @@ def gumbel_argmax(p: torch.Tensor, g: torch.Tensor) -> torch.LongTensor:
     return g.exp().mul_(p).argmax(-1)
 
 
+def keyed_gumbel_argmax(p: torch.Tensor, keys: torch.LongTensor, positions: torch.LongTensor) -> torch.LongTensor:
+    """[R] `gumbel_argmax(p, gumbel_noise(keys, positions, V))` for rows p [R, V], keys [R]
+    and positions [R], with the noise hashed only where p > 0: a token of zero mass scores
+    0 there and can never be the argmax (some token has p >= 1 / V, and every noise value is
+    finite), so the draw is the same, token for token, at a cost of the support's size
+    (k per row under top-k) instead of V. Ties go to the lowest token, as `argmax`'s do."""
+    R, V = p.shape
+    rows, tokens = (p > 0).nonzero(as_tuple=True)                               # [M] the support
+    position_key = _mix32(keys ^ (positions * 0x632BE5AB))                      # [R]
+    h = _mix32_(position_key[rows] ^ _token_keys(V, p.device)[tokens])          # [M]
+    score = _uniforms24(h.__irshift__(8)).log_().neg_().log_().neg_().exp_().mul_(p[rows, tokens])   # p exp(G)
+    best = score.new_zeros(R).scatter_reduce_(0, rows, score, "amax")           # [R]
+    top = score == best[rows]                                                   # [M]
+    return torch.full((R,), V - 1, dtype=torch.long, device=p.device).scatter_reduce_(0, rows[top], tokens[top], "amin")
+
+
 # --------------------------------------------------------- counter-based random numbers
 
 def _mix32(h: torch.Tensor) -> torch.Tensor:

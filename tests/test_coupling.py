@@ -219,3 +219,51 @@ def test_resample_draws_from_the_unnormalised_residual_as_from_the_residual():
         want = _grid_counts(coupling.sample, coupling.residual(a, b))
         assert ((got - want).abs() <= 2).all() and (got[coupling.residual(a, b) == 0] == 0).all()
 
+
+def _keyed_case(R: int, V: int, top_k: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(R, V, generator=g) * 3
+    if top_k:
+        logits = torch.where(logits >= logits.topk(top_k).values[:, -1:], logits, float("-inf"))
+    keys = coupling.row_keys(torch.arange(R) + 100 * seed)
+    return logits.softmax(-1), keys, torch.randint(0, 4096, (R,), generator=g)
+
+
+def _dense_gumbel(p, keys, positions):
+    return coupling.gumbel_argmax(p, coupling.gumbel_noise(keys.unsqueeze(1), positions.unsqueeze(1), p.shape[-1])[:, 0])
+
+
+def test_keyed_gumbel_argmax_is_the_dense_draw_token_for_token():
+    """Hashing the noise on p's support only gives the dense argmax(log p + G) exactly, under
+    top-k, on full support and on one-hot rows, so the coupling across passes is unchanged."""
+    for R, V, top_k, seed in ((300, 2048, 100, 0), (40, 16384, 1000, 1), (300, 64, 0, 2), (50, 200, 1, 3)):
+        p, keys, positions = _keyed_case(R, V, top_k, seed)
+        assert torch.equal(coupling.keyed_gumbel_argmax(p, keys, positions), _dense_gumbel(p, keys, positions))
+
+
+def test_keyed_gumbel_argmax_breaks_ties_as_argmax():
+    """Equal scores (equal p under one shared noise value for every token) go to the lowest
+    token, as the dense argmax's do."""
+    import unittest.mock
+
+    p = torch.tensor([[0.0, 0.25, 0.25, 0.5, 0.0], [0.5, 0.0, 0.0, 0.0, 0.5]])
+    keys, positions = coupling.row_keys(torch.tensor([1, 2])), torch.tensor([3, 4])
+    with unittest.mock.patch.object(coupling, "_token_keys", lambda V, device: torch.zeros(V, dtype=torch.long)):
+        dense, keyed = _dense_gumbel(p, keys, positions), coupling.keyed_gumbel_argmax(p, keys, positions)
+    assert dense.tolist() == keyed.tolist() == [3, 0]
+
+
+def test_keyed_gumbel_equality_catches_noise_keyed_by_support_rank():
+    """A variant that keys each support token's noise by its rank in the support (still an
+    exact draw from p, but the noise of a token moves when the support changes, which breaks
+    the coupling across passes) fails the token-for-token comparison above."""
+    def by_rank(p, keys, positions):
+        rows, tokens = (p > 0).nonzero(as_tuple=True)
+        rank = torch.arange(rows.numel()) - torch.searchsorted(rows, rows)
+        g = coupling.gumbel_noise(keys.unsqueeze(1), positions.unsqueeze(1), p.shape[-1])[:, 0]
+        dense = torch.zeros_like(p)
+        dense[rows, tokens] = g[rows, rank].exp() * p[rows, tokens]
+        return dense.argmax(-1)
+
+    p, keys, positions = _keyed_case(300, 2048, 100, 0)
+    assert not torch.equal(by_rank(p, keys, positions), _dense_gumbel(p, keys, positions))
