@@ -9,6 +9,8 @@
   maximal-coupling redraft.
 - `gumbel_argmax(p, g)`: argmax(log p + G), a draw from p; two calls that share G are
   coupled (they agree with probability at least (1 - TV) / (1 + TV)).
+  `keyed_gumbel_argmax(p, keys, positions)` is the same draw with the noise of each row's
+  (key, position) hashed only on p's support.
 - `gumbel_noise(keys, positions, V)` and `uniforms(keys, counters)`: counter-based random
   numbers. A row's key comes from its seed alone (`row_keys`); every number is a hash of
   (key, counter), so a row's randomness never depends on which other rows share its batch,
@@ -26,20 +28,33 @@ _MASK32 = 0xFFFFFFFF
 
 # ------------------------------------------------------------------------- the samplers
 
-CDF_BLOCK = 64   # tokens per block of `sample`'s two-level CDF
+CDF_BLOCK = 64          # tokens per block of `sample`'s two-level CDF
+ONE_LEVEL_MAX = 2**16   # `sample` builds the whole float64 CDF for at most this many entries
 
 
 def sample(p: torch.Tensor, u: torch.Tensor) -> torch.LongTensor:
     """One draw from each (possibly unnormalised) distribution p [..., V]; u [...] in [0, 1).
 
-    Inverse CDF, accumulated in float64 in two levels: the cumulative mass of blocks of
-    `CDF_BLOCK` tokens finds the block where u * total falls, then the cumulative mass inside
-    that one block finds the token; `right=True` lands only on tokens of positive mass
-    (cdf[i-1] <= target < cdf[i]). The full [..., V] float64 CDF is never built: one float64
-    sum per block and one CDF of `CDF_BLOCK` values per draw. The target inside the block is
-    held below the block's own total, which rounding could otherwise reach (the two levels
-    add the same masses in different orders).
+    Inverse CDF accumulated in float64; `right=True` lands only on tokens of positive mass
+    (cdf[i-1] <= u * total < cdf[i]). A small batch (at most `ONE_LEVEL_MAX` entries of p)
+    builds the whole CDF; a larger one would spend most of its time on that [..., V] float64
+    tensor, and is drawn in two levels instead (`_sample_two_level`): the same draw up to
+    float64 rounding.
     """
+    if p.numel() > ONE_LEVEL_MAX:
+        return _sample_two_level(p, u)
+    cdf = p.cumsum(-1, dtype=torch.float64)                                     # [..., V]
+    target = u.unsqueeze(-1) * cdf[..., -1:]                                    # [..., 1]
+    return torch.searchsorted(cdf, target, right=True).clamp_(max=p.shape[-1] - 1).squeeze(-1)
+
+
+def _sample_two_level(p: torch.Tensor, u: torch.Tensor) -> torch.LongTensor:
+    """`sample` by a two-level float64 CDF: the cumulative mass of blocks of `CDF_BLOCK`
+    tokens finds the block where u * total falls, then the cumulative mass inside that one
+    block finds the token. One float64 sum per block and one CDF of `CDF_BLOCK` values per
+    draw, never a [..., V] float64 tensor. The target inside the block is held below the
+    block's own total, which rounding could otherwise reach (the two levels add the same
+    masses in different orders)."""
     V, lead = p.shape[-1], p.shape[:-1]
     nb = -(-V // CDF_BLOCK)
     padded = F.pad(p, (0, nb * CDF_BLOCK - V)) if nb * CDF_BLOCK > V else p      # [..., nb * b]

@@ -160,9 +160,10 @@ def _grid_counts(sampler, p: torch.Tensor, M: int = 2**16) -> torch.Tensor:
 
 
 def test_sample_over_blocks_is_the_exact_inverse_cdf():
-    """The two-level CDF (block masses, then one block) gives each token its exact share of
-    an even u grid, never a token of zero mass, and the same tokens as the one-level float64
-    CDF on random laws (also unnormalised, and rows of different laws at once)."""
+    """The two-level CDF (block masses, then one block), which `sample` uses for large
+    batches, gives each token its exact share of an even u grid, never a token of zero mass,
+    and the same tokens as the one-level float64 CDF on random laws (also unnormalised, and
+    rows of different laws at once), at either batch size."""
     for seed in range(3):
         p = _blocky_law(seed=seed)
         counts = _grid_counts(coupling.sample, p)
@@ -172,7 +173,10 @@ def test_sample_over_blocks_is_the_exact_inverse_cdf():
     u = _u(laws.shape[0], seed=9)
     cdf = laws.cumsum(-1, dtype=torch.float64)
     reference = torch.searchsorted(cdf, (u.unsqueeze(-1) * cdf[:, -1:]), right=True).squeeze(-1)
+    assert laws.numel() > coupling.ONE_LEVEL_MAX >= laws[:8].numel()          # both of sample's paths
     assert torch.equal(coupling.sample(laws, u), reference)
+    assert torch.equal(coupling.sample(laws[:8], u[:8]), reference[:8])
+    assert torch.equal(coupling._sample_two_level(laws[:8], u[:8]), reference[:8])
     assert coupling.sample(laws[0], u[0]).shape == ()                          # any leading shape
     assert torch.equal(coupling.sample(laws.view(4, 500, -1), u.view(4, 500)), reference.view(4, 500))
 
@@ -206,7 +210,7 @@ def test_sample_holds_a_target_at_the_block_total_on_positive_mass():
     p[:b] = 0.0                                                                   # the first block empty
     assert p[b:].sum(dtype=torch.float64) > p[b:].cumsum(-1, dtype=torch.float64)[-1]
     u = torch.tensor([1 - 2.0 ** -52, 0.0, 0.5], dtype=torch.float64)
-    drawn = coupling.sample(p.expand(3, -1), u)
+    drawn = coupling._sample_two_level(p.expand(3, -1), u)
     assert drawn.tolist() == [b, b, b] and bool((p[drawn] > 0).all())
 
 
