@@ -3,6 +3,8 @@
     python scripts/engine_ab.py --rev <commit> --model toy-grid            # engine time per pass
     python scripts/engine_ab.py --rev <commit> --model tiny --nfe-seeds 32 # mean NFE, both engines
     python scripts/engine_ab.py --rev <commit> --model texture --batch 8 --windows 16 --methods scd-mc
+    python scripts/engine_ab.py --rev <commit> --latency --model texture --top-k 0 --cfg-scale 1 \
+        --windows 16 --batch 8                                        # AR vs SCD-MC wall time, both engines
     python scripts/engine_ab.py --rev <commit> --trace-memory --model random-logits \
         --model-arg grid=90,90 --model-arg vocab_size=64 --batch 2      # bytes an AR trace holds
 
@@ -99,6 +101,27 @@ def engine_seconds(eng, model, clock: str, *args, **kw):
     return run, time.thread_time() - t - timed.seconds
 
 
+def latency(engines: dict, model, rows: list[str], window: int, runs: int, **kw) -> None:
+    """AR against SCD-MC for each engine: wall time (the engine's share) and thread CPU time
+    of a run, medians over `runs` runs after a warm-up, with the latency speed-up and the
+    step compression (AR's passes over SCD-MC's)."""
+    times = {}
+    for r in range(runs + 1):
+        for name, eng in engines.items():
+            for method in ("ar", "scd-mc"):
+                t = time.thread_time()
+                run = eng.generate(model, rows, method=method, window=window, seed=0, **kw)
+                if r:
+                    times.setdefault((name, method), []).append(
+                        (run.wall_time, run.wall_time - run.step_time, time.thread_time() - t, run.nfe))
+    print("| engine | AR wall (CPU) | SCD-MC wall (engine; CPU) | passes AR / SCD-MC | wall speed-up (CPU) | "
+          "step compression |\n|---|---|---|---|---|---|")
+    for name in engines:
+        ar, scd = ([statistics.median(x[i] for x in times[(name, m)]) for i in range(4)] for m in ("ar", "scd-mc"))
+        print(f"| {name} | {ar[0]:.2f} s ({ar[2]:.2f} s) | {scd[0]:.2f} s ({scd[1]:.2f} s; {scd[2]:.2f} s) | "
+              f"{ar[3]:.0f} / {scd[3]:.0f} | {ar[0] / scd[0]:.2f}x ({ar[2] / scd[2]:.2f}x) | {ar[3] / scd[3]:.2f}x |")
+
+
 def trace_bytes(records) -> int:
     """Bytes of the distinct tensor storages the records of a run hold (a shared one once)."""
     storages = {}
@@ -126,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=1, help="rows per run (B)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="engine time as wall time outside the model (default) or the thread's CPU time outside it")
+    ap.add_argument("--latency", action="store_true",
+                    help="instead of timing the engine: AR against SCD-MC wall time (first of --windows), seed 0")
     ap.add_argument("--trace-memory", action="store_true", help="instead of timing: bytes of an AR trace")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -142,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"# {args.model}, B {args.batch}, top-k {args.top_k}, CFG {args.cfg_scale}, rev {args.rev}, "
           f"threads {args.threads}, clock {args.clock}")
+    if args.latency:
+        latency(engines, model, rows(0), int(args.windows.split(",")[0]), args.runs, top_k=args.top_k,
+                cfg_scale=args.cfg_scale)
+        return 0
     if args.nfe_seeds:
         print("| method | L | init | mean NFE old | mean NFE new | sd new / sqrt(n) |\n|---|---|---|---|---|---|")
     else:
