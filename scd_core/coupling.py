@@ -9,6 +9,8 @@
   maximal-coupling redraft.
 - `gumbel_argmax(p, g)`: argmax(log p + G), a draw from p; two calls that share G are
   coupled (they agree with probability at least (1 - TV) / (1 + TV)).
+  `keyed_gumbel_argmax(p, keys, positions)` is the same draw with the noise of each row's
+  (key, position) hashed only on p's support.
 - `gumbel_noise(keys, positions, V)` and `uniforms(keys, counters)`: counter-based random
   numbers. A row's key comes from its seed alone (`row_keys`); every number is a hash of
   (key, counter), so a row's randomness never depends on which other rows share its batch,
@@ -19,21 +21,50 @@ from __future__ import annotations
 import functools
 
 import torch
+import torch.nn.functional as F
 
 _MASK32 = 0xFFFFFFFF
 
 
 # ------------------------------------------------------------------------- the samplers
 
+CDF_BLOCK = 64          # tokens per block of `sample`'s two-level CDF
+ONE_LEVEL_MAX = 2**16   # `sample` builds the whole float64 CDF for at most this many entries
+
+
 def sample(p: torch.Tensor, u: torch.Tensor) -> torch.LongTensor:
     """One draw from each (possibly unnormalised) distribution p [..., V]; u [...] in [0, 1).
 
-    The CDF is accumulated in float64; `right=True` lands only on tokens of positive mass
-    (cdf[i-1] <= u * total < cdf[i]); the clamp covers u * total rounding up to total.
+    Inverse CDF accumulated in float64; `right=True` lands only on tokens of positive mass
+    (cdf[i-1] <= u * total < cdf[i]). A small batch (at most `ONE_LEVEL_MAX` entries of p)
+    builds the whole CDF; a larger one would spend most of its time on that [..., V] float64
+    tensor, and is drawn in two levels instead (`_sample_two_level`): the same draw up to
+    float64 rounding.
     """
+    if p.numel() > ONE_LEVEL_MAX:
+        return _sample_two_level(p, u)
     cdf = p.cumsum(-1, dtype=torch.float64)                                     # [..., V]
     target = u.unsqueeze(-1) * cdf[..., -1:]                                    # [..., 1]
     return torch.searchsorted(cdf, target, right=True).clamp_(max=p.shape[-1] - 1).squeeze(-1)
+
+
+def _sample_two_level(p: torch.Tensor, u: torch.Tensor) -> torch.LongTensor:
+    """`sample` by a two-level float64 CDF: the cumulative mass of blocks of `CDF_BLOCK`
+    tokens finds the block where u * total falls, then the cumulative mass inside that one
+    block finds the token. One float64 sum per block and one CDF of `CDF_BLOCK` values per
+    draw, never a [..., V] float64 tensor. The target inside the block is held below the
+    block's own total, which rounding could otherwise reach (the two levels add the same
+    masses in different orders)."""
+    V, lead = p.shape[-1], p.shape[:-1]
+    nb = -(-V // CDF_BLOCK)
+    padded = F.pad(p, (0, nb * CDF_BLOCK - V)) if nb * CDF_BLOCK > V else p      # [..., nb * b]
+    blocks = padded.reshape(-1, nb, CDF_BLOCK)                                    # [R, nb, b]
+    block_cdf = F.pad(blocks.sum(-1, dtype=torch.float64), (1, 0)).cumsum_(-1)    # [R, nb + 1], 0 first
+    target = u.reshape(-1, 1) * block_cdf[:, -1:]                                 # [R, 1]
+    j = torch.searchsorted(block_cdf, target, right=True).sub_(1).clamp_(max=nb - 1)  # [R, 1] the block
+    cdf = blocks[torch.arange(blocks.shape[0], device=p.device), j.squeeze(1)].cumsum(-1, dtype=torch.float64)  # [R, b]
+    inside = torch.minimum(target - block_cdf.gather(1, j), cdf[:, -1:].nextafter(torch.zeros_like(target)))
+    return (j * CDF_BLOCK + torch.searchsorted(cdf, inside, right=True)).reshape(lead)
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -64,8 +95,10 @@ def mrs(p: torch.Tensor, q: torch.Tensor, x: torch.LongTensor, u_accept: torch.T
 
 def resample(p: torch.Tensor, q: torch.Tensor, u: torch.Tensor) -> torch.LongTensor:
     """A draw from `residual(p, q)`: what MRS returns for a rejected draft (never a fresh
-    draw from p, which would bias the result towards q)."""
-    return sample(residual(p, q), u)
+    draw from p, which would bias the result towards q). `sample` takes unnormalised
+    laws, so max(0, p - q) is drawn from as it is, without dividing by its mass."""
+    r = (p - q).clamp_(min=0)                                                   # [..., V]
+    return sample(torch.where(r.sum(-1, keepdim=True) > 0, r, p), u)
 
 
 def gumbel_argmax(p: torch.Tensor, g: torch.Tensor) -> torch.LongTensor:
@@ -73,7 +106,23 @@ def gumbel_argmax(p: torch.Tensor, g: torch.Tensor) -> torch.LongTensor:
 
     Computed as argmax(p * exp(G)), the same order (exp is increasing) without the log of
     the many zeros that top-k leaves in p, which is slow on some CPUs."""
-    return (p * g.exp()).argmax(-1)
+    return g.exp().mul_(p).argmax(-1)
+
+
+def keyed_gumbel_argmax(p: torch.Tensor, keys: torch.LongTensor, positions: torch.LongTensor) -> torch.LongTensor:
+    """[R] `gumbel_argmax(p, gumbel_noise(keys, positions, V))` for rows p [R, V], keys [R]
+    and positions [R], with the noise hashed only where p > 0: a token of zero mass scores
+    0 there and can never be the argmax (some token has p >= 1 / V, and every noise value is
+    finite), so the draw is the same, token for token, at a cost of the support's size
+    (k per row under top-k) instead of V. Ties go to the lowest token, as `argmax`'s do."""
+    R, V = p.shape
+    rows, tokens = (p > 0).nonzero(as_tuple=True)                               # [M] the support
+    position_key = _mix32(keys ^ (positions * 0x632BE5AB))                      # [R]
+    h = _mix32_(position_key[rows] ^ _token_keys(V, p.device)[tokens])          # [M]
+    score = _uniforms24(h.__irshift__(8)).log_().neg_().log_().neg_().exp_().mul_(p[rows, tokens])   # p exp(G)
+    best = score.new_zeros(R).scatter_reduce_(0, rows, score, "amax")           # [R]
+    top = score == best[rows]                                                   # [M]
+    return torch.full((R,), V - 1, dtype=torch.long, device=p.device).scatter_reduce_(0, rows[top], tokens[top], "amin")
 
 
 # --------------------------------------------------------- counter-based random numbers
@@ -82,10 +131,18 @@ def _mix32(h: torch.Tensor) -> torch.Tensor:
     """A 32-bit avalanche hash (two xorshift-multiply rounds, the constants of the
     hash-prospector `lowbias32` family) of int64 tensors. The multipliers are odd and below
     2**31, so products of 32-bit values never overflow int64; each round is a bijection."""
-    h = h & _MASK32
-    h = ((h ^ (h >> 16)) * 0x21F0AAAD) & _MASK32
-    h = ((h ^ (h >> 15)) * 0x735A2D97) & _MASK32
-    return h ^ (h >> 15)
+    return _mix32_(h & _MASK32)
+
+
+def _mix32_(h: torch.Tensor) -> torch.Tensor:
+    """`_mix32` of h [...] already in [0, 2**32), in place (one scratch tensor for the shifts)."""
+    shifted = torch.empty_like(h)
+    for shift, multiplier in ((16, 0x21F0AAAD), (15, 0x735A2D97)):
+        h ^= torch.bitwise_right_shift(h, shift, out=shifted)
+        h *= multiplier
+        h &= _MASK32
+    h ^= torch.bitwise_right_shift(h, 15, out=shifted)
+    return h
 
 
 def row_keys(seeds: torch.LongTensor) -> torch.LongTensor:
@@ -119,14 +176,17 @@ def gumbel_noise(keys: torch.LongTensor, positions: torch.LongTensor, vocab: int
     noise, and no table is stored.
     """
     position_key = _mix32(keys ^ (positions * 0x632BE5AB))                       # [B, S]
-    h = _mix32(position_key.unsqueeze(-1) ^ _token_keys(vocab, positions.device))   # [B, S, V]
-    u = hash_uniforms(h)
-    return -(-u.log()).log()
+    h = _mix32_(position_key.unsqueeze(-1) ^ _token_keys(vocab, positions.device))  # [B, S, V]: both keys 32-bit
+    return _uniforms24(h.__irshift__(8)).log_().neg_().log_().neg_()             # -log(-log u)
 
 
 def hash_uniforms(h: torch.LongTensor) -> torch.Tensor:
     """32-bit hashes -> float32 uniforms in (0, 1) from their top 24 bits (bucket centres).
     The top bucket's centre, 1 - 2**-25, rounds to 1.0 in float32 (its Gumbel noise would be
     +inf and take its token whatever p, p = 0 included): it is held at the largest float below 1."""
-    u = ((h >> 8).float() + 0.5) * (1.0 / 16777216.0)
-    return u.clamp(max=1.0 - 2.0 ** -24)
+    return _uniforms24(h >> 8)
+
+
+def _uniforms24(top: torch.LongTensor) -> torch.Tensor:
+    """`hash_uniforms` of the top 24 bits `top` = h >> 8 of the hashes."""
+    return top.float().add_(0.5).mul_(1.0 / 16777216.0).clamp_(max=1.0 - 2.0 ** -24)

@@ -45,15 +45,16 @@ class TokenLog:
         return int(self.tokens.shape[1])
 
     def write(self, tokens: torch.LongTensor, n_before: torch.LongTensor, n_after: torch.LongTensor) -> None:
-        """Copy positions n_before .. n_after - 1 of each row from `tokens` [B, N] (any device)."""
+        """Copy positions n_before .. n_after - 1 of each row from `tokens` [B, N] (any device):
+        one gather and one scatter over the widest row's positions, the log's own values kept
+        at the positions a row did not commit."""
         width = int((n_after - n_before).max()) if n_before.numel() else 0
         if width <= 0:
             return
-        at = (n_before.unsqueeze(1) + torch.arange(width, device=n_before.device)).clamp(max=self.N - 1)
-        new = (at < n_after.unsqueeze(1)).cpu()                     # the positions this pass committed
-        at, values = at.cpu(), tokens.gather(1, at).cpu()
-        rows = torch.arange(at.shape[0]).unsqueeze(1).expand_as(at)
-        self.tokens[rows[new], at[new]] = values[new]
+        at = (n_before.unsqueeze(1) + torch.arange(width, device=n_before.device)).clamp_(max=self.N - 1)   # [B, width]
+        new, values = (at < n_after.unsqueeze(1)).cpu(), tokens.gather(1, at).cpu()
+        at = at.cpu()
+        self.tokens.scatter_(1, at, torch.where(new, values, self.tokens.gather(1, at)))
 
     def upto(self, n: torch.LongTensor) -> torch.LongTensor:
         """[B, N] the tokens below position n[b] of each row, -1 after them (a new tensor)."""

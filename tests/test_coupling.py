@@ -140,3 +140,134 @@ def test_gumbel_noise_is_finite_even_at_the_top_hash_bucket():
     assert bool((u > 0).all() and (u < 1).all())
     assert torch.isfinite(-(-u.log()).log()).all()
     assert float(u[-1]) > float(u[-2])                      # the top bucket still ranks above the next
+
+
+def _blocky_law(V: int = 3 * coupling.CDF_BLOCK + 17, seed: int = 0) -> torch.Tensor:
+    """A law over several CDF blocks and a partial last one, with a block of zero mass and
+    scattered zero-mass tokens (the shapes top-k and residuals give)."""
+    g = torch.Generator().manual_seed(seed)
+    p = torch.rand(V, generator=g) ** 3
+    p[coupling.CDF_BLOCK: 2 * coupling.CDF_BLOCK] = 0.0                         # a whole block empty
+    p[torch.rand(V, generator=g) < 0.3] = 0.0
+    return p / p.sum()
+
+
+def _grid_counts(sampler, p: torch.Tensor, M: int = 2**16) -> torch.Tensor:
+    """Tokens counted over u on an even grid of M points: for an exact inverse CDF each
+    token gets M * p(token) points, within one (its interval's length on the grid)."""
+    u = (torch.arange(M, dtype=torch.float64) + 0.5) / M
+    return torch.bincount(sampler(p.expand(M, -1), u), minlength=p.numel()).double()
+
+
+def test_sample_over_blocks_is_the_exact_inverse_cdf():
+    """The two-level CDF (block masses, then one block), which `sample` uses for large
+    batches, gives each token its exact share of an even u grid, never a token of zero mass,
+    and the same tokens as the one-level float64 CDF on random laws (also unnormalised, and
+    rows of different laws at once), at either batch size."""
+    for seed in range(3):
+        p = _blocky_law(seed=seed)
+        counts = _grid_counts(coupling.sample, p)
+        assert (counts[p == 0] == 0).all()
+        assert ((counts - 2**16 * p.double()).abs() <= 1 + 1e-6).all()
+    laws = torch.stack([_blocky_law(seed=s) * (s + 1) for s in range(4)]).repeat(500, 1)   # [2000, V]
+    u = _u(laws.shape[0], seed=9)
+    cdf = laws.cumsum(-1, dtype=torch.float64)
+    reference = torch.searchsorted(cdf, (u.unsqueeze(-1) * cdf[:, -1:]), right=True).squeeze(-1)
+    assert laws.numel() > coupling.ONE_LEVEL_MAX >= laws[:8].numel()          # both of sample's paths
+    assert torch.equal(coupling.sample(laws, u), reference)
+    assert torch.equal(coupling.sample(laws[:8], u[:8]), reference[:8])
+    assert torch.equal(coupling._sample_two_level(laws[:8], u[:8]), reference[:8])
+    assert coupling.sample(laws[0], u[0]).shape == ()                          # any leading shape
+    assert torch.equal(coupling.sample(laws.view(4, 500, -1), u.view(4, 500)), reference.view(4, 500))
+
+
+def test_sample_over_blocks_catches_a_biased_variant():
+    """The grid test above fails for a two-level sampler that reuses u's position for the
+    block and again inside it (the second level must continue the first's target)."""
+    def reused_u(p, u):
+        V, b = p.shape[-1], coupling.CDF_BLOCK
+        nb = -(-V // b)
+        blocks = torch.nn.functional.pad(p, (0, nb * b - V)).reshape(-1, nb, b)
+        mass = blocks.sum(-1, dtype=torch.float64)
+        cdf = mass.cumsum(-1)
+        j = torch.searchsorted(cdf, u.unsqueeze(-1) * cdf[:, -1:], right=True).clamp(max=nb - 1)
+        inside = blocks[torch.arange(blocks.shape[0]), j.squeeze(1)].cumsum(-1, dtype=torch.float64)
+        i = torch.searchsorted(inside, u.unsqueeze(-1) * inside[:, -1:], right=True).clamp(max=b - 1)
+        return (j * b + i).squeeze(-1)
+
+    p = _blocky_law()
+    assert ((_grid_counts(reused_u, p) - 2**16 * p.double()).abs() > 1 + 1e-6).any()
+
+
+def test_sample_holds_a_target_at_the_block_total_on_positive_mass():
+    """The block masses and the CDF inside a block add the same masses in different orders:
+    a mass of 1 followed by 63 masses of 2**-54 sums to more than 1 by blocks, while the
+    running CDF inside the block stays at 1.0. A target between the two (u just below 1)
+    takes the block's last token of positive mass instead of running past the block."""
+    b = coupling.CDF_BLOCK
+    p = torch.full((2 * b,), 2.0 ** -54)
+    p[b] = 1.0
+    p[:b] = 0.0                                                                   # the first block empty
+    assert p[b:].sum(dtype=torch.float64) > p[b:].cumsum(-1, dtype=torch.float64)[-1]
+    u = torch.tensor([1 - 2.0 ** -52, 0.0, 0.5], dtype=torch.float64)
+    drawn = coupling._sample_two_level(p.expand(3, -1), u)
+    assert drawn.tolist() == [b, b, b] and bool((p[drawn] > 0).all())
+
+
+def test_resample_draws_from_the_unnormalised_residual_as_from_the_residual():
+    """resample draws from max(0, p - q) without normalising it: the same law as
+    `sample(residual(p, q), u)`, exactly on an even u grid, and p itself where p == q."""
+    p, q = _blocky_law(seed=1), _blocky_law(seed=2)
+    for a, b in ((p, q), (q, p), (p, p)):
+        got = _grid_counts(lambda x, u: coupling.resample(x, b.expand_as(x), u), a)
+        want = _grid_counts(coupling.sample, coupling.residual(a, b))
+        assert ((got - want).abs() <= 2).all() and (got[coupling.residual(a, b) == 0] == 0).all()
+
+
+def _keyed_case(R: int, V: int, top_k: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(R, V, generator=g) * 3
+    if top_k:
+        logits = torch.where(logits >= logits.topk(top_k).values[:, -1:], logits, float("-inf"))
+    keys = coupling.row_keys(torch.arange(R) + 100 * seed)
+    return logits.softmax(-1), keys, torch.randint(0, 4096, (R,), generator=g)
+
+
+def _dense_gumbel(p, keys, positions):
+    return coupling.gumbel_argmax(p, coupling.gumbel_noise(keys.unsqueeze(1), positions.unsqueeze(1), p.shape[-1])[:, 0])
+
+
+def test_keyed_gumbel_argmax_is_the_dense_draw_token_for_token():
+    """Hashing the noise on p's support only gives the dense argmax(log p + G) exactly, under
+    top-k, on full support and on one-hot rows, so the coupling across passes is unchanged."""
+    for R, V, top_k, seed in ((300, 2048, 100, 0), (40, 16384, 1000, 1), (300, 64, 0, 2), (50, 200, 1, 3)):
+        p, keys, positions = _keyed_case(R, V, top_k, seed)
+        assert torch.equal(coupling.keyed_gumbel_argmax(p, keys, positions), _dense_gumbel(p, keys, positions))
+
+
+def test_keyed_gumbel_argmax_breaks_ties_as_argmax():
+    """Equal scores (equal p under one shared noise value for every token) go to the lowest
+    token, as the dense argmax's do."""
+    import unittest.mock
+
+    p = torch.tensor([[0.0, 0.25, 0.25, 0.5, 0.0], [0.5, 0.0, 0.0, 0.0, 0.5]])
+    keys, positions = coupling.row_keys(torch.tensor([1, 2])), torch.tensor([3, 4])
+    with unittest.mock.patch.object(coupling, "_token_keys", lambda V, device: torch.zeros(V, dtype=torch.long)):
+        dense, keyed = _dense_gumbel(p, keys, positions), coupling.keyed_gumbel_argmax(p, keys, positions)
+    assert dense.tolist() == keyed.tolist() == [3, 0]
+
+
+def test_keyed_gumbel_equality_catches_noise_keyed_by_support_rank():
+    """A variant that keys each support token's noise by its rank in the support (still an
+    exact draw from p, but the noise of a token moves when the support changes, which breaks
+    the coupling across passes) fails the token-for-token comparison above."""
+    def by_rank(p, keys, positions):
+        rows, tokens = (p > 0).nonzero(as_tuple=True)
+        rank = torch.arange(rows.numel()) - torch.searchsorted(rows, rows)
+        g = coupling.gumbel_noise(keys.unsqueeze(1), positions.unsqueeze(1), p.shape[-1])[:, 0]
+        dense = torch.zeros_like(p)
+        dense[rows, tokens] = g[rows, rank].exp() * p[rows, tokens]
+        return dense.argmax(-1)
+
+    p, keys, positions = _keyed_case(300, 2048, 100, 0)
+    assert not torch.equal(by_rank(p, keys, positions), _dense_gumbel(p, keys, positions))
