@@ -2,8 +2,8 @@
 form pass by pass, race AR, SJD and SCD over several samples. `demo` is the Blocks app (the
 Hugging Face Space entry point); `python app.py` serves it locally. This file is the page:
 Generate submits a row to the decode client that SCD_DECODE names (`demo.backend`: worker
-processes by default; visitors' rows share passes) and shows its records, the race is
-`scd_core.race` in this process; what the page calls lives in `demo/`, one module per
+processes by default; visitors' rows share passes) and shows its records, and so does the
+race (`scd_core.race.decode_rows`); what the page calls lives in `demo/`, one module per
 job (docs/app.md)."""
 from __future__ import annotations
 
@@ -202,9 +202,9 @@ def race_panels(panels: race_view.RacePanels, runs: dict, tick: int | None = Non
     return {race_images[m]: pic for m, pic in panels.at(runs, tick).items()}
 
 
-def race_results(model, name: str, s: race.Race, runs: dict, samples: int) -> dict:
+def race_results(model, name: str, s: race.Race, runs: dict, samples: int, timings: dict) -> dict:
     table, why, note, figures = race_view.race_report(name, s, runs, samples, models.device_name(),
-                                              race.gap_probe(model, name, s, runs))
+                                                      race.gap_probe(model, name, s, runs), timings)
     return {race_table: table, race_why: why, race_note: note} | \
         dict(zip((race_chart, race_hist, race_flicker), figures))
 
@@ -214,32 +214,47 @@ def race_results(model, name: str, s: race.Race, runs: dict, samples: int) -> di
 def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                 pace=0.0, samples=8, clip=None, clip_text="", history=None, ticket=None,
                 request: gr.Request = None):
-    """Decode K samples per method, each method alone and timed alone, then replay the
-    recorded passes in lockstep by NFE (at the slow-motion pace) and report the figures."""
+    """Per method, decode ONE image alone (its latency) and then K samples together (the
+    batch's throughput, and every per-sample figure) on the page's decode client, the same
+    as Generate, showing the pictures as they form; then replay the recorded passes in
+    lockstep by NFE (at the slow-motion pace) and report the figures."""
     key, ticket = session_key(request), STOPS.stamp(ticket)
     stopped = lambda: STOPS.stopped(key, ticket)  # noqa: E731
     try:
         model, s = prepare(name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale, seed,
                            prompt, clip, clip_text)
         pace, samples = checks.check_pace(pace), checks.check_samples(samples)
-        runs, status_due = {}, servers.Pacer(servers.STATUS_EVERY)
+        runs, timings = {}, {}
+        status_due, picture_due = servers.Pacer(servers.STATUS_EVERY), servers.Pacer(servers.FULL_SPEED_EVERY)
         panels = race_view.RacePanels(model, 0 if models.is_video(name) else None)
         yield dict.fromkeys([*race_images.values(), race_table, race_note, race_why, race_chart,
                              race_hist, race_flicker], None) | {race_status: "Decoding…"}
+        phases = (("one image alone", [s.seed]),
+                  (f"{samples} samples together", range(s.seed, s.seed + samples)))
         for m in race.METHOD_ORDER:
-            for run in race.decode(model, s, m, samples, stopped, SERVERS.alone()):
-                if status_due():
-                    yield {race_status: race_view.race_decoding(run)}
-            runs[m] = run
-            if run.stopped:
-                done = {k: r for k, r in runs.items() if r.done}
-                yield race_panels(panels, runs) | {
-                    race_status: race_view.race_decoding(run),
-                    race_table: race_view.race_table_html(race.summarise(done, False), False)}
-                return
+            one = None
+            for phase, seeds in phases:
+                for run in race.decode_rows(REQUESTS.client, name, s, m, seeds, stopped):
+                    out = {race_status: race_view.race_decoding(run, phase)} if status_due() else {}
+                    if picture_due():
+                        out |= race_panels(panels, runs | {m: run})
+                    if out:
+                        yield out
+                if run.stopped:
+                    done = {k: r for k, r in runs.items() if r.done}
+                    yield race_panels(panels, runs | {m: run}) | {
+                        race_status: race_view.race_decoding(run, phase),
+                        race_table: race_view.race_table_html(race.summarise(done, False, timings), False)}
+                    return
+                one = one or run
+            runs[m], timings[m] = run, race.timing_of(one, run)
     except ValueError as exc:
         log.info("refused: %s", exc)
         yield {race_status: f"**Not started:** {uploads.without_paths(exc)}"}
+        return
+    except DecodeError as exc:                            # a row was lost: said, what is shown stays
+        log.info("not decoded: %s", exc)
+        yield {race_status: f"**Not finished:** {uploads.without_paths(exc)}"}
         return
     plot_due, tick, last = servers.Pacer(servers.PLOT_EVERY, wait_first=True), 0, race.lockstep(runs)
     for tick in servers.replay_ticks(last, pace, servers.IMAGE_EVERY, stopped) if pace else ():
@@ -249,12 +264,12 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
                 {m: r.committed_curves() for m, r in runs.items()}, runs["ar"].num_tokens, tick)
         yield out
     if stopped() and tick < last:
-        yield race_results(model, name, s, runs, samples) | {race_status: race_view.race_progress(
+        yield race_results(model, name, s, runs, samples, timings) | {race_status: race_view.race_progress(
             runs, tick, f"**Replay stopped at NFE {tick}**; every method had finished decoding: "
                         "the figures below are complete.")}
         return
-    yield race_panels(panels, runs) | {race_status: race_view.race_progress(runs, None, "**Done.**")}
-    yield race_results(model, name, s, runs, samples) | {
+    yield race_panels(panels, runs) | race_results(model, name, s, runs, samples, timings) | {
+        race_status: race_view.race_progress(runs, None, "**Done.**"),
         race_state: {"model": name, "runs": {m: r.final() for m, r in runs.items()}},
         race_sample: gr.Slider(maximum=samples, value=1, visible=panels.sample is not None and samples > 1)}
 
