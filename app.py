@@ -13,11 +13,11 @@ import os
 import gradio as gr
 import torch
 
-from scd_core import race
+from scd_core import lossless as lossless_stats, race
 from scd_core.client import DecodeError
 from scd_core.models import cache
 
-from demo import (backend, charts, checks, export, labels, models, pictures, race_view, run_view,
+from demo import (backend, charts, checks, export, labels, lossless, models, pictures, race_view, run_view,
                   servers, streaming, texts, uploads)
 from demo.clips import example_clips
 
@@ -274,6 +274,45 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
         race_sample: gr.Slider(maximum=samples, value=1, visible=panels.sample is not None and samples > 1)}
 
 
+def shipped_ratios():
+    """texture's and tiny's passes per image for SJD and SCD-MC, from the benchmark's tables."""
+    return race_view.ratios_markdown()
+
+
+# ----------------------------------------------------------------------------- lossless
+
+@gpu(lambda *inputs, **named: 300)
+def lossless_run(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
+                 samples=lossless.DEFAULT_SAMPLES, ticket=None, request: gr.Request = None):
+    """Many samples of AR and of the method (the one picked; SCD-MC when AR is), which token
+    each put at four positions with the chi-square test's p-value, and greedy mode's tokens."""
+    key, ticket = session_key(request), STOPS.stamp(ticket)
+    outputs = (loss_summary, loss_chart, loss_ar, loss_method, loss_greedy)
+    try:
+        lossless.check_model(name)
+        samples = lossless.check_samples(samples)
+        model, s = prepare(name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale, seed,
+                           prompt, None, "")
+    except ValueError as exc:
+        yield {loss_status: f"**Not started:** {uploads.without_paths(exc)}"}
+        return
+    other = lossless.method_of(method)
+    yield dict.fromkeys(outputs, None) | {loss_status: f"Decoding {samples} samples of AR and {samples} "
+                                           f"of {LABELS[other]}…"}
+    settings = s.settings if s.settings.temperature > 0 else s.settings.replace(temperature=1.0)
+    c = lossless_stats.compare(model, s.prompt, settings, other, samples, seed=s.seed,
+                               stop=lambda: STOPS.stopped(key, ticket))
+    if c is None:
+        yield {loss_status: "**Stopped** before the samples were complete: nothing to compare."}
+        return
+    yield {loss_status: f"**Done** in {c.seconds:.0f} s.", loss_summary: lossless.summary_markdown(model, c),
+           loss_chart: lossless.histogram_figure(model, c),
+           loss_ar: lossless.samples_picture(model, c.ar_tokens),
+           loss_method: lossless.samples_picture(model, c.method_tokens),
+           loss_greedy: lossless.greedy_picture(model, c),
+           loss_method_title: f"{LABELS[other]}: its first {lossless.SHOWN_SAMPLES} samples"}
+
+
 def show_race_sample(index, state):
     if not state:
         return {}
@@ -462,6 +501,29 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                     with gr.Row():
                         race_hist = plot("race-hist")
                         race_flicker = plot("race-flicker")
+                    ratios_btn = gr.Button("Why texture and tiny differ: SJD vs SCD passes per image",
+                                           elem_id="ratios", size="sm")
+                    ratios_md = gr.Markdown(elem_id="ratios-table")
+                with gr.Tab("Lossless", id="tab-lossless"):
+                    gr.Markdown(lossless.HINT, elem_id="lossless-hint")
+                    with gr.Row():
+                        loss_samples = number(lossless.DEFAULT_SAMPLES, "Samples per method", "loss-samples",
+                                              whole=True)
+                        loss_btn = gr.Button("Compare AR with the method", elem_id="lossless", min_width=120)
+                    loss_status = gr.Markdown(elem_id="lossless-status")
+                    loss_chart = plot("lossless-chart")
+                    loss_summary = gr.Markdown(elem_id="lossless-summary")
+                    with gr.Row():
+                        with gr.Column(min_width=240):
+                            gr.Markdown(f"AR: its first {lossless.SHOWN_SAMPLES} samples",
+                                        elem_classes="panel-title")
+                            loss_ar = image("lossless-ar")
+                        with gr.Column(min_width=240):
+                            loss_method_title = gr.Markdown("The method: its first samples",
+                                                            elem_classes="panel-title")
+                            loss_method = image("lossless-method")
+                    gr.Markdown("Greedy (temperature 0): AR, then the method", elem_classes="panel-title")
+                    loss_greedy = image("lossless-greedy")
                 with gr.Tab("How it works", id="tab-explain"):
                     gr.Markdown(texts.HOW_IT_WORKS)
 
@@ -496,6 +558,12 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                     ["temperature"] or 1.0, [greedy_cb, model_dd], temp_nb, queue=False,
                     api_visibility="private")
     temp_nb.change(lambda t: t == 0, temp_nb, greedy_cb, queue=False, api_visibility="private")
+    ratios_btn.click(shipped_ratios, None, ratios_md, api_name="ratios", queue=False)
+    loss_btn.click(lossless_run, [model_dd, method_rd, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb,
+                                  seed_nb, prompt_tb, loss_samples, ticket],
+                   [loss_status, loss_summary, loss_chart, loss_ar, loss_method, loss_greedy, loss_method_title],
+                   api_name="lossless", show_progress_on=[loss_status], time_limit=900,
+                   js=texts.click_js("Lossless"), **DECODE)
     race_sample.release(show_race_sample, [race_sample, race_state], list(race_images.values()),
                         api_visibility="private")
     replay_slider.release(replay_view, [replay_slider, last_run],

@@ -3,6 +3,8 @@ a tick of the replay, its progress line, the summary table, why SCD leads SJD by
 here, how it was run, and the benchmark command that gives the same per-sample figures."""
 from __future__ import annotations
 
+import csv
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -194,3 +196,39 @@ def race_report(name: str, race, runs: dict, samples: int, device: str, probe=No
                      bench_command(name, race, samples, seeds=1, batch=samples))
     return (race_table_html(table, greedy), explain_gap(table, probe),
             (timing + "  \n" if timing else "") + note, race_figures(runs, samples))
+
+
+# ------------------------------------------------- texture against tiny, from the benchmark
+
+BENCH_DIR = Path(__file__).resolve().parents[1] / "docs" / "bench"
+WHY = {
+    "texture": "p at a position depends only on the tokens to its left and above: a redrawn token "
+               "moves p right next to it and nowhere further, so the drafts further along that coupling "
+               "keeps stay right until the window reaches them, while SJD redraws them and loses them.",
+    "tiny": "the trained model reads its whole prefix, so a redrawn token moves p further along too "
+            "and coupled drafts there go stale; and a quarter of its tokens are near-certain "
+            "background, where two independent draws already agree, so SJD loses less by redrawing.",
+}
+
+
+def shipped_passes(model: str, window: int = 16, init: str = "random",
+                   directory: Path = BENCH_DIR) -> dict[str, float]:
+    """{method: mean passes per image} from the benchmark's shipped table for `model`
+    (docs/bench/<model>.csv), at this window and draft init."""
+    with (directory / f"{model}.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    return {r["method"]: float(r["nfe"]) for r in rows
+            if r["method"] == "ar" or (int(r["window"]) == window and r["init"] == init)}
+
+
+def ratios_markdown(models: Sequence[str] = ("texture", "tiny"), directory: Path = BENCH_DIR) -> str:
+    """SJD's and SCD-MC's passes per image on each model side by side, their ratio, and one
+    sentence each on why it differs (the benchmark's shipped figures, L = 16, random drafts)."""
+    lines = ["| model | AR | SJD | SCD-MC | SJD / SCD-MC | why |", "|---|---|---|---|---|---|"]
+    for m in models:
+        p = shipped_passes(m, directory=directory)
+        lines.append(f"| `{m}` | {p['ar']:.0f} | {p['sjd']:.1f} | {p['scd-mc']:.1f} | "
+                     f"**{p['sjd'] / p['scd-mc']:.2f}x** | {WHY.get(m, '')} |")
+    return ("**Passes per image** (forward passes to finish one image; fewer is faster), from the "
+            "benchmark's shipped tables (`docs/bench/<model>.csv`: `python -m scd_core.bench`, window "
+            "16, random drafts, means over prompts and seeds):\n\n" + "\n".join(lines))

@@ -283,7 +283,8 @@ def decode(model, race: Race, method: str, samples: int,
 def decode_rows(client, model: str, race: Race, method: str, seeds: Sequence[int],
                 stop: Callable[[], bool] | None = None, poll: float = 0.05) -> Iterator[MethodRun]:
     """Decode one row per seed of one method on a decode client (`scd_core.client`:
-    wherever it decodes; rows with equal settings share passes there), yielding the
+    wherever it decodes; rows with equal settings share passes there, and a client with
+    `submit_rows` starts them in the same pass, as one batch), yielding the
     MethodRun so far after every record that arrives. The last one yielded has `seconds`,
     from the first submit to the last row's end as seen here, and `largest_pass`, the most
     rows any of its passes decoded (more than len(seeds): rows from outside shared them).
@@ -294,7 +295,9 @@ def decode_rows(client, model: str, race: Race, method: str, seeds: Sequence[int
     """
     settings, feed = race.of(method), queue.Queue()
     started = time.perf_counter()
-    rids = [client.submit(model, race.prompt, int(seed), settings) for seed in seeds]
+    together = getattr(client, "submit_rows", None)   # rows that start in one pass, as one batch
+    rids = together(model, race.prompt, [int(seed) for seed in seeds], settings) if together else \
+        [client.submit(model, race.prompt, int(seed), settings) for seed in seeds]
     rows: list[list[Iteration]] = [[] for _ in rids]
 
     def read(b: int, rid: str) -> None:

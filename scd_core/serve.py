@@ -352,6 +352,12 @@ class Server:
             self._wake.notify()
         return request
 
+    def submit_rows(self, prompt: str, seeds, settings: Settings | None = None) -> list[Request]:
+        """One request per seed, queued together: they start in the same pass (as one batch
+        of `generate` would), not one after another. A ValueError names a bad argument."""
+        with self._wake:                              # the worker reads the queue only after all are in
+            return [self.submit(prompt, seed, settings) for seed in seeds]
+
     def close(self, cancel: bool = False, timeout: float | None = None) -> None:
         """Stop the worker once the requests already submitted are done (`cancel`: cancel
         them first, so that they end at the next pass boundary)."""
