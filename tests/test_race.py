@@ -199,9 +199,16 @@ def test_rows_on_a_decode_client_are_the_batch_in_this_process(client, toy_grid)
     there = list(race.decode_rows(client, "toy-grid", settings, "scd-mc", [4, 5, 6]))[-1]
     assert torch.equal(here.tokens(), there.tokens()) and there.done and there.rows == 3
     assert here.samples() == pytest.approx(there.samples())
-    assert there.seconds > 0 and 1 <= there.largest_pass <= 3          # nothing from outside shared
+    assert there.seconds > 0 and there.largest_pass == 3        # all in one pass, nothing from outside
     assert torch.equal(here.committed_curves(), there.committed_curves())
     assert here.histogram() == pytest.approx(there.histogram())
+
+
+def test_a_bad_seed_among_rows_submitted_together_queues_none(client):
+    with pytest.raises(ValueError, match="seed"):
+        client.submit_rows("toy-grid", "fox", [0, -1], scd_core.Settings(window=8))
+    _, server = client.server("toy-grid")
+    assert not any(s._waiting for s in server.schedulers.values()) and not client._rows.running()
 
 
 def test_one_image_and_the_batch_have_the_benchs_nfe(client, texture):
@@ -254,3 +261,23 @@ def test_stop_cancels_a_clients_rows_after_the_current_pass(client):
     runs = list(race.decode_rows(client, "texture", race.Race("ocean waves"), "ar", [0, 1], stop))
     last = runs[-1]
     assert last.stopped and not last.done and last.nfe < 576 and last.seconds is not None
+
+
+def test_rows_submitted_together_start_in_one_pass_in_a_worker_process():
+    """`submit_rows` on the page's default client: the K rows' first pass is one batch of K
+    (one by one, the first would start alone), and each row is the one its seed gives."""
+    from scd_core.workers import ProcessClient
+
+    client = ProcessClient(threads=1)
+    try:
+        settings = race.Race("fox", scd_core.Settings(window=8), seed=2)
+        run = list(race.decode_rows(client, "toy-grid", settings, "sjd", [2, 3, 4]))[-1]
+        assert run.done and run.largest_pass == 3
+        alone = scd_core.generate(scd_core.load_model("toy-grid"), ["fox"], seed=3, method="sjd", window=8)
+        assert torch.equal(run.tokens()[1], alone.tokens[0]) and run.samples()[1].nfe == alone.nfe
+        rids = client.submit_rows("toy-grid", "fox", [0, 1], settings.of("ar"))
+        assert [client.result(r, timeout=60).batch_sizes[0] for r in rids] == [2, 2]
+        with pytest.raises(ValueError, match="seed"):
+            client.submit_rows("toy-grid", "fox", [0, -1], settings.of("ar"))
+    finally:
+        client.close()
