@@ -91,13 +91,15 @@ def histogram_figure(model, c: Comparison):
     positions = len(c.positions)
     data, layout = [], {}
     for i, (p, t) in enumerate(zip(c.positions, c.tests)):
-        order = sorted(range(len(t.bins)), key=lambda j: -(t.counts_a[j] + t.counts_b[j]))
-        shown, rest = order[:SHOWN_TOKENS], order[SHOWN_TOKENS:]
-        names = [("others" if t.bins[j] == -1 else f"token {t.bins[j]}") for j in shown]
+        order = sorted((j for j in range(len(t.bins)) if t.bins[j] != -1),
+                       key=lambda j: -(t.counts_a[j] + t.counts_b[j]))
+        shown = order[:SHOWN_TOKENS]
+        rest = [j for j in range(len(t.bins)) if j not in shown]      # the pooled bin among them
+        names = [f"token {t.bins[j]}" for j in shown]
         a = [t.counts_a[j] for j in shown]
         b = [t.counts_b[j] for j in shown]
         if rest:
-            names.append("others")
+            names.append("all others")
             a.append(sum(t.counts_a[j] for j in rest))
             b.append(sum(t.counts_b[j] for j in rest))
         axis = "" if i == 0 else str(i + 1)
@@ -119,11 +121,12 @@ def histogram_figure(model, c: Comparison):
             yref="paper", showarrow=False, yanchor="bottom", font=dict(size=12)))
     import plotly.graph_objects as go
     fig = go.Figure(data=data)
+    height = 150 + 260 * ((positions + 1) // 2)
     fig.update_layout(title=dict(text=title("Which token each sample put at a position",
                                             "bars: share of the samples; p: the chance test")),
-                      barmode="group", height=120 + 260 * ((positions + 1) // 2),
-                      margin=dict(l=50, r=10, t=80, b=40), plot_bgcolor="white",
-                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0), **layout)
+                      barmode="group", height=height, margin=dict(l=50, r=10, t=120, b=40),
+                      plot_bgcolor="white", legend=dict(orientation="h", x=0, xref="paper", yref="container",
+                                                        y=1 - 72 / height, yanchor="top"), **layout)
     return fig
 
 

@@ -344,6 +344,16 @@ def decode_rows(client, model: str, race: Race, method: str, seeds: Sequence[int
     yield _snapshot(method, rows, num_tokens, stopped and not complete, seconds, largest)
 
 
+def warm_up(client, model: str, race: Race, passes: int = 8) -> None:
+    """A few untimed passes of each method on the client, then cancelled: the first passes
+    of a fresh worker (loading, first kernel calls) would otherwise count against whichever
+    method is timed first, as the benchmark's own warm-up run avoids."""
+    for method in METHOD_ORDER:
+        for run in decode_rows(client, model, race, method, [race.seed]):
+            if run.nfe >= passes:
+                break                                 # leaving the generator cancels the row
+
+
 def timing_of(one: MethodRun, batch: MethodRun) -> Timing:
     """A method's Timing from its one-image run (one row alone) and its batch of K rows."""
     return Timing(latency=float(one.records[-1].wall_time), latency_nfe=one.nfe, batch=batch.rows,

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         f.write(a.prompt + "\n")
     client = ProcessClient(threads=a.threads)
     try:
-        race_times(client, a.model, s, 1, methods[:1])            # the worker loads and warms up
+        race.warm_up(client, a.model, s)                          # the worker loads and warms up
         per_sample = bench_rows(a.model, prompt_file, settings, a.samples, 1, methods)
         rounds = []
         for r in range(a.rounds):
