@@ -229,6 +229,7 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
         panels = race_view.RacePanels(model, 0 if models.is_video(name) else None)
         yield dict.fromkeys([*race_images.values(), race_table, race_note, race_why, race_chart,
                              race_hist, race_flicker], None) | {race_status: "Decoding…"}
+        yield {race_status: "Warming up: a few untimed passes of each method…"}
         race.warm_up(REQUESTS.client, name, s)          # untimed: a fresh worker's first passes
         phases = (("one image alone", [s.seed]),
                   (f"{samples} samples together", range(s.seed, s.seed + samples)))

@@ -112,21 +112,21 @@ def histogram_figure(model, c: Comparison):
                                            f"samples<extra></extra>"))
         rows, row, col = (positions + 1) // 2, i // 2, i % 2             # two panels a line
         lo, hi = col / 2 + 0.05, (col + 1) / 2 - 0.02
-        bottom, top = 1 - (row + 1) / rows + 0.16 / rows, 1 - row / rows - 0.08 / rows
+        bottom, top = 1 - (row + 1) / rows + 0.26 / rows, 1 - row / rows - 0.06 / rows
         layout[f"xaxis{axis}"] = dict(domain=[lo, hi], tickangle=-60, tickfont=dict(size=9), anchor=f"y{axis}")
         layout[f"yaxis{axis}"] = dict(domain=[bottom, top], tickformat=".0%", anchor=f"x{axis}",
                                       title="share of samples" if col == 0 else None)
         layout.setdefault("annotations", []).append(dict(
-            text=f"position {p}: p = {t.p_value:.2f}", x=(lo + hi) / 2, y=top + 0.02, xref="paper",
+            text=f"position {p}: <b>p = {t.p_value:.2f}</b>", x=(lo + hi) / 2, y=top + 0.02, xref="paper",
             yref="paper", showarrow=False, yanchor="bottom", font=dict(size=12)))
     import plotly.graph_objects as go
     fig = go.Figure(data=data)
-    height = 150 + 260 * ((positions + 1) // 2)
+    height = 150 + 280 * ((positions + 1) // 2)
     fig.update_layout(title=dict(text=title("Which token each sample put at a position",
                                             "bars: share of the samples; p: the chance test")),
-                      barmode="group", height=height, margin=dict(l=50, r=10, t=120, b=40),
+                      barmode="group", height=height, margin=dict(l=50, r=10, t=90, b=60),
                       plot_bgcolor="white", legend=dict(orientation="h", x=0, xref="paper", yref="container",
-                                                        y=1 - 72 / height, yanchor="top"), **layout)
+                                                        y=0, yanchor="bottom"), **layout)
     return fig
 
 
