@@ -112,12 +112,12 @@ def histogram_figure(model, c: Comparison):
                                            f"samples<extra></extra>"))
         rows, row, col = (positions + 1) // 2, i // 2, i % 2             # two panels a line
         lo, hi = col / 2 + 0.05, (col + 1) / 2 - 0.02
-        bottom, top = 1 - (row + 1) / rows + 0.26 / rows, 1 - row / rows - 0.06 / rows
+        bottom, top = 1 - (row + 1) / rows + 0.26 / rows, 1 - row / rows - 0.12 / rows
         layout[f"xaxis{axis}"] = dict(domain=[lo, hi], tickangle=-60, tickfont=dict(size=9), anchor=f"y{axis}")
         layout[f"yaxis{axis}"] = dict(domain=[bottom, top], tickformat=".0%", anchor=f"x{axis}",
                                       title="share of samples" if col == 0 else None)
         layout.setdefault("annotations", []).append(dict(
-            text=f"position {p}: <b>p = {t.p_value:.2f}</b>", x=(lo + hi) / 2, y=top + 0.02, xref="paper",
+            text=f"position {p}<br><b>p = {t.p_value:.2f}</b>", x=(lo + hi) / 2, y=top + 0.02, xref="paper",
             yref="paper", showarrow=False, yanchor="bottom", font=dict(size=12)))
     import plotly.graph_objects as go
     fig = go.Figure(data=data)

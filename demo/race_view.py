@@ -11,7 +11,7 @@ import numpy as np
 
 from demo.charts import race_figures
 from demo.labels import METHOD_LABELS
-from demo.pictures import render_samples, tile_frames
+from demo.pictures import render_iteration, tile_frames
 from scd_core.race import MethodSummary, Race, Sensitivity, Spread, Timing, summarise
 
 
@@ -175,13 +175,15 @@ class RacePanels:
         """{method: picture} after `tick` passes (the end when None)."""
         out = {}
         for method, run in runs.items():
-            its = run.last() if tick is None else run.at(tick)
-            if not its:
+            shown = run.pictures_at(tick)
+            if not shown:
                 continue
-            rows = list(range(len(its))) if self.sample is None else [min(self.sample, len(its) - 1)]
-            key = tuple((b, its[b].index) for b in rows)
+            rows = list(range(len(shown))) if self.sample is None else [min(self.sample, len(shown) - 1)]
+            key = tuple((b, shown[b][0].index) for b in rows)
             if self._drawn.get(method, (None,))[0] != key:
-                pics = [render_samples(self.model, its[b], [0], target=96) for b in rows]
+                target = 96 if len(tuple(self.model.grid)) < 3 else 256     # video: frames >= 96 px
+                pics = [render_iteration(self.model, shown[b][0], 0, target=target, decode=shown[b][1])
+                        for b in rows]
                 self._drawn[method] = (key, tile_frames(pics, cols=min(4, len(pics)), gap=4))
             out[method] = self._drawn[method][1]
         return out

@@ -145,6 +145,7 @@ class MethodRun:
     stopped: bool = False
     seconds: float | None = None      # the batch of K rows, first submit to last image (None: running)
     largest_pass: int = 0             # the most rows one of its passes decoded (0: not known yet)
+    decoders: tuple = ()              # each row's own decoder where the client tells it (None: the model's)
 
     @property
     def rows(self) -> int:
@@ -213,6 +214,13 @@ class MethodRun:
         """Each row's latest record."""
         return [r[-1] for r in self.row_records if r]
 
+    def pictures_at(self, nfe: int | None = None) -> list[tuple[Iteration, object]]:
+        """(record, the row's own decoder or None) of each row that has a record, after `nfe`
+        passes (the latest when None)."""
+        decoders = self.decoders or (None,) * self.rows
+        return [(r[-1] if nfe is None else r[min(max(nfe, 1), len(r)) - 1], d)
+                for r, d in zip(self.row_records, decoders) if r]
+
 
 @dataclass(frozen=True)
 class Timing:
@@ -248,9 +256,9 @@ class MethodSummary:
 
 
 def _snapshot(method: str, rows: list[list[Iteration]], num_tokens: int, stopped: bool = False,
-              seconds: float | None = None, largest_pass: int = 0) -> MethodRun:
+              seconds: float | None = None, largest_pass: int = 0, decoders: Sequence = ()) -> MethodRun:
     return MethodRun(method, tuple(Prefix(r, len(r)) for r in rows), num_tokens, stopped, seconds,
-                     largest_pass)
+                     largest_pass, tuple(decoders))
 
 
 def decode(model, race: Race, method: str, samples: int,
@@ -299,6 +307,7 @@ def decode_rows(client, model: str, race: Race, method: str, seeds: Sequence[int
     rids = together(model, race.prompt, [int(seed) for seed in seeds], settings) if together else \
         [client.submit(model, race.prompt, int(seed), settings) for seed in seeds]
     rows: list[list[Iteration]] = [[] for _ in rids]
+    told, decoders = getattr(client, "decoder", None), [None] * len(rids)   # each row's, where told
 
     def read(b: int, rid: str) -> None:
         try:
@@ -328,7 +337,9 @@ def decode_rows(client, model: str, race: Race, method: str, seeds: Sequence[int
             else:
                 rows[b].append(item)
                 num_tokens = item.num_tokens
-                yield _snapshot(method, rows, num_tokens)
+                if told is not None and decoders[b] is None:
+                    decoders[b] = told(rids[b])
+                yield _snapshot(method, rows, num_tokens, decoders=decoders)
         seconds = time.perf_counter() - started
         largest = max((max(client.result(rid, timeout=5.0).batch_sizes, default=0) for rid in rids),
                       default=0)
@@ -341,7 +352,7 @@ def decode_rows(client, model: str, race: Race, method: str, seeds: Sequence[int
     complete = all(r and int(r[-1].n_after[0]) >= num_tokens for r in rows)
     for rid in rids:
         getattr(client, "release", lambda rid: None)(rid)
-    yield _snapshot(method, rows, num_tokens, stopped and not complete, seconds, largest)
+    yield _snapshot(method, rows, num_tokens, stopped and not complete, seconds, largest, decoders)
 
 
 def warm_up(client, model: str, race: Race, passes: int = 8) -> None:
