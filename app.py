@@ -231,8 +231,8 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
                              race_hist, race_flicker], None) | {race_status: "Decoding…"}
         yield {race_status: "Warming up: a few untimed passes of each method…"}
         race.warm_up(REQUESTS.client, name, s)          # untimed: a fresh worker's first passes
-        phases = (("one image alone", [s.seed]),
-                  (f"{samples} samples together", range(s.seed, s.seed + samples)))
+        phases = (("one image alone", [s.seed]),) + ((   # K = 1: the one image is the batch
+            (f"{samples} samples together", range(s.seed, s.seed + samples)),) if samples > 1 else ())
         for m in race.METHOD_ORDER:
             one = None
             for phase, seeds in phases:
