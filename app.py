@@ -273,7 +273,8 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
     yield race_panels(panels, runs) | race_results(model, name, s, runs, samples, timings) | {
         race_status: race_view.race_progress(runs, None, "**Done.**"),
         race_state: {"model": name, "runs": {m: r.final() for m, r in runs.items()}},
-        race_sample: gr.Slider(maximum=samples, value=1, visible=panels.sample is not None and samples > 1)}
+        race_sample: gr.Slider(maximum=max(samples, 2), value=1,     # a slider needs min < max
+                               visible=panels.sample is not None and samples > 1)}
 
 
 def shipped_ratios():
