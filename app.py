@@ -2,8 +2,8 @@
 form pass by pass, race AR, SJD and SCD over several samples. `demo` is the Blocks app (the
 Hugging Face Space entry point); `python app.py` serves it locally. This file is the page:
 Generate submits a row to the decode client that SCD_DECODE names (`demo.backend`: worker
-processes by default; visitors' rows share passes) and shows its records, the race is
-`scd_core.race` in this process; what the page calls lives in `demo/`, one module per
+processes by default; visitors' rows share passes) and shows its records, and so does the
+race (`scd_core.race.decode_rows`); what the page calls lives in `demo/`, one module per
 job (docs/app.md)."""
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import os
 import gradio as gr
 import torch
 
-from scd_core import race
+from scd_core import lossless as lossless_stats, race
 from scd_core.client import DecodeError
 from scd_core.models import cache
 
-from demo import (backend, charts, checks, export, labels, models, pictures, race_view, run_view,
+from demo import (backend, charts, checks, export, labels, lossless, models, pictures, race_view, run_view,
                   servers, streaming, texts, uploads)
 from demo.clips import example_clips
 
@@ -202,9 +202,9 @@ def race_panels(panels: race_view.RacePanels, runs: dict, tick: int | None = Non
     return {race_images[m]: pic for m, pic in panels.at(runs, tick).items()}
 
 
-def race_results(model, name: str, s: race.Race, runs: dict, samples: int) -> dict:
+def race_results(model, name: str, s: race.Race, runs: dict, samples: int, timings: dict) -> dict:
     table, why, note, figures = race_view.race_report(name, s, runs, samples, models.device_name(),
-                                              race.gap_probe(model, name, s, runs))
+                                                      race.gap_probe(model, name, s, runs), timings)
     return {race_table: table, race_why: why, race_note: note} | \
         dict(zip((race_chart, race_hist, race_flicker), figures))
 
@@ -214,32 +214,49 @@ def race_results(model, name: str, s: race.Race, runs: dict, samples: int) -> di
 def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                 pace=0.0, samples=8, clip=None, clip_text="", history=None, ticket=None,
                 request: gr.Request = None):
-    """Decode K samples per method, each method alone and timed alone, then replay the
-    recorded passes in lockstep by NFE (at the slow-motion pace) and report the figures."""
+    """Per method, decode ONE image alone (its latency) and then K samples together (the
+    batch's throughput, and every per-sample figure) on the page's decode client, the same
+    as Generate, showing the pictures as they form; then replay the recorded passes in
+    lockstep by NFE (at the slow-motion pace) and report the figures."""
     key, ticket = session_key(request), STOPS.stamp(ticket)
     stopped = lambda: STOPS.stopped(key, ticket)  # noqa: E731
     try:
         model, s = prepare(name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale, seed,
                            prompt, clip, clip_text)
         pace, samples = checks.check_pace(pace), checks.check_samples(samples)
-        runs, status_due = {}, servers.Pacer(servers.STATUS_EVERY)
+        runs, timings = {}, {}
+        status_due, picture_due = servers.Pacer(servers.STATUS_EVERY), servers.Pacer(servers.FULL_SPEED_EVERY)
         panels = race_view.RacePanels(model, 0 if models.is_video(name) else None)
         yield dict.fromkeys([*race_images.values(), race_table, race_note, race_why, race_chart,
                              race_hist, race_flicker], None) | {race_status: "Decoding…"}
+        yield {race_status: "Warming up: a few untimed passes of each method…"}
+        race.warm_up(REQUESTS.client, name, s)          # untimed: a fresh worker's first passes
+        phases = (("one image alone", [s.seed]),) + ((   # K = 1: the one image is the batch
+            (f"{samples} samples together", range(s.seed, s.seed + samples)),) if samples > 1 else ())
         for m in race.METHOD_ORDER:
-            for run in race.decode(model, s, m, samples, stopped, SERVERS.alone()):
-                if status_due():
-                    yield {race_status: race_view.race_decoding(run)}
-            runs[m] = run
-            if run.stopped:
-                done = {k: r for k, r in runs.items() if r.done}
-                yield race_panels(panels, runs) | {
-                    race_status: race_view.race_decoding(run),
-                    race_table: race_view.race_table_html(race.summarise(done, False), False)}
-                return
+            one = None
+            for phase, seeds in phases:
+                for run in race.decode_rows(REQUESTS.client, name, s, m, seeds, stopped):
+                    out = {race_status: race_view.race_decoding(run, phase)} if status_due() else {}
+                    if picture_due():
+                        out |= race_panels(panels, runs | {m: run})
+                    if out:
+                        yield out
+                if run.stopped:
+                    done = {k: r for k, r in runs.items() if r.done}
+                    yield race_panels(panels, runs | {m: run}) | {
+                        race_status: race_view.race_decoding(run, phase),
+                        race_table: race_view.race_table_html(race.summarise(done, False, timings), False)}
+                    return
+                one = one or run
+            runs[m], timings[m] = run, race.timing_of(one, run)
     except ValueError as exc:
         log.info("refused: %s", exc)
         yield {race_status: f"**Not started:** {uploads.without_paths(exc)}"}
+        return
+    except DecodeError as exc:                            # a row was lost: said, what is shown stays
+        log.info("not decoded: %s", exc)
+        yield {race_status: f"**Not finished:** {uploads.without_paths(exc)}"}
         return
     plot_due, tick, last = servers.Pacer(servers.PLOT_EVERY, wait_first=True), 0, race.lockstep(runs)
     for tick in servers.replay_ticks(last, pace, servers.IMAGE_EVERY, stopped) if pace else ():
@@ -249,14 +266,54 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
                 {m: r.committed_curves() for m, r in runs.items()}, runs["ar"].num_tokens, tick)
         yield out
     if stopped() and tick < last:
-        yield race_results(model, name, s, runs, samples) | {race_status: race_view.race_progress(
+        yield race_results(model, name, s, runs, samples, timings) | {race_status: race_view.race_progress(
             runs, tick, f"**Replay stopped at NFE {tick}**; every method had finished decoding: "
                         "the figures below are complete.")}
         return
-    yield race_panels(panels, runs) | {race_status: race_view.race_progress(runs, None, "**Done.**")}
-    yield race_results(model, name, s, runs, samples) | {
+    yield race_panels(panels, runs) | race_results(model, name, s, runs, samples, timings) | {
+        race_status: race_view.race_progress(runs, None, "**Done.**"),
         race_state: {"model": name, "runs": {m: r.final() for m, r in runs.items()}},
-        race_sample: gr.Slider(maximum=samples, value=1, visible=panels.sample is not None and samples > 1)}
+        race_sample: gr.Slider(maximum=max(samples, 2), value=1,     # a slider needs min < max
+                               visible=panels.sample is not None and samples > 1)}
+
+
+def shipped_ratios():
+    """texture's and tiny's passes per image for SJD and SCD-MC, from the benchmark's tables."""
+    return race_view.ratios_markdown()
+
+
+# ----------------------------------------------------------------------------- lossless
+
+@gpu(lambda *inputs, **named: 300)
+def lossless_run(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
+                 samples=lossless.DEFAULT_SAMPLES, ticket=None, request: gr.Request = None):
+    """Many samples of AR and of the method (the one picked; SCD-MC when AR is), which token
+    each put at four positions with the chi-square test's p-value, and greedy mode's tokens."""
+    key, ticket = session_key(request), STOPS.stamp(ticket)
+    outputs = (loss_summary, loss_chart, loss_ar, loss_method, loss_greedy)
+    try:
+        lossless.check_model(name)
+        samples = lossless.check_samples(samples)
+        model, s = prepare(name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale, seed,
+                           prompt, None, "")
+    except ValueError as exc:
+        yield {loss_status: f"**Not started:** {uploads.without_paths(exc)}"}
+        return
+    other = lossless.method_of(method)
+    yield dict.fromkeys(outputs, None) | {loss_status: f"Decoding {samples} samples of AR and {samples} "
+                                           f"of {LABELS[other]}…"}
+    settings = s.settings if s.settings.temperature > 0 else s.settings.replace(temperature=1.0)
+    c = lossless_stats.compare(model, s.prompt, settings, other, samples, seed=s.seed,
+                               stop=lambda: STOPS.stopped(key, ticket))
+    if c is None:
+        yield {loss_status: "**Stopped** before the samples were complete: nothing to compare."}
+        return
+    yield {loss_status: f"**Done** in {c.seconds:.0f} s.", loss_summary: lossless.summary_markdown(model, c),
+           loss_chart: lossless.histogram_figure(model, c),
+           loss_ar: lossless.samples_picture(model, c.ar_tokens),
+           loss_method: lossless.samples_picture(model, c.method_tokens),
+           loss_greedy: lossless.greedy_picture(model, c),
+           loss_method_title: f"{LABELS[other]}: its first {lossless.SHOWN_SAMPLES} samples"}
 
 
 def show_race_sample(index, state):
@@ -447,6 +504,29 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                     with gr.Row():
                         race_hist = plot("race-hist")
                         race_flicker = plot("race-flicker")
+                    ratios_btn = gr.Button("Why texture and tiny differ: SJD vs SCD passes per image",
+                                           elem_id="ratios", size="sm")
+                    ratios_md = gr.Markdown(elem_id="ratios-table")
+                with gr.Tab("Lossless", id="tab-lossless"):
+                    gr.Markdown(lossless.HINT, elem_id="lossless-hint")
+                    with gr.Row():
+                        loss_samples = number(lossless.DEFAULT_SAMPLES, "Samples per method", "loss-samples",
+                                              whole=True)
+                        loss_btn = gr.Button("Compare AR with the method", elem_id="lossless", min_width=120)
+                    loss_status = gr.Markdown(elem_id="lossless-status")
+                    loss_chart = plot("lossless-chart")
+                    loss_summary = gr.Markdown(elem_id="lossless-summary")
+                    with gr.Row():
+                        with gr.Column(min_width=240):
+                            gr.Markdown(f"AR: its first {lossless.SHOWN_SAMPLES} samples",
+                                        elem_classes="panel-title")
+                            loss_ar = image("lossless-ar")
+                        with gr.Column(min_width=240):
+                            loss_method_title = gr.Markdown("The method: its first samples",
+                                                            elem_classes="panel-title")
+                            loss_method = image("lossless-method")
+                    gr.Markdown("Greedy (temperature 0): AR, then the method", elem_classes="panel-title")
+                    loss_greedy = image("lossless-greedy")
                 with gr.Tab("How it works", id="tab-explain"):
                     gr.Markdown(texts.HOW_IT_WORKS)
 
@@ -481,6 +561,12 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                     ["temperature"] or 1.0, [greedy_cb, model_dd], temp_nb, queue=False,
                     api_visibility="private")
     temp_nb.change(lambda t: t == 0, temp_nb, greedy_cb, queue=False, api_visibility="private")
+    ratios_btn.click(shipped_ratios, None, ratios_md, api_name="ratios", queue=False)
+    loss_btn.click(lossless_run, [model_dd, method_rd, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb,
+                                  seed_nb, prompt_tb, loss_samples, ticket],
+                   [loss_status, loss_summary, loss_chart, loss_ar, loss_method, loss_greedy, loss_method_title],
+                   api_name="lossless", show_progress_on=[loss_status], time_limit=900,
+                   js=texts.click_js("Lossless"), **DECODE)
     race_sample.release(show_race_sample, [race_sample, race_state], list(race_images.values()),
                         api_visibility="private")
     replay_slider.release(replay_view, [replay_slider, last_run],

@@ -3,23 +3,29 @@ a tick of the replay, its progress line, the summary table, why SCD leads SJD by
 here, how it was run, and the benchmark command that gives the same per-sample figures."""
 from __future__ import annotations
 
+import csv
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from demo.charts import race_figures
 from demo.labels import METHOD_LABELS
-from demo.pictures import render_samples
-from scd_core.race import MethodSummary, Race, Sensitivity, Spread, summarise
+from demo.pictures import render_iteration, tile_frames
+from scd_core.race import MethodSummary, Race, Sensitivity, Spread, Timing, summarise
 
 
-def bench_command(model_name: str, race: Race, samples: int) -> str:
+def bench_command(model_name: str, race: Race, samples: int, seeds: int | None = None,
+                  batch: int = 1) -> str:
     """The benchmark command whose per-sample figures match a race's (seeds 0..K-1 when the
-    race's seed is 0: the bench numbers its seeds from 0)."""
+    race's seed is 0: the bench numbers its seeds from 0); with `seeds` 1 and `batch` K, the
+    one that times the race's batch of K."""
     settings = race.settings
     prompt = race.prompt.replace("'", "'\\''")
     return (f"printf '%s\\n' '{prompt}' > prompt.txt && python -m scd_core.bench --model {model_name} "
-            f"--prompts prompt.txt --seeds {samples} --windows {settings.window} --inits {settings.init} "
+            f"--prompts prompt.txt --seeds {samples if seeds is None else seeds}"
+            + (f" --batch {batch}" if batch > 1 else "")
+            + f" --windows {settings.window} --inits {settings.init} "
             f"--temperature {settings.temperature:g} --top-k {settings.top_k} --top-p {settings.top_p:g} "
             f"--cfg-scale {settings.cfg_scale:g}")
 
@@ -57,8 +63,12 @@ def _spread(s: Spread, fmt: str = "{:.2f}", ends: str | None = None) -> str:
 
 
 RACE_HEADERS = ["method", "same tokens as AR", "NFE: mean (min–max)", "step compression",
-                "latency speed-up", "mean accepted length", "acceptance rate", "draft stability",
-                "wall (s)"]
+                "one image: seconds (vs AR)", "batch of K: images/s (vs AR)", "mean accepted length",
+                "acceptance rate", "draft stability"]
+
+
+def _timed(value: str, speedup: float | None) -> str:
+    return value + (f" ({speedup:.2f}x)" if speedup is not None else "")
 
 
 def race_rows(summaries: Sequence[MethodSummary], greedy: bool) -> list[list[str]]:
@@ -70,14 +80,14 @@ def race_rows(summaries: Sequence[MethodSummary], greedy: bool) -> list[list[str
             same = "n/a (sampling)"
         else:
             same = "—" if s.same_as_ar is None else "yes" if s.same_as_ar else "NO"
-        spec = s.method != "ar"
+        spec, t = s.method != "ar", s.timing
         rows.append([METHOD_LABELS.get(s.method, s.method), same, _spread(s.nfe, "{:.1f}", "{:.0f}"),
                      f"{s.step_compression.mean:.2f}x",
-                     f"{s.latency_speedup:.2f}x" if s.latency_speedup is not None else "—",
+                     _timed(f"{t.latency:.2f} s", s.latency_speedup) if t else "—",
+                     _timed(f"{t.throughput:.1f}/s", s.throughput_speedup) if t else "—",
                      _spread(s.mean_accepted_length) if spec else "—",
                      _spread(s.acceptance_rate) if spec else "—",
-                     _spread(s.draft_stability) if spec else "—",
-                     f"{s.wall:.2f}"])
+                     _spread(s.draft_stability) if spec else "—"])
     return rows
 
 
@@ -97,38 +107,61 @@ def race_progress(runs: dict, tick: int | None, note: str = "") -> str:
     or when its slowest sample finished."""
     parts = []
     for method, run in runs.items():
-        it = run.records[-1] if tick is None else run.at(tick)
-        done = int(it.n_after.min()) >= run.num_tokens
+        its = run.last() if tick is None else run.at(tick)
+        n = [int(it.n_after[0]) for it in its]
         parts.append(f"**{METHOD_LABELS[method]}** " + (
-            f"all done at NFE {it.index + 1} ✓" if done else
-            f"{float(it.n_after.float().mean()):.0f}/{run.num_tokens}"))
+            f"all done at NFE {max(it.index for it in its) + 1} ✓" if min(n) >= run.num_tokens else
+            f"{sum(n) / len(n):.0f}/{run.num_tokens}"))
     return ("" if tick is None else f"NFE {tick}: ") + " · ".join(parts) + (f"  \n{note}" if note else "")
 
 
-def race_note(samples: int, seed: int, greedy: bool, device: str, bench: str) -> str:
-    """How the race was run and timed, and the benchmark command that gives the same figures."""
-    cpu = (" On a CPU latency follows NFE poorly: a pass over a window of L tokens costs more "
-           "than a single-token pass, and batched AR passes are cheap." if device.startswith("CPU") else "")
-    return (f"{samples} samples per method (seeds {seed}–{seed + samples - 1}), each method's batch "
-            f"decoded alone and timed on its own (engine time, rendering excluded) on **{device}**."
-            f"{cpu}  \n"
+def timing_sentence(summaries: Sequence[MethodSummary], device: str) -> str:
+    """The two times in words: which method gives one image soonest, which the most images
+    per second, and whether any row from outside the race shared its passes."""
+    timed = [s for s in summaries if s.timing is not None]
+    if not timed:
+        return ""
+    fast = min(timed, key=lambda s: s.timing.latency)
+    many = max(timed, key=lambda s: s.timing.throughput)
+    text = (f"**One image** (one row decoded alone on {device}): {METHOD_LABELS[fast.method]} is done "
+            f"soonest, in {fast.timing.latency:.2f} s. **A batch of {fast.timing.batch}** (rows sharing "
+            f"passes): {METHOD_LABELS[many.method]} gives the most images per second, "
+            f"{many.timing.throughput:.1f}.")
+    if device.startswith("CPU"):
+        text += (" On a CPU a batched AR pass costs little more than a single one, so AR gains most "
+                 "from the batch, while a pass over a window of L tokens costs more than a one-token pass.")
+    text += (" The batch's images per second are the decode service's: each row's every pass reaches "
+             "the page as a record, which costs most where passes are cheap (AR), so they fall below "
+             "the benchmark's in-process batch.")
+    if not all(s.timing.alone for s in timed):
+        text += " Other visitors' rows shared some of these passes: the times are not the methods' alone."
+    return text
+
+
+def race_note(samples: int, seed: int, greedy: bool, device: str, bench: str, batch_bench: str) -> str:
+    """How the race was run and timed, and the benchmark commands that give the same figures."""
+    return (f"{samples} samples per method (seeds {seed}–{seed + samples - 1}) for the figures; each "
+            f"method first decodes one image alone (seed {seed}: its seconds are the engine's, timed "
+            f"where it decodes, on **{device}**), then the {samples} rows together (images/s: from the "
+            f"first row submitted to the last image).  \n"
             + ("**Greedy**: every method must return exactly AR's tokens; the second column checks it."
                if greedy else "**Sampling**: the methods draw different samples from the same "
                "distribution; tick *Greedy* to see identical tokens.")
             + f"  \nThe same NFE, step compression, mean accepted length, acceptance rate and draft "
             f"stability from the benchmark: `{bench}`" + (" (it numbers seeds from 0)" if seed else "")
-            + f"; it times one sample at a time, and a batch of {samples} as here with `--seeds 1 "
-            f"--batch {samples}`.")
+            + f". One image's seconds: the same with `--seeds 1` (column wall_s); the batch's: "
+            f"`{batch_bench}` ({samples} / wall_s images per second).")
 
 
-def race_decoding(run) -> str:
-    """A method's batch while it decodes, or where Stop ended it."""
-    label, n, N = METHOD_LABELS[run.method], int(run.records[-1].n_after.min()), run.num_tokens
+def race_decoding(run, phase: str = "") -> str:
+    """A method's rows while they decode, or where Stop ended them."""
+    label, N = METHOD_LABELS[run.method], run.num_tokens
+    n = min((int(it.n_after[0]) for it in run.last()), default=0)
+    what = phase or f"{run.rows} samples"
     if run.stopped:
         return (f"**Stopped at NFE {run.nfe}, {n}/{N} tokens** (the slowest of {run.rows} samples) "
                 f"while decoding {label}; the methods before it finished.")
-    return (f"Decoding **{label}**: {run.rows} samples, timed alone · NFE {run.nfe} · {n}/{N} tokens "
-            "in the slowest sample")
+    return f"Decoding **{label}**: {what} · NFE {run.nfe} · {n}/{N} tokens in the slowest sample"
 
 
 class RacePanels:
@@ -142,21 +175,69 @@ class RacePanels:
         """{method: picture} after `tick` passes (the end when None)."""
         out = {}
         for method, run in runs.items():
-            it = run.records[-1] if tick is None else run.at(tick)
-            rows = list(range(run.rows)) if self.sample is None else [self.sample]
-            key = (it.index, tuple(rows))
+            shown = run.pictures_at(tick)
+            if not shown:
+                continue
+            rows = list(range(len(shown))) if self.sample is None else [min(self.sample, len(shown) - 1)]
+            key = tuple((b, shown[b][0].index) for b in rows)
             if self._drawn.get(method, (None,))[0] != key:
-                self._drawn[method] = (key, render_samples(self.model, it, rows, target=96))
+                target = 96 if len(tuple(self.model.grid)) < 3 else 256     # video: frames >= 96 px
+                pics = [render_iteration(self.model, shown[b][0], 0, target=target, decode=shown[b][1])
+                        for b in rows]
+                self._drawn[method] = (key, tile_frames(pics, cols=min(4, len(pics)), gap=4))
             out[method] = self._drawn[method][1]
         return out
 
 
-def race_report(name: str, race, runs: dict, samples: int, device: str, probe=None) -> tuple:
+def race_report(name: str, race, runs: dict, samples: int, device: str, probe=None,
+                timings: dict[str, Timing] | None = None) -> tuple:
     """A finished race as shown: its table (HTML), why SCD's lead over SJD is what it is (with
-    `probe`, `race.gap_probe`'s measure of how far p moves), how it was run with the benchmark
-    command that gives the same figures, and its three charts."""
+    `probe`, `race.gap_probe`'s measure of how far p moves), how it was run and timed with
+    the benchmark commands that give the same figures, and its three charts."""
     greedy = race.settings.greedy
-    table = summarise(runs, greedy)
+    table = summarise(runs, greedy, timings)
+    timing = timing_sentence(table, device)
+    note = race_note(samples, race.seed, greedy, device, bench_command(name, race, samples),
+                     bench_command(name, race, samples, seeds=1, batch=samples))
     return (race_table_html(table, greedy), explain_gap(table, probe),
-            race_note(samples, race.seed, greedy, device, bench_command(name, race, samples)),
-            race_figures(runs, samples))
+            (timing + "  \n" if timing else "") + note, race_figures(runs, samples))
+
+
+# ------------------------------------------------- texture against tiny, from the benchmark
+
+BENCH_DIR = Path(__file__).resolve().parents[1] / "docs" / "bench"
+WHY = {
+    "texture": "p at a position depends only on the tokens to its left and above: a redrawn token "
+               "moves p right next to it and nowhere further, so the drafts further along that coupling "
+               "keeps stay right until the window reaches them, while SJD redraws them and loses them.",
+    "tiny": "the trained model reads its whole prefix, so a redrawn token moves p further along too "
+            "and coupled drafts there go stale; and a quarter of its tokens are near-certain "
+            "background, where two independent draws already agree, so SJD loses less by redrawing.",
+}
+
+
+def shipped_passes(model: str, window: int = 16, init: str = "random",
+                   directory: Path = BENCH_DIR) -> dict[str, float]:
+    """{method: mean passes per image} from the benchmark's shipped table for `model`
+    (docs/bench/<model>.csv), at this window and draft init."""
+    with (directory / f"{model}.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    return {r["method"]: float(r["nfe"]) for r in rows
+            if r["method"] == "ar" or (int(r["window"]) == window and r["init"] == init)}
+
+
+def ratios_markdown(models: Sequence[str] = ("texture", "tiny"), directory: Path = BENCH_DIR) -> str:
+    """SJD's and SCD-MC's passes per image on each model side by side, their ratio, and one
+    sentence each on why it differs (the benchmark's shipped figures, L = 16, random drafts)."""
+    lines = ["| model | AR | SJD | SCD-MC | SJD / SCD-MC |", "|---|---|---|---|---|"]
+    why = []
+    for m in models:
+        p = shipped_passes(m, directory=directory)
+        lines.append(f"| `{m}` | {p['ar']:.0f} | {p['sjd']:.1f} | {p['scd-mc']:.1f} | "
+                     f"**{p['sjd'] / p['scd-mc']:.2f}x** |")
+        if m in WHY:
+            why.append(f"- **{m}**: {WHY[m]}")
+    return ("**Passes per image** (forward passes to finish one image; fewer is faster), from the "
+            "benchmark's shipped tables (`docs/bench/<model>.csv`: `python -m scd_core.bench`, window "
+            "16, random drafts, means over prompts and seeds):\n\n" + "\n".join(lines)
+            + ("\n\nWhy the ratio differs:\n\n" + "\n".join(why) if why else ""))

@@ -82,18 +82,25 @@ class LocalClient:
                request_id: str | None = None) -> str:
         """Queue one row; returns its request id (`request_id`, or a fresh uuid4 hex). A
         ValueError names a bad argument at once. `settings` None: `Settings()`."""
+        return self.submit_rows(model, prompt, [seed], settings, None if request_id is None else [request_id])[0]
+
+    def submit_rows(self, model: str, prompt: str, seeds, settings: Settings | None = None,
+                    request_ids: list[str] | None = None) -> list[str]:
+        """Queue one row per seed, together: they start in the same pass. Their request ids,
+        in the seeds' order; a ValueError names a bad argument at once."""
         if self._closed:
             raise DecodeError("the decoding service is closed")
         loaded, server = self.server(model)
-        request = server.submit(prompt, seed, settings)          # checks prompt, seed, settings
-        rid = request_id or uuid.uuid4().hex
-        row = RowLog(model, math.prod(int(s) for s in loaded.grid))
-        with self._lock:
-            self._requests[rid] = request
-        self._rows.add(rid, row)
-        threading.Thread(target=self._pump, args=(rid, request, row), name=f"scd-row-{rid[:8]}",
-                         daemon=True).start()
-        return rid
+        requests = server.submit_rows(prompt, seeds, settings)   # checks prompt, seeds, settings
+        rids = request_ids or [uuid.uuid4().hex for _ in requests]
+        for rid, request in zip(rids, requests):
+            row = RowLog(model, math.prod(int(s) for s in loaded.grid))
+            with self._lock:
+                self._requests[rid] = request
+            self._rows.add(rid, row)
+            threading.Thread(target=self._pump, args=(rid, request, row), name=f"scd-row-{rid[:8]}",
+                             daemon=True).start()
+        return rids
 
     def records(self, request: str) -> Iterator[Iteration]:
         """The row's records (one `Iteration` of batch 1 per pass), from its first; ends

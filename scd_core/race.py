@@ -1,12 +1,18 @@
 """A race of decoding methods over K samples, and why one method wins by more on some models.
 
-Each method decodes the same prompt as one batch of K rows (row b draws from seed + b, so
-its tokens are those of a single run with that seed) and is timed alone: nothing else runs
-between its passes, no other method and no rendering. The recorded traces can then be
-replayed in lockstep by NFE. Every figure is a mean over the K samples of a per-sample
-metric, with its spread: never one seed's luck presented as a method's speed. The same
-per-sample metrics come out of `python -m scd_core.bench` with `--seeds K` on the same
-prompt, which decodes the K seeds one at a time (the page's race report spells the command out).
+Each method decodes the same prompt as K rows (row b draws from seed + b, so its tokens are
+those of a single run with that seed), each row keeping its own records. Every figure is a
+mean over the K samples of a per-sample metric, with its spread: never one seed's luck
+presented as a method's speed. The same per-sample metrics come out of
+`python -m scd_core.bench` with `--seeds K` on the same prompt (the page's race report
+spells the command out).
+
+Time is reported twice, per method, because the two differ on a CPU: `Timing.latency`, the
+seconds of ONE image decoded alone (what a visitor waits for one picture; `bench --seeds 1`),
+and `Timing.throughput`, the images per second of the K rows decoded together on shared
+passes (`bench --seeds 1 --batch K`). A batched AR pass costs little more than a single one,
+so AR's throughput gains most from the batch. `decode_rows` decodes on a decode client
+(`scd_core.client`, wherever it decodes), `decode` as one batch in this process.
 
 `context_sensitivity` measures the property that decides how much coupling helps: how far
 p moves at a position when one earlier token changes.
@@ -15,6 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import queue
+import threading
+import time
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -125,60 +134,110 @@ class Prefix(Sequence):
 
 @dataclass(frozen=True)
 class MethodRun:
-    """One method's batch of K rows: its recorded trace and its wall time, measured alone.
-    Immutable: `decode` yields a new one after every pass."""
+    """One method's K rows: each row's own records (batch 1, one per pass it took part in,
+    its prefill first, up to the pass that completed it), and the seconds the batch took.
+    Immutable: `decode` and `decode_rows` yield a new one as passes arrive (a snapshot: it
+    keeps showing the passes it had)."""
 
     method: str
-    records: Sequence[Iteration] = ()
+    row_records: tuple[Sequence[Iteration], ...] = ()
     num_tokens: int = 0
     stopped: bool = False
+    seconds: float | None = None      # the batch of K rows, first submit to last image (None: running)
+    largest_pass: int = 0             # the most rows one of its passes decoded (0: not known yet)
+    decoders: tuple = ()              # each row's own decoder where the client tells it (None: the model's)
 
     @property
     def rows(self) -> int:
-        return int(self.records[0].n_before.shape[0]) if self.records else 0
+        return len(self.row_records)
+
+    @property
+    def records(self) -> Sequence[Iteration]:
+        """The first row's records (a run of one row: all of them)."""
+        return self.row_records[0] if self.row_records else ()
 
     @property
     def wall(self) -> float:
-        """Seconds the engine spent decoding this batch (its own clock, rendering excluded)."""
-        return float(self.records[-1].wall_time) if self.records else 0.0
+        """Seconds the batch took (`seconds`), else its longest row's engine seconds so far."""
+        if self.seconds is not None:
+            return self.seconds
+        return max((float(r[-1].wall_time) for r in self.row_records if r), default=0.0)
 
     @property
     def nfe(self) -> int:
-        return len(self.records)
+        """Passes of the row that needed the most."""
+        return max((len(r) for r in self.row_records), default=0)
 
     @property
     def done(self) -> bool:
-        return bool(self.records) and not self.stopped and \
-            int(self.records[-1].n_after.min()) >= self.num_tokens
+        return bool(self.row_records) and not self.stopped and \
+            all(r and int(r[-1].n_after[0]) >= self.num_tokens for r in self.row_records)
 
     def samples(self) -> list[Sample]:
-        return [sample_of(self.records, b, self.num_tokens) for b in range(self.rows)]
+        return [sample_of(r, 0, self.num_tokens) for r in self.row_records if r]
 
     def tokens(self) -> torch.LongTensor:
-        return self.records[-1].tokens_after
+        """[K, N] each row's committed tokens (-1 where none yet)."""
+        return torch.cat([r[-1].tokens_after for r in self.row_records])
+
+    def _padded(self, value: Callable[[Iteration], int], fill: Callable[[Sequence[Iteration]], int]):
+        width = self.nfe
+        return torch.tensor([[value(it) for it in r] + [fill(r)] * (width - len(r))
+                             for r in self.row_records], dtype=torch.long)
 
     def committed_curves(self) -> torch.LongTensor:
-        """[K, NFE] tokens committed by each row after each pass (rows stay at N once done)."""
-        return torch.stack([it.n_after for it in self.records], 1)
+        """[K, NFE] tokens committed by each row after each pass (rows stay where they ended)."""
+        return self._padded(lambda it: int(it.n_after[0]), lambda r: int(r[-1].n_after[0]) if r else 0)
 
     def changed_per_pass(self) -> torch.LongTensor:
-        """[K, NFE] carried drafts whose token changed in each pass (0 for the prefill)."""
-        return torch.stack([it.changed for it in self.records], 1)
+        """[K, NFE] carried drafts whose token changed in each pass (0 for the prefill and
+        after a row's end)."""
+        return self._padded(lambda it: int(it.changed[0]), lambda r: 0)
 
     def histogram(self) -> list[float]:
         """[j - 1] = share of passes (all rows pooled, prefill excluded) that committed j tokens,
         j = 1 .. L (no pass of an unfinished row commits none)."""
-        counts = trace.committed_histogram(self.records)
+        counts = [trace.committed_histogram(r) for r in self.row_records if r]
+        counts = [sum(c) for c in zip(*counts)]
         passes = sum(counts)
         return [c / passes for c in counts[1:]] if passes else []
 
     def final(self) -> "MethodRun":
-        """This run reduced to its last record (what a finished picture needs), to keep."""
-        return MethodRun(self.method, tuple(self.records[-1:]), self.num_tokens, self.stopped)
+        """This run reduced to each row's last record (what a finished picture needs), to keep."""
+        return replace(self, row_records=tuple(tuple(r[-1:]) for r in self.row_records))
 
-    def at(self, nfe: int) -> Iteration:
-        """The record after `nfe` passes (the last one once the batch has finished)."""
-        return self.records[min(max(nfe, 1), len(self.records)) - 1]
+    def at(self, nfe: int) -> list[Iteration]:
+        """Each row's record after `nfe` passes (its last once it has ended)."""
+        return [r[min(max(nfe, 1), len(r)) - 1] for r in self.row_records if r]
+
+    def last(self) -> list[Iteration]:
+        """Each row's latest record."""
+        return [r[-1] for r in self.row_records if r]
+
+    def pictures_at(self, nfe: int | None = None) -> list[tuple[Iteration, object]]:
+        """(record, the row's own decoder or None) of each row that has a record, after `nfe`
+        passes (the latest when None)."""
+        decoders = self.decoders or (None,) * self.rows
+        return [(r[-1] if nfe is None else r[min(max(nfe, 1), len(r)) - 1], d)
+                for r, d in zip(self.row_records, decoders) if r]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How fast a method ran, measured where it decodes. `latency`: seconds for ONE image,
+    one row decoded alone (its engine clock), with that row's NFE; `throughput`: images per
+    second of the batch of K rows sharing passes (K over the seconds from the first submit to
+    the last image). `alone`: no row from outside the race shared a pass with them."""
+
+    latency: float
+    latency_nfe: int
+    batch: int
+    batch_seconds: float
+    alone: bool = True
+
+    @property
+    def throughput(self) -> float:
+        return self.batch / self.batch_seconds if self.batch_seconds > 0 else float("inf")
 
 
 @dataclass
@@ -190,50 +249,146 @@ class MethodSummary:
     acceptance_rate: Spread
     mean_accepted_length: Spread
     draft_stability: Spread
-    wall: float                       # the batch's engine seconds
-    latency_speedup: float | None     # AR's batch wall / this batch wall (None without AR)
     same_as_ar: bool | None           # greedy: every row's tokens equal AR's (None otherwise)
+    timing: Timing | None = None      # one image alone and the batch of K (None: not timed)
+    latency_speedup: float | None = None      # AR's one-image seconds / this method's
+    throughput_speedup: float | None = None   # this method's images/s / AR's
+
+
+def _snapshot(method: str, rows: list[list[Iteration]], num_tokens: int, stopped: bool = False,
+              seconds: float | None = None, largest_pass: int = 0, decoders: Sequence = ()) -> MethodRun:
+    return MethodRun(method, tuple(Prefix(r, len(r)) for r in rows), num_tokens, stopped, seconds,
+                     largest_pass, tuple(decoders))
 
 
 def decode(model, race: Race, method: str, samples: int,
            stop: Callable[[], bool] | None = None,
            device: ContextManager | None = None) -> Iterator[MethodRun]:
-    """Decode `samples` rows of one method, yielding the MethodRun so far after every pass
-    (each yielded run is a snapshot: it keeps showing the passes it had).
+    """Decode `samples` rows of one method as one batch in this process, yielding the
+    MethodRun so far after every pass (each yielded run is a snapshot: it keeps showing the
+    passes it had). Row b draws from seed + b and keeps its records up to its own last pass.
 
-    Nothing but the stop check runs between passes, so the run's wall time is the method's
-    own; a consumer that renders between yields is not counted either (the engine's clock
-    stops between records). `device` (a serving worker's device lock, `scd_core.serve.Server`,
-    or a context holding it) is held from the first pass to the last, so no other decoding
-    shares the device meanwhile.
+    Nothing but the stop check runs between passes; a consumer that renders between yields
+    is not counted (the engine's clock stops between records). `device` (a serving worker's
+    device lock, `scd_core.serve.Server`, or a context holding it) is held from the first
+    pass to the last, so no other decoding shares the device meanwhile.
     When `stop()` turns true the run ends after the current pass, marked `stopped`.
     """
-    num_tokens, records = math.prod(int(g) for g in model.grid), []
+    num_tokens, rows = math.prod(int(g) for g in model.grid), [[] for _ in range(samples)]
     prompts = [race.prompt] * samples
     with device or contextlib.nullcontext():
         for it in scd_core.stream(model, prompts, seed=race.seed, settings=race.of(method)):
-            records.append(it)
+            for b, row in enumerate(rows):
+                if not row or int(row[-1].n_after[0]) < num_tokens:
+                    row.append(it.row(b))
             done = int(it.n_after.min()) >= num_tokens
             stopped = stop is not None and not done and stop()
-            yield MethodRun(method, Prefix(records, len(records)), num_tokens, stopped)
+            yield _snapshot(method, rows, num_tokens, stopped, it.wall_time if done else None, samples)
             if stopped:
                 return
 
 
-def summarise(runs: dict[str, MethodRun], greedy: bool) -> list[MethodSummary]:
-    """The race table: per method, per-sample means with their spread, in METHOD_ORDER."""
-    ar = runs.get("ar")
-    ar_ready = ar is not None and ar.done
+def decode_rows(client, model: str, race: Race, method: str, seeds: Sequence[int],
+                stop: Callable[[], bool] | None = None, poll: float = 0.05) -> Iterator[MethodRun]:
+    """Decode one row per seed of one method on a decode client (`scd_core.client`:
+    wherever it decodes; rows with equal settings share passes there, and a client with
+    `submit_rows` starts them in the same pass, as one batch), yielding the
+    MethodRun so far after every record that arrives. The last one yielded has `seconds`,
+    from the first submit to the last row's end as seen here, and `largest_pass`, the most
+    rows any of its passes decoded (more than len(seeds): rows from outside shared them).
+
+    When `stop()` turns true every row is cancelled (each leaves at its next pass boundary)
+    and the last run is marked `stopped`; a consumer that stops reading cancels them too. A
+    lost row raises its DecodeError; a bad argument, the client's ValueError.
+    """
+    settings, feed = race.of(method), queue.Queue()
+    started = time.perf_counter()
+    together = getattr(client, "submit_rows", None)   # rows that start in one pass, as one batch
+    rids = together(model, race.prompt, [int(seed) for seed in seeds], settings) if together else \
+        [client.submit(model, race.prompt, int(seed), settings) for seed in seeds]
+    rows: list[list[Iteration]] = [[] for _ in rids]
+    told, decoders = getattr(client, "decoder", None), [None] * len(rids)   # each row's, where told
+
+    def read(b: int, rid: str) -> None:
+        try:
+            for record in client.records(rid):
+                feed.put((b, record))
+            feed.put((b, None))
+        except Exception as exc:                      # noqa: BLE001: raised to the reader below
+            feed.put((b, exc))
+
+    for b, rid in enumerate(rids):
+        threading.Thread(target=read, args=(b, rid), name="scd-race-row", daemon=True).start()
+    num_tokens, ended, stopped = 0, 0, False
+    try:
+        while ended < len(rids):
+            if stop is not None and not stopped and stop():
+                stopped = True
+                for rid in rids:
+                    client.cancel(rid)
+            try:
+                b, item = feed.get(timeout=poll)
+            except queue.Empty:
+                continue
+            if item is None:
+                ended += 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                rows[b].append(item)
+                num_tokens = item.num_tokens
+                if told is not None and decoders[b] is None:
+                    decoders[b] = told(rids[b])
+                yield _snapshot(method, rows, num_tokens, decoders=decoders)
+        seconds = time.perf_counter() - started
+        largest = max((max(client.result(rid, timeout=5.0).batch_sizes, default=0) for rid in rids),
+                      default=0)
+    finally:
+        for rid in rids:
+            try:
+                client.cancel(rid)                    # nothing happens to a row that has ended
+            except ValueError:
+                pass
+    complete = all(r and int(r[-1].n_after[0]) >= num_tokens for r in rows)
+    for rid in rids:
+        getattr(client, "release", lambda rid: None)(rid)
+    yield _snapshot(method, rows, num_tokens, stopped and not complete, seconds, largest, decoders)
+
+
+def warm_up(client, model: str, race: Race, passes: int = 8) -> None:
+    """A few untimed passes of each method on the client, then cancelled: the first passes
+    of a fresh worker (loading, first kernel calls) would otherwise count against whichever
+    method is timed first, as the benchmark's own warm-up run avoids."""
+    for method in METHOD_ORDER:
+        for run in decode_rows(client, model, race, method, [race.seed]):
+            if run.nfe >= passes:
+                break                                 # leaving the generator cancels the row
+
+
+def timing_of(one: MethodRun, batch: MethodRun) -> Timing:
+    """A method's Timing from its one-image run (one row alone) and its batch of K rows."""
+    return Timing(latency=float(one.records[-1].wall_time), latency_nfe=one.nfe, batch=batch.rows,
+                  batch_seconds=batch.wall,
+                  alone=one.largest_pass <= 1 and batch.largest_pass <= batch.rows)
+
+
+def summarise(runs: dict[str, MethodRun], greedy: bool,
+              timings: dict[str, Timing] | None = None) -> list[MethodSummary]:
+    """The race table: per method, per-sample means with their spread, in METHOD_ORDER, and
+    each timed method's one-image latency and batch throughput against AR's."""
+    ar, timings = runs.get("ar"), timings or {}
+    ar_ready, ar_time = ar is not None and ar.done, timings.get("ar")
     out = []
     for method in (m for m in METHOD_ORDER if m in runs):
         run = runs[method]
-        if not run.records:
+        if not run.row_records:
             continue
         samples = run.samples()
         same = None
         if greedy and ar_ready and run.done:
             same = bool(torch.equal(run.tokens(), ar.tokens()))
-        speedup = trace.latency_speedup(ar.wall, run.wall) if ar_ready and run.done and run.wall > 0 else None
+        timing = timings.get(method)
+        both = timing is not None and ar_time is not None
         out.append(MethodSummary(
             method=method, samples=len(samples),
             nfe=Spread.of([s.nfe for s in samples]),
@@ -241,7 +396,9 @@ def summarise(runs: dict[str, MethodRun], greedy: bool) -> list[MethodSummary]:
             acceptance_rate=Spread.of([s.acceptance_rate for s in samples]),
             mean_accepted_length=Spread.of([s.mean_accepted_length for s in samples]),
             draft_stability=Spread.of([s.draft_stability for s in samples]),
-            wall=run.wall, latency_speedup=speedup, same_as_ar=same))
+            same_as_ar=same, timing=timing,
+            latency_speedup=trace.latency_speedup(ar_time.latency, timing.latency) if both else None,
+            throughput_speedup=timing.throughput / ar_time.throughput if both else None))
     return out
 
 

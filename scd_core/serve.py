@@ -352,6 +352,16 @@ class Server:
             self._wake.notify()
         return request
 
+    def submit_rows(self, prompt: str, seeds, settings: Settings | None = None) -> list[Request]:
+        """One request per seed, queued together: they start in the same pass (as one batch
+        of `generate` would), not one after another. A ValueError names a bad argument
+        before any is queued."""
+        seeds, group = list(seeds), settings_of(settings)
+        for seed in seeds:
+            validate(self.model, [prompt], group, seed)
+        with self._wake:                              # the worker reads the queue only after all are in
+            return [self.submit(prompt, seed, group) for seed in seeds]
+
     def close(self, cancel: bool = False, timeout: float | None = None) -> None:
         """Stop the worker once the requests already submitted are done (`cancel`: cancel
         them first, so that they end at the next pass boundary)."""

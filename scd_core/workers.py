@@ -5,9 +5,9 @@ default), which loads the model once and runs a `LocalClient` on it with torch s
 `threads` threads (the parent's torch settings are never touched). The parent talks to a
 worker over two one-way pipes:
 
-    parent -> worker   ("submit", id, prompt, seed, settings) | ("cancel", id) | ("close",)
+    parent -> worker   ("submit", ids, prompt, seeds, settings) | ("cancel", id) | ("close",)
     worker -> parent   ("ready", N, threads) | ("failed", kind, message)   once, after loading
-                       ("ack", id, kind, message)                      per submit (kind None: queued)
+                       ("ack", ids, kind, message)                     per submit (kind None: queued)
                        ("record", id, delta)                           per pass of the row
                        ("end", id, error, batch_sizes)                 per row
 
@@ -72,20 +72,21 @@ def serve_model(name: str, load: Callable[[str], Any], max_batch: int, threads: 
             message = commands.recv()
         except (EOFError, OSError):                   # the parent is gone
             break
-        if message[0] == "submit":
-            _, rid, prompt, seed, settings = message
+        if message[0] == "submit":                    # rows submitted together start in one pass
+            _, rids, prompt, seeds, settings = message
             try:
-                client.submit(name, prompt, seed, settings, request_id=rid)
+                client.submit_rows(name, prompt, seeds, settings, request_ids=rids)
             except ValueError as exc:
-                send(("ack", rid, "value", str(exc)))
+                send(("ack", rids, "value", str(exc)))
                 continue
             except Exception as exc:
-                send(("ack", rid, "error", failure_message(exc)))
+                send(("ack", rids, "error", failure_message(exc)))
                 continue
-            send(("ack", rid, None, None))
+            send(("ack", rids, None, None))
             forwarders = [t for t in forwarders if t.is_alive()]
-            forwarders.append(threading.Thread(target=_forward, args=(client, rid, send), daemon=True))
-            forwarders[-1].start()
+            for rid in rids:
+                forwarders.append(threading.Thread(target=_forward, args=(client, rid, send), daemon=True))
+                forwarders[-1].start()
         elif message[0] == "cancel":
             try:
                 client.cancel(message[1])
@@ -149,30 +150,35 @@ class _Worker:
     def usable(self) -> bool:
         return self.alive and self.failure is None
 
-    def submit(self, rid: str, prompt: str, seed: int, settings, timeout: float) -> RowLog:
+    def submit(self, rids: list[str], prompt: str, seeds: list[int], settings, timeout: float) -> list[RowLog]:
+        """Queue one row per seed in the worker, together (they start in one pass)."""
         if not self.ready.wait(timeout):
             raise DecodeError(f"the decoding worker for {self.name} did not start in time; please try again")
         if self.failure is not None:
             kind, message = self.failure
             raise (ValueError if kind == "value" else DecodeError)(message)
-        row, ack = RowLog(self.name, self.num_tokens), [threading.Event(), None, None]
+        rows, ack, key = [RowLog(self.name, self.num_tokens) for _ in rids], [threading.Event(), None, None], rids[0]
         with self._lock:
             if not self.alive:
                 raise DecodeError(self._death_message())
-            self._rows[rid], self._acks[rid] = row, ack
-            self._tokens[rid] = torch.full((1, self.num_tokens), -1, dtype=torch.long)
-            self._send(("submit", rid, prompt, seed, settings))
+            for rid, row in zip(rids, rows):
+                self._rows[rid] = row
+                self._tokens[rid] = torch.full((1, self.num_tokens), -1, dtype=torch.long)
+            self._acks[key] = ack
+            self._send(("submit", list(rids), prompt, list(seeds), settings))
         answered = ack[0].wait(timeout)
         with self._lock:
-            self._acks.pop(rid, None)
+            self._acks.pop(key, None)
         if not answered:
-            self.cancel(rid)
-            self._drop(rid)
+            for rid in rids:
+                self.cancel(rid)
+                self._drop(rid)
             raise DecodeError(f"the decoding worker for {self.name} did not answer in time; please try again")
         if ack[1] is not None:
-            self._drop(rid)
+            for rid in rids:
+                self._drop(rid)
             raise (ValueError if ack[1] == "value" else DecodeError)(ack[2])
-        return row
+        return rows
 
     def cancel(self, rid: str) -> None:
         with self._lock:
@@ -245,9 +251,9 @@ class _Worker:
                 self._tokens.pop(rid, None)
             if row is not None and row.end(message[2], message[3]):
                 self.book.finished(rid)
-        elif kind == "ack":
+        elif kind == "ack":                            # for the rows of one submit, by its first id
             with self._lock:
-                ack = self._acks.get(rid)
+                ack = self._acks.get(rid[0])
             if ack is not None:
                 ack[1], ack[2] = message[2], message[3]
                 ack[0].set()
@@ -306,20 +312,27 @@ class ProcessClient:
     def submit(self, model: str, prompt: str, seed: int, settings: Settings | None = None) -> str:
         """Queue one row in its model's worker (started if needed); returns its request id.
         A ValueError (the worker's own check) names a bad argument at once."""
+        return self.submit_rows(model, prompt, [seed], settings)[0]
+
+    def submit_rows(self, model: str, prompt: str, seeds, settings: Settings | None = None) -> list[str]:
+        """Queue one row per seed, together: they start in the same pass (one message to the
+        worker). Their request ids, in the seeds' order; a ValueError names a bad argument."""
         if self.models is not None and model not in self.models:
             raise ValueError(f"model must be one of {', '.join(self.models)}, got {model!r}")
         if not isinstance(model, str) or not model:
             raise ValueError(f"model: expected a model name, got {model!r}")
-        for name, value in (("prompt", prompt), ("seed", seed), ("settings", settings)):
+        seeds = list(seeds)
+        for name, value in (("prompt", prompt), ("seed", seeds), ("settings", settings)):
             try:
                 pickle.dumps(value)
             except Exception as exc:
                 raise ValueError(f"{name} must be a plain value (a string, an integer, a Settings), "
                                  f"got {type(value).__name__}") from exc
-        rid = uuid.uuid4().hex
-        row = self._worker(model).submit(rid, prompt, seed, settings, self.timeout)
-        self._rows.add(rid, row)
-        return rid
+        rids = [uuid.uuid4().hex for _ in seeds]
+        rows = self._worker(model).submit(rids, prompt, seeds, settings, self.timeout)
+        for rid, row in zip(rids, rows):
+            self._rows.add(rid, row)
+        return rids
 
     def records(self, request: str) -> Iterator[Iteration]:
         """As `LocalClient.records`; the records are rebuilt from what each pass changed."""

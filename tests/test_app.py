@@ -302,7 +302,7 @@ def test_gpu_work_is_wrapped_with_spaces_gpu_when_importable(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=300, cwd=repo)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "['export_run', 'generate_stream', 'race_stream']"
+    assert out.stdout.strip().splitlines()[-1] == "['export_run', 'generate_stream', 'lossless_run', 'race_stream']"
 
 
 def test_page_names_the_device():

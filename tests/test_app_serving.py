@@ -157,13 +157,17 @@ def test_a_request_the_model_refuses_leaves_the_others_running(monkeypatch):
         assert np.array_equal(final(updates[name], app.live_image), picture), name
 
 
-def test_the_race_holds_the_device_while_a_method_decodes_and_lets_go_if_left():
+def test_the_race_decodes_on_the_pages_client_and_cancels_its_rows_if_left():
     race = app.race_stream(*args(samples=2))
     assert "Decoding" in next(race)[app.race_status]
-    assert "Decoding **AR**" in next(race)[app.race_status]          # after AR's first pass
-    assert app.SERVERS.device_lock.locked()                           # no shared pass meanwhile
+    assert "Warming up" in next(race)[app.race_status]
+    assert "Decoding **AR**: one image alone" in next(race)[app.race_status]   # after AR's first pass
+    assert app.REQUESTS.client._rows.running()                       # its row is on the client
     race.close()                                                      # the visitor went away
-    assert not app.SERVERS.device_lock.locked()
+    deadline = time.perf_counter() + 10
+    while app.REQUESTS.client._rows.running() and time.perf_counter() < deadline:
+        time.sleep(0.05)
+    assert not app.REQUESTS.client._rows.running()                   # cancelled at a pass boundary
 
 
 def test_a_visitor_whose_pass_waits_for_a_race_is_told_why():

@@ -1,5 +1,6 @@
-"""scd_core.race: K samples per method, each method decoded alone, its per-sample metrics the
-trace's, their spread, the lockstep replay, Stop, and the probe of why coupling helps."""
+"""scd_core.race: K samples per method, in this process or on a decode client, its per-sample
+metrics the trace's and the bench's, their spread, one image's latency and the batch's
+throughput, the lockstep replay, Stop, and the probe of why coupling helps."""
 from __future__ import annotations
 
 import pytest
@@ -8,6 +9,7 @@ import torch
 import scd_core
 from demo import race_view
 from scd_core import race
+from scd_core.local import LocalClient
 from scd_core.trace import Run
 
 
@@ -40,7 +42,8 @@ def test_a_single_sample_has_the_runs_own_metrics(toy_grid):
 def test_each_row_of_a_batch_counts_its_own_passes(toy_grid):
     run = decoded(toy_grid, race.Race("fox", scd_core.Settings(window=8)), "scd-mc", 4)
     nfe = [s.nfe for s in run.samples()]
-    assert nfe == Run.from_iterations(run.records).row_nfe.tolist()
+    batch = scd_core.generate(toy_grid, ["fox"] * 4, seed=0, method="scd-mc", window=8)
+    assert nfe == batch.row_nfe.tolist()
     assert max(nfe) == run.nfe and run.done
     curves = run.committed_curves()
     assert curves.shape == (4, run.nfe) and (curves[:, -1] == 256).all()
@@ -71,7 +74,7 @@ def test_greedy_race_rows_all_equal_ar(toy_grid):
     table = race.summarise(runs, greedy=True)
     assert [s.method for s in table] == list(race.METHOD_ORDER)
     assert all(s.same_as_ar for s in table)
-    assert table[0].latency_speedup == pytest.approx(1.0)
+    assert table[0].latency_speedup is None and table[0].timing is None      # not timed: no claim
     assert all(s.samples == 2 for s in table)
 
 
@@ -99,8 +102,9 @@ def test_stop_ends_a_method_after_the_current_pass(toy_grid):
 
 def test_replay_reads_each_method_at_an_nfe(toy_grid):
     run = decoded(toy_grid, race.Race("fox", scd_core.Settings(window=8)), "sjd", 2)
-    assert run.at(1).index == 0 and run.at(3).index == 2
-    assert run.at(10_000) is run.records[-1]
+    assert [it.index for it in run.at(1)] == [0, 0] and [it.index for it in run.at(3)] == [2, 2]
+    assert all(a is b for a, b in zip(run.at(10_000), run.last()))
+    assert [len(r) for r in run.row_records] == [s.nfe for s in run.samples()]   # each up to its end
     assert race.lockstep({"sjd": run}) == run.nfe
 
 
@@ -175,3 +179,105 @@ def test_each_yielded_run_is_a_snapshot_that_later_passes_do_not_change(toy_grid
     assert not early.done and runs[-1].done
     with pytest.raises(AttributeError):
         early.stopped = True
+
+
+# ------------------------------------------------------------------- on a decode client
+
+@pytest.fixture(scope="module")
+def client(texture, toy_grid):
+    models = {"texture": texture, "toy-grid": toy_grid}
+    c = LocalClient(load=models.__getitem__)
+    yield c
+    c.close()
+
+
+def test_rows_on_a_decode_client_are_the_batch_in_this_process(client, toy_grid):
+    """Row b on the client (seed + b, sharing passes there) has the tokens and per-sample
+    figures of row b of the in-process batch: where a race decodes changes no figure."""
+    settings = race.Race("fox", scd_core.Settings(window=8), seed=4)
+    here = decoded(toy_grid, settings, "scd-mc", 3)
+    there = list(race.decode_rows(client, "toy-grid", settings, "scd-mc", [4, 5, 6]))[-1]
+    assert torch.equal(here.tokens(), there.tokens()) and there.done and there.rows == 3
+    assert here.samples() == pytest.approx(there.samples())
+    assert there.seconds > 0 and there.largest_pass == 3        # all in one pass, nothing from outside
+    assert torch.equal(here.committed_curves(), there.committed_curves())
+    assert here.histogram() == pytest.approx(there.histogram())
+
+
+def test_a_bad_seed_among_rows_submitted_together_queues_none(client):
+    with pytest.raises(ValueError, match="seed"):
+        client.submit_rows("toy-grid", "fox", [0, -1], scd_core.Settings(window=8))
+    _, server = client.server("toy-grid")
+    assert not any(s._waiting for s in server.schedulers.values()) and not client._rows.running()
+
+
+def test_one_image_and_the_batch_have_the_benchs_nfe(client, texture):
+    """The figures the race times, against the bench's for the same settings: one image alone
+    is `--seeds 1`, its NFE exactly; the batch's per-sample NFE is `--seeds K`'s, and `--seeds 1
+    --batch K` decodes the same K rows (same NFE). Only that the times exist is asserted here:
+    how they compare is measured by scripts/race_timing.py."""
+    from scd_core import bench
+
+    settings = race.Race("ocean waves", scd_core.Settings(window=16))
+    for method in ("ar", "scd-mc"):
+        one = list(race.decode_rows(client, "texture", settings, method, [0]))[-1]
+        batch = list(race.decode_rows(client, "texture", settings, method, range(3)))[-1]
+        timing = race.timing_of(one, batch)
+        alone = bench.run_case(texture, ["ocean waves"], 1, 1, settings.of(method))
+        seeds = bench.run_case(texture, ["ocean waves"], 3, 1, settings.of(method))
+        together = bench.run_case(texture, ["ocean waves"], 1, 3, settings.of(method))
+        assert timing.latency_nfe == one.samples()[0].nfe == alone[0].nfe
+        assert [s.nfe for s in batch.samples()] == [r.nfe for r in seeds]
+        assert max(s.nfe for s in batch.samples()) == together[0].nfe
+        assert timing.latency > 0 and timing.batch == 3 and timing.throughput > 0 and timing.alone
+
+
+def test_summary_gives_latency_and_throughput_against_ars():
+    spread = race.Spread.of([10.0])
+    runs = {m: race.MethodRun(m) for m in ("ar", "sjd")}
+    timings = {"ar": race.Timing(0.5, 576, 8, 1.0), "sjd": race.Timing(0.25, 250, 8, 4.0)}
+    assert timings["sjd"].throughput == 2.0 and timings["ar"].throughput == 8.0
+    summary = race.MethodSummary("sjd", 1, spread, spread, spread, spread, spread, None, timings["sjd"],
+                                 2.0, 0.25)
+    html = race_view.race_table_html([summary], greedy=False)
+    assert "0.25 s (2.00x)" in html and "2.0/s (0.25x)" in html
+    assert "one image: seconds (vs AR)" in html and "batch of K: images/s (vs AR)" in html
+    assert race.summarise(runs, False, timings) == []        # nothing decoded: no rows
+
+
+def test_summarise_divides_by_ars_times(toy_grid):
+    settings = race.Race("fox", scd_core.Settings(window=8))
+    runs = {m: decoded(toy_grid, settings, m, 2) for m in ("ar", "sjd")}
+    timings = {"ar": race.Timing(0.6, 256, 2, 1.0), "sjd": race.Timing(0.3, 120, 2, 2.0)}
+    ar, sjd = race.summarise(runs, False, timings)
+    assert ar.latency_speedup == 1.0 and sjd.latency_speedup == pytest.approx(2.0)
+    assert sjd.throughput_speedup == pytest.approx(0.5)
+    assert race.summarise(runs, False)[1].latency_speedup is None        # not timed: no claim
+
+
+def test_stop_cancels_a_clients_rows_after_the_current_pass(client):
+    calls = iter(range(10_000))
+    stop = lambda: next(calls) >= 5   # noqa: E731
+    runs = list(race.decode_rows(client, "texture", race.Race("ocean waves"), "ar", [0, 1], stop))
+    last = runs[-1]
+    assert last.stopped and not last.done and last.nfe < 576 and last.seconds is not None
+
+
+def test_rows_submitted_together_start_in_one_pass_in_a_worker_process():
+    """`submit_rows` on the page's default client: the K rows' first pass is one batch of K
+    (one by one, the first would start alone), and each row is the one its seed gives."""
+    from scd_core.workers import ProcessClient
+
+    client = ProcessClient(threads=1)
+    try:
+        settings = race.Race("fox", scd_core.Settings(window=8), seed=2)
+        run = list(race.decode_rows(client, "toy-grid", settings, "sjd", [2, 3, 4]))[-1]
+        assert run.done and run.largest_pass == 3
+        alone = scd_core.generate(scd_core.load_model("toy-grid"), ["fox"], seed=3, method="sjd", window=8)
+        assert torch.equal(run.tokens()[1], alone.tokens[0]) and run.samples()[1].nfe == alone.nfe
+        rids = client.submit_rows("toy-grid", "fox", [0, 1], settings.of("ar"))
+        assert [client.result(r, timeout=60).batch_sizes[0] for r in rids] == [2, 2]
+        with pytest.raises(ValueError, match="seed"):
+            client.submit_rows("toy-grid", "fox", [0, -1], settings.of("ar"))
+    finally:
+        client.close()

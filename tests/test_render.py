@@ -231,8 +231,7 @@ def test_accept_prob_map_colours_only_the_verified_drafts(toy_grid, sjd_iteratio
 def test_race_table_puts_the_losslessness_check_second():
     spread = race.Spread.of
     s = race.MethodSummary("sjd", 3, spread([20, 22, 24]), spread([3.2, 2.9, 2.7]),
-                           spread([0.6, 0.7, 0.8]), spread([1, 2, 3]), spread([0.1, 0.2, 0.3]),
-                           0.5, 1.5, True)
+                           spread([0.6, 0.7, 0.8]), spread([1, 2, 3]), spread([0.1, 0.2, 0.3]), True)
     html = race_view.race_table_html([s], greedy=True)
     assert race_view.RACE_HEADERS[1] == "same tokens as AR"
     assert "<td>SJD</td><td>yes</td><td>22.0 (20–24)</td>" in html

@@ -1,0 +1,147 @@
+"""The lossless view as the page shows it (the statistics are `scd_core.lossless`): many
+samples of AR and of a method, which token each put at a few positions side by side with the
+test's p-value, a few of the samples (different images), and greedy mode's identical tokens."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from demo.charts import METHOD_COLOURS, title
+from demo.labels import METHOD_LABELS
+from demo.pictures import tile_frames, to_rgb
+from scd_core.lossless import ChiSquare, Comparison
+from scd_core.models import REGISTRY
+
+DEFAULT_SAMPLES, MIN_SAMPLES, MAX_SAMPLES = 256, 16, 1024
+SHOWN_SAMPLES = 8            # samples of each method drawn as pictures
+SHOWN_TOKENS = 10            # bars per position: the most frequent tokens, then "others"
+HINT = (Path(__file__).parent / "texts" / "lossless_hint.md").read_text(encoding="utf-8").rstrip("\n")
+
+
+def check_samples(samples) -> int:
+    """The samples per method of the lossless view (a whole number in its range)."""
+    try:
+        value = float(samples)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not value.is_integer() or not MIN_SAMPLES <= value <= MAX_SAMPLES:
+        raise ValueError(f"samples per method must be a whole number from {MIN_SAMPLES} to {MAX_SAMPLES}, "
+                         f"got {samples!r}")
+    return int(value)
+
+
+def check_model(name: str) -> str:
+    """Only the embedded models: hundreds of samples of a downloaded model take far too long."""
+    entry = REGISTRY.get(name)
+    if entry is None or entry.needs_weights:
+        raise ValueError(f"model: the lossless view runs on the embedded models (texture, tiny, ...), "
+                         f"not {name!r}: it decodes hundreds of samples")
+    return name
+
+
+def method_of(method: str) -> str:
+    """The method compared with AR: the one picked, or SCD maximal coupling when AR is."""
+    return "scd-mc" if method == "ar" else method
+
+
+def _where(model, position: int) -> str:
+    grid = tuple(int(g) for g in model.grid)
+    if len(grid) == 2:
+        return f"row {position // grid[1] + 1}, column {position % grid[1] + 1}"
+    per = grid[-1] * grid[-2]
+    return f"frame {position // per + 1}, row {position % per // grid[-1] + 1}, column {position % grid[-1] + 1}"
+
+
+def reading(test: ChiSquare) -> str:
+    """A test's p-value in plain words."""
+    if test.dof == 0:
+        return "every sample of both put the same token here: nothing to tell apart"
+    if test.p_value < 0.001:
+        return "**the counts differ**: so different a pair would hardly ever happen by chance"
+    if test.p_value < 0.05:
+        return "a little unusual; at one position in twenty this happens by chance alone"
+    return "consistent with one distribution"
+
+
+def summary_markdown(model, c: Comparison) -> str:
+    """What the comparison shows, in plain words, with its table of positions."""
+    label, N = METHOD_LABELS[c.method], c.greedy_ar.numel()
+    rows = "\n".join(
+        f"| {p} ({_where(model, p)}) | {len(t.bins)} | {t.p_value:.2f} | {reading(t)} |"
+        for p, t in zip(c.positions, c.tests))
+    greedy = ("**identical**" if c.greedy_equal == N else f"**different at {N - c.greedy_equal} positions**")
+    return (f"**{c.samples} samples of AR and {c.samples} of {label}** ({c.seconds:.0f} s to decode "
+            f"here), from different seeds. {c.different_images} of the {c.samples} pairs of images "
+            f"differ: a speculative method does not copy AR's picture. What it keeps is the "
+            f"*distribution*: at each position below, the share of samples that put each token "
+            f"there should match AR's up to chance.\n\n"
+            f"The **p-value** of a chi-square test answers: if both drew from the same distribution, how "
+            f"often would their counts differ at least this much? Near 0 means they almost surely "
+            f"differ; for equal distributions it is spread evenly between 0 and 1 (below 0.05 one "
+            f"time in twenty).\n\n"
+            f"| position | token groups compared | p-value | reading |\n|---|---|---|---|\n{rows}\n\n"
+            f"**Greedy** (temperature 0, no randomness): {label}'s {N} tokens and AR's are {greedy} "
+            f"({c.greedy_equal}/{N} equal), though {label} needed fewer passes to find them.")
+
+
+def histogram_figure(model, c: Comparison):
+    """Per position: the share of AR's and the method's samples that took each of the most
+    frequent tokens (the rest pooled), grouped bars, the p-value in the panel's title."""
+    positions = len(c.positions)
+    data, layout = [], {}
+    for i, (p, t) in enumerate(zip(c.positions, c.tests)):
+        order = sorted((j for j in range(len(t.bins)) if t.bins[j] != -1),
+                       key=lambda j: -(t.counts_a[j] + t.counts_b[j]))
+        shown = order[:SHOWN_TOKENS]
+        rest = [j for j in range(len(t.bins)) if j not in shown]      # the pooled bin among them
+        names = [f"token {t.bins[j]}" for j in shown]
+        a = [t.counts_a[j] for j in shown]
+        b = [t.counts_b[j] for j in shown]
+        if rest:
+            names.append("all others")
+            a.append(sum(t.counts_a[j] for j in rest))
+            b.append(sum(t.counts_b[j] for j in rest))
+        axis = "" if i == 0 else str(i + 1)
+        for method, counts in (("ar", a), (c.method, b)):
+            data.append(dict(type="bar", x=names, y=[v / c.samples for v in counts],
+                             name=f"{METHOD_LABELS[method]} ({c.samples} samples)",
+                             marker=dict(color=METHOD_COLOURS[method]), showlegend=i == 0,
+                             legendgroup=method, xaxis=f"x{axis}", yaxis=f"y{axis}",
+                             hovertemplate=f"{METHOD_LABELS[method]}: %{{x}} in %{{y:.1%}} of the "
+                                           f"samples<extra></extra>"))
+        rows, row, col = (positions + 1) // 2, i // 2, i % 2             # two panels a line
+        lo, hi = col / 2 + 0.05, (col + 1) / 2 - 0.02
+        bottom, top = 1 - (row + 1) / rows + 0.26 / rows, 1 - row / rows - 0.12 / rows
+        layout[f"xaxis{axis}"] = dict(domain=[lo, hi], tickangle=-60, tickfont=dict(size=9), anchor=f"y{axis}")
+        layout[f"yaxis{axis}"] = dict(domain=[bottom, top], tickformat=".0%", anchor=f"x{axis}",
+                                      title="share of samples" if col == 0 else None)
+        layout.setdefault("annotations", []).append(dict(
+            text=f"position {p}<br><b>p = {t.p_value:.2f}</b>", x=(lo + hi) / 2, y=top + 0.02, xref="paper",
+            yref="paper", showarrow=False, yanchor="bottom", font=dict(size=12)))
+    import plotly.graph_objects as go
+    fig = go.Figure(data=data)
+    height = 150 + 280 * ((positions + 1) // 2)
+    fig.update_layout(title=dict(text=title("Which token each sample put at a position",
+                                            "bars: share of the samples; p: the chance test")),
+                      barmode="group", height=height, margin=dict(l=50, r=10, t=90, b=60),
+                      plot_bgcolor="white", legend=dict(orientation="h", x=0, xref="paper", yref="container",
+                                                        y=0, yanchor="bottom"), **layout)
+    return fig
+
+
+def samples_picture(model, tokens, count: int = SHOWN_SAMPLES) -> np.ndarray:
+    """The first `count` samples, decoded, side by side (a video sample: its first frame)."""
+    pics = []
+    for out in model.decode(tokens[:count]):
+        frame = out[0] if isinstance(out, (list, tuple)) else out
+        pic = to_rgb(frame)
+        scale = max(1, 96 // max(pic.shape[:2]))
+        pics.append(pic.repeat(scale, 0).repeat(scale, 1))
+    return tile_frames(pics, cols=min(4, len(pics)), gap=4)
+
+
+def greedy_picture(model, c: Comparison) -> np.ndarray:
+    """AR's greedy image next to the method's: the same tokens, the same picture."""
+    import torch
+    return samples_picture(model, torch.stack([c.greedy_ar, c.greedy_method]), 2)

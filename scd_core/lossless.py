@@ -1,0 +1,157 @@
+"""Lossless, shown: a speculative method draws from exactly AR's distribution; it does not
+reproduce AR's image.
+
+`compare` decodes S samples with AR and S with a method, from disjoint seeds (AR from seed,
+the method from seed + SPACING, so that no pair of samples shares its random numbers), and
+counts which token each sample put at a few positions. At each position a chi-square
+two-sample test (`chi_square_two_sample`) asks whether the two sets of counts could come
+from one distribution: its p-value is the chance of counts at least this different if they
+do. Equal distributions give p-values spread evenly between 0 and 1 (below 0.05 one time in
+twenty by chance); a method that changed the distribution gives p-values near 0 once S is
+large enough. In greedy mode (temperature 0) there is no randomness: the method must return
+AR's tokens exactly, and `compare` checks that too.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+import scd_core
+from scd_core.settings import Settings
+
+SPACING = 1_000_000          # the method's seeds start this far after AR's
+MIN_EXPECTED = 5.0           # a chi-square bin needs this many expected samples in each set
+
+
+@dataclass(frozen=True)
+class ChiSquare:
+    """A two-sample chi-square test over token bins: the statistic, its degrees of freedom
+    (bins - 1) and the p-value; `bins` are the token values compared, -1 the bin that pools
+    the tokens too rare to test alone."""
+
+    statistic: float
+    dof: int
+    p_value: float
+    bins: tuple[int, ...]
+    counts_a: tuple[int, ...]
+    counts_b: tuple[int, ...]
+
+
+def chi_square_two_sample(a: Sequence[int], b: Sequence[int],
+                          min_expected: float = MIN_EXPECTED) -> ChiSquare:
+    """Test whether counts `a` and `b` over the same categories (a[v], b[v]: how many samples
+    of each set took value v) come from one distribution (Pearson's chi-square on the 2 x k
+    table). Categories whose expected count would fall below `min_expected` in either set are
+    pooled into one bin (rarest first) so that the chi-square approximation holds."""
+    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"a and b must be counts over the same categories, got shapes "
+                         f"{tuple(a.shape)} and {tuple(b.shape)}")
+    if bool((a < 0).any() or (b < 0).any()):
+        raise ValueError("a and b must be counts (no negative values)")
+    na, nb = float(a.sum()), float(b.sum())
+    if na == 0 or nb == 0:
+        raise ValueError("a and b must each count at least one sample")
+    share = min(na, nb) / (na + nb)                     # expected count in the smaller set: pooled * share
+    pooled = a + b
+    order = [int(v) for v in torch.argsort(pooled, descending=True, stable=True) if pooled[v] > 0]
+    kept = [v for v in order if float(pooled[v]) * share >= min_expected]
+    rare = [v for v in order if v not in set(kept)]
+    bins = [(v,) for v in kept]
+    if rare:
+        if sum(float(pooled[v]) for v in rare) * share >= min_expected or not bins:
+            bins.append(tuple(rare))
+        else:                                            # too few even pooled: join the smallest kept bin
+            bins[-1] = bins[-1] + tuple(rare)
+    oa = torch.tensor([float(a[list(g)].sum()) for g in bins], dtype=torch.float64)
+    ob = torch.tensor([float(b[list(g)].sum()) for g in bins], dtype=torch.float64)
+    labels = tuple(g[0] if len(g) == 1 else -1 for g in bins)
+    if len(bins) < 2:
+        return ChiSquare(0.0, 0, 1.0, labels, tuple(int(x) for x in oa), tuple(int(x) for x in ob))
+    total = oa + ob
+    ea, eb = total * na / (na + nb), total * nb / (na + nb)
+    statistic = float(((oa - ea) ** 2 / ea).sum() + ((ob - eb) ** 2 / eb).sum())
+    dof = len(bins) - 1
+    p = float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64),
+                                      torch.tensor(statistic / 2, dtype=torch.float64)))
+    return ChiSquare(statistic, dof, p, labels, tuple(int(x) for x in oa), tuple(int(x) for x in ob))
+
+
+def counts_at(tokens: torch.LongTensor, position: int, vocab_size: int) -> torch.LongTensor:
+    """[V] how many of the samples `tokens` [S, N] have each token value at `position`."""
+    return torch.bincount(tokens[:, position].cpu(), minlength=vocab_size)
+
+
+def spread_positions(num_tokens: int, count: int = 4) -> list[int]:
+    """`count` positions spread over the grid, the first and the last included."""
+    return sorted({round(i * (num_tokens - 1) / max(1, count - 1)) for i in range(count)})
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """AR against one method: S samples each, the test at each position, and greedy mode."""
+
+    method: str
+    samples: int
+    positions: tuple[int, ...]
+    tests: tuple[ChiSquare, ...]
+    ar_tokens: torch.LongTensor          # [S, N] AR's samples (seeds seed .. seed + S - 1)
+    method_tokens: torch.LongTensor      # [S, N] the method's (seeds seed + SPACING ..)
+    greedy_ar: torch.LongTensor          # [N] temperature 0
+    greedy_method: torch.LongTensor      # [N] temperature 0
+    seconds: float                       # decoding all of it
+
+    @property
+    def greedy_equal(self) -> int:
+        """Positions where the method's greedy tokens equal AR's (all N when lossless)."""
+        return int((self.greedy_ar == self.greedy_method).sum())
+
+    @property
+    def different_images(self) -> int:
+        """Sample pairs (AR's k-th, the method's k-th) that differ somewhere."""
+        return int((self.ar_tokens != self.method_tokens).any(1).sum())
+
+
+def sample_tokens(model, prompt: str, settings: Settings, samples: int, seed: int, batch: int = 64,
+                  stop: Callable[[], bool] | None = None) -> torch.LongTensor | None:
+    """[S, N] tokens of S samples, row k from seed + k (as one batch of S would give), decoded
+    `batch` rows at a time; None if `stop()` turned true between batches."""
+    out = []
+    for start in range(0, samples, batch):
+        if stop is not None and stop():
+            return None
+        rows = min(batch, samples - start)
+        out.append(scd_core.generate(model, [prompt] * rows, seed=seed + start, settings=settings).tokens.cpu())
+    return torch.cat(out)
+
+
+def compare(model, prompt: str, settings: Settings, method: str, samples: int = 256,
+            positions: Sequence[int] | None = None, seed: int = 0, batch: int = 64,
+            stop: Callable[[], bool] | None = None) -> Comparison | None:
+    """AR's and `method`'s distributions side by side under `settings` (its temperature,
+    top-k, top-p, CFG and window): `samples` of each, the chi-square test at each of
+    `positions` (four spread over the grid by default), and both decoded at temperature 0.
+    None if `stop()` turned true."""
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 2:
+        raise ValueError(f"samples must be an integer of at least 2, got {samples!r}")
+    N = math.prod(int(g) for g in model.grid)
+    positions = tuple(spread_positions(N) if positions is None else positions)
+    if any(not 0 <= p < N for p in positions):
+        raise ValueError(f"positions must lie in 0 .. {N - 1}, got {list(positions)}")
+    started = time.perf_counter()
+    ar = sample_tokens(model, prompt, settings.replace(method="ar"), samples, seed, batch, stop)
+    other = None if ar is None else \
+        sample_tokens(model, prompt, settings.replace(method=method), samples, seed + SPACING, batch, stop)
+    if other is None:
+        return None
+    greedy = settings.replace(temperature=0.0)
+    g_ar = scd_core.generate(model, [prompt], seed=seed, settings=greedy.replace(method="ar")).tokens[0].cpu()
+    g_m = scd_core.generate(model, [prompt], seed=seed, settings=greedy.replace(method=method)).tokens[0].cpu()
+    V = int(model.vocab_size)
+    tests = tuple(chi_square_two_sample(counts_at(ar, p, V), counts_at(other, p, V)) for p in positions)
+    return Comparison(method, samples, positions, tests, ar, other, g_ar, g_m, time.perf_counter() - started)

@@ -1,0 +1,120 @@
+"""scd_core.lossless: the chi-square two-sample test (against scipy and by hand), that it
+finds a changed distribution, that SCD and SJD pass it against AR on texture, greedy mode's
+identical tokens, and demo.lossless's view of it."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from scipy import stats
+
+import scd_core
+from demo import lossless as view
+from scd_core import lossless
+
+
+@pytest.fixture(scope="module")
+def texture():
+    return scd_core.load_model("texture")
+
+
+def test_statistic_and_p_value_are_pearsons_on_the_2_by_k_table():
+    a, b = [30, 20, 10, 40], [25, 30, 15, 30]
+    test = lossless.chi_square_two_sample(a, b)
+    chi2, p, dof, _ = stats.chi2_contingency([a, b], correction=False)
+    assert test.statistic == pytest.approx(chi2) and test.p_value == pytest.approx(p) and test.dof == dof
+
+
+def test_a_two_by_two_table_by_hand():
+    # a: 20 of 40 in bin 0; b: 10 of 40. Expected 15 in each cell of bin 0, 25 in bin 1.
+    test = lossless.chi_square_two_sample([20, 20], [10, 30])
+    by_hand = 2 * (5 ** 2 / 15) + 2 * (5 ** 2 / 25)
+    assert test.statistic == pytest.approx(by_hand) and test.dof == 1
+    assert test.p_value == pytest.approx(math.erfc(math.sqrt(by_hand / 2)))     # chi2 with 1 dof
+
+
+def test_equal_counts_give_p_one_and_rare_tokens_are_pooled():
+    test = lossless.chi_square_two_sample([50, 50, 1, 1, 0], [50, 50, 1, 1, 0])
+    assert test.statistic == 0 and test.p_value == pytest.approx(1.0)
+    # tokens 2 and 3 are too rare even together (2 expected): they join the smallest kept bin
+    assert test.bins == (0, -1) and test.counts_a == test.counts_b == (50, 52)
+    wide = lossless.chi_square_two_sample([50, 50, 4, 4, 3], [50, 50, 4, 4, 3])
+    assert wide.bins == (0, 1, -1) and wide.counts_a == (50, 50, 11)     # enough together: one bin
+    assert lossless.chi_square_two_sample([7, 0], [9, 0]).dof == 0                    # one token only
+
+
+def test_bad_counts_are_refused_naming_them():
+    with pytest.raises(ValueError, match="a and b"):
+        lossless.chi_square_two_sample([1, 2], [1, 2, 3])
+    with pytest.raises(ValueError, match="a and b"):
+        lossless.chi_square_two_sample([0, 0], [1, 2])
+
+
+def test_p_values_of_equal_distributions_are_spread_evenly():
+    """Under equal distributions the p-value is uniform: 400 tests of two multinomial samples
+    of the same law put about 5% below 0.05 and a half below 0.5 (seeds spaced)."""
+    law = torch.tensor([0.4, 0.25, 0.2, 0.1, 0.05])
+    ps = []
+    for k in range(400):
+        g = torch.Generator().manual_seed(1000 * k)
+        a = torch.bincount(torch.multinomial(law, 300, True, generator=g), minlength=5)
+        b = torch.bincount(torch.multinomial(law, 300, True, generator=g), minlength=5)
+        ps.append(lossless.chi_square_two_sample(a, b).p_value)
+    ps = torch.tensor(ps)
+    assert 0.02 <= float((ps < 0.05).float().mean()) <= 0.09
+    assert 0.42 <= float((ps < 0.5).float().mean()) <= 0.58
+
+
+def test_a_changed_distribution_is_found(texture):
+    """The biased variant: AR at temperature 0.7 against AR at 1 (the law a method would have
+    drawn from had it sharpened p) is told apart at 256 samples."""
+    settings = scd_core.Settings(window=16)
+    a = lossless.sample_tokens(texture, "ocean waves", settings.replace(method="ar"), 256, 0)
+    b = lossless.sample_tokens(texture, "ocean waves", settings.replace(method="ar", temperature=0.7),
+                               256, lossless.SPACING)
+    p = [lossless.chi_square_two_sample(lossless.counts_at(a, i, texture.vocab_size),
+                                        lossless.counts_at(b, i, texture.vocab_size)).p_value
+         for i in lossless.spread_positions(576)]
+    assert min(p) < 1e-3
+
+
+def test_scd_draws_ars_law_on_texture_and_greedy_gives_ars_tokens(texture):
+    c = lossless.compare(texture, "ocean waves", scd_core.Settings(window=16), "scd-mc", samples=128)
+    assert c.positions == (0, 192, 383, 575) and len(c.tests) == 4
+    assert min(t.p_value for t in c.tests) > 1e-3                  # no position tells them apart
+    assert c.greedy_equal == 576 and c.different_images == 128      # the same law, not the same images
+    assert c.ar_tokens.shape == c.method_tokens.shape == (128, 576)
+    first = scd_core.generate(texture, ["ocean waves"] * 2, seed=lossless.SPACING, method="scd-mc", window=16)
+    assert torch.equal(c.method_tokens[:2], first.tokens)           # row k from seed + SPACING + k
+
+
+def test_samples_come_in_batches_as_one_batch_would(texture):
+    settings = scd_core.Settings(window=16, method="sjd")
+    chunked = lossless.sample_tokens(texture, "lava rings", settings, 5, 3, batch=2)
+    whole = scd_core.generate(texture, ["lava rings"] * 5, seed=3, settings=settings).tokens
+    assert torch.equal(chunked, whole)
+    assert lossless.sample_tokens(texture, "lava rings", settings, 5, 3, stop=lambda: True) is None
+
+
+def test_compare_refuses_bad_arguments(texture):
+    with pytest.raises(ValueError, match="samples"):
+        lossless.compare(texture, "ocean waves", scd_core.Settings(), "scd-mc", samples=1)
+    with pytest.raises(ValueError, match="positions"):
+        lossless.compare(texture, "ocean waves", scd_core.Settings(), "scd-mc", samples=4, positions=[576])
+
+
+def test_the_view_says_it_in_plain_words(texture):
+    c = lossless.compare(texture, "ocean waves", scd_core.Settings(window=16), "sjd", samples=32)
+    text = view.summary_markdown(texture, c)
+    assert "32 samples of AR and 32 of SJD" in text and "576/576 equal" in text and "p-value" in text
+    assert "total variation" not in text
+    fig = view.histogram_figure(texture, c)
+    assert len(fig.data) == 8 and all(f"p = {t.p_value:.2f}" in str(fig.layout.annotations) for t in c.tests)
+    assert view.samples_picture(texture, c.ar_tokens).shape[2] == 3
+    assert view.greedy_picture(texture, c).shape[1] > view.greedy_picture(texture, c).shape[0]
+    with pytest.raises(ValueError, match="samples per method"):
+        view.check_samples(8)
+    with pytest.raises(ValueError, match="embedded"):
+        view.check_model("janus-pro-1b")
+    assert view.method_of("ar") == "scd-mc" and view.method_of("sjd") == "sjd"
