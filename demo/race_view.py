@@ -142,8 +142,8 @@ def race_note(samples: int, seed: int, greedy: bool, device: str, bench: str, ba
     """How the race was run and timed, and the benchmark commands that give the same figures."""
     return (f"{samples} samples per method (seeds {seed}–{seed + samples - 1}) for the figures; each "
             f"method first decodes one image alone (seed {seed}: its seconds are the engine's, timed "
-            f"where it decodes, on **{device}**), then the {samples} rows together (images/s: from the "
-            f"first row submitted to the last image).  \n"
+            f"where it decodes, on **{device}**), then the {samples} rows together (images/s: K over the "
+            f"batch's engine seconds, timed there too).  \n"
             + ("**Greedy**: every method must return exactly AR's tokens; the second column checks it."
                if greedy else "**Sampling**: the methods draw different samples from the same "
                "distribution; tick *Greedy* to see identical tokens.")

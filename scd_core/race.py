@@ -226,8 +226,10 @@ class MethodRun:
 class Timing:
     """How fast a method ran, measured where it decodes. `latency`: seconds for ONE image,
     one row decoded alone (its engine clock), with that row's NFE; `throughput`: images per
-    second of the batch of K rows sharing passes (K over the seconds from the first submit to
-    the last image). `alone`: no row from outside the race shared a pass with them."""
+    second of the batch of K rows sharing passes (K over the batch's engine seconds: its rows
+    start in one pass and share every pass, so that is its longest row's clock, the time the
+    benchmark measures; records on their way to a page do not count). `alone`: no row from
+    outside the race shared a pass with them."""
 
     latency: float
     latency_nfe: int
@@ -368,7 +370,7 @@ def warm_up(client, model: str, race: Race, passes: int = 8) -> None:
 def timing_of(one: MethodRun, batch: MethodRun) -> Timing:
     """A method's Timing from its one-image run (one row alone) and its batch of K rows."""
     return Timing(latency=float(one.records[-1].wall_time), latency_nfe=one.nfe, batch=batch.rows,
-                  batch_seconds=batch.wall,
+                  batch_seconds=max(float(r[-1].wall_time) for r in batch.row_records if r),
                   alone=one.largest_pass <= 1 and batch.largest_pass <= batch.rows)
 
 
