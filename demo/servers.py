@@ -194,9 +194,14 @@ def shown(records: Iterable[Iteration | None], pace: float, stopped: Callable[[]
             continue
         rows = share(record)
         due = picture(share=rows)
-        if pace and stopped():
+        if stopped():                 # a record that arrived during the wait is never shown
             return
-        yield record, due and not stopped(), due and charts(share=rows)
+        yield record, due, due and charts(share=rows)
+
+
+def shown_pace(pace: float) -> float:
+    """The seconds per pass slow motion shows at: `pace`, or IMAGE_EVERY if faster (0: full speed)."""
+    return max(pace, IMAGE_EVERY) if pace > 0 else 0.0
 
 
 # ----------------------------------------------------------------------- stop and pace
