@@ -126,7 +126,7 @@ def final_outputs(model, name: str, method: str, prompt: str, stats: run_view.Tr
            heat_committed: charts.committed_at_figure(stats), heat_unchanged: charts.unchanged_figure(stats),
            film: pictures.filmstrip_image(stats.film), history_state: history,
            last_run: {"model": name, "method": method, "iterations": stats.records, "decode": decode},
-           replay_slider: gr.Slider(minimum=0, maximum=len(stats.records) - 1,
+           replay_slider: gr.Slider(minimum=0, maximum=max(1, len(stats.records) - 1),   # 0 < max
                                     value=len(stats.records) - 1, step=1, interactive=True)}
     if models.is_video(name):
         mp4, gif = export.export_run_clip(model, stats.records[-1], f"{name}-{method}", decode)
@@ -363,8 +363,8 @@ def number(value, label: str, elem_id: str, info: str | None = None) -> gr.Numbe
     return gr.Number(value, label=label, elem_id=elem_id, info=info, min_width=100)
 
 
-def plot(elem_id: str) -> gr.Plot:
-    return gr.Plot(show_label=False, elem_id=elem_id)
+def plot(elem_id: str, value=None) -> gr.Plot:
+    return gr.Plot(value, show_label=False, elem_id=elem_id)
 
 
 with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) as demo:
@@ -431,7 +431,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                             gr.HTML(pictures.legend_html())
                             status = gr.Markdown(texts.GENERATE_HINT, elem_id="status")
                         with gr.Column(scale=3, min_width=300):
-                            chart_committed = plot("chart-committed")
+                            chart_committed = plot("chart-committed", charts.waiting_figure())
                     with gr.Row():
                         chart_length = plot("chart-length")
                         chart_flicker = plot("chart-flicker")

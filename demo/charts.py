@@ -48,6 +48,14 @@ def _figure(data: list[dict], title: str, x: str, y: str, height: int = 300, **l
     return go.Figure(dict(data=data, layout=base), skip_invalid=True)
 
 
+def waiting_figure():
+    """The tokens-vs-NFE chart before any run, axes only. Shown on the first visit, it has the
+    browser load its chart library while the visitor reads the page: loaded on the first
+    run's first update instead, it held that run's updates (and a Stop) up for seconds."""
+    return _figure([], title("Tokens committed vs NFE", "press Generate"), "NFE (forward passes)",
+                   "tokens committed", height=320)
+
+
 def run_figures(stats: TraceStats, history: dict, method: str, live: bool = False) -> tuple:
     """A Generate run's charts: tokens vs NFE (with this session's earlier runs of other
     methods, `history`), drafts changed per pass, then, once it has ended, tokens per pass and

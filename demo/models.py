@@ -146,7 +146,7 @@ def model_note(name: str, loaded: bool = False) -> str:
     elif reason is None:
         state = f" {status.state.capitalize()}: {status.reason}."
     else:
-        state = f" **Cannot run here:** {reason}."
+        state = f" **Cannot run here:** {reason}" + ("" if reason.endswith("`") else ".")   # no dot after a command
     return f"`{name}`: {entry.description}.{state}"
 
 

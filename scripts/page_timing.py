@@ -12,7 +12,8 @@ memory over many requests.
    click to its table.
 2. stop: a `tiny` image in slow motion (--stop-pace seconds per pass), Stop clicked 1.5 s
    after Generate: the time from the Stop click to the status saying "stopped" (--repeats
-   runs), and whether the picture shown before the click is the one kept.
+   runs), whether the picture shown then is the one kept, and whether a picture sent before
+   the server saw the stop landed after the click.
 3. visitors: `python app.py` in a subprocess; for each count of --visitors (default 1,16,64)
    that many gradio_client visitors press Generate at once (tiny, the page's defaults at full
    speed, seeds 0..N-1: their rows share passes), in --bursts bursts: how many were served,
@@ -127,11 +128,14 @@ def browser(repeats: int) -> None:
 
 STOP = """() => {
   const status = document.querySelector('#status [data-testid=markdown]');
-  const img = document.querySelector('#live-image img');
-  window.__shown = img ? img.src : null;
+  const picture = () => document.querySelector('#live-image img')?.src || null;
+  window.__clicked = picture();
   window.__stopped = null;
   new MutationObserver(() => {
-    if (!window.__stopped && /stopped/i.test(status.innerText)) window.__stopped = performance.now();
+    if (!window.__stopped && /stopped/i.test(status.innerText)) {
+      window.__stopped = performance.now();
+      window.__shown = picture();
+    }
   }).observe(status, {subtree: true, childList: true, characterData: true});
   window.__t0 = performance.now();
   document.querySelector('#stop').click();
@@ -147,7 +151,7 @@ def stop_probe(repeats: int, pace: float) -> None:
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=chromium, args=ARGS)
         pg = tiny_page(b, app.demo.local_url, pace)
-        waits, kept = [], 0
+        waits, kept, late = [], 0, 0
         for i in range(repeats):
             pg.locator("#seed input").fill(str(i))
             pg.locator("#seed input").press("Tab")
@@ -160,11 +164,14 @@ def stop_probe(repeats: int, pace: float) -> None:
             pg.wait_for_function("() => window.__stopped", timeout=30_000)
             pg.wait_for_timeout(max(1000, int(3000 * pace)))   # a picture sent after the stop would land now
             waits.append(pg.evaluate("() => (window.__stopped - window.__t0) / 1000"))
-            same = pg.evaluate("() => document.querySelector('#live-image img')?.src === window.__shown")
+            same, moved = pg.evaluate("() => [document.querySelector('#live-image img')?.src === window.__shown,"
+                                      " window.__shown !== window.__clicked]")
             kept += bool(same)
-            print(f"  stop at pace {pace}: click to 'stopped' {waits[-1]:.3f} s, picture kept: {same}")
+            late += bool(moved)
+            print(f"  stop at pace {pace}: click to 'stopped' {waits[-1]:.3f} s, picture kept after it: "
+                  f"{same}, a picture sent before the stop landed after the click: {moved}")
         print(f"stop at pace {pace}, {repeats} runs: click to 'stopped' median {statistics.median(waits):.3f} s, "
-              f"max {max(waits):.3f} s; picture kept {kept}/{repeats}")
+              f"max {max(waits):.3f} s; picture kept {kept}/{repeats}; a picture landed after the click {late}/{repeats}")
         b.close()
     app.demo.close()
 
