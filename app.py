@@ -489,8 +489,8 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                    replay_slider, clip_video, clip_files, replay_image, replay_text, replay_probs,
                    export_files, export_video]
     REPLAY_CLEARED = {last_run: None, replay_image: None, replay_text: "", replay_probs: None,
-                      export_files: None, export_video: None,
-                      replay_slider: gr.Slider(0, 1, value=0, step=1, interactive=False)}
+                      export_files: None, export_video: None, replay_slider: 0}   # values, not components:
+    # a component in an update is rebuilt at every later update that repeats it (streaming.in_full)
     run_views = [chart_committed, chart_flicker, chart_length, chart_rate, heat_committed,
                  heat_unchanged, film, summary, clip_video, clip_files]   # a new run clears them
     race_outputs = [*race_images.values(), race_status, race_table, race_note, race_why, race_chart,
