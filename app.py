@@ -488,9 +488,10 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                    heat_committed, heat_unchanged, film, summary, history_state, last_run,
                    replay_slider, clip_video, clip_files, replay_image, replay_text, replay_probs,
                    export_files, export_video]
+    # The slider is left as it is (a value here, then the final update's Slider, left a copy
+    # of the Slider in the visitor's session at every run); with no last run it replays nothing.
     REPLAY_CLEARED = {last_run: None, replay_image: None, replay_text: "", replay_probs: None,
-                      export_files: None, export_video: None, replay_slider: 0}   # values, not components:
-    # a component in an update is rebuilt at every later update that repeats it (streaming.in_full)
+                      export_files: None, export_video: None}
     run_views = [chart_committed, chart_flicker, chart_length, chart_rate, heat_committed,
                  heat_unchanged, film, summary, clip_video, clip_files]   # a new run clears them
     race_outputs = [*race_images.values(), race_status, race_table, race_note, race_why, race_chart,
