@@ -126,7 +126,7 @@ def final_outputs(model, name: str, method: str, prompt: str, stats: run_view.Tr
            heat_committed: charts.committed_at_figure(stats), heat_unchanged: charts.unchanged_figure(stats),
            film: pictures.filmstrip_image(stats.film), history_state: history,
            last_run: {"model": name, "method": method, "iterations": stats.records, "decode": decode},
-           replay_slider: gr.Slider(minimum=0, maximum=len(stats.records) - 1,
+           replay_slider: gr.Slider(minimum=0, maximum=max(1, len(stats.records) - 1),   # 0 < max
                                     value=len(stats.records) - 1, step=1, interactive=True)}
     if models.is_video(name):
         mp4, gif = export.export_run_clip(model, stats.records[-1], f"{name}-{method}", decode)
@@ -145,17 +145,20 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
     model refuses (a clip too short for it...) or a lost row is said in the status, nothing lost."""
     key, browser, ticket = session_key(request), ticket is not None, STOPS.stamp(ticket)
     stopped = lambda: STOPS.stopped(key, ticket)  # noqa: E731
-    row = None
+    # the replay and export belong to the last run: a failed run on another model clears them
+    stale = {} if (history or {}).get("_model") in (None, name) else dict(REPLAY_CLEARED)
+    row, picture_shown, first_shown = None, None, None
     try:
         model, s = prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
                            prompt, clip, clip_text)
         pace = checks.check_pace(pace)
+        raised = run_view.pace_note(pace, servers.shown_pace(pace))
         if stopped():                                     # stopped while waiting in the queue
             yield {status: texts.STOPPED_EARLY}
             return
         row = backend.Row(REQUESTS, REQUESTS.submit(key, name, s.prompt, s.seed, s.of(method)), name)
         stats, history = run_view.TraceStats(tuple(model.grid)), streaming.history_of(history, name)
-        blank = dict.fromkeys(run_views, None)            # clears the last run's views
+        blank = dict.fromkeys(run_views, None) | REPLAY_CLEARED   # clears the last run's views
         waiting = SERVERS.timing_alone.is_set if KIND == "local" else lambda: False
         records = servers.follow(row.client, row.rid, stopped, waiting=waiting)
         for it, picture, charts_due in servers.shown(records, pace, stopped, row.share):
@@ -164,19 +167,23 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
                 continue
             stats.add(it)
             if picture and not stats.done:
-                yield blank | {live_image: pictures.render_iteration(model, it, decode=row.decode()),
+                picture_shown = pictures.render_iteration(model, it, decode=row.decode())
+                first_shown = first_shown or servers.now()
+                yield blank | {live_image: picture_shown,
                                status: run_view.run_status(LABELS[method], stats, it.wall_time, "running",
-                                                           row.shared(len(stats.records)))} | \
+                                                           row.shared(len(stats.records)),
+                                                           pace_raised=raised)} | \
                     (run_charts(stats, history, method, live=True) if charts_due or blank else {})
                 blank = {}                                # charts come when due, and with the first picture
     except ValueError as exc:
         log.info("refused: %s", exc)
-        yield {status: f"**Not started:** {uploads.without_paths(exc)}"}
+        yield stale | {status: f"**Not started:** {uploads.without_paths(exc)}"}
         return
     except DecodeError as exc:                            # the row was lost: said, what is shown stays
         log.info("not decoded: %s", exc)
         started = row is not None and stats.records
-        yield {status: f"**{'Not finished' if started else 'Not started'}:** {uploads.without_paths(exc)}"}
+        yield stale | {status: f"**{'Not finished' if started else 'Not started'}:** "
+                               f"{uploads.without_paths(exc)}"}
         return
     finally:
         if row is not None:
@@ -185,8 +192,12 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
         yield {status: texts.STOPPED_EARLY}
         return
     it, shared, end = stats.records[-1], row.shared(len(stats.records)), "done" if stats.done else "stopped"
-    yield blank | {live_image: pictures.render_iteration(model, it, decode=decode),  # the final picture
-                   status: run_view.run_status(LABELS[method], stats, it.wall_time, end, shared)}
+    final_picture = picture_shown if end == "stopped" and picture_shown is not None else \
+        pictures.render_iteration(model, it, decode=decode)      # a stop keeps the picture shown
+    shown_for = servers.now() - first_shown if pace and first_shown is not None else None
+    yield blank | {live_image: final_picture,
+                   status: run_view.run_status(LABELS[method], stats, it.wall_time, end, shared,
+                                               shown_for=shown_for, pace_raised=raised)}
     if browser:                                           # first (drawing the charts delays it)
         servers.sleep_until(servers.now() + servers.FIRST_PAINT)
     if end == "done":
@@ -355,22 +366,40 @@ def forget(request: gr.Request = None):
 
 
 def load_selected(name: str, progress=gr.Progress()):
-    """Load a large model as soon as it is picked, its download shown as progress."""
-    return uploads.without_paths(MODELS.load_note(name, lambda done, total, repo: progress(
-        (done, total) if total else 0.0, desc=f"Downloading {repo}", unit="bytes")))
+    """Load a large model as soon as it is picked, its download shown as progress; a model
+    that could not be fetched (no network here) cannot be started."""
+    note = MODELS.load_note(name, lambda done, total, repo: progress(
+        (done, total) if total else 0.0, desc=f"Downloading {repo}", unit="bytes"))
+    return {model_md: uploads.without_paths(note)} | runnable(name)
 
 
-def on_model_change(name: str):
+def prompt_words(name: str, prompt: str) -> str:
+    """Under the prompt box: the words the model will ignore (bag-of-words models)."""
+    ok = models.unavailable(name, MODELS.loaded(name) is not None) is None
+    return texts.prompt_words_note(MODELS.at_hand(name) if ok else None, name, prompt or "")
+
+
+def runnable(name: str) -> dict:
+    """Generate and Race, enabled only for a model that can run here."""
+    ok = models.unavailable(name, MODELS.loaded(name) is not None) is None
+    return {gen_btn: gr.Button(interactive=ok), race_btn: gr.Button(interactive=ok)}
+
+
+def on_model_change(name: str, gen_status: str | None = None, race_said: str | None = None):
     """What the model is (or why it cannot run here), its defaults; Generate and Race are
-    disabled for a model that cannot run."""
+    disabled for a model that cannot run; an error the last model left in a status goes."""
     d, sd, ok = MODELS.defaults(name)
     clip, prompts = models.takes_clip(name), MODELS.examples(name) if ok else []
-    return {model_md: models.model_note(name, MODELS.loaded(name) is not None), window_nb: d["window"],
+    prompt = prompts[0] if prompts and not clip else None
+    return {status: texts.GENERATE_HINT if texts.is_error(gen_status) else gr.skip(),
+            race_status: texts.RACE_HINT if texts.is_error(race_said) else gr.skip(),
+            prompt_words_md: texts.prompt_words_note(MODELS.at_hand(name) if ok else None, name, prompt or ""),
+            model_md: models.model_note(name, MODELS.loaded(name) is not None), window_nb: d["window"],
             init_dd: d["init"], temp_nb: sd["temperature"], topk_nb: sd["top_k"], topp_nb: sd["top_p"],
             cfg_nb: sd["cfg_scale"], pace_nb: d["pace"], samples_nb: d["samples"],
             greedy_cb: sd["temperature"] == 0, clip_row: gr.Row(visible=models.is_video(name)),
             examples.dataset: gr.Dataset(samples=[] if clip else [[p] for p in prompts]),
-            prompt_tb: prompts[0] if prompts and not clip else gr.skip(),
+            prompt_tb: prompt if prompt is not None else gr.skip(),
             text_box: gr.Column(visible=not clip), clip_box: gr.Column(visible=clip),
             gen_btn: gr.Button(interactive=ok), race_btn: gr.Button(interactive=ok)}
 
@@ -386,12 +415,13 @@ def image(elem_id: str) -> gr.Image:
                     elem_id=elem_id, container=False, elem_classes="bare")
 
 
-def number(value, label: str, elem_id: str, whole: bool = False) -> gr.Number:
-    return gr.Number(value, label=label, elem_id=elem_id, precision=0 if whole else None, min_width=100)
+def number(value, label: str, elem_id: str, info: str | None = None) -> gr.Number:
+    """A number field; whole numbers are checked, never rounded (1.5 is refused, not 2)."""
+    return gr.Number(value, label=label, elem_id=elem_id, info=info, min_width=100)
 
 
-def plot(elem_id: str) -> gr.Plot:
-    return gr.Plot(show_label=False, elem_id=elem_id)
+def plot(elem_id: str, value=None) -> gr.Plot:
+    return gr.Plot(value, show_label=False, elem_id=elem_id)
 
 
 with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) as demo:
@@ -408,6 +438,8 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                 with gr.Column(visible=not models.takes_clip(D0)) as text_box:
                     prompt_tb = gr.Textbox(MODELS.examples(D0)[0], label="Prompt", lines=1,
                                            max_lines=3, elem_id="prompt")
+                    prompt_words_md = gr.Markdown(prompt_words(D0, MODELS.examples(D0)[0]),
+                                                  elem_id="prompt-words")
                 with gr.Column(visible=models.takes_clip(D0)) as clip_box:
                     clip_in = gr.Video(label="Prompt clip: the model continues it", sources=["upload"],
                                        format=None, elem_id="prompt-clip", height=160)
@@ -432,20 +464,20 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                     init_dd = gr.Dropdown([(v, k) for k, v in labels.INIT_LABELS.items()], value=d0["init"],
                                           label="Draft init", elem_id="init")
                     with gr.Row():
-                        window_nb = number(d0["window"], "Window L", "window", whole=True)
-                        seed_nb = number(0, "Seed", "seed", whole=True)
+                        window_nb = number(d0["window"], "Window L", "window")
+                        seed_nb = number(0, "Seed", "seed")
                     with gr.Row():
                         temp_nb = number(s0["temperature"], "Temperature", "temperature")
                         greedy_cb = gr.Checkbox(s0["temperature"] == 0, label="Greedy (temperature 0)",
                                                 elem_id="greedy", min_width=100)
                     with gr.Row():
-                        topk_nb = number(s0["top_k"], "Top-k (0: off)", "top-k", whole=True)
+                        topk_nb = number(s0["top_k"], "Top-k (0: off)", "top-k")
                         topp_nb = number(s0["top_p"], "Top-p (1: off)", "top-p")
                     with gr.Row():
                         cfg_nb = number(s0["cfg_scale"], "CFG scale", "cfg")
-                        samples_nb = number(d0["samples"], "Race samples K", "samples", whole=True)
+                        samples_nb = number(d0["samples"], "Race samples K", "samples")
                     pace_nb = number(d0["pace"], "Slow motion: seconds per pass on screen (0: full "
-                                     "speed)", "pace")
+                                     "speed)", "pace", info=texts.pace_info(servers.IMAGE_EVERY))
         with gr.Column(scale=3, elem_id="results"):
             with gr.Tabs() as tabs:
                 with gr.Tab("Generate", id="tab-generate"):
@@ -456,7 +488,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                             gr.HTML(pictures.legend_html())
                             status = gr.Markdown(texts.GENERATE_HINT, elem_id="status")
                         with gr.Column(scale=3, min_width=300):
-                            chart_committed = plot("chart-committed")
+                            chart_committed = plot("chart-committed", charts.waiting_figure())
                     with gr.Row():
                         chart_length = plot("chart-length")
                         chart_flicker = plot("chart-flicker")
@@ -534,7 +566,12 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
               prompt_tb, pace_nb, samples_nb, clip_path, clip_text_tb, history_state, ticket]
     gen_outputs = [live_image, status, chart_committed, chart_length, chart_flicker, chart_rate,
                    heat_committed, heat_unchanged, film, summary, history_state, last_run,
-                   replay_slider, clip_video, clip_files]
+                   replay_slider, clip_video, clip_files, replay_image, replay_text, replay_probs,
+                   export_files, export_video]
+    # The slider is left as it is (a value here, then the final update's Slider, left a copy
+    # of the Slider in the visitor's session at every run); with no last run it replays nothing.
+    REPLAY_CLEARED = {last_run: None, replay_image: None, replay_text: "", replay_probs: None,
+                      export_files: None, export_video: None}
     run_views = [chart_committed, chart_flicker, chart_length, chart_rate, heat_committed,
                  heat_unchanged, film, summary, clip_video, clip_files]   # a new run clears them
     race_outputs = [*race_images.values(), race_status, race_table, race_note, race_why, race_chart,
@@ -551,12 +588,14 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                    show_progress_on=[race_status], time_limit=900, js=texts.click_js("Race"),
                    trigger_mode="always_last", **DECODE)
     stop_btn.click(stop, ticket, None, queue=False, api_name="stop", js="() => [Date.now()]")
-    model_dd.change(on_model_change, model_dd,
+    model_dd.change(on_model_change, [model_dd, status, race_status],
                     [model_md, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, pace_nb,
                      samples_nb, greedy_cb, clip_row, examples.dataset, prompt_tb, text_box, clip_box,
-                     gen_btn, race_btn], api_visibility="private").then(
-        load_selected, model_dd, model_md, api_visibility="private", show_progress_on=[model_md],
-        **DECODE)
+                     gen_btn, race_btn, status, race_status, prompt_words_md], api_visibility="private").then(
+        load_selected, model_dd, [model_md, gen_btn, race_btn], api_visibility="private",
+        show_progress_on=[model_md], **DECODE)
+    prompt_tb.change(prompt_words, [model_dd, prompt_tb], prompt_words_md, queue=False,
+                     api_visibility="private", show_progress="hidden")
     greedy_cb.input(lambda g, name: 0.0 if g else models.sampling_defaults(name, MODELS.loaded(name))
                     ["temperature"] or 1.0, [greedy_cb, model_dd], temp_nb, queue=False,
                     api_visibility="private")

@@ -48,6 +48,14 @@ def _figure(data: list[dict], title: str, x: str, y: str, height: int = 300, **l
     return go.Figure(dict(data=data, layout=base), skip_invalid=True)
 
 
+def waiting_figure():
+    """The tokens-vs-NFE chart before any run, axes only. Shown on the first visit, it has the
+    browser load its chart library while the visitor reads the page: loaded on the first
+    run's first update instead, it held that run's updates (and a Stop) up for seconds."""
+    return _figure([], title("Tokens committed vs NFE", "press Generate"), "NFE (forward passes)",
+                   "tokens committed", height=320)
+
+
 def run_figures(stats: TraceStats, history: dict, method: str, live: bool = False) -> tuple:
     """A Generate run's charts: tokens vs NFE (with this session's earlier runs of other
     methods, `history`), drafts changed per pass, then, once it has ended, tokens per pass and
@@ -83,10 +91,11 @@ def committed_vs_nfe_figure(curves: dict[str, tuple[list[int], list[int]]], num_
 def race_progress_figure(curves: dict[str, np.ndarray], num_tokens: int, upto: int | None = None):
     """Per method, the mean over its K samples of tokens committed after each pass, with a
     band from the slowest to the fastest sample. `curves[m]` is [K, NFE]; `upto` cuts the
-    curves at that NFE (the lockstep replay)."""
-    data = [dict(type="scatter", x=[0, num_tokens], y=[0, num_tokens], mode="lines",
-                 name="one token per pass (AR)", line=dict(color="#94a3b8", dash="dash"),
-                 hoverinfo="skip")]
+    curves at that NFE (the lockstep replay). AR's own curve is the one-token-per-pass line:
+    the dashed reference is drawn only in a race without AR, so that AR is drawn once."""
+    data = [] if "ar" in curves else [
+        dict(type="scatter", x=[0, num_tokens], y=[0, num_tokens], mode="lines",
+             name="one token per pass (AR)", line=dict(color="#94a3b8", dash="dash"), hoverinfo="skip")]
     for method, c in curves.items():
         c = np.asarray(c, dtype=float)
         if upto is not None:

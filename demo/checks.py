@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 from demo.clips import clip_prompt
-from demo.models import is_video, listed_models, takes_clip, unavailable
+from demo.models import is_video, listed_models, load_failure, takes_clip, unavailable
 from scd_core.decoding import validate
+from scd_core.prompts import MAX_PROMPT_CHARS
 from scd_core.race import Race
 from scd_core.settings import Settings
 
-MAX_PROMPT_CHARS = 500
 MAX_PACE = 2.0                       # seconds per forward pass on screen
 MAX_SAMPLES = 16                     # race samples per method
 
@@ -53,7 +53,7 @@ def check_prompt(prompt, clip_model: bool = False) -> str:
     prompt = (prompt or "").strip()
     if not prompt:
         raise ValueError("prompt: please type a prompt (or click one of the examples)")
-    if len(prompt) > MAX_PROMPT_CHARS and not clip_model:
+    if len(prompt) > MAX_PROMPT_CHARS and not clip_model:     # the library's limit, said here first
         raise ValueError(f"prompt: {len(prompt):,} characters long; the limit is "
                          f"{MAX_PROMPT_CHARS}. Please shorten it.")
     return prompt
@@ -79,7 +79,7 @@ def check_model(name, loaded: bool = False) -> str:
         raise ValueError(f"model: unknown model {name!r}; choose one of {', '.join(listed_models())}")
     reason = unavailable(name, loaded)
     if reason is not None:
-        raise ValueError(f"model: {name!r} is not available here: {reason}")
+        raise ValueError(f"model: {name} cannot run here: {reason}")
     return name
 
 
@@ -118,7 +118,8 @@ def shape_of(name: str) -> Shape:
 
 def not_started(found: dict[str, str]) -> str:
     """Beside the buttons: the inputs `problems` found, or nothing."""
-    return "" if not found else "**Not started:** " + "; ".join(found.values()) + "."
+    text = "; ".join(found.values())
+    return "" if not found else "**Not started:** " + text + ("" if text.endswith(".") else ".")
 
 
 # ------------------------------------------------------------------------ whole inputs
@@ -140,7 +141,7 @@ def load_for(name, prompt, clip, clip_text, load: Callable[[str], object], loade
     try:
         model = load(name)
     except Exception as exc:          # missing weights, no memory...: a message, not a crash
-        raise ValueError(f"could not load model {name!r}: {exc}") from None
+        raise ValueError(load_failure(name, exc)) from None
     return model, text
 
 

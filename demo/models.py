@@ -3,9 +3,10 @@ slow motion, race samples, sampling), where each model stands here (embedded, ca
 downloadable, needs a GPU), the engine's device, and `Models`, which loads them on first use."""
 from __future__ import annotations
 
+import importlib
 import logging
 import os
-
+import threading
 from typing import TYPE_CHECKING
 
 import torch
@@ -25,12 +26,12 @@ log = logging.getLogger("scd_demo")     # the page's one-line notes (app.main sh
 # Page defaults per model: window, draft init, slow motion (s per pass on screen), race
 # samples; sampling settings come from the model's own `default_settings`.
 PAGE_DEFAULTS = {
-    "texture": dict(window=16, init="random", pace=0.02, samples=8),
+    "texture": dict(window=16, init="random", pace=0.1, samples=8),
     "tiny": dict(window=16, init="random", pace=0.15, samples=8),
-    "tiny-video": dict(window=32, init="repeat-frame", pace=0.05, samples=8),
-    "toy-grid": dict(window=16, init="random", pace=0.05, samples=8),
+    "tiny-video": dict(window=32, init="repeat-frame", pace=0.1, samples=8),
+    "toy-grid": dict(window=16, init="random", pace=0.1, samples=8),
 }
-EMBEDDED_DEFAULTS = dict(window=16, init="random", pace=0.05, samples=8)
+EMBEDDED_DEFAULTS = dict(window=16, init="random", pace=0.1, samples=8)
 REAL_DEFAULTS = dict(window=32, init="random", pace=0.0, samples=2)
 CLIP_DEFAULTS = dict(window=128, init="repeat-frame", pace=0.0, samples=2)
 REAL_SAMPLING = dict(temperature=1.0, top_k=1000, top_p=1.0, cfg_scale=5.0)
@@ -58,13 +59,72 @@ def is_video(name: str) -> bool:
     return entry is not None and entry.kind == "video"
 
 
+# Models whose download failed here for want of a network (name -> the page's words), found
+# when the page tried to load them; a model whose files are cached since is usable again.
+_NO_NETWORK: dict[str, str] = {}
+_NO_NETWORK_LOCK = threading.Lock()
+
+
+def download_commands(name: str) -> list[str]:
+    """The `hf download ...` commands that fetch what the model still lacks here."""
+    from scd_core.models import hub
+
+    entry = REGISTRY.get(name)
+    if entry is None or not entry.needs_weights:
+        return []
+    files = importlib.import_module(f"scd_core.models.{entry.module}").hub_files(name)
+    return [f.prefetch_command() for f in files if hub.cached(f) is None]
+
+
+def no_network_reason(name: str) -> str:
+    """A visitor's words for a model whose weights are not here and cannot be downloaded."""
+    commands = " and ".join(f"`{c}`" for c in download_commands(name)) or "`hf download`"
+    return f"no network here: download it beforehand with {commands}"
+
+
+def is_network_failure(exc: BaseException) -> bool:
+    """Whether a load failed because the Hub could not be reached (nothing cached)."""
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, (LocalEntryNotFoundError, ConnectionError, TimeoutError)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def load_failure(name: str, exc: BaseException) -> str:
+    """Why `name` did not load, in the page's words; a download that found no network
+    marks the model as not runnable here (`unavailable` says so from then on)."""
+    if is_network_failure(exc):
+        reason = no_network_reason(name)
+        with _NO_NETWORK_LOCK:
+            _NO_NETWORK[name] = reason
+        return reason
+    return f"could not load model {name!r}: {exc}"
+
+
 def unavailable(name: str, loaded: bool = False) -> str | None:
     """None when the model can run here (shipped, cached, downloadable, or loaded already),
     else the full reason."""
     if name not in REGISTRY:
         return f"unknown model {name!r}"
+    if loaded:
+        return None
     status = model_status(name)
-    return None if loaded or status.usable else status.reason
+    if status.state == "cached":
+        with _NO_NETWORK_LOCK:
+            _NO_NETWORK.pop(name, None)
+        return None
+    if status.state == "unavailable" and status.repos and hub_offline():
+        return no_network_reason(name)            # HF_HUB_OFFLINE: said as a visitor would
+    return _NO_NETWORK.get(name) or (None if status.usable else status.reason)
+
+
+def hub_offline() -> bool:
+    from scd_core.models.hub import offline
+    return offline()
 
 
 def model_label(name: str) -> str:
@@ -80,13 +140,13 @@ def model_note(name: str, loaded: bool = False) -> str:
     entry = REGISTRY.get(name)
     if entry is None:
         return f"Unknown model {name!r}."
-    status = model_status(name)
+    status, reason = model_status(name), unavailable(name, loaded)
     if loaded:
         state = " Loaded."
-    elif status.usable:
+    elif reason is None:
         state = f" {status.state.capitalize()}: {status.reason}."
     else:
-        state = f" **Cannot run here ({status.state}):** {status.reason}."
+        state = f" **Cannot run here:** {reason}" + ("" if reason.endswith("`") else ".")   # no dot after a command
     return f"`{name}`: {entry.description}.{state}"
 
 
@@ -154,7 +214,9 @@ class Models:
                 self.get(name, progress)
             except Exception as exc:              # missing weights, no memory...: said, not raised
                 log.info("could not load %s: %s", name, exc)
-                return model_note(name) + f" **Could not load it:** {exc}"
+                why = load_failure(name, exc)
+                return model_note(name) if unavailable(name) else model_note(name) + \
+                    f" **Could not load it:** {why}"
         return model_note(name, self.loaded(name) is not None)
 
     def defaults(self, name: str) -> tuple[dict, dict, bool]:

@@ -8,6 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
+from demo.labels import METHOD_LABELS
 from demo.pictures import F_CHANGED, F_EMPTY, F_FRESH, F_KEPT
 from scd_core import trace
 from scd_core.race import Sample, sample_of
@@ -130,19 +131,33 @@ def shared_note(others: int) -> str:
     return f"passes shared with up to {others} other sample{'s' if others != 1 else ''}" if others else ""
 
 
-def run_status(label: str, stats: TraceStats, wall: float, state: str, shared: int = 0) -> str:
+def pace_note(pace: float, shown: float) -> str:
+    """When slow motion is faster than the page shows passes: say so ("" otherwise)."""
+    return (f"slow motion {pace:g} s per pass raised to {shown:g} s, the page's fastest"
+            if 0 < pace < shown else "")
+
+
+def run_status(label: str, stats: TraceStats, wall: float, state: str, shared: int = 0,
+               shown_for: float | None = None, pace_raised: str = "") -> str:
     """One line: method, tokens, NFE; `state` is "running", "done" or "stopped"; `shared`: the
-    most other samples (other visitors' rows) that one of its passes decoded with it."""
+    most other samples (other visitors' rows) that one of its passes decoded with it;
+    `shown_for`: seconds slow motion took to show the run (None at full speed); `pace_raised`:
+    `pace_note`'s words. AR has no drafts: nothing is said about acceptance."""
     n, total, nfe = stats.committed[-1], stats.num_tokens, stats.nfe[-1]
+    raised = f" · {pace_raised}" if pace_raised else ""
     if state == "stopped":
-        return f"**{label}** · **stopped at NFE {nfe}, {n}/{total} tokens**"
+        return f"**{label}** · **stopped at NFE {nfe}, {n}/{total} tokens**" + raised
     head = f"**{label}** · {n}/{total} tokens · NFE {nfe}"
     if state != "done":
-        return head + (f" · decoding, {shared_note(shared)}…" if shared else " · decoding…")
+        return head + (f" · decoding, {shared_note(shared)}…" if shared else " · decoding…") + raised
     sample = stats.sample()
-    return (head + f" · **done** in {wall:.2f} s" + (f" ({shared_note(shared)})" if shared else "")
-            + f" · step compression {sample.step_compression:.2f}x · acceptance "
-            f"{sample.acceptance_rate:.2f} · mean accepted length {sample.mean_accepted_length:.2f}")
+    timing = f"decoded in {wall:.2f} s" + (f"; shown over {shown_for:.1f} s in slow motion"
+                                          if shown_for is not None else "")
+    drafts = (" · no drafts (AR)" if stats.method == "ar" else
+              f" · acceptance {sample.acceptance_rate:.2f} · mean accepted length "
+              f"{sample.mean_accepted_length:.2f}")
+    return (head + f" · **done** · {timing}" + (f" ({shared_note(shared)})" if shared else "")
+            + f" · step compression {sample.step_compression:.2f}x" + drafts + raised)
 
 
 def run_summary(label: str, sample: Sample, wall: float, ar_wall: float | None, device: str,
@@ -156,19 +171,22 @@ def run_summary(label: str, sample: Sample, wall: float, ar_wall: float | None, 
         speedup = stopped
     elif shared:
         speedup = f"not measured: this run's {shared_note(shared)} (the Race times each method alone)"
-    elif ar_wall and label != "AR" and wall > 0:
+    elif ar_wall and label != METHOD_LABELS["ar"] and wall > 0:
         speedup = (f"{trace.latency_speedup(ar_wall, wall):.2f}x (against this session's AR run, "
                    f"{ar_wall:.2f} s)")
     else:
         speedup = "run AR once to measure it (a run that shared its passes does not count)"
     timed = f"engine time of this run on {device}" + (
         f"; its {shared_note(shared)}, so it includes their work" if shared else "")
+    ar = label == METHOD_LABELS["ar"]
+    no_drafts = "no drafts (AR)"
     rows = [("NFE", sample.nfe, METRIC_HELP["nfe"]),
             ("step compression", f"{sample.step_compression:.2f}x" if complete else stopped,
              METRIC_HELP["compression"]),
-            ("acceptance rate", f"{sample.acceptance_rate:.3f}", METRIC_HELP["acceptance"]),
-            ("mean accepted length", f"{sample.mean_accepted_length:.2f}", METRIC_HELP["mean_len"]),
-            ("draft stability", f"{sample.draft_stability:.3f}", METRIC_HELP["stability"]),
+            ("acceptance rate", no_drafts if ar else f"{sample.acceptance_rate:.3f}", METRIC_HELP["acceptance"]),
+            ("mean accepted length", no_drafts if ar else f"{sample.mean_accepted_length:.2f}",
+             METRIC_HELP["mean_len"]),
+            ("draft stability", no_drafts if ar else f"{sample.draft_stability:.3f}", METRIC_HELP["stability"]),
             ("wall time", f"{wall:.2f} s", timed),
             ("latency speed-up", speedup, METRIC_HELP["speedup"])]
     return "| metric | value | definition |\n|---|---|---|\n" + \

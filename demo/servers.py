@@ -30,7 +30,13 @@ CLOCK = Clock()
 IMAGE_EVERY, PLOT_EVERY, STATUS_EVERY = 0.1, 0.5, 0.5       # seconds between live updates
 FULL_SPEED_EVERY = 0.25  # full speed: a picture at most this often, none before (a faster run
                          # shows its final picture only: the eye would not follow)
-FIRST_PAINT = 0.1        # seconds for the browser to show the final picture before the charts
+FIRST_PAINT = 0.3        # seconds for the browser to show the final picture (and a stopped status)
+                         # before the charts come: at 0.1 s, on 2 busy cores, a Stop was seen up
+                         # to 0.75 s after the click, the charts' update close behind it
+SLOW_PLOT_EVERY = 2.0    # slow motion: live charts this often. Redrawing the two live charts costs
+                         # the browser 150-450 ms on 2 busy cores (a picture, 60-120 ms): with
+                         # them at every pass, the updates queued behind them held a Stop up
+                         # for up to 0.8 s (scripts/page_timing.py --only stop)
 
 
 # ----------------------------------------------------------------------------- serving
@@ -180,23 +186,28 @@ def shown(records: Iterable[Iteration | None], pace: float, stopped: Callable[[]
           clock: Clock = CLOCK) -> Iterator[tuple[Iteration | None, bool, bool]]:
     """A row's records (as `follow` gives them) as a Generate run shows them: (record,
     picture due, charts due), and (None, False, False) for follow's None. Slow motion (pace > 0)
-    shows every pass, `max(pace, IMAGE_EVERY)` seconds apart; a Stop cuts the wait short and
-    ends it there (what is shown stays). Full speed shows a picture at most every
+    shows every pass, `max(pace, IMAGE_EVERY)` seconds apart, the live charts every
+    SLOW_PLOT_EVERY; a Stop cuts the wait short and ends it there (what is shown stays). Full speed shows a picture at most every
     FULL_SPEED_EVERY * B seconds and none before, the live charts every PLOT_EVERY * B, where
     B = `share(record)` rows share the pass: B visitors together get the updates one would,
     so that drawing them does not slow the shared decoding."""
     picture = Pacer(IMAGE_EVERY, pace, stopped, clock=clock) if pace else \
         Pacer(FULL_SPEED_EVERY, wait_first=True, clock=clock)
-    charts = Pacer(PLOT_EVERY, wait_first=True, clock=clock)
+    charts = Pacer(SLOW_PLOT_EVERY if pace else PLOT_EVERY, wait_first=True, clock=clock)
     for record in records:
         if record is None:
             yield None, False, False
             continue
         rows = share(record)
         due = picture(share=rows)
-        if pace and stopped():
+        if stopped():                 # a record that arrived during the wait is never shown
             return
-        yield record, due and not stopped(), due and charts(share=rows)
+        yield record, due, due and charts(share=rows)
+
+
+def shown_pace(pace: float) -> float:
+    """The seconds per pass slow motion shows at: `pace`, or IMAGE_EVERY if faster (0: full speed)."""
+    return max(pace, IMAGE_EVERY) if pace > 0 else 0.0
 
 
 # ----------------------------------------------------------------------- stop and pace

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from scd_core.prompts import reads_nothing, unknown_words
 from scd_core.protocols import optional
 
 HERE = Path(__file__).parent
@@ -25,6 +26,17 @@ GENERATE_HINT = _text("generate_hint")
 RACE_HINT = _text("race_hint")
 WAITING = _text("waiting")
 STOPPED_EARLY = "**Stopped** before its first pass."     # in the queue, or before its row got one
+ERROR_HEADS = ("**Not started:**", "**Not finished:**")   # how a status line says a run failed
+
+
+def is_error(said) -> bool:
+    """Whether a status line says that a run failed (it goes when the model changes)."""
+    return isinstance(said, str) and said.strip().startswith(ERROR_HEADS)
+
+
+def pace_info(fastest: float) -> str:
+    return (f"Generate shows at most one pass every {fastest:g} s: a faster pace is raised to "
+            "that, and the status says so; a race replays at the pace itself, skipping ahead")
 HOW_IT_WORKS = "\n" + _read("texts/how_it_works.md")
 CSS = "\n" + _read("static/page.css")
 CLICK_JS = _read("static/page.js").strip()
@@ -37,13 +49,27 @@ def click_js(tab: str) -> str:
 
 
 def prompt_note(model, prompt: str) -> str:
-    """For models that read a few known words (the embedded ones): which words they read."""
+    """For models that read a few known words (the embedded ones): which words they read,
+    and which they ignored."""
     known = getattr(optional(model, "vocab"), "known", None)
     if known is None:
         return ""
-    words = known(prompt)
-    if not words:
-        return ("None of the prompt's words is known to this model: this is an unconditional "
+    if reads_nothing(model, prompt):
+        return ("None of the prompt's words is known to this model: this is an unconditioned "
                 "sample. Try an example prompt.\n\n")
-    return f"Prompt words the model knows: {', '.join(words)}.\n\n"
+    unknown = unknown_words(model, prompt) or []
+    return (f"Prompt words the model knows: {', '.join(known(prompt))}"
+            + (f"; ignored: {' '.join(unknown)}" if unknown else "") + ".\n\n")
+
+
+def prompt_words_note(model, name: str, prompt: str) -> str:
+    """Under the prompt box, before a run: the words a bag-of-words model will ignore, or
+    that it knows none and samples unconditioned ("" for a model that reads the whole text)."""
+    unknown = unknown_words(model, prompt) if model is not None and prompt.strip() else None
+    if not unknown:
+        return ""
+    if reads_nothing(model, prompt):
+        return (f"{name} knows none of these words ({' '.join(unknown)}): it runs unconditioned. "
+                "Try an example prompt.")
+    return f"not known to {name}, ignored: {' '.join(unknown)}"
 

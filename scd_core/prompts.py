@@ -7,6 +7,10 @@
 `--prompts` of the benchmark command takes the same specifications. A sample of N is the same
 on every machine and run: N prompts drawn with a fixed seed from the (category-filtered) list,
 kept in file order.
+
+What a model makes of a prompt: `check_prompt_length` (at most MAX_PROMPT_CHARS characters
+each, the one limit), and `unknown_words` (the words a bag-of-words model ignores, from its
+`vocab`; `warn_unknown` says them as a `UnknownWordsWarning`).
 """
 from __future__ import annotations
 
@@ -19,6 +23,60 @@ from pathlib import Path
 PARTI_PATH = Path(__file__).resolve().parent / "assets" / "prompts" / "PartiPrompts.tsv"
 PARTI = "parti"
 SAMPLE_SEED = 0
+MAX_PROMPT_CHARS = 500          # characters per text prompt
+
+
+# ------------------------------------------------------------------ what a model reads
+
+class UnknownWordsWarning(UserWarning):
+    """A prompt has words the model does not know: it ignores them."""
+
+
+def check_prompt_length(prompts: Sequence[str], limit: int = MAX_PROMPT_CHARS) -> None:
+    """A ValueError naming `prompts` when one is longer than `limit` characters."""
+    for i, p in enumerate(prompts):
+        if isinstance(p, str) and len(p) > limit:
+            raise ValueError(f"prompts: prompt {i} is {len(p):,} characters long; the limit is {limit}")
+
+
+def unknown_pieces(prompt: str, knows, stop_words=frozenset()) -> list[str]:
+    """The space-separated pieces of `prompt` for which `knows(piece)` is false, each once,
+    in order; stop words and bare punctuation (no letter, digit or symbol) are skipped."""
+    out = []
+    for piece in prompt.split():
+        bare = piece.strip(".,;:!?\"'()")
+        if bare.lower() in stop_words or not any(ch.isalnum() or ord(ch) > 127 for ch in bare):
+            continue
+        if not knows(bare) and bare not in out:
+            out.append(bare)
+    return out
+
+
+def unknown_words(model, prompt: str) -> list[str] | None:
+    """The words of `prompt` that `model` ignores, as typed (its `vocab.unknown`); None for a
+    model without a word vocabulary (it reads the whole text)."""
+    vocab = getattr(model, "vocab", None)
+    unknown = getattr(vocab, "unknown", None)
+    return None if unknown is None else list(unknown(prompt))
+
+
+def reads_nothing(model, prompt: str) -> bool:
+    """Whether a bag-of-words model knows none of the prompt's words: it samples unconditioned."""
+    known = getattr(getattr(model, "vocab", None), "known", None)
+    return known is not None and not known(prompt)
+
+
+def warn_unknown(model, prompts: Sequence[str]) -> None:
+    """An UnknownWordsWarning for each prompt with words the model ignores (or none it knows)."""
+    import warnings
+
+    for i, p in enumerate(prompts):
+        words = unknown_words(model, p)
+        if words:
+            warnings.warn(f"prompts: prompt {i} has words the model does not know, ignored: "
+                          f"{' '.join(words)}"
+                          + ("; it knows none, so the sample is unconditioned" if reads_nothing(model, p) else ""),
+                          UnknownWordsWarning, stacklevel=3)
 
 
 @dataclass(frozen=True)

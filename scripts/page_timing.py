@@ -1,18 +1,26 @@
 """What the demo page costs: end-to-end times in a real browser, many visitors at once, and
 memory over many requests.
 
-    python scripts/page_timing.py                       # all three, about 10 minutes on 2 cores
-    python scripts/page_timing.py --only browser        # or: visitors, memory
+    python scripts/page_timing.py                       # all four, about 15 minutes on 2 cores
+    python scripts/page_timing.py --only browser        # or: stop, visitors, memory
+    python scripts/page_timing.py --only visitors --visitors 1,16,64
+    python scripts/page_timing.py --app-dir /path/to/another/checkout   # measure that copy's page
 
 1. browser: a `tiny` image at full speed (slow motion 0), from the click on Generate to the
    final picture loaded in Chromium, against the engine time the page reports for the run
    (median of --repeats runs after a warm-up); then the `tiny-video` race (K = 8) from the
    click to its table.
-2. visitors: `python app.py` in a subprocess; 32 gradio_client visitors press Generate at
-   once (tiny, the page's defaults at full speed, seeds 0-31: their rows share passes), in
-   --bursts bursts: how many were served, p50 and p95 latency (nearest rank: the 31st of 32)
-   of each burst, and their medians.
-3. memory: the server's resident memory after 10 warm-up requests and after 100 more from
+2. stop: a `tiny` image in slow motion (--stop-pace seconds per pass), Stop clicked 1.5 s
+   after Generate: the time from the Stop click to the status saying "stopped" (--repeats
+   runs), whether the picture shown then is the one kept, and whether a picture sent before
+   the server saw the stop landed after the click.
+3. visitors: `python app.py` in a subprocess; for each count of --visitors (default 1,16,64)
+   that many gradio_client visitors press Generate at once (tiny, the page's defaults at full
+   speed, seeds 0..N-1: their rows share passes), in --bursts bursts: how many were served,
+   p50 and p95 latency (nearest rank) and the whole burst's time, against the same requests
+   submitted at once to one `scd_core.serve.Server` in this process (one torch thread, as the
+   page's decode worker).
+4. memory: the server's resident memory after 10 warm-up requests and after 100 more from
    the same visitor, then after one request from each of 100 new visitors.
 
 Needs playwright and Chromium (CHROMIUM or /usr/bin/chromium) for the first.
@@ -30,7 +38,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent    # the checkout measured (--app-dir)
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TINY = ["tiny", "scd-mc", 16, "random", 1.0, 100, 1.0, 3.0, 0, "red apple", 0.0, 8, None, ""]
@@ -54,26 +62,37 @@ WATCH = """() => {
 }"""
 
 
-def browser(repeats: int) -> None:
-    from playwright.sync_api import sync_playwright
-
+def page_app():
+    """The measured checkout's `app` module, served in this process."""
     sys.path.insert(0, str(ROOT))
     import app
 
     app.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **app.LAUNCH)
+    return app
+
+
+def tiny_page(b, url: str, pace: float):
+    pg = b.new_page(viewport={"width": 1400, "height": 1000})
+    pg.goto(url)
+    pg.wait_for_selector("#generate")
+    pg.locator("#model input").click()
+    pg.get_by_role("option", name=re.compile(r"^tiny ")).click()
+    pg.wait_for_timeout(1500)
+    for elem, value in (("pace", pace), ("prompt", "red apple")):
+        box = pg.locator(f"#{elem} input, #{elem} textarea").first
+        box.fill(str(value))
+        box.press("Tab")
+    return pg
+
+
+def browser(repeats: int) -> None:
+    from playwright.sync_api import sync_playwright
+
+    app = page_app()
     chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=chromium, args=ARGS)
-        pg = b.new_page(viewport={"width": 1400, "height": 1000})
-        pg.goto(app.demo.local_url)
-        pg.wait_for_selector("#generate")
-        pg.locator("#model input").click()
-        pg.get_by_role("option", name=re.compile(r"^tiny ")).click()
-        pg.wait_for_timeout(1500)
-        for elem, value in (("pace", 0), ("prompt", "red apple")):
-            box = pg.locator(f"#{elem} input, #{elem} textarea").first
-            box.fill(str(value))
-            box.press("Tab")
+        pg = tiny_page(b, app.demo.local_url, 0)
         rows = []
         for i in range(repeats + 1):
             box = pg.locator("#seed input")
@@ -83,7 +102,7 @@ def browser(repeats: int) -> None:
             pg.evaluate(WATCH)
             pg.wait_for_function("() => window.__picture", timeout=120_000)
             e2e = pg.evaluate("() => (window.__picture - window.__t0) / 1000")
-            engine = float(re.search(r"done\W+in ([0-9.]+) s", pg.locator("#status").inner_text()).group(1))
+            engine = float(re.search(r"(?:done\W+in|decoded in) ([0-9.]+) s", pg.locator("#status").inner_text()).group(1))
             if i:                                   # the first run is the warm-up
                 rows.append((e2e, engine))
                 print(f"  tiny image: click to final picture {e2e:.3f} s, engine {engine:.3f} s")
@@ -107,10 +126,60 @@ def browser(repeats: int) -> None:
     app.demo.close()
 
 
+STOP = """() => {
+  const status = document.querySelector('#status [data-testid=markdown]');
+  const picture = () => document.querySelector('#live-image img')?.src || null;
+  window.__clicked = picture();
+  window.__stopped = null;
+  new MutationObserver(() => {
+    if (!window.__stopped && /stopped/i.test(status.innerText)) {
+      window.__stopped = performance.now();
+      window.__shown = picture();
+    }
+  }).observe(status, {subtree: true, childList: true, characterData: true});
+  window.__t0 = performance.now();
+  document.querySelector('#stop').click();
+}"""
+
+
+def stop_probe(repeats: int, pace: float) -> None:
+    """Stop in slow motion: from the click on Stop to the status saying "stopped"."""
+    from playwright.sync_api import sync_playwright
+
+    app = page_app()
+    chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=ARGS)
+        pg = tiny_page(b, app.demo.local_url, pace)
+        waits, kept, late = [], 0, 0
+        for i in range(repeats):
+            pg.locator("#seed input").fill(str(i))
+            pg.locator("#seed input").press("Tab")
+            pg.wait_for_timeout(300)
+            pg.locator("#generate").click()
+            pg.wait_for_function("() => /decoding/.test(document.querySelector('#status').innerText)",
+                                 timeout=120_000)
+            pg.wait_for_timeout(1500)
+            pg.evaluate(STOP)
+            pg.wait_for_function("() => window.__stopped", timeout=30_000)
+            pg.wait_for_timeout(max(1000, int(3000 * pace)))   # a picture sent after the stop would land now
+            waits.append(pg.evaluate("() => (window.__stopped - window.__t0) / 1000"))
+            same, moved = pg.evaluate("() => [document.querySelector('#live-image img')?.src === window.__shown,"
+                                      " window.__shown !== window.__clicked]")
+            kept += bool(same)
+            late += bool(moved)
+            print(f"  stop at pace {pace}: click to 'stopped' {waits[-1]:.3f} s, picture kept after it: "
+                  f"{same}, a picture sent before the stop landed after the click: {moved}")
+        print(f"stop at pace {pace}, {repeats} runs: click to 'stopped' median {statistics.median(waits):.3f} s, "
+              f"max {max(waits):.3f} s; picture kept {kept}/{repeats}; a picture landed after the click {late}/{repeats}")
+        b.close()
+    app.demo.close()
+
+
 def serve(port: int) -> tuple[subprocess.Popen, str]:
     from gradio_client import Client
 
-    env = {**os.environ, "GRADIO_SERVER_PORT": str(port)}
+    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "PYTHONPATH": str(ROOT)}
     server = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
@@ -130,42 +199,86 @@ def request(client, seed: int = 0) -> float:
     return time.perf_counter() - t
 
 
-def visitors(port: int, count: int = 32, bursts: int = 3) -> None:
+def served_alone(count: int) -> tuple[float, float, float]:
+    """The same `count` requests submitted at once to one `scd_core.serve.Server` here (one
+    torch thread, as the page's decode worker): p50, p95 and the whole burst's seconds."""
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    from scd_core.models import load_model
+    from scd_core.serve import Server
+    from scd_core.settings import Settings
+
+    torch.set_num_threads(1)
+    name, method, window, init, temperature, top_k, top_p, cfg, _, prompt = TINY[:10]
+    model = load_model(name)
+    settings = Settings(method=method, window=window, init=init, temperature=temperature,
+                        top_k=top_k, top_p=top_p, cfg_scale=cfg)
+    server = Server(model, max_batch=32)
+    try:
+        server.submit(prompt, 0, settings).result(timeout=600)          # warm-up
+        t = time.perf_counter()
+        requests = [server.submit(prompt, seed, settings) for seed in range(count)]
+        done = []
+        for r in requests:
+            r.result(timeout=600)
+            done.append(time.perf_counter() - t)
+        # results arrive in any order; a request's latency is when its result was there
+        return statistics.median(done), nearest(sorted(done), 0.95), max(done)
+    finally:
+        server.close()
+
+
+def nearest(ordered: list[float], q: float) -> float:
+    return ordered[math.ceil(q * len(ordered)) - 1]
+
+
+def visitors(port: int, counts: list[int], bursts: int = 3) -> None:
     from gradio_client import Client
 
     server, url = serve(port)
+    table = []
     try:
         request(Client(url, verbose=False))                    # warm-up: the model loads
-        p50s, p95s = [], []
-        for burst in range(bursts):
-            clients = [Client(url, verbose=False) for _ in range(count)]
-            results: list = []
+        for count in counts:
+            p50s, p95s, walls, failed = [], [], [], 0
+            for burst in range(bursts):
+                clients = [Client(url, verbose=False) for _ in range(count)]
+                results: list = []
 
-            def visit(c, seed):
-                try:
-                    results.append(request(c, seed))
-                except Exception as exc:                       # noqa: BLE001: counted
-                    results.append(repr(exc)[:80])
+                def visit(c, seed):
+                    try:
+                        results.append(request(c, seed))
+                    except Exception as exc:                   # noqa: BLE001: counted
+                        results.append(repr(exc)[:80])
 
-            threads = [threading.Thread(target=visit, args=(c, i)) for i, c in enumerate(clients)]
-            t = time.perf_counter()
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join()
-            ok = sorted(r for r in results if isinstance(r, float))
-            p50s.append(statistics.median(ok))
-            p95s.append(ok[math.ceil(0.95 * len(ok)) - 1])
-            print(f"  burst {burst + 1}: {count} visitors at once, {len(ok)} served in "
-                  f"{time.perf_counter() - t:.1f} s; latency p50 {p50s[-1]:.2f} s, p95 {p95s[-1]:.2f} s "
-                  f"({p95s[-1] / p50s[-1]:.2f}x)" + "".join(f"\n  refused: {r}" for r in results
-                                                            if not isinstance(r, float)))
-        p50, p95 = statistics.median(p50s), statistics.median(p95s)
-        print(f"{count} visitors at once, median of {bursts} bursts: p50 {p50:.2f} s, p95 {p95:.2f} s "
-              f"({p95 / p50:.2f}x)")
+                threads = [threading.Thread(target=visit, args=(c, i)) for i, c in enumerate(clients)]
+                t = time.perf_counter()
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join()
+                walls.append(time.perf_counter() - t)
+                ok = sorted(r for r in results if isinstance(r, float))
+                failed += count - len(ok)
+                if ok:
+                    p50s.append(statistics.median(ok))
+                    p95s.append(nearest(ok, 0.95))
+                print(f"  burst {burst + 1}: {count} visitors at once, {len(ok)} served in "
+                      f"{walls[-1]:.1f} s" + (f"; latency p50 {p50s[-1]:.2f} s, p95 {p95s[-1]:.2f} s"
+                                              if ok else "")
+                      + "".join(f"\n  refused: {r}" for r in results if not isinstance(r, float)))
+            table.append((count, statistics.median(p50s) if p50s else math.nan,
+                          statistics.median(p95s) if p95s else math.nan, statistics.median(walls), failed))
     finally:
         server.terminate()
         server.wait()
+    print("| visitors | page p50 | page p95 | page burst | scd_core.serve burst | page / serve | failed |")
+    print("|---|---|---|---|---|---|---|")
+    for count, p50, p95, wall, failed in table:
+        _, _, alone = served_alone(count)
+        print(f"| {count} | {p50:.2f} s | {p95:.2f} s | {wall:.2f} s | {alone:.2f} s | "
+              f"{wall / alone:.2f}x | {failed} |", flush=True)
 
 
 def rss(pid: int) -> float:
@@ -201,18 +314,33 @@ def memory(port: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", choices=["browser", "visitors", "memory"])
+    global ROOT
+    ap.add_argument("--only", choices=["browser", "stop", "visitors", "memory"])
     ap.add_argument("--repeats", type=int, default=7, help="timed browser runs (default 7)")
-    ap.add_argument("--bursts", type=int, default=3, help="bursts of 32 visitors (default 3)")
+    ap.add_argument("--bursts", type=int, default=3, help="bursts per visitor count (default 3)")
+    ap.add_argument("--visitors", default="1,16,64", help="visitor counts (default 1,16,64)")
+    ap.add_argument("--stop-pace", type=float, default=0.5, help="slow motion of the stop probe (default 0.5)")
+    ap.add_argument("--app-dir", type=Path, default=ROOT, help="the checkout to measure (default this one)")
     ap.add_argument("--port", type=int, default=7871)
     args = ap.parse_args(argv)
     for name in ("repeats", "bursts"):
         if getattr(args, name) < 1:
             ap.error(f"--{name}: expected an integer >= 1, got {getattr(args, name)}")
+    try:
+        counts = [int(c) for c in args.visitors.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        ap.error(f"--visitors: expected whole numbers >= 1 separated by commas, got {args.visitors!r}")
+    if not (args.app_dir / "app.py").is_file():
+        ap.error(f"--app-dir: no app.py in {args.app_dir}")
+    ROOT = args.app_dir.resolve()
     if args.only in (None, "browser"):
         browser(args.repeats)
+    if args.only in (None, "stop"):
+        stop_probe(args.repeats, args.stop_pace)
     if args.only in (None, "visitors"):
-        visitors(args.port, bursts=args.bursts)
+        visitors(args.port, counts, bursts=args.bursts)
     if args.only in (None, "memory"):
         memory(args.port)
 

@@ -20,6 +20,7 @@ import scd_core
 from demo import models
 from scd_core.models.cache import ModelCache
 from scd_core.models.status import model_status
+from fakehub import empty_hub_cache  # noqa: F401  (a fixture)
 
 GOOD = dict(model="texture", method="scd-mc", window=16, init="random", temperature=1.0,
             top_k=0, top_p=1.0, cfg_scale=1.0, seed=0, prompt="ocean waves", pace=0.0, samples=3)
@@ -151,6 +152,8 @@ def test_greedy_race_gives_every_method_ars_tokens():
     updates = list(app.race_stream(*args(temperature=0.0, samples=2)))
     rows = final(updates, app.race_table).split("<tr>")[3:]
     assert all(r.split("<td>")[2].startswith("yes") for r in rows)
+    names = [t.name for t in final(updates, app.race_chart).data if t.showlegend is not False]
+    assert sum("AR" in (n or "") for n in names) == 1 and len(names) == 4    # AR drawn once, its own curve
 
 
 def test_race_replay_in_slow_motion_then_stop_keeps_the_figures():
@@ -187,6 +190,9 @@ def test_race_stopped_while_decoding_keeps_what_finished():
     (dict(top_k=-3), "top_k", "top_k must be"),
     (dict(cfg_scale=-1), "cfg", "cfg_scale must be"),
     (dict(seed=-1), "seed", "seed must be"),
+    (dict(seed=1.5), "seed", "seed must be an integer"),      # refused, never rounded
+    (dict(seed=True), "seed", "seed must be an integer"),
+    (dict(samples=2.5), "samples", "samples must be a whole number"),
     (dict(model="no-such-model"), "model", "unknown model"),
     (dict(method="beam"), "method", "method must be one of"),
     (dict(init="repeat-frame"), "init", "video"),
@@ -253,6 +259,111 @@ def test_every_listed_model_that_runs_here_without_a_download_generates(name):
 
 
 # ------------------------------------------------------------------ replay and export
+
+NO_NETWORK = """
+import json, app
+out = {"load": app.load_selected("llamagen-c2i", progress=lambda *a, **k: None)}
+out = {"note": out["load"][app.model_md], "generate": out["load"][app.gen_btn].interactive,
+       "race": out["load"][app.race_btn].interactive,
+       "problems": app.problems("llamagen-c2i", "sjd", 32, "random", 1.0, 1000, 1.0, 5.0, 0, "goldfish",
+                                0.0, 2, None, ""),
+       "label": app.models.model_label("llamagen-c2i"),
+       "commands": app.models.download_commands("llamagen-c2i")}
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_a_model_the_hub_cannot_be_reached_for_says_how_to_download_it_and_cannot_start(tmp_path):
+    """A fresh page whose Hub endpoint refuses connections (never the real network): picking
+    a downloadable model says, in a visitor's words, the command that fetches it beforehand,
+    and Generate and Race are disabled and refuse it."""
+    import subprocess
+    import sys
+
+    from fakehub import client_env
+
+    env = client_env(None, tmp_path, HF_ENDPOINT="http://127.0.0.1:9", SCD_DECODE="local")
+    proc = subprocess.run([sys.executable, "-c", NO_NETWORK], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=os.path.dirname(os.path.abspath(app.__file__)))
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    assert line, proc.stderr[-3000:]
+    import json
+    out = json.loads(line[-1][len("RESULT "):])
+    command = out["commands"][0]
+    assert command.startswith("hf download FoundationVision/LlamaGen --include ")
+    said = f"no network here: download it beforehand with `{command}`"
+    assert said in out["note"] and not out["generate"] and not out["race"]
+    assert said in out["problems"]["model"] and list(out["problems"]) == ["model"]
+
+
+def test_a_model_with_downloads_off_says_how_to_download_it(empty_hub_cache):
+    out = app.on_model_change("janus-pro-1b")
+    reason = app.models.unavailable("janus-pro-1b")
+    assert reason.startswith("no network here: download it beforehand with `hf download "
+                             "deepseek-community/Janus-Pro-1B --include")
+    assert reason in out[app.model_md] and not out[app.gen_btn].interactive
+    assert reason in app.problems(*args(model="janus-pro-1b"))["model"]
+
+
+def test_ar_status_says_nothing_of_acceptance():
+    updates = list(app.generate_stream(*args(model="tiny", prompt="red heart", method="ar")))
+    said = final(updates, app.status)
+    assert "done" in said and "no drafts (AR)" in said and "acceptance" not in said
+    assert "| acceptance rate | no drafts (AR) |" in final(updates, app.summary)
+    sjd = final(list(app.generate_stream(*args(model="tiny", prompt="red heart", method="sjd"))), app.status)
+    assert "acceptance" in sjd and "no drafts" not in sjd
+
+
+def test_slow_motion_gives_the_decode_and_display_times_apart_and_says_a_raised_pace():
+    fastest = app.servers.IMAGE_EVERY
+    updates = list(app.generate_stream(*args(model="tiny", prompt="red heart", pace=fastest / 5)))
+    said = final(updates, app.status)
+    decoded = float(said.split("decoded in ")[1].split(" s")[0])
+    shown_over = float(said.split("shown over ")[1].split(" s")[0])
+    nfe = len(final(updates, app.last_run)["iterations"])
+    assert shown_over >= 0.9 * fastest * (nfe - 2) > decoded     # paced at the page's fastest
+    assert f"slow motion {fastest / 5:g} s per pass raised to {fastest:g} s" in said
+    full = final(list(app.generate_stream(*args(model="tiny", prompt="red heart"))), app.status)
+    assert "decoded in" in full and "shown over" not in full and "raised" not in full
+    assert all(models.page_defaults(n)["pace"] in (0, 0.0) or models.page_defaults(n)["pace"] >= fastest
+               for n in models.listed_models())                  # no default is raised silently
+
+
+def test_replay_and_export_belong_to_the_last_run():
+    tiny = list(app.generate_stream(*args(model="tiny", prompt="red heart")))
+    history = final(tiny, app.history_state)
+    texture = list(app.generate_stream(*args(), history=history))
+    assert texture[0][app.last_run] is None and texture[0][app.replay_image] is None   # cleared at once
+    assert texture[0][app.export_files] is None and texture[0][app.replay_text] == ""
+    run = final(texture, app.last_run)
+    assert run["model"] == "texture"
+    assert app.replay_view(0, run)[0].shape == (384, 384, 3)                # texture's picture
+    history = final(texture, app.history_state)
+    refused = list(app.generate_stream(*args(model="tiny", prompt="red heart", window=10 ** 6),
+                                       history=history))
+    assert "Not started" in final(refused, app.status) and final(refused, app.last_run) is None
+    again = list(app.generate_stream(*args(window=10 ** 6), history=history))   # same model: kept
+    assert again == [{app.status: final(again, app.status)}]
+
+
+def test_an_error_leaves_the_status_when_the_model_changes():
+    out = app.on_model_change("tiny", "**Not started:** model: llamagen-c2i cannot run here: no network",
+                              "**Not started:** no network")
+    assert out[app.status] == app.texts.GENERATE_HINT and out[app.race_status] == app.texts.RACE_HINT
+    kept = app.on_model_change("tiny", "**SJD** · 64/64 tokens · NFE 20 · **done**", app.texts.RACE_HINT)
+    assert kept[app.status] == app.gr.skip() and kept[app.race_status] == app.gr.skip()
+
+
+def test_unknown_prompt_words_are_marked_before_a_run_and_said_after():
+    assert app.prompt_words("tiny", "red heart 🦄 foo") == "not known to tiny, ignored: 🦄 foo"
+    assert "runs unconditioned" in app.prompt_words("tiny", "🦄 🦄")
+    assert app.prompt_words("tiny", "red heart") == ""
+    assert app.prompt_words("texture", "ocean zebra waves") == "not known to texture, ignored: zebra"
+    summary = final(list(app.generate_stream(*args(model="tiny", prompt="red heart 🦄"))), app.summary)
+    assert "Prompt words the model knows: red, heart; ignored: 🦄." in summary
+    summary = final(list(app.generate_stream(*args(model="tiny", prompt="🦄"))), app.summary)
+    assert "unconditioned sample" in summary
+
 
 def test_replay_colours_only_the_verified_drafts():
     run = final(list(app.generate_stream(*args(model="tiny", prompt="red heart", method="sjd"))),
@@ -351,3 +462,11 @@ def test_served_bad_input_is_refused_before_the_queue_and_the_next_is_served(url
 def test_the_message_beside_the_buttons_repeats_what_the_fields_say():
     assert app.input_message(*args()) == ""
     assert app.input_message(*args(window=0)).startswith("**Not started:** window must be in")
+    long = app.input_message(*args(prompt="x" * 600))
+    assert long.endswith("Please shorten it.") and ".." not in long
+
+
+def test_whole_number_fields_pass_what_was_typed_to_the_checks():
+    """gr.Number(precision=0) would round 1.5 to 2 before any check saw it."""
+    for field in (app.seed_nb, app.window_nb, app.topk_nb, app.samples_nb):
+        assert field.precision is None and field.preprocess(1.5) == 1.5

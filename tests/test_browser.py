@@ -11,11 +11,13 @@ import os
 import re
 import shutil
 import tempfile
+import time
 
 import pytest
 
 import app
 from legend_check import unnamed_colours
+from scd_core.models import REGISTRY
 
 pytestmark = pytest.mark.browser
 
@@ -137,6 +139,51 @@ def test_stop_mid_run_keeps_the_picture_and_says_stopped(page):
     fill(page, "pace", 0)
 
 
+STOP_LIMIT_S = 0.5    # the click on Stop to the run's end (its "stopped" status, made in the server)
+SHOWN_NOISE_S = 0.5   # ... and on to the browser showing it: 15 stops in slow motion on 2 cores at a
+                      # load average of 6-9 were shown 0.08-0.72 s after the click, the server
+                      # ending each within 15 ms of hearing it (scripts/page_timing.py --only stop)
+
+STOP_AND_WATCH = """() => {
+  const status = document.querySelector('#status [data-testid=markdown]');
+  window.__stopped = window.__shown = null;
+  new MutationObserver(() => {
+    if (!window.__stopped && /stopped at NFE/.test(status.innerText)) {
+      window.__stopped = performance.now();
+      window.__shown = document.querySelector('#live-image img')?.src || null;
+    }
+  }).observe(status, {subtree: true, childList: true, characterData: true});
+  window.__t0 = performance.now();
+  window.__clicked_at = Date.now();
+  document.querySelector('#stop').click();
+}"""
+
+
+def test_stop_in_slow_motion_ends_the_run_within_half_a_second_keeping_the_picture_shown(page, monkeypatch):
+    ended = []                                                # when the server said "stopped"
+    said = app.run_view.run_status
+
+    def status(label, stats, wall, state, *rest, **named):
+        ended.extend([time.time()] if state == "stopped" else [])
+        return said(label, stats, wall, state, *rest, **named)
+
+    monkeypatch.setattr(app.run_view, "run_status", status)
+    fill(page, "pace", 0.5)
+    page.locator("#generate").click()
+    wait_text(page, "status", "decoding")
+    page.wait_for_timeout(1600)                               # a few passes shown
+    page.evaluate(STOP_AND_WATCH)
+    page.wait_for_function("() => window.__stopped", timeout=10_000)
+    page.wait_for_timeout(1500)                               # a picture sent after the stop would land now
+    clicked = page.evaluate("() => window.__clicked_at") / 1000          # the same clock as the server's
+    assert len(ended) == 1 and ended[0] - clicked <= STOP_LIMIT_S, (ended, clicked)
+    took = page.evaluate("() => (window.__stopped - window.__t0) / 1000")
+    assert took <= STOP_LIMIT_S + SHOWN_NOISE_S, took
+    assert page.evaluate("() => window.__shown && document.querySelector('#live-image img')?.src "
+                         "=== window.__shown")                # the picture shown then is kept
+    fill(page, "pace", 0)
+
+
 def test_an_input_error_after_a_good_run_keeps_the_picture(page):
     page.locator("#generate").click()
     wait_text(page, "status", "done")
@@ -214,6 +261,87 @@ def test_video_race_frames_are_at_least_96px(page):
     img = page.locator("#race-sjd img")
     width = img.evaluate("el => el.getBoundingClientRect().width")
     assert width / 4 >= 96                                    # four frames to a line
+
+
+def test_every_method_generates_without_an_error_on_every_embedded_model(browser):
+    """In the page, AR too (AR once crashed encoding its empty drafts strip)."""
+    page = open_page(browser, 1400, 1000)
+    for name in [n for n in app.models.listed_models() if not REGISTRY[n].needs_weights]:
+        page.locator("#model input").click()
+        page.get_by_role("option", name=re.compile(rf"^{re.escape(name)} ")).click()
+        page.wait_for_timeout(1200)
+        fill(page, "pace", 0)
+        for label in ("AR", "SJD", "SCD maximal coupling", "SCD Gumbel coupling"):
+            page.locator("#method").get_by_text(label, exact=True).click()
+            page.locator("#generate").click()
+            page.wait_for_function(f"() => {{ const s = document.querySelector('#status').innerText; "   # this one's
+                                   f"return s.startsWith({label!r}) && s.includes('done'); }}", timeout=180_000)
+            said = text(page, "status")
+            assert said.startswith(label) and error_badges(page) == 0, (name, label, said)
+            assert ("no drafts (AR)" in said) == (label == "AR") and ("acceptance" in said) != (label == "AR")
+    page.close()
+
+
+def test_the_words_a_model_ignores_are_marked_under_the_prompt(page):
+    page.locator("#model input").click()
+    page.get_by_role("option", name=re.compile(r"^tiny ")).click()
+    page.wait_for_timeout(1200)
+    page.locator("#prompt textarea").fill("red heart 🦄 foo")
+    wait_text(page, "prompt-words", "not known to tiny, ignored: 🦄 foo", timeout=10_000)
+    page.locator("#prompt textarea").fill("🦄")
+    wait_text(page, "prompt-words", "runs unconditioned", timeout=10_000)
+    page.locator("#prompt textarea").fill("red heart")
+    page.wait_for_function("() => !document.querySelector('#prompt-words').innerText.trim()", timeout=10_000)
+    page.locator("#model input").click()
+    page.get_by_role("option", name=re.compile(r"^texture ")).click()
+    page.wait_for_timeout(1200)
+
+
+BROKEN_WORDS = """el => {   // words (between spaces and dashes) of the element's text drawn on two lines
+  const out = [];
+  const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+  for (let node = walk.nextNode(); node; node = walk.nextNode()) {
+    for (const m of node.data.matchAll(/[^\\s\u2013-]+/g)) {
+      const r = document.createRange();
+      r.setStart(node, m.index); r.setEnd(node, m.index + m[0].length);
+      const tops = new Set([...r.getClientRects()].filter(b => b.width > 0).map(b => Math.round(b.top)));
+      if (tops.size > 1) out.push(m[0]);
+    }
+  }
+  return out;
+}"""
+
+
+def test_phone_race_keeps_the_page_width_every_panel_reachable_and_words_whole(browser):
+    pg = open_page(browser, 390, 844)
+    try:
+        fill(pg, "pace", 0)
+        fill(pg, "samples", 2)
+        pg.locator("#race").click()
+        wait_text(pg, "race-summary", "Gumbel", timeout=300_000)
+        pg.wait_for_timeout(800)
+        assert pg.evaluate("() => document.documentElement.scrollWidth") <= 390
+        for m in ("ar", "sjd", "scd-mc", "scd-gumbel"):              # each panel on the page, whole
+            box = pg.locator(f"#race-{m}").bounding_box()
+            assert box["x"] >= 0 and box["x"] + box["width"] <= 390 and box["width"] > 200, m
+        summary = pg.locator("#race-summary")
+        assert summary.evaluate("el => el.getBoundingClientRect().right") <= 390   # scrolls in its box
+        assert summary.evaluate(BROKEN_WORDS) == []
+        for elem in ("race-status", "race-note", "race-why"):
+            assert pg.locator(f"#{elem}").evaluate(BROKEN_WORDS) == [], elem
+        pg.screenshot(path=os.path.join(SHOTS, "scd_race_390.png"), full_page=True)
+        for name, init in ((max(app.models.listed_models(), key=lambda n: len(app.models.model_label(n))),
+                            None), ("tiny-video", "repeat the previous frame (video)")):
+            pg.locator("#model input").click()
+            pg.get_by_role("option", name=re.compile(rf"^{re.escape(name)} ")).click()
+            pg.wait_for_timeout(1500)
+            for elem in ("model", "init"):                           # the chosen text is not cut
+                box = pg.locator(f"#{elem} input")
+                assert box.evaluate("el => el.scrollWidth <= el.clientWidth"), (elem, box.input_value())
+            if init:
+                assert pg.locator("#init input").input_value() == init
+    finally:
+        pg.close()
 
 
 def test_phone_shows_the_picture_right_after_the_buttons(browser):

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 import scd_core
-from demo import backend, checks, models, servers, streaming
+from demo import backend, checks, models, run_view, servers, streaming
+from scd_core.models import load_model
 from scd_core.race import Race
 
 
@@ -211,3 +212,43 @@ def test_the_decode_backend_is_read_from_scd_decode_and_a_bad_value_is_named():
     for bad in ("ray://", "processes", "http://host:1"):
         with pytest.raises(ValueError, match="SCD_DECODE"):
             backend.backend_kind({"SCD_DECODE": bad})
+
+
+# ------------------------------------------------------------------- what a model reads
+
+def test_the_library_reports_the_prompt_words_a_model_ignores():
+    import warnings
+
+    from scd_core import prompts
+
+    tiny, texture = load_model("tiny"), load_model("texture")
+    assert prompts.unknown_words(tiny, "red heart 🦄 foo") == ["🦄", "foo"]
+    assert prompts.unknown_words(tiny, "the red, hearts!") == []     # stop words, punctuation, plurals
+    assert prompts.unknown_words(texture, "ocean zebra waves") == ["zebra"]
+    assert prompts.unknown_words(load_model("toy", vocab_size=3, grid=(2, 2)), "anything") is None
+    assert prompts.reads_nothing(tiny, "🦄 🦄") and not prompts.reads_nothing(tiny, "red 🦄")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        prompts.warn_unknown(tiny, ["red heart", "🦄"])
+    assert [str(w.message) for w in caught] == [
+        "prompts: prompt 1 has words the model does not know, ignored: 🦄; it knows none, so the "
+        "sample is unconditioned"]
+    assert all(issubclass(w.category, prompts.UnknownWordsWarning) for w in caught)
+
+
+def test_the_prompt_length_limit_is_the_librarys_and_names_prompts():
+    from scd_core import prompts
+
+    prompts.check_prompt_length(["x" * prompts.MAX_PROMPT_CHARS])
+    with pytest.raises(ValueError, match=r"^prompts: prompt 1 is 501 characters long; the limit is 500"):
+        prompts.check_prompt_length(["ok", "x" * 501])
+    assert checks.MAX_PROMPT_CHARS is prompts.MAX_PROMPT_CHARS      # the page's is the library's
+
+
+def test_a_slow_motion_faster_than_the_page_shows_is_said():
+    fastest = servers.IMAGE_EVERY
+    assert servers.shown_pace(fastest / 5) == fastest and servers.shown_pace(0) == 0
+    assert servers.shown_pace(2 * fastest) == 2 * fastest
+    assert run_view.pace_note(0.02, servers.shown_pace(0.02)) == \
+        f"slow motion 0.02 s per pass raised to {fastest:g} s, the page's fastest"
+    assert run_view.pace_note(0.5, servers.shown_pace(0.5)) == "" == run_view.pace_note(0, 0)

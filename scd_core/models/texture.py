@@ -22,6 +22,8 @@ import re
 from typing import Sequence
 
 import torch
+
+from scd_core.prompts import unknown_pieces
 from PIL import Image
 
 from .tree import Tree, check_path, check_tree, path_tokens
@@ -48,6 +50,11 @@ class TextureWords:
 
     def known(self, prompt: str) -> list[str]:
         return [w for w in _words(prompt) if w in PALETTES or w in PATTERNS]
+
+    def unknown(self, prompt: str) -> list[str]:
+        """The prompt's pieces (split at spaces, as typed) that name neither a palette nor a
+        pattern: the model ignores them."""
+        return unknown_pieces(prompt, lambda piece: bool(self.known(piece)))
 
     def choose(self, prompt: str) -> tuple[str, str]:
         """(palette, pattern): the last palette word and the last pattern word, else defaults."""

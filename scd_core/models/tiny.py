@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from scd_core.prompts import unknown_pieces
 from scd_core.sampling import guide
 
 from .rows import GuidedRows
@@ -149,18 +150,27 @@ class WordVocab:
     def __len__(self) -> int:
         return len(self.words)
 
+    def _id(self, word: str) -> int | None:
+        i = self.index.get(word)
+        return self.index.get(word[:-1]) if i is None and word.endswith("s") else i
+
     def ids(self, prompt: str) -> list[int]:
         out = []
         for w in prompt_words(prompt):
-            i = self.index.get(w)
-            if i is None and w.endswith("s"):
-                i = self.index.get(w[:-1])
+            i = self._id(w)
             if i is not None and i not in out:
                 out.append(i)
         return out
 
     def known(self, prompt: str) -> list[str]:
         return [self.words[i] for i in self.ids(prompt)]
+
+    def unknown(self, prompt: str) -> list[str]:
+        """The prompt's pieces (split at spaces, as typed) that the model ignores: none of
+        their words is known (an emoji, a misspelling). Stop words and bare punctuation are
+        not listed: they never carry meaning."""
+        return unknown_pieces(prompt, lambda piece: any(self._id(w) is not None for w in prompt_words(piece)),
+                              STOP_WORDS)
 
 
 # --------------------------------------------------------------------------- prior
