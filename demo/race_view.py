@@ -37,13 +37,21 @@ def explain_gap(summary: Sequence[MethodSummary], probe: Sensitivity | None) -> 
     if sjd is None or mc is None:
         return ""
     ratio = sjd.nfe.mean / mc.nfe.mean
+    if mc.same_as_ar is not None:                     # greedy: every draft is the argmax, nothing to couple
+        same = all(s.same_as_ar for s in summary if s.same_as_ar is not None)
+        return (f"**Greedy**: every token is the most likely one, so there is no randomness to couple: "
+                f"SJD and SCD draft the same argmax tokens, so their passes are alike (mean NFE "
+                f"{mc.nfe.mean:.1f} against {sjd.nfe.mean:.1f}), and "
+                + ("every method returned exactly AR's tokens." if same else
+                   "a method did NOT return AR's tokens (see the table): that is a defect."))
     text = (f"Here SCD maximal coupling needs **{ratio:.2f}x fewer passes** than SJD "
             f"(mean NFE {mc.nfe.mean:.1f} against {sjd.nfe.mean:.1f}). Coupling keeps "
             f"{mc.draft_stability.mean:.0%} of the carried-over drafts unchanged from one pass to the "
             f"next, against {sjd.draft_stability.mean:.0%} for SJD's fresh draws.")
     if probe is not None:
-        text += (f" Redrawing one token moves p by a total variation of {probe.tv_next:.2f} at the next "
-                 f"position and {probe.tv_further:.2f} on average further along the window; ")
+        text += (f" Redrawing one token moves {probe.tv_next:.0%} of the model's probability to other "
+                 f"tokens at the next position, and {probe.tv_further:.0%} on average further along the "
+                 f"window; ")
         text += ("p further along barely moves, so coupled drafts there stay valid and are accepted "
                  "once the window reaches them." if probe.tv_further < 0.02 else
                  "because p further along moves too, coupled drafts there go stale and are redrawn, "

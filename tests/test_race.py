@@ -148,9 +148,17 @@ def test_explanation_quotes_only_measured_figures(texture):
     probe = race.context_sensitivity(texture, settings)
     text = race_view.explain_gap(table, probe)
     ratio = table[0].nfe.mean / table[1].nfe.mean
-    assert f"{ratio:.2f}x fewer passes" in text and f"{probe.tv_next:.2f}" in text
-    assert f"{table[1].draft_stability.mean:.0%}" in text
+    assert f"{ratio:.2f}x fewer passes" in text and f"{probe.tv_next:.0%}" in text
+    assert f"{table[1].draft_stability.mean:.0%}" in text and "total variation" not in text
     assert race_view.explain_gap(table[:1], probe) == ""
+
+
+def test_greedy_explanation_says_there_is_nothing_to_couple(texture):
+    settings = race.Race("ocean waves").greedy()
+    runs = {m: decoded(texture, settings, m, 2) for m in ("ar", "sjd", "scd-mc")}
+    text = race_view.explain_gap(race.summarise(runs, greedy=True), None)
+    assert "no randomness to couple" in text and "exactly AR's tokens" in text
+    assert "fewer passes" not in text and "stay valid" not in text
 
 
 def test_batch_rows_see_the_same_prompt(texture):
