@@ -542,8 +542,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                 with gr.Tab("Lossless", id="tab-lossless"):
                     gr.Markdown(lossless.HINT, elem_id="lossless-hint")
                     with gr.Row():
-                        loss_samples = number(lossless.DEFAULT_SAMPLES, "Samples per method", "loss-samples",
-                                              whole=True)
+                        loss_samples = number(lossless.DEFAULT_SAMPLES, "Samples per method", "loss-samples")
                         loss_btn = gr.Button("Compare AR with the method", elem_id="lossless", min_width=120)
                     loss_status = gr.Markdown(elem_id="lossless-status")
                     loss_chart = plot("lossless-chart")

@@ -6,6 +6,10 @@ from __future__ import annotations
 import functools
 from typing import Callable, Iterable, Iterator, Sequence
 
+import gradio as gr
+
+from demo import picture_files
+
 def in_full(updates: Iterable[dict], outputs: Sequence) -> Iterator[dict]:
     """A stream of page updates (dicts, output -> value) in which every update names every
     output already given a value in this stream, repeating the value it got last.
@@ -13,10 +17,12 @@ def in_full(updates: Iterable[dict], outputs: Sequence) -> Iterator[dict]:
     Gradio treats an output left out of a streamed update as "no change", and keeps a copy
     of the component in the visitor's session each time such an output later gets a value;
     the copies stay as long as the session does. Repeating the last value costs little: a
-    stream sends each update as the difference from the one before."""
+    stream sends each update as the difference from the one before. Pictures go as PNG
+    files written once (`picture_files`): an array would be encoded and its cache file
+    rewritten at every repeat, under a browser that may be reading it."""
     last: dict = {}
     for update in updates:
-        last.update(update)
+        last.update({o: picture_files.as_file(v) if isinstance(o, gr.Image) else v for o, v in update.items()})
         yield {o: last[o] for o in outputs if o in last}
 
 

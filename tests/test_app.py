@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import plotly.graph_objects as go
+from PIL import Image
 import pytest
 from gradio_client import Client
 
@@ -37,16 +38,23 @@ def visitor(name: str):
     return SimpleNamespace(session_hash=name)
 
 
+def picture(value):
+    """A picture output's pixels: the page hands Gradio pictures as PNG files written once."""
+    if isinstance(value, str) and value.endswith(".png"):
+        return np.asarray(Image.open(value).convert("RGB"))
+    return value
+
+
 def final(updates: list[dict], key) -> object:
-    """The last value an update stream gave `key`."""
-    return next(u[key] for u in reversed(updates) if key in u)
+    """The last value an update stream gave `key` (a picture's pixels for a picture)."""
+    return picture(next(u[key] for u in reversed(updates) if key in u))
 
 
 def shown(updates: list[dict], key) -> list:
     """The values an update stream showed in `key`, in order: a value repeated in the next
     updates (each update names every output shown so far) counts once."""
     values = [u[key] for u in updates if key in u]
-    return [v for i, v in enumerate(values) if i == 0 or v is not values[i - 1]]
+    return [picture(v) for i, v in enumerate(values) if i == 0 or v is not values[i - 1]]
 
 
 # ------------------------------------------------------------------------- generate

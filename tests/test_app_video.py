@@ -21,7 +21,7 @@ from demo.clips import CLIP_FRAMES
 from scd_core.models.cache import ModelCache
 from scd_core.models import cosmos
 from scd_core.models.cosmos import tokenizer as dv
-from test_app import shown
+from test_app import final, shown
 from test_models_cosmos import LEVELS, TINY, save_tokenizer, write_clip
 
 NAME = "cosmos-1-ar-4b"
@@ -56,8 +56,6 @@ def args(clip, method="scd-gumbel", init="repeat-frame", window=8, pace=0.0, tex
     return [NAME, method, window, init, temperature, 0, 0.8, 1.0, 0, "", pace, samples, clip, text]
 
 
-def final(updates, key):
-    return next(u[key] for u in reversed(updates) if key in u)
 
 
 def test_clip_models_are_told_apart_by_their_registry_entry():

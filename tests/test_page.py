@@ -2,6 +2,7 @@
 demo.models, demo.servers, demo.streaming)."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 from types import SimpleNamespace
@@ -252,3 +253,26 @@ def test_a_slow_motion_faster_than_the_page_shows_is_said():
     assert run_view.pace_note(0.02, servers.shown_pace(0.02)) == \
         f"slow motion 0.02 s per pass raised to {fastest:g} s, the page's fastest"
     assert run_view.pace_note(0.5, servers.shown_pace(0.5)) == "" == run_view.pace_note(0, 0)
+
+
+def test_pictures_go_to_gradio_as_files_written_once(tmp_path):
+    import gradio as gr
+    import numpy as np
+    from PIL import Image
+
+    from demo import picture_files, streaming
+
+    files = picture_files.PictureFiles(tmp_path, keep=2)
+    a, b, c = (np.full((4, 4, 3), v, dtype=np.uint8) for v in (10, 20, 30))
+    first = files.path_of(a)
+    inode = os.stat(first).st_ino
+    assert files.path_of(a.copy()) == first and os.stat(first).st_ino == inode   # not rewritten
+    assert np.array_equal(np.asarray(Image.open(first)), a)
+    files.path_of(b), files.path_of(c)
+    assert not os.path.exists(first) and len(list(tmp_path.glob("*.png"))) == 2  # the newest kept
+    assert not list(tmp_path.glob(".picture-*"))                                  # no half-written file left
+
+    image, text = gr.Image(), gr.Markdown()
+    updates = list(streaming.in_full([{image: a, text: "x"}, {text: "y"}], [image, text]))
+    assert isinstance(updates[0][image], str) and updates[1][image] is updates[0][image]
+    assert updates[1][text] == "y"
