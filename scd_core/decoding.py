@@ -240,7 +240,8 @@ def decode_pass(session: Session, state: State, plan: Plan) -> tuple[State, Verd
                        torch.where(j <= (offset + verdict.num_accepted).unsqueeze(1), j, -1))
     if plan.uses_tree:
         session.keep_path(path)
-    return state, verdict._replace(start=start, fed=fed, parents=parents, path=path)
+    return state, verdict._replace(start=start, fed=fed, parents=parents, path=path,
+                                   branches=verdict.branches if plan.uses_tree else None)
 
 
 def draft_tree(state: State, plan: Plan, shape: TreeShape, fed: torch.BoolTensor) -> Tree:
@@ -580,7 +581,7 @@ def start_rows(first_logits: torch.Tensor, seeds: Sequence[int], plan: Plan) -> 
                   passes=torch.zeros(B, dtype=torch.long, device=device))
     p = processed_probs(first_logits.unsqueeze(1), plan.sampling, window_rows(empty.n, plan.line, 1))
     state, verdict = advance(empty, p, torch.zeros_like(empty.n), plan)
-    return state, verdict._replace(start=torch.full_like(empty.n, -1), fed=empty.tokens[:, :0])
+    return state, verdict._replace(start=torch.full_like(empty.n, -1), fed=empty.tokens[:, :0], branches=None)
 
 
 # ------------------------------------------------------------------------ the public API

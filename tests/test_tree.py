@@ -265,3 +265,55 @@ def test_the_bench_has_a_tree_column(tmp_path):
 def test_the_bench_refuses_a_bad_tree(capsys):
     assert bench.main(SMALL + ["--tree", "2y1"]) == 2
     assert "tree" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------- the samplers
+
+def _ordered_pairs_pvalue(pairs: torch.LongTensor, q: torch.Tensor) -> float:
+    """Chi-square of ordered pairs (a, b) against sampling two without replacement from q."""
+    from stats_util import chi_square_pvalue
+    V = q.shape[0]
+    exact = (q.unsqueeze(1) * q.unsqueeze(0) / (1 - q).unsqueeze(1)).fill_diagonal_(0).flatten()
+    return chi_square_pvalue(pairs[:, 0] * V + pairs[:, 1], exact)
+
+
+def test_sibling_samplers_draw_without_replacement():
+    """sample_siblings after a draw from q, and gumbel_siblings after the Gumbel argmax, give
+    ordered candidates with the law of sampling without replacement; -1 once q is exhausted."""
+    from scd_core import coupling
+    g = torch.Generator().manual_seed(3)
+    q = torch.tensor([0.5, 0.2, 0.15, 0.1, 0.05])
+    R = 200_000
+    first = coupling.sample(q.expand(R, -1), torch.rand(R, generator=g, dtype=torch.float64))
+    drawn = coupling.sample_siblings(q.expand(R, -1), first, torch.rand(R, 2, generator=g, dtype=torch.float64))
+    assert _ordered_pairs_pvalue(drawn[:, :2], q) > 1e-4
+    assert bool((drawn[:, 0] != drawn[:, 1]).all() & (drawn[:, 1] != drawn[:, 2]).all() & (drawn[:, 0] != drawn[:, 2]).all())
+    gumbel = -(-torch.rand(R, 5, generator=g).clamp(min=1e-12).log()).log()
+    top = coupling.gumbel_siblings(q.expand(R, -1), coupling.gumbel_argmax(q.expand(R, -1), gumbel), gumbel, 3)
+    assert _ordered_pairs_pvalue(top[:, :2], q) > 1e-4
+    sparse = torch.tensor([[0.7, 0.3, 0.0, 0.0]])
+    assert coupling.sample_siblings(sparse, torch.tensor([1]), torch.full((1, 2), 0.5, dtype=torch.float64)).tolist() == [[1, 0, -1]]
+    assert coupling.gumbel_siblings(sparse, torch.tensor([0]), torch.zeros(1, 4), 3).tolist() == [[0, 1, -1]]
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_recursive_rejection_of_candidates_without_replacement_samples_p(k):
+    """The first candidate that passes, or else the residual after the last, is a draw from p,
+    whatever q; one candidate is plain speculative sampling."""
+    from scd_core import coupling
+    from stats_util import chi_square_pvalue
+    g = torch.Generator().manual_seed(k)
+    p = torch.tensor([0.05, 0.4, 0.3, 0.25, 0.0])
+    q = torch.tensor([0.4, 0.1, 0.1, 0.2, 0.2])
+    R = 200_000
+    uniform = lambda *shape: torch.rand(*shape, generator=g, dtype=torch.float64)  # noqa: E731
+    first = coupling.sample(q.expand(R, -1), uniform(R))
+    cand = coupling.sample_siblings(q.expand(R, -1), first, uniform(R, k - 1))
+    passed, p_last, q_last = coupling.recursive_rejection(p.expand(R, -1), q.expand(R, -1), cand, uniform(R, k))
+    chosen = cand.gather(1, passed.long().argmax(1, keepdim=True)).squeeze(1)
+    out = torch.where(passed.any(1), chosen, coupling.resample(p_last, q_last, uniform(R)))
+    assert chi_square_pvalue(out, p) > 1e-4
+    u1 = uniform(R, 1)                                   # one candidate: speculative sampling's test
+    one, p1, q1 = coupling.recursive_rejection(p.expand(R, -1), q.expand(R, -1), cand[:, :1], u1)
+    assert torch.equal(one[:, 0], u1[:, 0] < coupling.accept_prob(p.expand(R, -1), q.expand(R, -1), cand[:, 0]))
+    assert torch.equal(p1, p.expand(R, -1)) and torch.equal(q1, q.expand(R, -1))
