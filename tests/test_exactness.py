@@ -32,7 +32,7 @@ TREES = {"2x1": ((2, 1), 4), "3x1": ((3, 1), 5), "2x2": ((2, 2), 8), "3x2": ((3,
 TREE_CASES = list(itertools.product(METHODS[1:], TREES))
 TREE_SETTING_CASES = list(itertools.product(METHODS[1:], ["random", "repeat-above"], SINGLE_ROW_SETTINGS))
 NUM_TESTS = (len(BATCH_CASES) + len(VIDEO_CASES) + len(SINGLE_ROW_CASES) + len(METHODS) + 3
-             + len(TREE_CASES) + len(TREE_SETTING_CASES) + len(METHODS[1:]) + 1)
+             + len(TREE_CASES) + len(TREE_SETTING_CASES) + len(METHODS[1:]) + 2)
 ALPHA = 1e-4 / NUM_TESTS
 PROMPTS = ("a red apple", "a cat")
 
@@ -206,6 +206,14 @@ def test_trees_on_a_peaked_model_sample_the_exact_joint(method):
     assert p > ALPHA, f"{method}: chi-square p = {p:.3g}"
 
 
+DEEP = dict(vocab_size=3, grid=(2, 3), scale=2.0)          # tree 2x3 in L = 16: 2 tree slots carried after a rejection
+
+
+def test_a_deep_tree_samples_the_exact_joint():
+    deep = ToyModel(**DEEP)
+    assert _tree_pvalue(deep, "scd-mc", (2, 3), 16, rows=48_000) > ALPHA
+
+
 def test_a_tree_that_changes_between_passes_keeps_the_law(toy):
     """A serving policy may change the window, and with it the tree, at any pass boundary."""
     plan, _ = decoding.validate(toy, ["x"], scd_core.Settings("scd-mc", 3, cfg_scale=2.0), 0)
@@ -278,7 +286,7 @@ def test_redrafts_from_a_siblings_residual_are_detected(monkeypatch):
         return torch.cat([sibling_p, p[:, d:]], 1), torch.cat([sibling_q, q[:, d:]], 1)
 
     monkeypatch.setattr(decoding, "redraft_residual_laws", sibling_residual)
-    assert _tree_pvalue(ToyModel(vocab_size=3, grid=(2, 3), scale=2.0), "scd-mc", (2, 3), 16, rows=48_000) < ALPHA
+    assert _tree_pvalue(ToyModel(**DEEP), "scd-mc", (2, 3), 16, rows=48_000) < ALPHA
 
 
 def test_an_unverified_bonus_is_detected(toy, monkeypatch):
