@@ -317,3 +317,13 @@ def test_recursive_rejection_of_candidates_without_replacement_samples_p(k):
     one, p1, q1 = coupling.recursive_rejection(p.expand(R, -1), q.expand(R, -1), cand[:, :1], u1)
     assert torch.equal(one[:, 0], u1[:, 0] < coupling.accept_prob(p.expand(R, -1), q.expand(R, -1), cand[:, 0]))
     assert torch.equal(p1, p.expand(R, -1)) and torch.equal(q1, q.expand(R, -1))
+
+
+def test_a_tree_record_crosses_the_client_transport(grid):
+    """A row's record keeps its tree (parents, branches) through pack_record / unpack_record."""
+    from scd_core.client import pack_record, unpack_record
+    run = scd_core.generate(grid, PROMPTS[:2], method="scd-mc", window=8, tree=(2, 2), seed=2, top_k=10)
+    record = run.iterations[2].row(1)
+    back = unpack_record(pack_record(record), torch.full((1, grid.N), -1, dtype=torch.long))
+    assert torch.equal(back.branches, record.branches) and torch.equal(back.parents, record.parents)
+    assert back.line == record.line == 4 and int(back.num_accepted) == int(record.num_accepted)
