@@ -5,8 +5,12 @@
 
     python -m scd_core.bench --model tiny --prompts parti:8        # 8 PartiPrompts, a fixed sample
 
+    python -m scd_core.bench --model toy-grid --methods sjd,scd-mc --windows 16 --tree 1x0,2x1,2x2
+
 Every row averages over prompts x seeds; a second CSV has one row per prompt x method x
-window x init (averaged over seeds). `--prompts` takes a text file (one prompt per line),
+window x tree x init (averaged over seeds). `--tree KxD` lists draft trees (k candidates at each
+of the first D draft positions; 1x0 is the plain chain); a tree too big for a window is left
+out of that window's rows. `--prompts` takes a text file (one prompt per line),
 `parti` (the 1,632 PartiPrompts shipped in scd_core/assets/prompts) or `parti:N`; `--category` keeps
 the Parti prompts of one or more categories. Latency speed-up divides AR's mean wall time by
 the method's, both measured here; engine share is the time the engine spends outside
@@ -30,13 +34,13 @@ import scd_core
 from scd_core import trace
 from scd_core.prompts import Prompt, load_prompt_records
 from scd_core.protocols import optional
-from scd_core.settings import Settings
+from scd_core.settings import Settings, tree_nodes
 
 DEFAULT_PROMPTS = ["grinning face", "red apple", "cat face", "flag france", "rocket", "red heart"]
-COLUMNS = ["method", "window", "init", "nfe", "step_compression", "mean_accepted_length", "acceptance_rate",
+COLUMNS = ["method", "window", "tree", "init", "nfe", "step_compression", "mean_accepted_length", "acceptance_rate",
            "draft_stability", "wall_s", "latency_speedup", "engine_ms_per_iter", "engine_share",
            "engine_wall_share"]
-PROMPT_COLUMNS = ["prompt", "category", "method", "window", "init", "seeds", "nfe", "step_compression",
+PROMPT_COLUMNS = ["prompt", "category", "method", "window", "tree", "init", "seeds", "nfe", "step_compression",
                   "mean_accepted_length", "acceptance_rate", "draft_stability", "wall_s"]
 
 
@@ -55,6 +59,7 @@ class Row:
     engine_ms_per_iter: float
     engine_share: float
     engine_wall_share: float
+    tree: str = "1x0"                # the draft tree KxD ("-" for AR)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -64,6 +69,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--methods", default="ar,sjd,scd-mc,scd-gumbel")
     ap.add_argument("--windows", default=None,
                     help="comma-separated window sizes L (default: the model's own, else 16)")
+    ap.add_argument("--tree", default="1x0",
+                    help="comma-separated draft trees KxD: K candidates at each of the first D draft positions "
+                         "(default 1x0: the plain chain), e.g. 1x0,2x1,2x2")
     ap.add_argument("--inits", default="random", help="comma-separated draft inits")
     ap.add_argument("--prompts", default=None,
                     help="a file with one prompt per line, 'parti' (all PartiPrompts) or 'parti:N' (a fixed "
@@ -96,6 +104,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     dist.add_argument("--max-cells", type=int, default=None, help="run at most this many cells (resume later)")
     dist.add_argument("--retries", type=int, default=2, help="attempts after the first for a cell that raised")
     return ap.parse_args(argv)
+
+
+def parse_trees(text: str) -> list[tuple[int, int]]:
+    """"1x0,2x1" -> [(1, 0), (2, 1)]; a ValueError names `tree`."""
+    trees = []
+    for item in (t.strip() for t in text.split(",")):
+        k, sep, depth = item.lower().partition("x")
+        if not sep or not k.isdigit() or not depth.isdigit():
+            raise ValueError(f"tree must be KxD (e.g. 2x1), got {item!r}")
+        trees.append((int(k), int(depth)))
+    return trees
+
+
+def tree_label(tree: tuple[int, int]) -> str:
+    return f"{tree[0]}x{tree[1]}"
 
 
 def parse_model_args(items: list[str]) -> dict:
@@ -163,7 +186,8 @@ def run_case(model, prompts: list[str], seeds: int, batch: int, settings: Settin
     return runs
 
 
-def summarise(method: str, window: int, init: str, runs: list[RunMetrics], ar_wall: float) -> Row:
+def summarise(method: str, window: int, init: str, runs: list[RunMetrics], ar_wall: float,
+              tree: str = "1x0") -> Row:
     mean = lambda xs: statistics.fmean(xs)  # noqa: E731
     wall = mean([r.wall_time for r in runs])
     iters = sum(r.nfe for r in runs)
@@ -173,16 +197,16 @@ def summarise(method: str, window: int, init: str, runs: list[RunMetrics], ar_wa
                mean([r.mean_accepted_length for r in runs]), mean([r.acceptance_rate for r in runs]),
                mean([r.draft_stability for r in runs]), wall, trace.latency_speedup(ar_wall, wall),
                1000 * engine / iters, engine / step if step else float("nan"),
-               engine / (engine + step) if engine + step else float("nan"))
+               engine / (engine + step) if engine + step else float("nan"), tree)
 
 
 def markdown(rows: list[Row]) -> str:
-    header = ["method", "L", "init", "NFE", "step compr.", "mean acc. len", "acc. rate", "draft stab.",
+    header = ["method", "L", "tree", "init", "NFE", "step compr.", "mean acc. len", "acc. rate", "draft stab.",
               "wall s", "latency speed-up", "engine ms/iter", "engine/forward",
               "engine/wall"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
-        lines.append(f"| {r.method} | {r.window} | {r.init} | {r.nfe:.1f} | {r.step_compression:.2f}x | "
+        lines.append(f"| {r.method} | {r.window} | {r.tree} | {r.init} | {r.nfe:.1f} | {r.step_compression:.2f}x | "
                      f"{r.mean_accepted_length:.2f} | {r.acceptance_rate:.3f} | {r.draft_stability:.3f} | "
                      f"{r.wall_s:.3f} | {r.latency_speedup:.2f}x | {r.engine_ms_per_iter:.2f} | "
                      f"{100 * r.engine_share:.1f}% | {100 * r.engine_wall_share:.1f}% |")
@@ -190,13 +214,14 @@ def markdown(rows: list[Row]) -> str:
 
 
 def prompt_rows(method: str, window: int, init: str, prompts: list[Prompt], seeds: int,
-                runs: list[RunMetrics]) -> list[dict]:
+                runs: list[RunMetrics], tree: str = "1x0") -> list[dict]:
     """One row per prompt: the means over its seeds (`runs` are prompt-major, as run_case makes them)."""
     rows = []
     for i, p in enumerate(prompts):
         mine = runs[i * seeds:(i + 1) * seeds]
         mean = lambda field: statistics.fmean(getattr(r, field) for r in mine)  # noqa: E731
-        rows.append({"prompt": p.text, "category": p.category, "method": method, "window": window, "init": init,
+        rows.append({"prompt": p.text, "category": p.category, "method": method, "window": window, "tree": tree,
+                     "init": init,
                      "seeds": len(mine), "nfe": mean("nfe"), "step_compression": mean("step_compression"),
                      "mean_accepted_length": mean("mean_accepted_length"),
                      "acceptance_rate": mean("acceptance_rate"), "draft_stability": mean("draft_stability"),
@@ -218,6 +243,7 @@ def benchmark(args: argparse.Namespace, per_prompt: list[dict] | None = None) ->
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     windows = [int(w) for w in args.windows.split(",")] if args.windows else [base.window]
     inits = [i.strip() for i in args.inits.split(",") if i.strip()]
+    trees = parse_trees(args.tree)
     print(f"# {args.model}: grid {tuple(model.grid)}, V {model.vocab_size}, {len(prompts)} prompts x "
           f"{args.seeds} seeds, batch {args.batch}, {base}, threads {torch.get_num_threads()}", file=sys.stderr)
     run_case(model, prompts[:1], 1, args.batch,
@@ -228,16 +254,21 @@ def benchmark(args: argparse.Namespace, per_prompt: list[dict] | None = None) ->
     rows = []
     for method in methods:
         if method == "ar":
-            rows.append(summarise("ar", 1, "-", ar_runs, ar_wall))
-            per_prompt += prompt_rows("ar", 1, "-", records, args.seeds, ar_runs)
+            rows.append(summarise("ar", 1, "-", ar_runs, ar_wall, tree="-"))
+            per_prompt += prompt_rows("ar", 1, "-", records, args.seeds, ar_runs, tree="-")
             continue
         for window in windows:
-            for init in inits:
-                runs = run_case(model, prompts, args.seeds, args.batch,
-                                base.replace(method=method, window=window, init=init))
-                rows.append(summarise(method, window, init, runs, ar_wall))
-                per_prompt += prompt_rows(method, window, init, records, args.seeds, runs)
-                print(f"  {method} L={window} {init} done ({time.perf_counter() - t:.1f} s since the start)", file=sys.stderr)
+            for tree in trees:
+                if 1 + tree_nodes(tree) > window:
+                    print(f"  tree {tree_label(tree)} does not fit in L={window}: left out", file=sys.stderr)
+                    continue
+                for init in inits:
+                    runs = run_case(model, prompts, args.seeds, args.batch,
+                                    base.replace(method=method, window=window, init=init, tree=tree))
+                    rows.append(summarise(method, window, init, runs, ar_wall, tree_label(tree)))
+                    per_prompt += prompt_rows(method, window, init, records, args.seeds, runs, tree_label(tree))
+                    print(f"  {method} L={window} tree {tree_label(tree)} {init} done "
+                          f"({time.perf_counter() - t:.1f} s since the start)", file=sys.stderr)
     return rows
 
 

@@ -11,6 +11,9 @@
   coupled (they agree with probability at least (1 - TV) / (1 + TV)).
   `keyed_gumbel_argmax(p, keys, positions)` is the same draw with the noise of each row's
   (key, position) hashed only on p's support.
+- draft trees: `sample_siblings(q, first, u)` and `gumbel_siblings(q, first, g)`, candidates
+  drawn from q without replacement after a first one; `recursive_rejection(p, q, c, u)`, the
+  test of such candidates in order (each one against what the earlier rejections left of p).
 - `gumbel_noise(keys, positions, V)` and `uniforms(keys, counters)`: counter-based random
   numbers. A row's key comes from its seed alone (`row_keys`); every number is a hash of
   (key, counter), so a row's randomness never depends on which other rows share its batch,
@@ -125,6 +128,66 @@ def keyed_gumbel_argmax(p: torch.Tensor, keys: torch.LongTensor, positions: torc
     return torch.full((R,), V - 1, dtype=torch.long, device=p.device).scatter_reduce_(0, rows[top], tokens[top], "amin")
 
 
+# ------------------------------------------------------------------- draft-tree samplers
+
+def without(q: torch.Tensor, tokens: torch.LongTensor) -> torch.Tensor:
+    """q [..., V] with the tokens [..., j] (-1: none) removed and the rest renormalised: the law
+    of a draw from q without replacement after them (all zero where nothing is left)."""
+    taken = torch.zeros_like(q, dtype=torch.bool).scatter_(-1, tokens.clamp(min=0), tokens >= 0)
+    kept = q.masked_fill(taken, 0.0)
+    mass = kept.sum(-1, keepdim=True)
+    return torch.where(mass > 0, kept / mass.clamp(min=torch.finfo(q.dtype).tiny), 0.0)
+
+
+def sample_siblings(q: torch.Tensor, first: torch.LongTensor, u: torch.Tensor) -> torch.LongTensor:
+    """[..., k] candidates for one position: `first` [...] (a draw from q [..., V]), then k - 1
+    draws from q without replacement (u [..., k - 1]), each from q without the earlier ones;
+    -1 once q has no mass left (fewer than k tokens possible)."""
+    out = [first]
+    for i in range(u.shape[-1]):
+        rest = without(q, torch.stack(out, -1))
+        draw = sample(rest, u[..., i])
+        out.append(torch.where(rest.sum(-1) > 0, draw, -1))
+    return torch.stack(out, -1)
+
+
+def gumbel_siblings(q: torch.Tensor, first: torch.LongTensor, g: torch.Tensor, k: int) -> torch.LongTensor:
+    """[..., k] candidates for one position: `first` [...], then the k - 1 tokens of largest
+    log q + G (G [..., V] the position's Gumbel noise) among the others: with `first` the
+    argmax, the top-k of log q + G, a sample of k without replacement from q; -1 where q has
+    no mass left. Computed on q * exp(G), the same order (as `gumbel_argmax`)."""
+    score = (q * g.exp()).scatter(-1, first.clamp(min=0).unsqueeze(-1), -1.0)  # [..., V]
+    top = score.topk(k - 1, dim=-1)                                            # sorted: largest first
+    return torch.cat([first.unsqueeze(-1), torch.where(top.values > 0, top.indices, -1)], -1)
+
+
+def recursive_rejection(p: torch.Tensor, q: torch.Tensor, candidates: torch.LongTensor,
+                        u: torch.Tensor) -> tuple[torch.BoolTensor, torch.Tensor, torch.Tensor]:
+    """Recursive rejection sampling of candidates [..., k] drawn from q [..., V] without
+    replacement (-1: none), towards p [..., V], with uniforms u [..., k].
+
+    Candidate i is tested against p_i with q_i = q without the earlier candidates,
+    renormalised: it passes if u_i < min(1, p_i(c_i) / q_i(c_i)); p_1 = p and
+    p_{i+1} = norm(max(0, p_i - q_i)). The first candidate that passes is a draw from p; if
+    none does, `resample(p_last, q_last, u)` is one (the residual after the last candidate).
+    Every candidate is tested as if the earlier ones had failed, so `passed` [..., k] is
+    defined for all; a caller takes the first. Returns (passed, p_last, q_last)."""
+    passed = []
+    p_i, q_i = p, q
+    p_last, q_last = p, q
+    for i in range(candidates.shape[-1]):
+        c = candidates[..., i]
+        valid = c >= 0
+        alpha = accept_prob(p_i, q_i, c.clamp(min=0))
+        passed.append(valid & (u[..., i] < alpha))
+        tested = valid.unsqueeze(-1)
+        p_last, q_last = torch.where(tested, p_i, p_last), torch.where(tested, q_i, q_last)
+        if i + 1 < candidates.shape[-1]:
+            p_i = torch.where(tested, residual(p_i, q_i), p_i)
+            q_i = torch.where(tested, without(q, candidates[..., : i + 1]), q_i)
+    return torch.stack(passed, -1), p_last, q_last
+
+
 # --------------------------------------------------------- counter-based random numbers
 
 def _mix32(h: torch.Tensor) -> torch.Tensor:
@@ -160,6 +223,12 @@ def uniforms(keys: torch.LongTensor, counters: torch.LongTensor) -> torch.Tensor
     The counter is spread by an odd multiplier (a bijection) and hashed with the key."""
     h = _mix32(keys ^ (counters * 0x61C88647))
     return (h.double() + 0.5) * 2.0 ** -32
+
+
+def stream_keys(keys: torch.LongTensor, stream: int) -> torch.LongTensor:
+    """The key of a row's sub-stream number `stream` (>= 1) from its key [B, 1]: numbers drawn
+    with it never coincide with the row's own stream's, whatever the counters."""
+    return _mix32(keys ^ _mix32(torch.full_like(keys, stream) * 0x7FEB352D))
 
 
 @functools.lru_cache(maxsize=8)

@@ -31,7 +31,7 @@ import torch
 
 from scd_core.decoding import Plan, State, TimedSession, decode_pass, generate, resize, settings_of, start_rows, validate
 from scd_core.protocols import can_resize, optional, row_decoder
-from scd_core.settings import Settings
+from scd_core.settings import CHAIN, Settings, tree_nodes
 from scd_core.trace import Iteration, Run
 
 _END = object()
@@ -152,9 +152,11 @@ class Policy:
 
 
 def _plan_with_window(plan: Plan, window: int) -> Plan:
-    """The group's plan at another window; window 1 is plain AR (the same law)."""
-    return dataclasses.replace(plan, settings=plan.settings.replace(
-        window=window, method=plan.method if window > 1 else "ar"))
+    """The group's plan at another window; window 1 is plain AR (the same law). The group's
+    draft tree stays where it fits in the window; elsewhere the window is a chain."""
+    method = plan.method if window > 1 else "ar"
+    tree = plan.tree if method != "ar" and 1 + tree_nodes(plan.tree) <= window else CHAIN
+    return dataclasses.replace(plan, settings=plan.settings.replace(window=window, method=method, tree=tree))
 
 
 class Scheduler:
@@ -175,6 +177,7 @@ class Scheduler:
         self.state: State | None = None
         self.rows: list[Request | None] = []          # aligned with the state's rows; None: left
         self.passes = 0                               # forward passes run, prefills included
+        self.last_plan = self.plan                    # the plan of the last pass (a policy's window)
 
     def submit(self, prompt: str, seed: int = 0) -> Request:
         """Queue a prompt; a ValueError names a bad argument at once."""
@@ -204,6 +207,7 @@ class Scheduler:
             plan = self.plan if self.policy is None else _plan_with_window(self.plan, self.policy.window(self.batch_size))
             if plan.D != self.state.drafts.shape[1]:
                 self.state = resize(self.state, plan)
+            self.last_plan = plan                     # the plan of the running rows' drafts
             entered, step_before = time.perf_counter(), self.session.seconds
             with torch.inference_mode():
                 before = self.state
@@ -251,6 +255,7 @@ class Scheduler:
             with torch.inference_mode():
                 if self.session is None:
                     self.session = TimedSession.start(self.model, prompts, self.plan.cfg_scale)
+                    self.plan.check_session(self.session.session)
                     first, step = self.session.first_logits, self.session.seconds
                 else:
                     first, added = self.session.session.add_rows(prompts), True
@@ -266,7 +271,7 @@ class Scheduler:
             return exc
         self.passes += 1
         if self.state is not None and state.drafts.shape[1] != self.state.drafts.shape[1]:   # a policy's window
-            state = resize(state, _plan_with_window(self.plan, self.state.drafts.shape[1] + 1))
+            state = resize(state, self.last_plan)
         self.state = state if self.state is None else State.cat([self.state, state])
         self.rows += joining
         wall = time.perf_counter() - entered

@@ -2,7 +2,7 @@
 settings travel (`generate` / `stream`, the server's groups, the race, the bench, the page).
 
 Everything a run needs besides its prompts and seeds is here: the method, its window L,
-the draft init, the sampling (temperature, top-k, top-p) and the guidance scale. A model's
+the draft init, the draft tree, the sampling (temperature, top-k, top-p) and the guidance scale. A model's
 own `default_settings` (window included) become a `Settings` through `Settings.for_model`.
 Each field is checked when the object is made: a `ValueError` names the field and what it
 allows. `check_model` adds what depends on the model (a video grid for "repeat-frame").
@@ -19,6 +19,13 @@ METHODS = ("ar", "sjd", "scd-mc", "scd-gumbel")
 INITS = ("random", "repeat-above", "repeat-frame")
 MAX_WINDOW = 1024        # the largest window L accepted
 MAX_CFG_SCALE = 100.0
+CHAIN = (1, 0)           # the draft "tree" of a plain chain: one candidate per position
+
+
+def tree_nodes(tree: tuple[int, int]) -> int:
+    """Tree nodes under the root of a full k-ary draft tree of `depth` levels: k + k^2 + ... + k^depth."""
+    k, depth = tree
+    return sum(k ** d for d in range(1, depth + 1))
 
 
 def _number(value: Any) -> bool:
@@ -36,6 +43,8 @@ class Settings:
     top_k: int = 0                   # 0: off
     top_p: float = 1.0               # 1: off
     cfg_scale: float = 1.0           # classifier-free guidance scale (1: the conditional logits)
+    tree: tuple[int, int] = CHAIN    # (k, depth): k candidates at each of the first depth draft positions
+
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -50,10 +59,39 @@ class Settings:
             raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init!r}")
         if not _number(self.cfg_scale) or not 0 <= self.cfg_scale <= MAX_CFG_SCALE:
             raise ValueError(f"cfg_scale must be a number in [0, {MAX_CFG_SCALE:g}], got {self.cfg_scale!r}")
+        object.__setattr__(self, "tree", self._checked_tree())
         s = validate_sampling(self.temperature, self.top_k, self.top_p)
         for name, value in (("temperature", s.temperature), ("top_k", s.top_k), ("top_p", s.top_p),
                             ("cfg_scale", float(self.cfg_scale))):
             object.__setattr__(self, name, value)          # one type per field: 3 and 3.0 are equal settings
+
+    def _checked_tree(self) -> tuple[int, int]:
+        """The tree as a (k, depth) tuple of ints (None: the chain); a ValueError names `tree`."""
+        tree = CHAIN if self.tree is None else self.tree
+        if (not isinstance(tree, (tuple, list)) or len(tree) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in tree)
+                or tree[0] < 1 or tree[1] < 0):
+            raise ValueError(f"tree must be (k, depth) with integers k >= 1 and depth >= 0 "
+                             f"(k candidates at each of the first depth draft positions), got {self.tree!r}")
+        k, depth = int(tree[0]), int(tree[1])
+        if self.method == "ar" and k > 1:
+            raise ValueError(f"tree: method 'ar' feeds no drafts, so it takes no draft tree (k must be 1), "
+                             f"got {k}x{depth}")
+        if self.method != "ar" and 1 + tree_nodes((k, depth)) > self.window:
+            raise ValueError(f"tree {k}x{depth} needs {1 + tree_nodes((k, depth))} tokens per pass (the root and "
+                             f"{tree_nodes((k, depth))} tree nodes), more than the window {self.window}")
+        return (k, depth)
+
+    @property
+    def uses_tree(self) -> bool:
+        """Whether a pass feeds a draft tree (depth > 0, on a speculative method)."""
+        return self.method != "ar" and self.tree[1] > 0
+
+    @property
+    def line(self) -> int:
+        """Tokens on a pass's main line: the root, branch 0 of each tree level, then the chain
+        (L for a chain; the positions a pass can commit)."""
+        return self.feeds - (tree_nodes(self.tree) - self.tree[1] if self.uses_tree else 0)
 
     @property
     def sampling(self) -> SamplingConfig:

@@ -69,8 +69,11 @@ class TokenLog:
 class Iteration:
     """One forward pass and what the engine did with it; tensors on the CPU.
 
-    B rows; W tokens fed this pass; D = window - 1 draft slots. Draft slot i of row b is
-    generated position `n_before[b] + i` before the pass and `n_after[b] + i` after it.
+    B rows; W tokens fed this pass; D draft slots (window - 1 on a chain). Draft slot i of row
+    b is generated position `n_before[b] + i` before the pass and `n_after[b] + i` after it.
+    With a draft tree, the W fed tokens are its nodes (`parents`): first the main line (node
+    j at position start + j: the root, branch 0 of each tree level, then the chain), then the
+    other candidates of each tree level; `branches` says which one the accepted path took.
     The stored fields are what the engine computed; the masks and counts below them are
     derived on first use. Records are built under `torch.inference_mode()`: clone a tensor
     before changing it in place.
@@ -90,6 +93,8 @@ class Iteration:
     nfe: int                            # cumulative forward passes, prefill included
     wall_time: float                    # cumulative seconds spent decoding (not the consumer's)
     step_time: float                    # cumulative seconds spent inside the model
+    branches: torch.LongTensor | None = None   # [B, depth] candidate taken at each tree level (-1: none)
+    parents: torch.LongTensor | None = None    # [B, W] parent of each fed node (-1: root); None: a chain
 
     @classmethod
     def of(cls, index: int, method: str, before, after, verdict, nfe: int, wall_time: float,
@@ -105,14 +110,15 @@ class Iteration:
             log.write(after.tokens, n_before, after.n)
         tensors = dict(n_before=n_before, n_after=after.n, start=verdict.start, window_tokens=verdict.fed,
                        num_accepted=verdict.num_accepted, accept_prob=verdict.accept_prob,
-                       resampled=verdict.resampled, drafts_after=after.drafts)
+                       resampled=verdict.resampled, drafts_after=after.drafts,
+                       branches=getattr(verdict, "branches", None), parents=getattr(verdict, "parents", None))
         if after.n.device.type != "cpu":
-            tensors = {name: t.cpu() for name, t in tensors.items()}
+            tensors = {name: t if t is None else t.cpu() for name, t in tensors.items()}
         return cls(index=index, method=method, nfe=nfe, wall_time=wall_time, step_time=step_time, log=log, **tensors)
 
     def row(self, b: int) -> "Iteration":
         """The record of row b alone (a batch of one)."""
-        sliced = {name: getattr(self, name)[b: b + 1] for name in _ROW_FIELDS}
+        sliced = {name: None if getattr(self, name) is None else getattr(self, name)[b: b + 1] for name in _ROW_FIELDS}
         return Iteration(index=self.index, method=self.method, nfe=self.nfe, wall_time=self.wall_time,
                          step_time=self.step_time, log=self.log.row(b), **sliced)
 
@@ -133,7 +139,16 @@ class Iteration:
 
     @property
     def window(self) -> int:
+        """Tokens fed this pass (the tree's nodes, with a tree)."""
         return int(self.window_tokens.shape[1])
+
+    @property
+    def line(self) -> int:
+        """Tokens fed on the main line (node j at position start + j): the window on a chain."""
+        if self.parents is None or self.parents.shape[1] <= 1:
+            return self.window
+        chain = self.parents[0, 1:] == torch.arange(self.parents.shape[1] - 1)
+        return 1 + int(chain.long().cumprod(0).sum())
 
     @property
     def num_verified(self) -> torch.LongTensor:
@@ -170,7 +185,7 @@ class Iteration:
     @property
     def drafts_fed(self) -> torch.LongTensor:
         """[B] drafts in this pass's window (the rest of it re-fed committed tokens)."""
-        return (self.window - self.n_before + self.start).clamp(min=0)
+        return (self.line - self.n_before + self.start).clamp(min=0)
 
     @cached_property
     def carried(self) -> torch.BoolTensor:
@@ -182,10 +197,11 @@ class Iteration:
     @cached_property
     def unchanged(self) -> torch.LongTensor:
         """[B] carried drafts whose token is the one fed this pass."""
-        if self.window == 0 or self.drafts_after.shape[1] == 0:
+        line = self.line
+        if line == 0 or self.drafts_after.shape[1] == 0:
             return torch.zeros_like(self.n_before)
-        fed_at = (self.window - self.drafts_fed + self.committed).unsqueeze(1) + self._slots   # window index
-        before = self.window_tokens.gather(1, fed_at.clamp(0, self.window - 1))
+        fed_at = (line - self.drafts_fed + self.committed).unsqueeze(1) + self._slots   # index on the line
+        before = self.window_tokens.gather(1, fed_at.clamp(0, line - 1))
         return (self.carried & (self.drafts_after == before)).sum(1)
 
     @property
@@ -213,7 +229,7 @@ class Iteration:
 
 
 _ROW_FIELDS = ("n_before", "n_after", "start", "window_tokens", "num_accepted", "accept_prob", "resampled",
-               "drafts_after")
+               "drafts_after", "branches", "parents")
 
 
 # ------------------------------------------------------------------------------ metrics
@@ -296,7 +312,8 @@ class Run:
         last = iterations[-1]
         return cls(tokens=last.tokens_after, nfe=last.nfe, wall_time=last.wall_time,
                    step_time=last.step_time, iterations=list(iterations), method=last.method,
-                   window=int(last.drafts_after.shape[1]) + 1, _decode=decode)
+                   window=last.window if last.parents is not None else int(last.drafts_after.shape[1]) + 1,
+                   _decode=decode)
 
     @property
     def images(self) -> list:

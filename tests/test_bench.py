@@ -16,7 +16,7 @@ def test_table_and_csv_have_a_row_per_method_window_and_init(tmp_path, capsys):
     out = tmp_path / "b.csv"
     assert bench.main(SMALL + ["--inits", "random,repeat-above", "--max-prompts", "2", "--csv", str(out)]) == 0
     table = capsys.readouterr().out
-    assert table.startswith("| method | L | init | NFE |") and "engine/wall" in table
+    assert table.startswith("| method | L | tree | init | NFE |") and "engine/wall" in table
     rows = list(csv.DictReader(out.open()))
     assert [(r["method"], r["window"], r["init"]) for r in rows] == [("ar", "1", "-")] + [
         (m, w, i) for m in ("sjd", "scd-mc", "scd-gumbel") for w in ("4", "8") for i in ("random", "repeat-above")]

@@ -27,7 +27,12 @@ VIDEO_CASES = [(m, "repeat-frame") for m in METHODS[1:]]
 SINGLE_ROW_SETTINGS = {"cfg-on, top-k": (2.0, {"top_k": 2}),
                        "cfg-off, top-p, temp-0.7": (1.0, {"top_p": 0.8, "temperature": 0.7})}
 SINGLE_ROW_CASES = list(itertools.product(METHODS, ["random", "repeat-above"], SINGLE_ROW_SETTINGS))
-NUM_TESTS = len(BATCH_CASES) + len(VIDEO_CASES) + len(SINGLE_ROW_CASES) + len(METHODS) + 3
+# draft trees (k, depth) with their window L: the 2 x 3 toy grid fits each main line
+TREES = {"2x1": ((2, 1), 4), "3x1": ((3, 1), 5), "2x2": ((2, 2), 8), "3x2": ((3, 2), 13), "2x2-no-chain": ((2, 2), 7)}
+TREE_CASES = list(itertools.product(METHODS[1:], TREES))
+TREE_SETTING_CASES = list(itertools.product(METHODS[1:], ["random", "repeat-above"], SINGLE_ROW_SETTINGS))
+NUM_TESTS = (len(BATCH_CASES) + len(VIDEO_CASES) + len(SINGLE_ROW_CASES) + len(METHODS) + 3
+             + len(TREE_CASES) + len(TREE_SETTING_CASES) + len(METHODS[1:]) + 2)
 ALPHA = 1e-4 / NUM_TESTS
 PROMPTS = ("a red apple", "a cat")
 
@@ -160,3 +165,132 @@ def test_reused_gumbel_rows_are_detected(toy, monkeypatch):
     tokens at different positions share one Gumbel vector (rule 7)."""
     monkeypatch.setattr(decoding, "noise_positions", lambda n, slots: slots.expand(n.shape[0], -1))
     assert _biased_pvalue(toy, "scd-gumbel") < ALPHA
+
+
+# -- draft trees: every method x tree samples the exact joint ------------------------------
+
+SHARP = dict(vocab_size=3, grid=(2, 3), scale=3.0)         # peaked p: siblings often both pass
+
+
+@pytest.mark.parametrize("method,tree", TREE_CASES)
+def test_trees_sample_the_exact_joint(toy, method, tree):
+    """B = 24,000 rows, two prompts, guidance on: k candidates at each of the first depth
+    positions, tested by recursive rejection, sample the AR law."""
+    shape, window = TREES[tree]
+    prompts = [PROMPTS[i % 2] for i in range(24_000)]
+    run = scd_core.generate(toy, prompts, method=method, window=window, tree=shape, seed=13, cfg_scale=2.0)
+    for p in joint_pvalues(toy, run.tokens, prompts, 2.0, {}):
+        assert p > ALPHA, f"{method}/{tree}: chi-square p = {p:.3g}"
+
+
+@pytest.mark.parametrize("method,init,setting", TREE_SETTING_CASES)
+def test_trees_with_filters_inits_and_guidance_sample_the_exact_joint(toy, method, init, setting):
+    """Tree 2x2 with no chain (L = 7) and 3x1 (L = 5) under top-k 2 (fewer tokens than
+    candidates: the missing ones are never tested), top-p, temperature, copy inits (one-hot q:
+    no siblings) and guidance off."""
+    cfg_scale, sampling = SINGLE_ROW_SETTINGS[setting]
+    prompts = [PROMPTS[i % 2] for i in range(24_000)]
+    for shape, window in (TREES["2x2-no-chain"], TREES["3x1"]):
+        run = scd_core.generate(toy, prompts, method=method, window=window, tree=shape, seed=17,
+                                cfg_scale=cfg_scale, init=init, **sampling)
+        for p in joint_pvalues(toy, run.tokens, prompts, cfg_scale, sampling):
+            assert p > ALPHA, f"{method}/{init}/{setting}/{shape}: chi-square p = {p:.3g}"
+
+
+@pytest.mark.parametrize("method", METHODS[1:])
+def test_trees_on_a_peaked_model_sample_the_exact_joint(method):
+    sharp = ToyModel(**SHARP)
+    prompts = [PROMPTS[0]] * 32_000
+    run = scd_core.generate(sharp, prompts, method=method, window=7, tree=(2, 2), seed=19, cfg_scale=2.0)
+    (p,) = joint_pvalues(sharp, run.tokens, prompts, 2.0, {})
+    assert p > ALPHA, f"{method}: chi-square p = {p:.3g}"
+
+
+DEEP = dict(vocab_size=3, grid=(2, 3), scale=2.0)          # tree 2x3 in L = 16: 2 tree slots carried after a rejection
+
+
+def test_a_deep_tree_samples_the_exact_joint():
+    deep = ToyModel(**DEEP)
+    assert _tree_pvalue(deep, "scd-mc", (2, 3), 16, rows=48_000) > ALPHA
+
+
+def test_a_tree_that_changes_between_passes_keeps_the_law(toy):
+    """A serving policy may change the window, and with it the tree, at any pass boundary."""
+    plan, _ = decoding.validate(toy, ["x"], scd_core.Settings("scd-mc", 3, cfg_scale=2.0), 0)
+    prompts = [PROMPTS[i % 2] for i in range(24_000)]
+    session = toy.start(prompts, plan.cfg_scale)
+    state, _ = decoding.start_rows(session.first_logits, range(24_000), plan)
+    for window, tree in itertools.cycle(((4, (2, 1)), (8, (2, 2)), (1, (1, 0)), (5, (3, 1)), (3, (1, 0)))):
+        if bool((state.n >= plan.N).all()):
+            break
+        method = "scd-mc" if window > 1 else "ar"
+        now = dataclasses.replace(plan, settings=plan.settings.replace(window=window, method=method, tree=tree))
+        state, _ = decoding.decode_pass(session, decoding.resize(state, now), now)
+    for p in joint_pvalues(toy, state.tokens, prompts, 2.0, {}):
+        assert p > ALPHA, f"a changing tree: chi-square p = {p:.3g}"
+
+
+# -- the tree tests have power: SJD-PAC's four departures (its public code) fail them ------
+
+def _tree_pvalue(model, method: str, tree, window: int, rows: int = 24_000, seed: int = 4) -> float:
+    prompts = [PROMPTS[0]] * rows
+    run = scd_core.generate(model, prompts, method=method, window=window, tree=tree, seed=seed, cfg_scale=2.0)
+    (p,) = joint_pvalues(model, run.tokens, prompts, 2.0, {})
+    return p
+
+
+def longest_path(tests, B, device):
+    """SJD-PAC's path: the root-to-leaf path with the longest accepted prefix, whatever the
+    order of the siblings (ties: the first)."""
+    depth = len(tests)
+    if not depth:
+        return torch.zeros(B, 0, dtype=torch.long, device=device)
+    k = tests[0].shape[2]
+    best, choice = torch.zeros(B, k ** depth, dtype=torch.long, device=device), [None] * depth
+    for d in reversed(range(depth)):                       # bottom-up: the longest run below each node
+        length = (1 + best.view(B, k ** d, k)) * tests[d].long()
+        choice[d] = torch.where(length.max(2).values > 0, length.argmax(2), -1)
+        best = length.max(2).values
+    rows, index = torch.arange(B, device=device), torch.zeros(B, dtype=torch.long, device=device)
+    alive, branches = torch.ones(B, dtype=torch.bool, device=device), []
+    for d in range(depth):
+        c = choice[d][rows, index]
+        alive = alive & (c >= 0)
+        branches.append(torch.where(alive, c, -1))
+        index = index * k + c.clamp(min=0)
+    return torch.stack(branches, 1)
+
+
+def test_longest_accepted_path_is_detected(monkeypatch):
+    """Departure 1: the path with the longest accepted prefix instead of the first child that
+    passes at each node (rule 12)."""
+    monkeypatch.setattr(decoding, "choose_path", longest_path)
+    assert _tree_pvalue(ToyModel(**SHARP), "scd-mc", (2, 2), 7, rows=32_000) < ALPHA
+
+
+def test_siblings_drawn_with_replacement_are_detected(toy, monkeypatch):
+    """Departure 2: siblings drawn from q with replacement, not as the recursive test assumes;
+    a duplicate has q = 0 without the earlier candidates and passes at once (rule 11)."""
+    def with_replacement(q, first, u):
+        return torch.stack([first] + [coupling.sample(q, u[..., i]) for i in range(u.shape[-1])], -1)
+
+    monkeypatch.setattr(coupling, "sample_siblings", with_replacement)
+    assert _tree_pvalue(toy, "sjd", (2, 1), 4) < ALPHA
+
+
+def test_redrafts_from_a_siblings_residual_are_detected(monkeypatch):
+    """Departure 3: a carried draft rejected by its slot's own test is redrawn from the
+    residual the siblings' tests left, not from its own (rule 13)."""
+    def sibling_residual(p, q, sibling_p, sibling_q):
+        d = sibling_p.shape[1]
+        return torch.cat([sibling_p, p[:, d:]], 1), torch.cat([sibling_q, q[:, d:]], 1)
+
+    monkeypatch.setattr(decoding, "redraft_residual_laws", sibling_residual)
+    assert _tree_pvalue(ToyModel(**DEEP), "scd-mc", (2, 3), 16, rows=48_000) < ALPHA
+
+
+def test_an_unverified_bonus_is_detected(toy, monkeypatch):
+    """Departure 4: after a fully accepted path the next token is a uniform guess, not a draw
+    from p after the last accepted node (rule 14)."""
+    monkeypatch.setattr(decoding, "bonus_law", lambda p: torch.full_like(p, 1.0 / p.shape[-1]))
+    assert _tree_pvalue(toy, "sjd", (2, 1), 4) < ALPHA

@@ -19,6 +19,7 @@ from PIL import Image
 
 from scd_core.sampling import SamplingConfig, guide, processed_probs
 
+from . import tree
 from .rows import GuidedRows
 
 
@@ -108,17 +109,32 @@ class ToySession(GuidedRows):
         self.row_table, self.history = self.row_table[index], self.history[index]
 
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
-        m, V = self.model, self.model.vocab_size
         B, W = tokens.shape
         pos = start.unsqueeze(1) + torch.arange(W)
         self.history.scatter_(1, pos, tokens)
-        rank = torch.zeros(B, m.N + 2, dtype=torch.long)                 # rank[:, l] of prefix length l
-        for i in range(m.N):
-            rank[:, i + 1] = rank[:, i] * V + self.history[:, i]
-        length = pos + 1                                                   # prefix length predicted
-        offsets = torch.tensor(m.offset)[length]
-        nodes = offsets + rank.gather(1, length)
+        return self.tables[self.row_table.unsqueeze(1), self._prefix_nodes(self.history, pos + 1)]
+
+    def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
+        """Each node's logits from its own context: the committed prefix and its path."""
+        B, T = tokens.shape
+        contexts = tree.node_histories(self.history, tokens, parents, start).view(B * T, -1)   # [B T, N + 1]
+        length = (tree.positions(start, parents) + 1).view(B * T, 1)          # prefix length predicted
+        nodes = self._prefix_nodes(contexts, length).view(B, T)
+        self._fed = (tokens, start)
         return self.tables[self.row_table.unsqueeze(1), nodes]
+
+    def keep_path(self, nodes: torch.LongTensor) -> None:
+        tokens, start = self._fed
+        b, i = (nodes >= 0).nonzero(as_tuple=True)
+        self.history[b, start[b] + i] = tokens[b, nodes[b, i]]
+
+    def _prefix_nodes(self, history: torch.LongTensor, length: torch.LongTensor) -> torch.LongTensor:
+        """[R, S] table row of the prefix of each length [R, S] of each history [R, N + 1]."""
+        m, V = self.model, self.model.vocab_size
+        rank = torch.zeros(history.shape[0], m.N + 2, dtype=torch.long)    # rank[:, l] of prefix length l
+        for i in range(m.N):
+            rank[:, i + 1] = rank[:, i] * V + history[:, i]
+        return torch.tensor(m.offset)[length] + rank.gather(1, length)
 
 
 def load_toy(name: str = "toy", vocab_size: int = 3, grid: tuple[int, ...] = (2, 3), scale: float = 1.5,
@@ -228,6 +244,24 @@ class ToyGridSession(GuidedRows):
         self.history.scatter_(1, pos, tokens)
         return self._guide(self.model.logits(self.history, pos + 1, self.prompt_emb))
 
+    def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
+        """Each node's logits from its own context: the committed tokens and its path."""
+        if self.use_cfg:
+            tokens, parents, start = torch.cat([tokens, tokens]), torch.cat([parents, parents]), torch.cat([start, start])
+        B, T = tokens.shape
+        contexts = tree.node_histories(self.history, tokens, parents, start).view(B * T, -1)   # [B T, N + 1]
+        pos = tree.positions(start, parents).view(B * T, 1)
+        logits = self.model.logits(contexts, pos + 1, self.prompt_emb.repeat_interleave(T, 0))   # [B T, 1, V]
+        self._fed = (tokens, start)
+        return self._guide(logits.view(B, T, -1))
+
+    def keep_path(self, nodes: torch.LongTensor) -> None:
+        tokens, start = self._fed
+        if self.use_cfg:
+            nodes = torch.cat([nodes, nodes])
+        b, i = (nodes >= 0).nonzero(as_tuple=True)
+        self.history[b, start[b] + i] = tokens[b, nodes[b, i]]
+
 
 def load_toy_grid(name: str = "toy-grid", device: str | None = None, **kwargs) -> ToyGridModel:
     return ToyGridModel(device=device or "cpu", **kwargs)
@@ -272,6 +306,12 @@ class RandomLogitsSession:
 
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
         return self._logits(*tokens.shape)
+
+    def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
+        return self._logits(*tokens.shape)
+
+    def keep_path(self, nodes: torch.LongTensor) -> None:
+        """Nothing to keep: the logits depend on no context."""
 
 
 def load_random_logits(name: str = "random-logits", device: str | None = None, **kwargs) -> RandomLogitsModel:

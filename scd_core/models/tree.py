@@ -199,3 +199,16 @@ def path_entries(forced: Forced, index: torch.LongTensor, kept: torch.BoolTensor
     b, i = has.nonzero(as_tuple=True)
     entries[b, slot[b, i] + 1], valid[b, slot[b, i] + 1] = forced.out.gather(1, index)[b, i], True
     return entries, valid
+
+
+def node_histories(history: torch.LongTensor, tokens: torch.LongTensor, parents: torch.LongTensor,
+                   start: torch.LongTensor) -> torch.LongTensor:
+    """[B, T, H] each node's context as a token history: `history` [B, H] (the committed
+    tokens by position) with the node's root-to-node path written at positions start[b] + d.
+    For models that compute logits from the tokens around a position rather than a cache."""
+    path = path_tokens(tokens, parents)                                        # [B, T, T] by depth
+    B, T = tokens.shape
+    out = history.unsqueeze(1).expand(B, T, history.shape[1]).clone()         # [B, T, H]
+    b, i, d = (path >= 0).nonzero(as_tuple=True)
+    out[b, i, start[b] + d] = path[b, i, d]
+    return out
