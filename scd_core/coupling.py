@@ -117,9 +117,13 @@ def keyed_gumbel_argmax(p: torch.Tensor, keys: torch.LongTensor, positions: torc
     and positions [R], with the noise hashed only where p > 0: a token of zero mass scores
     0 there and can never be the argmax (some token has p >= 1 / V, and every noise value is
     finite), so the draw is the same, token for token, at a cost of the support's size
-    (k per row under top-k) instead of V. Ties go to the lowest token, as `argmax`'s do."""
+    (k per row under top-k) instead of V. Ties go to the lowest token, as `argmax`'s do.
+    Where most tokens have mass (no top-k), the dense draw is cheaper, and is the one made."""
     R, V = p.shape
-    rows, tokens = (p > 0).nonzero(as_tuple=True)                               # [M] the support
+    support = p > 0
+    if int(support.sum()) * 4 > R * V:                                          # mostly full: hashing all is cheaper
+        return gumbel_argmax(p, gumbel_noise(keys.unsqueeze(1), positions.unsqueeze(1), V)[:, 0])
+    rows, tokens = support.nonzero(as_tuple=True)                               # [M] the support
     position_key = _mix32(keys ^ (positions * 0x632BE5AB))                      # [R]
     h = _mix32_(position_key[rows] ^ _token_keys(V, p.device)[tokens])          # [M]
     score = _uniforms24(h.__irshift__(8)).log_().neg_().log_().neg_().exp_().mul_(p[rows, tokens])   # p exp(G)

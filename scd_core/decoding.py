@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from scd_core import coupling
+from scd_core.prompts import check_prompt_length, warn_unknown
 from scd_core.protocols import Session, TokenModel, can_tree, row_decoder
 from scd_core.sampling import SamplingConfig, processed_probs
 from scd_core.settings import INITS, MAX_WINDOW, METHODS, Settings  # noqa: F401 (re-exported)
@@ -459,7 +460,7 @@ def at_slots(where: torch.BoolTensor, draw, *per_slot: torch.Tensor) -> torch.Lo
 
 def gumbel_draw(p: torch.Tensor, keys: torch.LongTensor, positions: torch.LongTensor) -> torch.LongTensor:
     """[R] argmax(log p + G) of rows p [R, V], G the Gumbel noise of (row key, position) [R]."""
-    return coupling.gumbel_argmax(p, coupling.gumbel_noise(keys.unsqueeze(1), positions.unsqueeze(1), p.shape[-1])[:, 0])
+    return coupling.keyed_gumbel_argmax(p, keys, positions)
 
 
 def redraft_laws(p: torch.Tensor, q: torch.Tensor, kept: torch.BoolTensor) -> torch.Tensor:
@@ -598,6 +599,8 @@ def validate(model: TokenModel, prompts: Sequence[str], settings: Settings,
         raise ValueError("prompts must be a non-empty list of strings (one per batch row)")
     if not all(isinstance(p, str) for p in prompts):
         raise ValueError("prompts must contain only strings")
+    check_prompt_length(prompts)
+    warn_unknown(model, prompts)                         # a bag-of-words model says which words it ignores
     if not isinstance(settings, Settings):
         raise ValueError(f"settings must be a scd_core.Settings, got {type(settings).__name__}")
     seeds = validate_seeds(seed, len(prompts))

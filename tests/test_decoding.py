@@ -231,3 +231,18 @@ def test_run_tokens_are_an_ordinary_tensor_and_autograd_is_left_as_it_was(grid):
     records = scd_core.stream(grid, ["a"], method="sjd", window=8, seed=0)
     next(records)
     assert not torch.is_inference_mode_enabled()           # not leaked into the consumer between records
+
+
+def test_generate_refuses_a_prompt_over_the_limit_and_says_which_words_it_ignores():
+    import warnings
+
+    from scd_core.prompts import MAX_PROMPT_CHARS, UnknownWordsWarning
+
+    tiny = scd_core.load_model("tiny")
+    with pytest.raises(ValueError, match="prompts"):
+        scd_core.generate(tiny, ["red apple " * (MAX_PROMPT_CHARS // 10 + 1)], window=4)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        scd_core.generate(tiny, ["red apple zxqv"], window=4)
+    said = [str(w.message) for w in seen if issubclass(w.category, UnknownWordsWarning)]
+    assert len(said) == 1 and "zxqv" in said[0] and "apple" not in said[0]
