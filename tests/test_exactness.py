@@ -261,6 +261,7 @@ def longest_path(tests, B, device):
     return torch.stack(branches, 1)
 
 
+@pytest.mark.slow
 def test_longest_accepted_path_is_detected(monkeypatch):
     """Departure 1: the path with the longest accepted prefix instead of the first child that
     passes at each node (rule 12)."""
@@ -278,6 +279,7 @@ def test_siblings_drawn_with_replacement_are_detected(toy, monkeypatch):
     assert _tree_pvalue(toy, "sjd", (2, 1), 4) < ALPHA
 
 
+@pytest.mark.slow
 def test_redrafts_from_a_siblings_residual_are_detected(monkeypatch):
     """Departure 3: a carried draft rejected by its slot's own test is redrawn from the
     residual the siblings' tests left, not from its own (rule 13)."""
