@@ -138,9 +138,6 @@ def timing_sentence(summaries: Sequence[MethodSummary], device: str) -> str:
     if device.startswith("CPU"):
         text += (" On a CPU a batched AR pass costs little more than a single one, so AR gains most "
                  "from the batch, while a pass over a window of L tokens costs more than a one-token pass.")
-    text += (" The batch's images per second are the decode service's: each row's every pass reaches "
-             "the page as a record, which costs most where passes are cheap (AR), so they fall below "
-             "the benchmark's in-process batch.")
     if not all(s.timing.alone for s in timed):
         text += " Other visitors' rows shared some of these passes: the times are not the methods' alone."
     return text
