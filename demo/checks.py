@@ -67,10 +67,11 @@ def check_pace(pace) -> float:
     return pace
 
 
-def check_samples(samples) -> int:
+def check_samples(samples, low: int = 1, high: int = MAX_SAMPLES, what: str = "samples") -> int:
+    """A whole number of samples in [low, high] (the race's K, the lossless view's count)."""
     samples = as_int(samples)
-    if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= MAX_SAMPLES:
-        raise ValueError(f"samples must be a whole number from 1 to {MAX_SAMPLES}, got {samples!r}")
+    if isinstance(samples, bool) or not isinstance(samples, int) or not low <= samples <= high:
+        raise ValueError(f"{what} must be a whole number from {low} to {high}, got {samples!r}")
     return samples
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from demo import checks
 from demo.charts import METHOD_COLOURS, title
 from demo.labels import METHOD_LABELS
 from demo.pictures import tile_frames, to_rgb
@@ -21,14 +22,7 @@ HINT = (Path(__file__).parent / "texts" / "lossless_hint.md").read_text(encoding
 
 def check_samples(samples) -> int:
     """The samples per method of the lossless view (a whole number in its range)."""
-    try:
-        value = float(samples)
-    except (TypeError, ValueError):
-        value = float("nan")
-    if not value.is_integer() or not MIN_SAMPLES <= value <= MAX_SAMPLES:
-        raise ValueError(f"samples per method must be a whole number from {MIN_SAMPLES} to {MAX_SAMPLES}, "
-                         f"got {samples!r}")
-    return int(value)
+    return checks.check_samples(samples, MIN_SAMPLES, MAX_SAMPLES, "samples per method")
 
 
 def check_model(name: str) -> str:
