@@ -103,7 +103,8 @@ class PageClient(LocalClient):
     it can tell the row's decoder and the batch of each of its passes, also after its end."""
 
     def __init__(self, servers: Servers, get_model: Callable[[str], object]) -> None:
-        super().__init__(load=get_model, max_batch=servers.max_batch, device_lock=servers.device_lock)
+        super().__init__(load=get_model, max_batch=servers.max_batch, device_lock=servers.device_lock,
+                         keep_requests=True)
         self.servers, self._get = servers, get_model
 
     def server(self, name: str):
@@ -135,9 +136,6 @@ class PageClient(LocalClient):
             running = list(self._requests.values())
         for request in running:
             request.cancel()
-
-    def _ended(self, rid: str) -> None:
-        pass                                          # kept until `release`
 
 
 def follow(client, request: str, stopped: Callable[[], bool], poll: float = 0.05,

@@ -27,7 +27,7 @@ import collections
 import dataclasses
 import threading
 from dataclasses import dataclass, field
-from typing import Iterator, Protocol, runtime_checkable
+from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 import torch
@@ -108,7 +108,9 @@ class RowLog:
     def __init__(self, model: str, num_tokens: int) -> None:
         self.model, self.num_tokens = model, num_tokens
         self._records: list[Iteration] = []
-        self._changed = threading.Condition()
+        lock = threading.Lock()
+        self._changed = threading.Condition(lock)  # a record or the end: wakes the readers of records
+        self._end = threading.Condition(lock)      # the end only: wakes those waiting for the result
         self._ended = False
         self._error: str | None = None             # a DecodeError's message
         self._batch_sizes: tuple[int, ...] = ()
@@ -130,6 +132,7 @@ class RowLog:
                 return False
             self._ended, self._error, self._batch_sizes = True, error, tuple(batch_sizes)
             self._changed.notify_all()
+            self._end.notify_all()
             return True
 
     def records(self) -> Iterator[Iteration]:
@@ -147,7 +150,7 @@ class RowLog:
 
     def result(self, timeout: float | None = None) -> RowResult:
         with self._changed:
-            if not self._changed.wait_for(lambda: self._ended, timeout):
+            if not self._end.wait_for(lambda: self._ended, timeout):
                 raise TimeoutError(f"the request did not finish within {timeout} s")
             if self._error is not None:
                 raise DecodeError(self._error)
@@ -202,29 +205,56 @@ class RowBook:
 # --------------------------------------------------------- records across a boundary
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(Iteration))
+_COUNTERS = ("index", "nfe", "wall_time", "step_time")          # each row's own, from its server request
+_TENSORS = tuple(name for name in _FIELDS if name not in (*_COUNTERS, "method", "log"))
+
+
+def pack_pass(record: Iteration, rows: Sequence[tuple[int, Any, Iteration]]) -> tuple:
+    """One pass of several rows as small plain values, for a pipe: `rows` are (row b of
+    `record`, the row's request id, the row's own record of this pass, for its counters).
+    Each tensor of `record` crosses as one numpy array of those rows [R, ...] (one conversion
+    per field, not per row), the run's token log as the tokens each row committed this pass
+    (concatenated, row after row), never the [B, N] canvas."""
+    at = np.array([b for b, _, _ in rows], dtype=np.int64)
+    every = len(at) == record.n_after.shape[0] and bool((at == np.arange(len(at))).all())
+
+    def chosen(t: torch.Tensor | None) -> np.ndarray | None:       # the rows' part, as numpy
+        return None if t is None else t.numpy() if every else t.numpy()[at]
+    arrays = tuple(chosen(getattr(record, name)) for name in _TENSORS)
+    n_before, n_after = chosen(record.n_before), chosen(record.n_after)
+    positions = np.arange(record.num_tokens)
+    new = (positions >= n_before[:, None]) & (positions < n_after[:, None])               # [R, N]
+    committed = chosen(record.log.tokens)[new]
+    counters = tuple((rid, *(getattr(own, name) for name in _COUNTERS)) for _, rid, own in rows)
+    return record.method, arrays, committed, counters
+
+
+def unpack_pass(packed: tuple, buffer: Callable[[Any], torch.LongTensor | None]) -> list[tuple[Any, Iteration]]:
+    """The rows' records `pack_pass` sent, as (request id, record of batch 1). `buffer(rid)`
+    is the row's running token buffer [1, N] (-1 where nothing is committed), updated in place
+    and read by its records; a row without one (None: no longer followed) is skipped."""
+    method, arrays, committed, counters = packed
+    n_before, n_after = arrays[_TENSORS.index("n_before")], arrays[_TENSORS.index("n_after")]
+    ends = np.cumsum(n_after - n_before)
+    out = []
+    for r, (rid, *values) in enumerate(counters):
+        tokens = buffer(rid)
+        if tokens is None:
+            continue
+        start, stop = int(n_before[r]), int(n_after[r])
+        tokens[0, start: stop] = torch.from_numpy(committed[ends[r] - (stop - start): ends[r]])
+        fields = {name: None if a is None else torch.from_numpy(a[r: r + 1]) for name, a in zip(_TENSORS, arrays)}
+        fields.update(zip(_COUNTERS, values))
+        out.append((rid, Iteration(method=method, log=TokenLog.over(tokens), **fields)))   # reads below its n_after
+    return out
 
 
 def pack_record(record: Iteration) -> tuple:
-    """A row's record (batch 1) as small plain values, in field order: each tensor as the
-    numpy array of its row, except the run's token log, sent as the tokens committed this pass."""
-    values = []
-    for name in _FIELDS:
-        value = getattr(record, name)
-        if name == "log":
-            value = value.tokens[0, int(record.n_before[0]): int(record.n_after[0])]
-        elif isinstance(value, torch.Tensor):
-            value = value[0]
-        values.append(value.numpy() if isinstance(value, torch.Tensor) else value)
-    return tuple(values)
+    """One row's record (batch 1) as `pack_pass` packs it."""
+    return pack_pass(record, [(0, None, record)])
 
 
 def unpack_record(packed: tuple, tokens: torch.LongTensor) -> Iteration:
     """The record `pack_record` sent; `tokens` [1, N] is the row's running token buffer
     (-1 where nothing is committed), updated in place."""
-    fields = {}
-    for name, value in zip(_FIELDS, packed):
-        fields[name] = torch.from_numpy(value).unsqueeze(0) if isinstance(value, np.ndarray) else value
-    committed, start = fields["log"][0], int(fields["n_before"][0])   # the canvas: from what this pass committed
-    tokens[0, start: start + committed.shape[0]] = committed
-    fields["log"] = TokenLog.over(tokens)             # a record reads it below its own n_after
-    return Iteration(**fields)
+    return unpack_pass(packed, lambda _: tokens)[0][1]

@@ -2,7 +2,10 @@
 
 One `scd_core.serve.Server` per model name, the model loaded on its first request; rows
 with equal settings share passes. It is what `ProcessClient`'s workers run, and what a
-library user embedding the engine (or a test) uses directly.
+library user embedding the engine (or a test) uses directly. A row's records reach its log
+on the server's thread as each pass ends (no thread per row); `on_event`, if given, hears
+them there too, with each row's end, for a consumer that forwards them elsewhere (a worker
+process's sender).
 
     client = LocalClient()
     request = client.submit("tiny", "red heart", 3, Settings.for_model(model))
@@ -27,13 +30,21 @@ class LocalClient:
     """A `DecodeClient` on this process's device (thread-safe). `load(name)` gives the model
     for a name (`scd_core.load_model` by default); `device_lock` is held for each pass of
     every model's server, so two models' passes never overlap on the device; `keep` is how
-    many finished rows stay readable (see `RowBook`)."""
+    many finished rows stay readable (see `RowBook`).
+
+    `on_event(event)`, if given, is called on the server's threads, in order, with ("pass",
+    record, rows) after each pass (`record` of all its rows; `rows`: (row b of it, request
+    id, that row's own record) of this client's rows in it) and ("end", request id, error,
+    batch sizes) when a row ends (error: None, or the DecodeError message it ended with). It
+    must be quick and must not raise (a queue's put). `keep_requests`: keep each row's server
+    `Request` after its end, until `release` (a page that asks for its decoder later)."""
 
     def __init__(self, load: Callable[[str], Any] = load_model, max_batch: int = 32,
-                 device_lock: threading.Lock | None = None, keep: int = 1024) -> None:
+                 device_lock: threading.Lock | None = None, keep: int = 1024,
+                 on_event: Callable[[tuple], None] | None = None, keep_requests: bool = False) -> None:
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
-        self.max_batch, self._load = max_batch, load
+        self.max_batch, self._load, self._on_event, self._keep_requests = max_batch, load, on_event, keep_requests
         self.device_lock = device_lock or threading.Lock()
         self._models: dict[str, Any] = {}
         self._servers: dict[str, Server] = {}
@@ -65,7 +76,8 @@ class LocalClient:
                                   "please try again") from exc
             with self._lock:
                 self._models[name] = model
-                self._servers[name] = Server(model, max_batch=self.max_batch, device_lock=self.device_lock)
+                self._servers[name] = Server(model, max_batch=self.max_batch, device_lock=self.device_lock,
+                                             on_pass=None if self._on_event is None else self._on_pass)
             return model
 
     def server(self, name: str) -> tuple[Any, Server]:
@@ -91,15 +103,20 @@ class LocalClient:
         if self._closed:
             raise DecodeError("the decoding service is closed")
         loaded, server = self.server(model)
-        requests = server.submit_rows(prompt, seeds, settings)   # checks prompt, seeds, settings
-        rids = request_ids or [uuid.uuid4().hex for _ in requests]
-        for rid, request in zip(rids, requests):
-            row = RowLog(model, math.prod(int(s) for s in loaded.grid))
+        try:
+            seeds = list(seeds)
+        except TypeError:
+            raise ValueError(f"seeds: expected a list of whole numbers, got {seeds!r}") from None
+        rids = list(request_ids) if request_ids else [uuid.uuid4().hex for _ in seeds]
+        rows = [RowLog(model, math.prod(int(s) for s in loaded.grid)) for _ in rids]
+        requests = server.submit_rows(prompt, seeds, settings,            # checks prompt, seeds, settings
+                                      on_record=[row.append for row in rows], tags=rids)
+        for rid, request, row in zip(rids, requests, rows):
+            self._rows.add(rid, row)
             with self._lock:
                 self._requests[rid] = request
-            self._rows.add(rid, row)
-            threading.Thread(target=self._pump, args=(rid, request, row), name=f"scd-row-{rid[:8]}",
-                             daemon=True).start()
+            request.future.add_done_callback(lambda future, rid=rid, request=request, row=row:
+                                             self._ended(rid, request, row))
         return rids
 
     def records(self, request: str) -> Iterator[Iteration]:
@@ -123,6 +140,10 @@ class LocalClient:
 
     def release(self, request: str) -> None:
         """Forget a finished row (its records and result); a running row is kept."""
+        with self._lock:
+            running = self._requests.get(request)
+            if running is not None and running.future.done():
+                del self._requests[request]
         self._rows.release(request)
 
     def close(self) -> None:
@@ -137,19 +158,20 @@ class LocalClient:
         for server in servers:
             server.close()
 
-    def _pump(self, rid: str, request, row: RowLog) -> None:
-        """Move the server's records of one row into its log, then end it."""
-        error = None
-        try:
-            for record in request:
-                row.append(record)
-        except Exception as exc:                      # its batch failed, or its start was refused
-            error = failure_message(exc)
-        self._ended(rid)
-        row.end(error, tuple(request.batch_sizes))
-        self._rows.finished(rid)
+    def _on_pass(self, record: Iteration, rows: list) -> None:
+        """The server's pass, as this client's event (rows named by their request ids)."""
+        self._on_event(("pass", record, [(b, request.tag, request.records[-1]) for b, request in rows]))
 
-    def _ended(self, rid: str) -> None:
-        """A row's server request has ended: it is no longer kept."""
-        with self._lock:
-            self._requests.pop(rid, None)
+    def _ended(self, rid: str, request, row: RowLog) -> None:
+        """The row's server request has ended (its last record delivered; or its batch
+        failed, or its start was refused): end its log, stop keeping the request."""
+        error = request.future.exception()
+        message = None if error is None else failure_message(error)
+        if not self._keep_requests:
+            with self._lock:
+                self._requests.pop(rid, None)
+        batch_sizes = tuple(request.batch_sizes)
+        row.end(message, batch_sizes)
+        self._rows.finished(rid)
+        if self._on_event is not None:
+            self._on_event(("end", rid, message, batch_sizes))

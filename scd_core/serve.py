@@ -25,7 +25,7 @@ import time
 import weakref
 from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 
@@ -43,10 +43,16 @@ class Request:
     `cancel`, and raises what the scheduler raised if its batch failed. `batch_sizes[i]` is
     the number of rows the pass of `records[i]` decoded (1: this row alone). Its end (or its
     batch's error) is a `concurrent.futures.Future`, `future`; `finished` is an event-like
-    view of it (`is_set`, `wait`) for callers that poll."""
+    view of it (`is_set`, `wait`) for callers that poll.
 
-    def __init__(self, prompt: str, seed: int) -> None:
-        self.prompt, self.seed = prompt, seed
+    `on_record`, if given, is called with each record on the scheduler's thread as soon as
+    it is made (before iteration sees it), so a consumer needs no thread of its own per row:
+    it must be quick (a list append, a queue put) and must not raise. `tag` is the caller's
+    name for the request (a request id), for a server's `on_pass`."""
+
+    def __init__(self, prompt: str, seed: int, on_record: Callable[[Iteration], None] | None = None,
+                 tag=None) -> None:
+        self.prompt, self.seed, self.on_record, self.tag = prompt, seed, on_record, tag
         self.decode = None                  # the decoder of this row's tokens, set when it starts
         self.records: list[Iteration] = []
         self.batch_sizes: list[int] = []    # rows decoded by the pass of each record (1: alone)
@@ -87,6 +93,8 @@ class Request:
         record = dataclasses.replace(record, index=passes - 1, nfe=passes, wall_time=self._wall, step_time=self._step)
         self.batch_sizes.append(batch)
         self.records.append(record)
+        if self.on_record is not None:
+            self.on_record(record)
         self._queue.put(record)
 
     def _end(self, error: BaseException | None = None) -> None:
@@ -159,17 +167,21 @@ def _plan_with_window(plan: Plan, window: int) -> Plan:
     return dataclasses.replace(plan, settings=plan.settings.replace(window=window, method=method, tree=tree))
 
 
+PassListener = Callable[[Iteration, list[tuple[int, "Request"]]], None]
+
+
 class Scheduler:
     """Decodes the requests of one model and one settings group on shared passes (see the
     module docstring). `submit` may be called from any thread; `step` runs one pass boundary
     and is called by one thread (a `Server`'s worker, or a loop of the caller's)."""
 
     def __init__(self, model, settings: Settings | None = None, *, max_batch: int = 32,
-                 policy: Policy | None = None, **keywords) -> None:
-        """`settings`, or the keywords of `generate` (method, window, ...) on top of them."""
+                 policy: Policy | None = None, on_pass: PassListener | None = None, **keywords) -> None:
+        """`settings`, or the keywords of `generate` (method, window, ...) on top of them;
+        `on_pass`: see `Server`."""
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
-        self.model, self.max_batch, self.policy = model, max_batch, policy
+        self.model, self.max_batch, self.policy, self.on_pass = model, max_batch, policy, on_pass
         self.plan, _ = validate(model, [""], settings_of(settings, **keywords))
         self._waiting: list[Request] = []
         self._lock = threading.Lock()
@@ -179,10 +191,11 @@ class Scheduler:
         self.passes = 0                               # forward passes run, prefills included
         self.last_plan = self.plan                    # the plan of the last pass (a policy's window)
 
-    def submit(self, prompt: str, seed: int = 0) -> Request:
-        """Queue a prompt; a ValueError names a bad argument at once."""
+    def submit(self, prompt: str, seed: int = 0, on_record: Callable[[Iteration], None] | None = None,
+               tag=None) -> Request:
+        """Queue a prompt; a ValueError names a bad argument at once (`on_record`, `tag`: see Request)."""
         validate(self.model, [prompt], self.plan.settings, seed)
-        request = Request(prompt, seed)
+        request = Request(prompt, seed, on_record, tag)
         with self._lock:
             self._waiting.append(request)
         return request
@@ -278,14 +291,17 @@ class Scheduler:
         for b, request in enumerate(joining):
             request.decode = row_decoder(self.model, self.session.session, running + b)
             request._deliver(record.row(b), wall, step, len(joining))
+        if self.on_pass is not None:
+            self.on_pass(record, list(enumerate(joining)))
         self._leave([running + b for b in range(len(joining)) if int(record.n_after[b]) >= self.plan.N])
         return None
 
     def _deliver(self, record: Iteration, wall: float, step: float) -> None:
-        batch = self.batch_size
-        for b, request in enumerate(self.rows):
-            if request is not None:
-                request._deliver(record.row(b), wall, step, batch)
+        batch, rows = self.batch_size, [(b, r) for b, r in enumerate(self.rows) if r is not None]
+        for b, request in rows:
+            request._deliver(record.row(b), wall, step, batch)
+        if self.on_pass is not None:
+            self.on_pass(record, rows)
 
     def _leave(self, rows: list[int]) -> None:
         """End these rows' requests; drop the rows from the batch when the session can."""
@@ -328,11 +344,17 @@ class Server:
     one pass of each busy group in turn. Requests with the same settings share passes.
 
     `device_lock`, if given, is held for each pass: another user of the device (a benchmark
-    that must be timed alone) takes the same lock, and the server waits between passes."""
+    that must be timed alone) takes the same lock, and the server waits between passes.
+
+    `on_pass(record, rows)`, if given, is called on the server's thread after each pass (the
+    prefill of joining rows included) with the pass's record of all its rows and `rows`, the
+    (row b of the record, Request) of the rows that had a request; each request's newest
+    record is then its row's record of this pass. It lets a transport send one pass of many
+    rows at once; it must be quick and must not raise."""
 
     def __init__(self, model, max_batch: int = 32, policy: Policy | None = None,
-                 device_lock: threading.Lock | None = None) -> None:
-        self.model, self.max_batch, self.policy = model, max_batch, policy
+                 device_lock: threading.Lock | None = None, on_pass: PassListener | None = None) -> None:
+        self.model, self.max_batch, self.policy, self.on_pass = model, max_batch, policy, on_pass
         self.device_lock = device_lock or threading.Lock()
         self.schedulers: dict[Settings, Scheduler] = {}
         self._wake = threading.Condition()
@@ -340,32 +362,43 @@ class Server:
         self._closed = False
         _LIVE.add(self)
 
-    def submit(self, prompt: str, seed: int = 0, settings: Settings | None = None, **keywords) -> Request:
+    def submit(self, prompt: str, seed: int = 0, settings: Settings | None = None,
+               on_record: Callable[[Iteration], None] | None = None, tag=None, **keywords) -> Request:
         """Queue a prompt with its settings (`settings`, or the keywords of `generate` on top
         of them); a ValueError names a bad argument at once. Requests whose settings are
-        equal share passes."""
+        equal share passes. `on_record`: called with each of the row's records as it is made;
+        `tag`: the caller's name for it (see Request)."""
         group = settings_of(settings, **keywords)
         with self._wake:
             scheduler = self.schedulers.get(group)
             if scheduler is None:
-                scheduler = Scheduler(self.model, group, max_batch=self.max_batch, policy=self.policy)
+                scheduler = Scheduler(self.model, group, max_batch=self.max_batch, policy=self.policy,
+                                      on_pass=self.on_pass)
                 self.schedulers[group] = scheduler
-            request = scheduler.submit(prompt, seed)
+            request = scheduler.submit(prompt, seed, on_record, tag)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._work, name="scd-server", daemon=True)
                 self._thread.start()
             self._wake.notify()
         return request
 
-    def submit_rows(self, prompt: str, seeds, settings: Settings | None = None) -> list[Request]:
+    def submit_rows(self, prompt: str, seeds, settings: Settings | None = None,
+                    on_record: Sequence[Callable[[Iteration], None]] | None = None,
+                    tags: Sequence | None = None) -> list[Request]:
         """One request per seed, queued together: they start in the same pass (as one batch
         of `generate` would), not one after another. A ValueError names a bad argument
-        before any is queued."""
+        before any is queued. `on_record`, `tags`: one per seed (see Request)."""
         seeds, group = list(seeds), settings_of(settings)
+        per_seed = {}
+        for name, given in (("on_record", on_record), ("tags", tags)):
+            per_seed[name] = [None] * len(seeds) if given is None else list(given)
+            if len(per_seed[name]) != len(seeds):
+                raise ValueError(f"{name}: expected one per seed ({len(seeds)}), got {len(per_seed[name])}")
         for seed in seeds:
             validate(self.model, [prompt], group, seed)
         with self._wake:                              # the worker reads the queue only after all are in
-            return [self.submit(prompt, seed, group) for seed in seeds]
+            return [self.submit(prompt, seed, group, callback, tag)
+                    for seed, callback, tag in zip(seeds, per_seed["on_record"], per_seed["tags"])]
 
     def close(self, cancel: bool = False, timeout: float | None = None) -> None:
         """Stop the worker once the requests already submitted are done (`cancel`: cancel

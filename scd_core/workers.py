@@ -7,13 +7,17 @@ worker over two one-way pipes:
 
     parent -> worker   ("submit", ids, prompt, seeds, settings) | ("cancel", id) | ("close",)
     worker -> parent   ("ready", N, threads) | ("failed", kind, message)   once, after loading
-                       ("ack", ids, kind, message)                     per submit (kind None: queued)
-                       ("record", id, delta)                           per pass of the row
+                       ("events", [event, ...])                        then, about every GATHER s
+    an event           ("ack", ids, kind, message)                     per submit (kind None: queued)
+                       ("pass", packed)                                per pass, for all its rows
                        ("end", id, error, batch_sizes)                 per row
 
-A record crosses as what changed in its pass (`scd_core.client.pack_record`): the row's tokens committed
-by the pass instead of its whole canvas; the parent keeps one token buffer per row and
-rebuilds the `Iteration` as the worker had it (`unpack_record`).
+The worker's decoding never waits for the pipe: its server hands each pass to one sender
+thread (no thread per row), which gathers what the passes of the last GATHER seconds made
+(all rows, all passes, in order) into one message. A pass crosses as what it changed
+(`scd_core.client.pack_pass`): one array per field for all its rows, and the tokens each row
+committed instead of its whole canvas; the parent keeps one token buffer per row and
+rebuilds each row's `Iteration` as the worker had it (`unpack_pass`).
 
 A worker that dies (killed, crashed, out of memory) is seen at once through its process
 sentinel: its own rows end with a DecodeError, the other models' workers see nothing, and
@@ -27,7 +31,9 @@ import atexit
 import logging
 import multiprocessing
 import pickle
+import queue
 import threading
+import time
 import uuid
 import weakref
 from multiprocessing.connection import wait
@@ -35,7 +41,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from scd_core.client import DecodeError, RowBook, RowLog, RowResult, failure_message, pack_record, unpack_record
+from scd_core.client import DecodeError, RowBook, RowLog, RowResult, failure_message, pack_pass, unpack_pass
 from scd_core.local import LocalClient
 from scd_core.models import load_model
 from scd_core.settings import Settings
@@ -50,23 +56,20 @@ def serve_model(name: str, load: Callable[[str], Any], max_batch: int, threads: 
     """A worker process's life: load the model, then serve the parent's commands until it
     says close or is gone."""
     torch.set_num_threads(threads)
-    send_lock = threading.Lock()
-
-    def send(message: tuple) -> None:
-        with send_lock:
-            events.send(message)
-
-    client, forwarders = LocalClient(load, max_batch=max_batch), []
+    outbox: queue.SimpleQueue = queue.SimpleQueue()   # the server's events, in order
+    client = LocalClient(load, max_batch=max_batch, on_event=outbox.put)
+    sender = threading.Thread(target=_send_events, args=(client, outbox, events), name="scd-sender", daemon=True)
     try:
         num_tokens = client.num_tokens(name)          # loads the model
         torch.set_num_threads(threads)                # again: a loader may set its own (tiny's does)
-        send(("ready", num_tokens, torch.get_num_threads()))
+        events.send(("ready", num_tokens, torch.get_num_threads()))
     except ValueError as exc:
-        send(("failed", "value", str(exc)))
+        events.send(("failed", "value", str(exc)))
         return
     except Exception as exc:
-        send(("failed", "error", failure_message(exc)))
+        events.send(("failed", "error", failure_message(exc)))
         return
+    sender.start()
     while True:
         try:
             message = commands.recv()
@@ -77,16 +80,12 @@ def serve_model(name: str, load: Callable[[str], Any], max_batch: int, threads: 
             try:
                 client.submit_rows(name, prompt, seeds, settings, request_ids=rids)
             except ValueError as exc:
-                send(("ack", rids, "value", str(exc)))
+                outbox.put(("ack", rids, "value", str(exc)))
                 continue
             except Exception as exc:
-                send(("ack", rids, "error", failure_message(exc)))
+                outbox.put(("ack", rids, "error", failure_message(exc)))
                 continue
-            send(("ack", rids, None, None))
-            forwarders = [t for t in forwarders if t.is_alive()]
-            for rid in rids:
-                forwarders.append(threading.Thread(target=_forward, args=(client, rid, send), daemon=True))
-                forwarders[-1].start()
+            outbox.put(("ack", rids, None, None))
         elif message[0] == "cancel":
             try:
                 client.cancel(message[1])
@@ -95,29 +94,62 @@ def serve_model(name: str, load: Callable[[str], Any], max_batch: int, threads: 
         elif message[0] == "close":
             break
     client.close()                                    # its rows end, cancelled, at their next pass boundary
-    for thread in forwarders:
-        thread.join(5.0)                              # their ends reach the parent
+    outbox.put(_CLOSED)
+    sender.join(5.0)                                  # their ends reach the parent
 
 
-def _forward(client: LocalClient, rid: str, send: Callable[[tuple], None]) -> None:
-    """Send one row's records as they come, then how it ended."""
-    error, batch_sizes = None, ()
-    try:
-        for record in client.records(rid):
-            send(("record", rid, pack_record(record)))
-        batch_sizes = client.result(rid).batch_sizes
-    except OSError:                                   # the parent is gone
-        return
-    except DecodeError as exc:
-        error = str(exc)
-    except Exception as exc:                          # a record that cannot be sent loses its row only
-        error = failure_message(exc)
-        client.cancel(rid)
-    try:
-        send(("end", rid, error, batch_sizes))
-    except OSError:
-        pass
-    client.release(rid)
+_CLOSED = ("closed",)
+GATHER = 0.02         # seconds between two messages of the sender at most (what came meanwhile goes in one)
+
+
+def _send_events(client: LocalClient, outbox: queue.SimpleQueue, events) -> None:
+    """The worker's one sender: what the server did since the last message (records of
+    every row and pass, row ends, acks) as one ("events", [...]) message, in order. A pass
+    crosses as what it changed (`pack_pass`); one that cannot be packed loses its rows only
+    (each ends with why, its later records are dropped)."""
+    lost: set[str] = set()
+    sent = 0.0
+    while True:
+        first = outbox.get()
+        wait_for = sent + GATHER - time.monotonic()   # at most one message a GATHER: the passes of a moment
+        if wait_for > 0:                              # in one message, not one per row and pass
+            time.sleep(wait_for)
+        batch, closing = [first], first is _CLOSED
+        while True:
+            try:
+                batch.append(outbox.get_nowait())
+            except queue.Empty:
+                break
+        message, ended = [], []
+        for event in batch:
+            if event is _CLOSED:
+                closing = True
+            elif event[0] == "pass":
+                rows = [row for row in event[2] if row[1] not in lost]
+                try:
+                    message.append(("pass", pack_pass(event[1], rows)))
+                except Exception as exc:              # a pass that cannot be sent loses its rows only
+                    for _, rid, _ in rows:
+                        lost.add(rid)
+                        client.cancel(rid)
+                        message.append(("end", rid, failure_message(exc), ()))
+            elif event[0] == "end":
+                if event[1] not in lost:
+                    message.append(event)
+                lost.discard(event[1])
+                ended.append(event[1])
+            elif event[0] == "ack":
+                message.append(event)
+        try:
+            if message:
+                events.send(("events", message))
+                sent = time.monotonic()
+        except OSError:                               # the parent is gone
+            return
+        for rid in ended:
+            client.release(rid)
+        if closing:
+            return
 
 
 # ---------------------------------------------------------------------------- parent
@@ -239,12 +271,22 @@ class _Worker:
             self.book.finished(rid)
 
     def _file(self, message: tuple) -> None:
-        kind, rid = message[0], message[1]
-        if kind == "record":
+        kind, rid = message[0], message[1] if len(message) > 1 else None
+        if kind == "events":                           # what the worker did since its last message, in order
+            for event in message[1]:
+                try:
+                    self._file(event)
+                except Exception as exc:              # a pass that cannot be rebuilt loses its rows only
+                    log.exception("a message from the decoding worker for %s could not be read", self.name)
+                    rids = [counters[0] for counters in event[1][3]] if event[0] == "pass" else [event[1]]
+                    for rid in rids if event[0] != "ack" else []:
+                        self._lose(rid, failure_message(exc))
+        elif kind == "pass":                           # one pass of this worker's rows
             with self._lock:
-                row, tokens = self._rows.get(rid), self._tokens.get(rid)
-            if row is not None:
-                row.append(unpack_record(message[2], tokens))
+                rows, tokens = dict(self._rows), dict(self._tokens)
+            for rid, record in unpack_pass(message[1], tokens.get):
+                if rid in rows:
+                    rows[rid].append(record)
         elif kind == "end":
             with self._lock:
                 row = self._rows.pop(rid, None)
