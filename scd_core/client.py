@@ -234,6 +234,8 @@ def unpack_pass(packed: tuple, buffer: Callable[[Any], torch.LongTensor | None])
     is the row's running token buffer [1, N] (-1 where nothing is committed), updated in place
     and read by its records; a row without one (None: no longer followed) is skipped."""
     method, arrays, committed, counters = packed
+    writable = lambda a: a if a is None or a.flags.writeable else a.copy()    # noqa: E731 (read-only: zero-copy transports)
+    arrays, committed = tuple(writable(a) for a in arrays), writable(committed)
     n_before, n_after = arrays[_TENSORS.index("n_before")], arrays[_TENSORS.index("n_after")]
     ends = np.cumsum(n_after - n_before)
     out = []

@@ -35,7 +35,7 @@ import torch
 from ray import serve
 
 import scd_core
-from scd_core.client import DecodeError, RowResult
+from scd_core.client import DecodeError, RowResult, pack_record, unpack_record
 from scd_core.decoding import Plan, validate_seeds
 from scd_core.distributed.bench import connect
 from scd_core.serve import Server
@@ -45,6 +45,7 @@ from scd_core.trace import Iteration
 ENV = "SCD_DECODE"
 DEFAULT_IDLE_TIMEOUT = 120.0      # seconds without a record before a row is given up
 START_TIMEOUT = 300.0             # seconds for a model's replicas to come up
+GATHER = 0.02                     # seconds of a row's passes a replica sends as one streamed item
 
 
 @serve.deployment(max_ongoing_requests=32)
@@ -61,46 +62,44 @@ class DecodeReplica:
         return {"grid": tuple(int(g) for g in self.model.grid), "vocab_size": int(self.model.vocab_size)}
 
     async def decode(self, prompt: str, seed: int, settings: Settings):
-        """("replica", actor name), then ("record", Iteration, rows in its pass) per pass, then
-        ("result", RowResult) or ("error", message)."""
+        """("replica", actor name), then ("records", [packed record, ...], [rows in each one's
+        pass]) about every GATHER seconds (`scd_core.client.pack_record`: what each pass
+        changed), then ("result", RowResult) or ("error", message)."""
         yield ("replica", self.name)
+        loop, items = asyncio.get_running_loop(), asyncio.Queue()
+
+        def put(*item) -> None:                       # on the server's thread
+            try:
+                loop.call_soon_threadsafe(items.put_nowait, item)
+            except RuntimeError:                      # the loop is closed: the replica is stopping
+                pass
         try:
-            request = self.server.submit(prompt, seed, settings)
+            request = self.server.submit(prompt, seed, settings, on_record=lambda record: put("record", record))
         except ValueError as exc:
             yield ("error", f"{exc}")
             return
-        loop, items = asyncio.get_running_loop(), asyncio.Queue()
-        threading.Thread(target=_pump, args=(request, loop, items), daemon=True).start()
+        request.future.add_done_callback(lambda future: put("end", future.exception()))
         try:
             while True:
-                kind, value, batch = await items.get()
-                if kind == "record":
-                    yield ("record", value, batch)
-                elif kind == "error":
-                    yield ("error", value)
+                gathered = [await items.get()]
+                await asyncio.sleep(GATHER)           # the passes of a moment in one item, not one per pass
+                while not items.empty():
+                    gathered.append(items.get_nowait())
+                records = [value for kind, value in gathered if kind == "record"]
+                if records:
+                    yield ("records", [pack_record(r) for r in records],
+                           [request.batch_sizes[r.index] for r in records])
+                ends = [value for kind, value in gathered if kind == "end"]
+                if ends and ends[0] is not None:
+                    yield ("error", f"its batch failed on the replica ({type(ends[0]).__name__}: {ends[0]})")
                     return
-                else:
+                if ends:
                     run = request.result(timeout=0)
                     yield ("result", RowResult(run.tokens[0], run.nfe, run.wall_time, run.step_time,
                                                tuple(request.batch_sizes)))
                     return
         finally:
             request.cancel()          # cancelled by the client (or gone): it leaves at the next pass boundary
-
-
-def _pump(request, loop, items: asyncio.Queue) -> None:
-    """A Server request's records onto the replica's event loop."""
-    def put(*item) -> None:
-        try:
-            loop.call_soon_threadsafe(items.put_nowait, item)
-        except RuntimeError:          # the loop is closed: the replica is stopping
-            pass
-    try:
-        for record in request:
-            put("record", record, request.batch_sizes[record.index])
-        put("end", None, 0)
-    except Exception as exc:          # noqa: BLE001 - the row's batch failed; the row hears why
-        put("error", f"its batch failed on the replica ({type(exc).__name__}: {exc})", 0)
 
 
 def application(model: str, *, replicas: int = 1, autoscale: tuple[int, int] | None = None,
@@ -128,6 +127,8 @@ class _Row:
     result: RowResult | None = None
     error: DecodeError | None = None
     cancelled: bool = False
+    size: int = 0                                             # tokens in the grid
+    tokens: torch.Tensor | None = None                        # [1, size] the canvas its records read
     last: float = field(default_factory=time.monotonic)       # when the last item came
     changed: threading.Condition = field(default_factory=threading.Condition)
 
@@ -184,6 +185,7 @@ class RayClient:
         rid = uuid.uuid4().hex
         row = _Row(handle.options(stream=True).decode.remote(prompt, seed, settings))
         row.size = torch.Size(shape["grid"]).numel()
+        row.tokens = torch.full((1, row.size), -1, dtype=torch.long)   # the row's canvas, rebuilt from its records
         self._rows[rid] = row
         threading.Thread(target=self._read, args=(row,), name=f"scd-ray-{rid[:8]}", daemon=True).start()
         return rid
@@ -196,9 +198,10 @@ class RayClient:
                     row.last = time.monotonic()
                     if item[0] == "replica":
                         row.replica = item[1]
-                    elif item[0] == "record":
-                        row.records.append(item[1])
-                        row.batch_sizes.append(item[2])
+                    elif item[0] == "records":
+                        for packed, batch in zip(item[1], item[2]):
+                            row.records.append(unpack_record(packed, row.tokens))
+                            row.batch_sizes.append(batch)
                     elif item[0] == "result":
                         row.result = item[1]
                     else:
