@@ -122,7 +122,7 @@ def final_outputs(model, name: str, method: str, prompt: str, stats: run_view.Tr
     wall = stats.records[-1].wall_time
     out = {summary: texts.prompt_note(model, prompt) + run_view.run_summary(
                LABELS[method], stats.sample(), wall, history.get("ar", {}).get("wall"),
-               models.device_name(), shared, stats.done),
+               models.decoding_device(REQUESTS.client, name), shared, stats.done),
            heat_committed: charts.committed_at_figure(stats), heat_unchanged: charts.unchanged_figure(stats),
            film: pictures.filmstrip_image(stats.film), history_state: history,
            last_run: {"model": name, "method": method, "iterations": stats.records, "decode": decode},
@@ -214,7 +214,8 @@ def race_panels(panels: race_view.RacePanels, runs: dict, tick: int | None = Non
 
 
 def race_results(model, name: str, s: race.Race, runs: dict, samples: int, timings: dict) -> dict:
-    table, why, note, figures = race_view.race_report(name, s, runs, samples, models.device_name(),
+    table, why, note, figures = race_view.race_report(name, s, runs, samples,
+                                                      models.decoding_device(REQUESTS.client, name),
                                                       race.gap_probe(model, name, s, runs), timings)
     return {race_table: table, race_why: why, race_note: note} | \
         dict(zip((race_chart, race_hist, race_flicker), figures))

@@ -247,6 +247,15 @@ def device_name() -> str:
     return f"CPU ({threads} thread{'s' if threads != 1 else ''})"
 
 
+def decoding_device(client, name: str) -> str:
+    """Where a model's rows decode on this decode client: a worker process's own torch
+    threads where the client says them (`ProcessClient.worker_threads`), else this process's."""
+    threads = getattr(client, "worker_threads", lambda _: None)(name)
+    if threads is None or torch.cuda.is_available():
+        return device_name()
+    return f"CPU ({threads} thread{'s' if threads != 1 else ''})"
+
+
 def device_note() -> str:
     if device_name().startswith("CUDA"):
         return f"Engine: **{device_name()}**; large models in bfloat16."

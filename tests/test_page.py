@@ -276,3 +276,13 @@ def test_pictures_go_to_gradio_as_files_written_once(tmp_path):
     updates = list(streaming.in_full([{image: a, text: "x"}, {text: "y"}], [image, text]))
     assert isinstance(updates[0][image], str) and updates[1][image] is updates[0][image]
     assert updates[1][text] == "y"
+
+
+def test_times_name_the_threads_of_the_process_that_decodes(monkeypatch):
+    """A race or run timed in a worker names the worker's torch threads, not the page's."""
+    monkeypatch.setattr(models.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(models.torch, "get_num_threads", lambda: 2)
+    worker = SimpleNamespace(worker_threads=lambda name: {"texture": 1}.get(name))
+    assert models.decoding_device(worker, "texture") == "CPU (1 thread)"
+    assert models.decoding_device(worker, "tiny") == "CPU (2 threads)"        # no worker yet: this process
+    assert models.decoding_device(SimpleNamespace(), "texture") == "CPU (2 threads)"   # decodes here
