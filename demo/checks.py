@@ -148,7 +148,7 @@ def not_started(found: dict[str, str]) -> str:
 # ------------------------------------------------------------------------ whole inputs
 
 INPUTS = ["model", "method", "window", "init", "temperature", "top_k", "top_p", "cfg", "seed",
-          "prompt", "pace", "samples", "clip", "clip_text"]      # the decoding events' inputs
+          "prompt", "pace", "samples", "clip", "clip_text", "tree"]      # the decoding events' inputs
 
 
 def engine_prompt(name: str, prompt, clip=None, clip_text="") -> str:
@@ -169,7 +169,7 @@ def load_for(name, prompt, clip, clip_text, load: Callable[[str], object], loade
 
 
 def problems(model, name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
-             prompt, pace, samples, clip=None, clip_text="") -> dict[str, str]:
+             prompt, pace, samples, clip=None, clip_text="", tree=None) -> dict[str, str]:
     """Every input the page or the library rejects, by its name in INPUTS, with the message.
     `model` is the loaded model, or None when it is not loaded yet."""
     try:
@@ -189,7 +189,7 @@ def problems(model, name, method, window, init, temperature, top_k, top_p, cfg_s
             out[key] = str(exc)
     try:
         race_of(model or shape_of(name), prompt,
-                settings_of(method, window, init, temperature, top_k, top_p, cfg_scale), seed)
+                settings_of(method, window, init, temperature, top_k, top_p, cfg_scale, tree), seed)
     except ValueError as exc:           # the library's message starts with the argument's name
         arg = str(exc).split(" ", 1)[0].strip("':")
         out[{"cfg_scale": "cfg", "prompts": "prompt"}.get(arg, arg)] = str(exc)
