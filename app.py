@@ -94,7 +94,7 @@ def input_message(*values) -> str:
 
 
 def prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt, clip,
-            clip_text):
+            clip_text, tree=None):
     """The loaded model and the checked run (prompt, Settings, seed): the widget values become
     a Settings here, once; ValueError with the message otherwise."""
     (clip,), refused = checked_clip([clip], at=0)
@@ -102,7 +102,7 @@ def prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, se
         raise ValueError(refused)
     model, text = checks.load_for(name, prompt, clip, clip_text, MODELS.get,
                                   loaded=MODELS.loaded(name) is not None)
-    settings = checks.settings_of(method, window, init, temperature, top_k, top_p, cfg_scale)
+    settings = checks.settings_of(method, window, init, temperature, top_k, top_p, cfg_scale, tree)
     return model, checks.race_of(model, text, settings, seed)
 
 
@@ -137,7 +137,7 @@ def final_outputs(model, name: str, method: str, prompt: str, stats: run_view.Tr
 @gpu(servers.gpu_duration(race_all=False))
 @streaming.streams_in_full(lambda: gen_outputs)
 def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
-                    pace=0.0, samples=1, clip=None, clip_text="", history=None, ticket=None,
+                    pace=0.0, samples=1, clip=None, clip_text="", tree=None, history=None, ticket=None,
                     request: gr.Request = None):
     """Decode one sample as a row on the decode client (visitors' rows share passes) and
     stream its passes to the page (every pass in slow motion, else a few pictures a second);
@@ -150,7 +150,7 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
     row, picture_shown, first_shown = None, None, None
     try:
         model, s = prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
-                           prompt, clip, clip_text)
+                           prompt, clip, clip_text, tree)
         pace = checks.check_pace(pace)
         raised = run_view.pace_note(pace, servers.shown_pace(pace))
         if stopped():                                     # stopped while waiting in the queue
@@ -224,7 +224,7 @@ def race_results(model, name: str, s: race.Race, runs: dict, samples: int, timin
 @gpu(servers.gpu_duration(race_all=True))
 @streaming.streams_in_full(lambda: race_outputs)
 def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
-                pace=0.0, samples=8, clip=None, clip_text="", history=None, ticket=None,
+                pace=0.0, samples=8, clip=None, clip_text="", tree=None, history=None, ticket=None,
                 request: gr.Request = None):
     """Per method, decode ONE image alone (its latency) and then K samples together (the
     batch's throughput, and every per-sample figure) on the page's decode client, the same
@@ -234,7 +234,7 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
     stopped = lambda: STOPS.stopped(key, ticket)  # noqa: E731
     try:
         model, s = prepare(name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale, seed,
-                           prompt, clip, clip_text)
+                           prompt, clip, clip_text, tree)
         pace, samples = checks.check_pace(pace), checks.check_samples(samples)
         runs, timings = {}, {}
         status_due, picture_due = servers.Pacer(servers.STATUS_EVERY), servers.Pacer(servers.FULL_SPEED_EVERY)
@@ -464,6 +464,9 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                 with gr.Accordion("Settings", open=True):
                     init_dd = gr.Dropdown([(v, k) for k, v in labels.INIT_LABELS.items()], value=d0["init"],
                                           label="Draft init", elem_id="init")
+                    tree_dd = gr.Dropdown(labels.TREE_CHOICES, value=labels.TREE_CHOICES[0], label="Draft tree",
+                                          info="k candidates at each of the first d draft positions "
+                                               "(AR has no drafts: it runs the chain)", elem_id="tree")
                     with gr.Row():
                         window_nb = number(d0["window"], "Window L", "window")
                         seed_nb = number(0, "Seed", "seed")
@@ -563,7 +566,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                     gr.Markdown(texts.HOW_IT_WORKS)
 
     inputs = [model_dd, method_rd, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, seed_nb,
-              prompt_tb, pace_nb, samples_nb, clip_path, clip_text_tb, history_state, ticket]
+              prompt_tb, pace_nb, samples_nb, clip_path, clip_text_tb, tree_dd, history_state, ticket]
     gen_outputs = [live_image, status, chart_committed, chart_length, chart_flicker, chart_rate,
                    heat_committed, heat_unchanged, film, summary, history_state, last_run,
                    replay_slider, clip_video, clip_files, replay_image, replay_text, replay_probs,

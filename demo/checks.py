@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 from demo.clips import clip_prompt
+from demo.labels import TREE_CHOICES, TREE_LABELS
 from demo.models import is_video, listed_models, load_failure, takes_clip, unavailable
 from scd_core.decoding import validate
 from scd_core.prompts import MAX_PROMPT_CHARS
 from scd_core.race import Race
-from scd_core.settings import Settings
+from scd_core.settings import CHAIN, Settings
 
 MAX_PACE = 2.0                       # seconds per forward pass on screen
 MAX_SAMPLES = 16                     # race samples per method
@@ -84,11 +85,32 @@ def check_model(name, loaded: bool = False) -> str:
     return name
 
 
-def settings_of(method, window, init, temperature, top_k, top_p, cfg_scale) -> Settings:
+def check_tree(label) -> tuple[int, int]:
+    """The dropdown's draft tree label -> (k, depth); None or empty: the chain."""
+    if label is None or label == "":
+        return CHAIN
+    if not isinstance(label, str) or label not in TREE_LABELS:
+        raise ValueError(f"tree: unknown draft tree {label!r}; choose one of {', '.join(TREE_CHOICES)}")
+    return TREE_LABELS[label]
+
+
+def tree_for(method, tree: tuple[int, int]) -> tuple[int, int]:
+    """The tree a run of `method` uses: AR feeds no drafts, so it runs the chain."""
+    return CHAIN if method == "ar" else tree
+
+
+def tree_note(method, label) -> str:
+    """A few words when AR is asked for a tree (it runs the chain), else nothing."""
+    return ("AR feeds no drafts, so it runs without the draft tree."
+            if method == "ar" and check_tree(label) != CHAIN else "")
+
+
+def settings_of(method, window, init, temperature, top_k, top_p, cfg_scale, tree=None) -> Settings:
     """Widget values -> the run's Settings, the one place they are converted (gr.Number gives
-    floats), checked by the library (its ValueError names the argument)."""
+    floats, the tree dropdown a label), checked by the library (its ValueError names the argument)."""
     return Settings(method=method, window=as_int(window), init=init, temperature=as_float(temperature),
-                    top_k=as_int(top_k), top_p=as_float(top_p), cfg_scale=as_float(cfg_scale))
+                    top_k=as_int(top_k), top_p=as_float(top_p), cfg_scale=as_float(cfg_scale),
+                    tree=tree_for(method, check_tree(tree)))
 
 
 def race_of(model, prompt: str, settings: Settings, seed) -> Race:
@@ -126,7 +148,7 @@ def not_started(found: dict[str, str]) -> str:
 # ------------------------------------------------------------------------ whole inputs
 
 INPUTS = ["model", "method", "window", "init", "temperature", "top_k", "top_p", "cfg", "seed",
-          "prompt", "pace", "samples", "clip", "clip_text"]      # the decoding events' inputs
+          "prompt", "pace", "samples", "clip", "clip_text", "tree"]      # the decoding events' inputs
 
 
 def engine_prompt(name: str, prompt, clip=None, clip_text="") -> str:
@@ -147,7 +169,7 @@ def load_for(name, prompt, clip, clip_text, load: Callable[[str], object], loade
 
 
 def problems(model, name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
-             prompt, pace, samples, clip=None, clip_text="") -> dict[str, str]:
+             prompt, pace, samples, clip=None, clip_text="", tree=None) -> dict[str, str]:
     """Every input the page or the library rejects, by its name in INPUTS, with the message.
     `model` is the loaded model, or None when it is not loaded yet."""
     try:
@@ -167,7 +189,7 @@ def problems(model, name, method, window, init, temperature, top_k, top_p, cfg_s
             out[key] = str(exc)
     try:
         race_of(model or shape_of(name), prompt,
-                settings_of(method, window, init, temperature, top_k, top_p, cfg_scale), seed)
+                settings_of(method, window, init, temperature, top_k, top_p, cfg_scale, tree), seed)
     except ValueError as exc:           # the library's message starts with the argument's name
         arg = str(exc).split(" ", 1)[0].strip("':")
         out[{"cfg_scale": "cfg", "prompts": "prompt"}.get(arg, arg)] = str(exc)

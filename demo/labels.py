@@ -7,3 +7,9 @@ INIT_LABELS = {"random": "random (uniform)", "repeat-above": "repeat the token a
                "repeat-frame": "repeat the previous frame (video)"}
 if set(METHOD_LABELS) != set(METHODS) or set(INIT_LABELS) != set(INITS):
     raise RuntimeError("demo.labels: a method or init of scd_core has no label (or a label no method)")
+
+# The draft trees the page offers, (k, depth) by label: k candidates at each of the first depth
+# draft positions (scd_core.Settings.tree); the first is the chain.
+TREE_LABELS = {"chain (no tree)": (1, 0), "2 x 1": (2, 1), "2 x 2": (2, 2), "3 x 1": (3, 1),
+               "4 x 1": (4, 1)}
+TREE_CHOICES = list(TREE_LABELS)

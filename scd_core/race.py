@@ -53,7 +53,9 @@ class Race:
     seed: int = 0
 
     def of(self, method: str) -> Settings:
-        return self.settings.replace(method=method)
+        """The race's Settings for `method`; AR feeds no drafts, so it runs the chain."""
+        tree = (1, 0) if method == "ar" else self.settings.tree
+        return self.settings.replace(method=method, tree=tree)
 
     def greedy(self) -> "Race":
         return replace(self, settings=self.settings.replace(temperature=0.0))

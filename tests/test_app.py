@@ -31,7 +31,7 @@ def args(**override):
     """The inputs of the Generate and Race events, in the page's order (states after them)."""
     d = {**GOOD, **override}
     return [d["model"], d["method"], d["window"], d["init"], d["temperature"], d["top_k"],
-            d["top_p"], d["cfg_scale"], d["seed"], d["prompt"], d["pace"], d["samples"], None, ""]
+            d["top_p"], d["cfg_scale"], d["seed"], d["prompt"], d["pace"], d["samples"], None, "", d.get("tree")]
 
 
 def visitor(name: str):
