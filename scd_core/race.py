@@ -35,7 +35,7 @@ import scd_core
 from scd_core import trace
 from scd_core.models import REGISTRY
 from scd_core.sampling import SamplingConfig, processed_probs
-from scd_core.settings import Settings
+from scd_core.settings import CHAIN, Settings
 from scd_core.trace import Iteration
 
 METHOD_ORDER = ("ar", "sjd", "scd-mc", "scd-gumbel")
@@ -54,7 +54,7 @@ class Race:
 
     def of(self, method: str) -> Settings:
         """The race's Settings for `method`; AR feeds no drafts, so it runs the chain."""
-        tree = (1, 0) if method == "ar" else self.settings.tree
+        tree = CHAIN if method == "ar" else self.settings.tree
         return self.settings.replace(method=method, tree=tree)
 
     def greedy(self) -> "Race":
