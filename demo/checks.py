@@ -99,12 +99,6 @@ def tree_for(method, tree: tuple[int, int]) -> tuple[int, int]:
     return CHAIN if method == "ar" else tree
 
 
-def tree_note(method, label) -> str:
-    """A few words when AR is asked for a tree (it runs the chain), else nothing."""
-    return ("AR feeds no drafts, so it runs without the draft tree."
-            if method == "ar" and check_tree(label) != CHAIN else "")
-
-
 def settings_of(method, window, init, temperature, top_k, top_p, cfg_scale, tree=None) -> Settings:
     """Widget values -> the run's Settings, the one place they are converted (gr.Number gives
     floats, the tree dropdown a label), checked by the library (its ValueError names the argument)."""

@@ -114,7 +114,7 @@ def _send_events(client: LocalClient, outbox: queue.SimpleQueue, events) -> None
         wait_for = sent + GATHER - time.monotonic()   # at most one message a GATHER: the passes of a moment
         if wait_for > 0:                              # in one message, not one per row and pass
             time.sleep(wait_for)
-        batch, closing = [first], first is _CLOSED
+        batch, closing = [first], False
         while True:
             try:
                 batch.append(outbox.get_nowait())
@@ -126,6 +126,8 @@ def _send_events(client: LocalClient, outbox: queue.SimpleQueue, events) -> None
                 closing = True
             elif event[0] == "pass":
                 rows = [row for row in event[2] if row[1] not in lost]
+                if not rows:
+                    continue
                 try:
                     message.append(("pass", pack_pass(event[1], rows)))
                 except Exception as exc:              # a pass that cannot be sent loses its rows only
@@ -271,7 +273,7 @@ class _Worker:
             self.book.finished(rid)
 
     def _file(self, message: tuple) -> None:
-        kind, rid = message[0], message[1] if len(message) > 1 else None
+        kind, rid = message[0], message[1]
         if kind == "events":                           # what the worker did since its last message, in order
             for event in message[1]:
                 try:
