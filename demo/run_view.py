@@ -52,6 +52,7 @@ class TraceStats:
     streak: np.ndarray | None = None                      # [N] current run of unchanged passes
     longest_unchanged: np.ndarray | None = None           # [N] longest such run
     film: list[np.ndarray] = field(default_factory=list)  # [D] draft states after each pass
+    counts: trace.DraftCounts = field(default_factory=trace.DraftCounts)   # over the records so far
     _canvas: np.ndarray | None = None                     # [N] the last record's canvas (this row)
     _sample: tuple[int, Sample] | None = None
 
@@ -71,12 +72,14 @@ class TraceStats:
         self.index.append(it.index)
         self.nfe.append(int(it.nfe))
         self.committed.append(na)
-        self.accepted.append(trace.accepted_drafts([it], row))
-        self.verified.append(trace.verified_drafts([it], row))
+        counts = trace.DraftCounts.of([it], row)
+        self.counts = self.counts + counts
+        self.accepted.append(counts.accepted)
+        self.verified.append(counts.verified)
         self.new_kind.append("" if na <= nb else "resampled" if bool(it.resampled[row])
                              else "bonus" if bool(it.bonus[row]) else "sample")
-        self.carried.append(int(it.carried[row].sum()))
-        self.changed.append(int(it.changed[row]))
+        self.carried.append(counts.carried)
+        self.changed.append(counts.carried - counts.unchanged)
         self.committed_at[nb:na] = it.index
         self._track_drafts(it, na)
 
@@ -109,7 +112,8 @@ class TraceStats:
     def sample(self) -> Sample:
         """This row's metrics over the records so far, by the trace's definitions."""
         if self._sample is None or self._sample[0] != len(self.records):
-            self._sample = (len(self.records), sample_of(self.records, self.row, self.num_tokens))
+            self._sample = (len(self.records), sample_of(self.records, self.row, self.num_tokens,
+                                                            self.counts))
         return self._sample[1]
 
     @property

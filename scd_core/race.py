@@ -83,13 +83,16 @@ def row_nfe(records: Sequence[Iteration], row: int, num_tokens: int) -> int:
     return len(records)
 
 
-def sample_of(records: Sequence[Iteration], row: int, num_tokens: int) -> Sample:
-    """Row `row`'s own figures, by the trace's definitions."""
+def sample_of(records: Sequence[Iteration], row: int, num_tokens: int,
+              counts: trace.DraftCounts | None = None) -> Sample:
+    """Row `row`'s own figures, by the trace's definitions (`counts`: its draft counts over
+    these records, where the caller kept them as they came)."""
     nfe = row_nfe(records, row, num_tokens)
+    counts = counts if counts is not None else trace.DraftCounts.of(records, row)
     return Sample(nfe=nfe, committed=int(records[-1].n_after[row]),
-                  acceptance_rate=trace.acceptance_rate(records, row),
-                  mean_accepted_length=trace.mean_accepted_length(records, row),
-                  draft_stability=trace.draft_stability(records, row),
+                  acceptance_rate=counts.acceptance_rate,
+                  mean_accepted_length=counts.mean_accepted_length,
+                  draft_stability=counts.draft_stability,
                   step_compression=trace.step_compression(num_tokens, nfe))
 
 

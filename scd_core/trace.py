@@ -238,36 +238,74 @@ def _rows(records: Sequence[Iteration], row: int | None) -> list[Iteration]:
     return list(records) if row is None else [it.row(row) for it in records]
 
 
+@dataclass(frozen=True)
+class DraftCounts:
+    """The sums the draft metrics are ratios of, over some records (each row of a batch
+    counts; `of(records, row)`: row `row` alone). They add up over records, so a viewer that
+    receives records one by one keeps a running total instead of rereading them all."""
+
+    accepted: int = 0        # drafts accepted
+    verified: int = 0        # drafts tested against p: the accepted ones and the first rejection
+    passes: int = 0          # speculative passes of unfinished rows (the prefill excluded)
+    carried: int = 0         # drafts fed and still drafts after the pass
+    unchanged: int = 0       # of those, the ones whose token did not change
+
+    @classmethod
+    def of(cls, records: Sequence[Iteration], row: int | None = None) -> "DraftCounts":
+        total = cls()
+        for it in records:
+            per_row = torch.stack([it.num_accepted, it.num_verified, it.active.long(),
+                                   it.carried.sum(1), it.unchanged])            # [5, B]
+            total = total + cls(*(per_row.sum(1) if row is None else per_row[:, row]).tolist())
+        return total
+
+    def __add__(self, other: "DraftCounts") -> "DraftCounts":
+        return DraftCounts(self.accepted + other.accepted, self.verified + other.verified,
+                           self.passes + other.passes, self.carried + other.carried,
+                           self.unchanged + other.unchanged)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted drafts / verified drafts (0 when nothing was drafted)."""
+        return self.accepted / self.verified if self.verified else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Accepted drafts per speculative pass of an unfinished row (AR accepts none: 0)."""
+        return self.accepted / self.passes if self.passes else 0.0
+
+    @property
+    def draft_stability(self) -> float:
+        """Share of carried-over drafts whose token did not change from one pass to the next."""
+        return self.unchanged / self.carried if self.carried else 0.0
+
+
 def accepted_drafts(records: Sequence[Iteration], row: int | None = None) -> int:
-    return sum(int(it.num_accepted.sum()) for it in _rows(records, row))
+    return DraftCounts.of(records, row).accepted
 
 
 def verified_drafts(records: Sequence[Iteration], row: int | None = None) -> int:
-    return sum(int(it.num_verified.sum()) for it in _rows(records, row))
+    return DraftCounts.of(records, row).verified
 
 
 def speculative_passes(records: Sequence[Iteration], row: int | None = None) -> int:
     """Passes of unfinished rows after the prefill (each row of a batch counts)."""
-    return sum(int(it.active.sum()) for it in _rows(records, row))
+    return DraftCounts.of(records, row).passes
 
 
 def acceptance_rate(records: Sequence[Iteration], row: int | None = None) -> float:
     """Accepted drafts / verified drafts (0 when nothing was drafted)."""
-    verified = verified_drafts(records, row)
-    return accepted_drafts(records, row) / verified if verified else 0.0
+    return DraftCounts.of(records, row).acceptance_rate
 
 
 def mean_accepted_length(records: Sequence[Iteration], row: int | None = None) -> float:
     """Accepted drafts per speculative pass of an unfinished row (AR accepts none: 0)."""
-    passes = speculative_passes(records, row)
-    return accepted_drafts(records, row) / passes if passes else 0.0
+    return DraftCounts.of(records, row).mean_accepted_length
 
 
 def draft_stability(records: Sequence[Iteration], row: int | None = None) -> float:
     """Share of carried-over drafts whose token did not change from one pass to the next."""
-    its = _rows(records, row)
-    carried = sum(int(it.carried.sum()) for it in its)
-    return sum(int(it.unchanged.sum()) for it in its) / carried if carried else 0.0
+    return DraftCounts.of(records, row).draft_stability
 
 
 def committed_histogram(records: Sequence[Iteration], row: int | None = None) -> list[int]:
