@@ -1,9 +1,13 @@
 """The page's plotly charts: a Generate run's (tokens vs NFE, tokens per pass, flicker,
-acceptance, token maps, the replay's min(1, p/q) map) and a race's. Figures are built from
-plain dicts, many times faster than plotly's graph_objects builders."""
+acceptance, token maps, the replay's min(1, p/q) map) and a race's. Each is built from plain
+dicts and goes to the page as its JSON (`plot_of`): no plotly figure object is made, checked
+or copied, which cost more than all the rest of a run's final update."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
+from gradio.components.plot import PlotData
 
 from demo.labels import METHOD_LABELS
 from demo.pictures import ACCEPTED, F_CHANGED, F_KEPT, FILM_STYLE, NEW, RESAMPLED, STYLE, grid3
@@ -28,10 +32,22 @@ def title(text: str, detail: str = "") -> str:
     return text + (f"<br><sub>{detail}</sub>" if detail else "")
 
 
-def _figure(data: list[dict], title: str, x: str, y: str, height: int = 300, **layout):
-    """A plotly Figure from plain dicts (many times faster than the graph_objects builders)."""
-    import plotly.graph_objects as go
+def plot_of(figure: dict) -> PlotData:
+    """A chart as `gr.Plot` shows it: the figure's JSON, made once, without plotly's checks
+    (the figures here are built by this module) and without its default template (8 KB a
+    chart; the layouts set what they need)."""
+    import plotly.io as pio
 
+    return PlotData(type="plotly", plot=pio.to_json(figure, validate=False))
+
+
+def figure_of(plot: PlotData) -> dict:
+    """The figure a chart shows, as plain dicts: `plot_of`'s inverse."""
+    return json.loads(plot.plot)
+
+
+def _figure(data: list[dict], title: str, x: str, y: str, height: int = 300, **layout) -> PlotData:
+    """A chart from plain dicts: traces `data`, a title, axis titles and layout overrides."""
     axis = dict(gridcolor="#e5e7eb", zerolinecolor="#cbd5e1", linecolor="#94a3b8")
     base = dict(title=dict(text=title, font=dict(size=14)), height=height,
                 margin=dict(l=50, r=10, t=56, b=40), plot_bgcolor="white", paper_bgcolor="white",
@@ -45,7 +61,7 @@ def _figure(data: list[dict], title: str, x: str, y: str, height: int = 300, **l
     if legend_rows:
         base["margin"]["b"] = base["margin"]["b"] + 40 + 16 * (legend_rows // 3)
         base["height"] = base["height"] + 16 * (legend_rows // 3)
-    return go.Figure(dict(data=data, layout=base), skip_invalid=True)
+    return plot_of(dict(data=data, layout=base))
 
 
 def waiting_figure():
@@ -229,16 +245,25 @@ def _map_axes(shape: tuple[int, int]) -> dict:
 
 
 def heatmap_figure(values: np.ndarray, grid: tuple[int, ...], title: str, hover: str,
-                   colorscale: str = "Viridis", missing: float | None = None, colorbar: str = ""):
+                   colorscale: str = "Viridis", missing: float | None = None, colorbar: str = "",
+                   extra: tuple[dict, ...] = (), **layout) -> PlotData:
+    """A token map: `values` [N] laid out on the grid (frames tiled), NaN cells left blank;
+    `extra` traces drawn over it, `layout` overrides."""
     z = _tile_maps(values, grid)
     if missing is not None:
         z = np.where(z == missing, np.nan, z)
     rows = [[None if np.isnan(v) else float(v) for v in r] for r in z]
     gap = 1 if max(z.shape) <= 32 else 0
-    data = [dict(type="heatmap", z=rows, colorscale=colorscale, hoverongaps=False, xgap=gap, ygap=gap,
-                 hovertemplate=hover + "<extra></extra>",
-                 colorbar=dict(thickness=10, title=dict(text=colorbar, side="right")))]
-    return _figure(data, title, "", "", height=300, margin=dict(b=40), **_map_axes(z.shape))
+    from plotly.colors import get_colorscale
+
+    # the scale's colours, not its name: the browser's plotly knows few names (not Magma, RdYlGn)
+    heat = dict(type="heatmap", z=rows, colorscale=get_colorscale(colorscale), hoverongaps=False,
+                xgap=gap, ygap=gap,
+                hovertemplate=hover + "<extra></extra>",
+                colorbar=dict(thickness=10, title=dict(text=colorbar, side="right")))
+    heat |= layout.pop("heat", {})
+    return _figure([heat, *extra], title, "", "", **(dict(height=300, margin=dict(b=40)) | layout),
+                   **_map_axes(z.shape))
 
 
 def committed_at_figure(stats: TraceStats):
@@ -268,21 +293,21 @@ def accept_prob_figure(it: Iteration, grid: tuple[int, ...], row: int = 0):
     untested = np.isfinite(probs) & ~verified & (pos < n)
     vals = np.full(n, np.nan)
     vals[pos[verified]] = probs[verified]
-    fig = heatmap_figure(vals, grid, title("min(1, p/q) of the verified drafts", f"pass {it.index}"),
-                         "row %{y}, column %{x}<br>verified: min(1, p/q) = %{z:.3f}",
-                         colorscale="RdYlGn", colorbar="min(1, p/q)").update_traces(zmin=0, zmax=1)
     mask = np.full(n, np.nan)
     mask[pos[untested]] = 1.0
-    sheet = _tile_maps(mask, grid)
-    ys, xs = np.nonzero(np.isfinite(sheet))
-    fig.add_scatter(x=xs.tolist(), y=ys.tolist(), mode="markers",
-                    marker=dict(symbol="square-open", size=7, color="#94a3b8"),
-                    name="fed, not verified (after the first rejection)",
-                    hovertemplate="row %{y}, column %{x}<br>draft fed after the first rejection: "
-                                  "not tested<extra></extra>")
-    fig.add_scatter(x=[None], y=[None], mode="markers", name="verified draft, coloured by min(1, p/q)",
-                    marker=dict(symbol="square", size=9, color="rgb(26, 152, 80)"))
-    return fig.update_layout(height=420, margin=dict(b=110), legend=dict(y=-0.28))
+    ys, xs = np.nonzero(np.isfinite(_tile_maps(mask, grid)))
+    untested_cells = dict(type="scatter", x=xs.tolist(), y=ys.tolist(), mode="markers",
+                          marker=dict(symbol="square-open", size=7, color="#94a3b8"),
+                          name="fed, not verified (after the first rejection)",
+                          hovertemplate="row %{y}, column %{x}<br>draft fed after the first rejection: "
+                                        "not tested<extra></extra>")
+    key = dict(type="scatter", x=[None], y=[None], mode="markers", name="verified draft, coloured by min(1, p/q)",
+               marker=dict(symbol="square", size=9, color="rgb(26, 152, 80)"))
+    return heatmap_figure(vals, grid, title("min(1, p/q) of the verified drafts", f"pass {it.index}"),
+                          "row %{y}, column %{x}<br>verified: min(1, p/q) = %{z:.3f}",
+                          colorscale="RdYlGn", colorbar="min(1, p/q)", extra=(untested_cells, key),
+                          heat=dict(zmin=0, zmax=1), height=420, legend=dict(y=-0.28),
+                          margin=dict(b=70))           # + 40 for the legend's line
 
 
 def race_figures(runs: dict, samples: int) -> tuple:

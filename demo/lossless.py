@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from demo import checks
-from demo.charts import METHOD_COLOURS, title
+from demo.charts import METHOD_COLOURS, plot_of, title
 from demo.labels import METHOD_LABELS
 from demo.pictures import tile_frames, to_rgb
 from scd_core.lossless import ChiSquare, Comparison
@@ -113,15 +113,13 @@ def histogram_figure(model, c: Comparison):
         layout.setdefault("annotations", []).append(dict(
             text=f"position {p}<br><b>p = {t.p_value:.2f}</b>", x=(lo + hi) / 2, y=top + 0.02, xref="paper",
             yref="paper", showarrow=False, yanchor="bottom", font=dict(size=12)))
-    import plotly.graph_objects as go
-    fig = go.Figure(data=data)
     height = 150 + 280 * ((positions + 1) // 2)
-    fig.update_layout(title=dict(text=title("Which token each sample put at a position",
-                                            "bars: share of the samples; p: the chance test")),
-                      barmode="group", height=height, margin=dict(l=50, r=10, t=90, b=60),
-                      plot_bgcolor="white", legend=dict(orientation="h", x=0, xref="paper", yref="container",
-                                                        y=0, yanchor="bottom"), **layout)
-    return fig
+    layout |= dict(title=dict(text=title("Which token each sample put at a position",
+                                         "bars: share of the samples; p: the chance test")),
+                   barmode="group", height=height, margin=dict(l=50, r=10, t=90, b=60),
+                   plot_bgcolor="white", paper_bgcolor="white",
+                   legend=dict(orientation="h", x=0, xref="paper", yref="container", y=0, yanchor="bottom"))
+    return plot_of(dict(data=data, layout=layout))
 
 
 def samples_picture(model, tokens, count: int = SHOWN_SAMPLES) -> np.ndarray:

@@ -11,7 +11,6 @@ import time
 from types import SimpleNamespace
 
 import numpy as np
-import plotly.graph_objects as go
 from PIL import Image
 import pytest
 from gradio_client import Client
@@ -22,6 +21,7 @@ from demo import models
 from scd_core.models.cache import ModelCache
 from scd_core.models.status import model_status
 from fakehub import empty_hub_cache  # noqa: F401  (a fixture)
+from plots_util import figure
 
 GOOD = dict(model="texture", method="scd-mc", window=16, init="random", temperature=1.0,
             top_k=0, top_p=1.0, cfg_scale=1.0, seed=0, prompt="ocean waves", pace=0.0, samples=3)
@@ -66,7 +66,7 @@ def test_generate_streams_the_picture_then_charts_and_summary():
     assert img.dtype == np.uint8 and img.shape == (384, 384, 3)       # 192 px decoded, x2
     for plot in (app.chart_committed, app.chart_length, app.chart_flicker, app.chart_rate,
                  app.heat_committed, app.heat_unchanged):
-        assert isinstance(final(updates, plot), go.Figure)
+        assert figure(final(updates, plot)).data is not None        # a valid plotly figure
     assert "done" in final(updates, app.status)
     assert "step compression" in final(updates, app.summary)
     run = final(updates, app.last_run)
@@ -78,7 +78,7 @@ def test_generate_streams_the_picture_then_charts_and_summary():
 def test_history_keeps_other_methods_curves_and_gives_a_latency_speedup():
     history = final(list(app.generate_stream(*args(method="ar"))), app.history_state)
     updates = list(app.generate_stream(*args(method="sjd"), history=history))
-    names = [t.name for t in final(updates, app.chart_committed).data]
+    names = [t.name for t in figure(final(updates, app.chart_committed)).data]
     assert "AR" in names and "SJD" in names and "one token per pass (AR)" in names
     assert "run AR once" not in final(updates, app.summary)
 
@@ -122,7 +122,7 @@ def test_stop_ends_the_run_within_a_pass_and_keeps_the_picture():
     nfe = int(status.split("stopped at NFE ")[1].split(",")[0])
     assert nfe <= len(seen) + 2                                    # within a pass of the stop
     assert final(rest, app.live_image).shape == (384, 384, 3)
-    assert isinstance(final(rest, app.chart_committed), go.Figure)
+    assert figure(final(rest, app.chart_committed)).layout.title.text
     assert len(final(rest, app.last_run)["iterations"]) == nfe       # replay of the partial run
     again = list(app.generate_stream(*args(), request=visitor("stopper")))   # a new run is not
     assert "done" in final(again, app.status)                                # stopped by the old
@@ -160,7 +160,7 @@ def test_greedy_race_gives_every_method_ars_tokens():
     updates = list(app.race_stream(*args(temperature=0.0, samples=2)))
     rows = final(updates, app.race_table).split("<tr>")[3:]
     assert all(r.split("<td>")[2].startswith("yes") for r in rows)
-    names = [t.name for t in final(updates, app.race_chart).data if t.showlegend is not False]
+    names = [t.name for t in figure(final(updates, app.race_chart)).data if t.showlegend is not False]
     assert sum("AR" in (n or "") for n in names) == 1 and len(names) == 4    # AR drawn once, its own curve
 
 
@@ -378,6 +378,7 @@ def test_replay_colours_only_the_verified_drafts():
                 app.last_run)
     for i in (1, 3, 5):
         img, text, probs = app.replay_view(i, run)
+        probs = figure(probs)
         it = run["iterations"][i]
         verified = int(it.verified[0].sum())
         assert img.shape == (320, 320, 3) and f"{verified} drafts verified" in text

@@ -11,6 +11,7 @@ from scipy import stats
 
 import scd_core
 from demo import lossless as view
+from plots_util import figure
 from scd_core import lossless
 
 
@@ -109,7 +110,7 @@ def test_the_view_says_it_in_plain_words(texture):
     text = view.summary_markdown(texture, c)
     assert "32 samples of AR and 32 of SJD" in text and "576/576 equal" in text and "p-value" in text
     assert "total variation" not in text
-    fig = view.histogram_figure(texture, c)
+    fig = figure(view.histogram_figure(texture, c))
     assert len(fig.data) == 8 and all(f"p = {t.p_value:.2f}" in str(fig.layout.annotations) for t in c.tests)
     assert view.samples_picture(texture, c.ar_tokens).shape[2] == 3
     assert view.greedy_picture(texture, c).shape[1] > view.greedy_picture(texture, c).shape[0]

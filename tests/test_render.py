@@ -13,6 +13,7 @@ from PIL import Image
 
 import scd_core
 from legend_check import unnamed_colours
+from plots_util import figure
 from scd_core import race, trace
 from demo import charts, export, pictures, race_view, run_view
 from scd_core.trace import Iteration, Run, TokenLog
@@ -173,26 +174,34 @@ def all_figures(toy_grid, sjd_iterations):
         stats.add(it)
     settings = race.Race("fox", scd_core.Settings(window=8))
     runs = {m: list(race.decode(toy_grid, settings, m, 2))[-1] for m in ("ar", "sjd", "scd-mc")}
-    return stats, [
+    return stats, [figure(f) for f in (
         charts.committed_vs_nfe_figure({"sjd": (stats.nfe, stats.committed)}, stats.num_tokens, "sjd"),
         charts.accepted_length_figure(stats), charts.acceptance_figure(stats), charts.flicker_figure(stats),
         charts.committed_at_figure(stats), charts.unchanged_figure(stats),
         charts.accept_prob_figure(sjd_iterations[3], tuple(toy_grid.grid)),
         charts.race_progress_figure({m: r.committed_curves() for m, r in runs.items()}, 256),
         charts.histogram_figure({m: r.histogram() for m, r in runs.items()}, 2),
-        charts.race_flicker_figure({m: r.changed_per_pass() for m, r in runs.items()})]
+        charts.race_flicker_figure({m: r.changed_per_pass() for m, r in runs.items()}))]
 
 
-def test_figures_are_plotly_with_hover_definitions(toy_grid, sjd_iterations):
-    import plotly.graph_objects as go
-
-    stats, figs = all_figures(toy_grid, sjd_iterations)
-    assert all(isinstance(f, go.Figure) for f in figs)
+def test_figures_are_valid_plotly_with_hover_definitions(toy_grid, sjd_iterations):
+    stats, figs = all_figures(toy_grid, sjd_iterations)        # plotly checks every attribute
     curve = figs[0]
     assert curve.data[0].x == (0, stats.num_tokens)             # the AR diagonal
     assert "forward passes" in curve.data[1].hovertemplate
     assert "verified" in figs[2].data[0].hovertemplate
     assert figs[4].data[0].type == "heatmap" and figs[4].layout.xaxis.title.text == "column"
+
+
+def test_token_maps_send_their_colours_not_a_colour_scale_name(toy_grid, sjd_iterations):
+    stats = run_view.TraceStats(tuple(toy_grid.grid))
+    for it in sjd_iterations:
+        stats.add(it)
+    for plot in (charts.committed_at_figure(stats), charts.unchanged_figure(stats),
+                 charts.accept_prob_figure(sjd_iterations[3], tuple(toy_grid.grid))):
+        scale = charts.figure_of(plot)["data"][0]["colorscale"]       # what the browser gets
+        assert [s[0] for s in scale][::len(scale) - 1] == [0, 1] and all(c.startswith("#") or
+                                                                         c.startswith("rgb") for _, c in scale)
 
 
 def test_every_chart_names_each_colour_it_draws(toy_grid, sjd_iterations):
@@ -202,7 +211,7 @@ def test_every_chart_names_each_colour_it_draws(toy_grid, sjd_iterations):
 
 def test_accepted_length_bars_take_the_colour_their_legend_gives(toy_grid, sjd_iterations):
     stats, _ = all_figures(toy_grid, sjd_iterations)
-    fig = charts.accepted_length_figure(stats)
+    fig = figure(charts.accepted_length_figure(stats))
     by_name = {t.name: t for t in fig.data}
     residual = by_name["residual sample (first rejection)"]
     assert isinstance(residual.marker.color, str)                # one colour per legend entry
@@ -211,16 +220,16 @@ def test_accepted_length_bars_take_the_colour_their_legend_gives(toy_grid, sjd_i
 
 def test_race_progress_band_spans_the_samples():
     curves = {"sjd": np.array([[1, 3, 6, 8], [1, 2, 4, 8]])}
-    fig = charts.race_progress_figure(curves, 8)
+    fig = figure(charts.race_progress_figure(curves, 8))
     low, high, mean = fig.data[1:4]
     assert list(low.y) == [0, 1, 2, 4, 8] and list(high.y) == [0, 1, 3, 6, 8]
     assert list(mean.y) == [0, 1, 2.5, 5, 8] and mean.name == "SJD: mean of 2, band min-max"
-    assert len(charts.race_progress_figure(curves, 8, upto=2).data[3].y) == 3
+    assert len(figure(charts.race_progress_figure(curves, 8, upto=2)).data[3].y) == 3
 
 
 def test_accept_prob_map_colours_only_the_verified_drafts(toy_grid, sjd_iterations):
     for it in sjd_iterations[1:6]:
-        fig = charts.accept_prob_figure(it, tuple(toy_grid.grid))
+        fig = figure(charts.accept_prob_figure(it, tuple(toy_grid.grid)))
         z = np.array(fig.data[0].z, dtype=float)
         assert np.isfinite(z).sum() == int(it.verified[0].sum())
         untested = fig.data[1]
