@@ -16,8 +16,10 @@ memory over many requests.
    the server saw the stop landed after the click.
 3. visitors: `python app.py` in a subprocess; for each count of --visitors (default 1,16,64)
    that many gradio_client visitors press Generate at once (tiny, the page's defaults at full
-   speed, seeds 0..N-1: their rows share passes), in --bursts bursts: how many were served,
-   p50 and p95 latency (nearest rank) and the whole burst's time, against the same requests
+   speed, seeds 0..N-1: their rows share passes) and fetches its final picture, in --bursts
+   bursts: how many were served, p50 and p95 latency (nearest rank), the whole burst's time
+   and the CPU seconds of the page, its decode workers and the visitors (this process,
+   on the same cores), against the same requests
    submitted at once to one `scd_core.serve.Server` in this process (one torch thread, as the
    page's decode worker).
 4. memory: the server's resident memory after 10 warm-up requests and after 100 more from
@@ -193,9 +195,30 @@ def serve(port: int) -> tuple[subprocess.Popen, str]:
     raise SystemExit("the app did not start")
 
 
+def visitor(url: str):
+    """A gradio_client visitor that fetches only its final picture, as a browser shows it
+    (`request`): left to download every file of every result itself, gradio_client cost the
+    measuring process about 0.6 s of CPU a request on 2 cores, time the page's server lost."""
+    from gradio_client import Client
+
+    return Client(url, verbose=False, download_files=False)
+
+
+PICTURES = threading.local()         # each visitor thread's HTTP connection for its pictures
+
+
 def request(client, seed: int = 0) -> float:
+    """Seconds from pressing Generate to the final picture fetched."""
+    import httpx
+
     t = time.perf_counter()
-    client.submit(*TINY[:8], seed, *TINY[9:], api_name="/generate").result(timeout=600)
+    out = client.submit(*TINY[:8], seed, *TINY[9:], api_name="/generate").result(timeout=600)
+    picture = out[0]
+    if not isinstance(picture, dict) or not picture.get("url"):
+        raise RuntimeError(f"no final picture in the result: {str(picture)[:80]}")
+    if getattr(PICTURES, "http", None) is None:
+        PICTURES.http = httpx.Client(timeout=60)
+    PICTURES.http.get(picture["url"]).raise_for_status()
     return time.perf_counter() - t
 
 
@@ -233,17 +256,37 @@ def nearest(ordered: list[float], q: float) -> float:
     return ordered[math.ceil(q * len(ordered)) - 1]
 
 
-def visitors(port: int, counts: list[int], bursts: int = 3) -> None:
-    from gradio_client import Client
+def cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds used so far by the page's process (`page`), by its decode workers and
+    other child processes (`workers`), and by this measuring process (`visitors`)."""
+    import resource
 
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def used(p: int) -> float:
+        fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    def children(p: int) -> list[int]:
+        kids = []
+        for task in os.listdir(f"/proc/{p}/task"):
+            kids += [int(k) for k in Path(f"/proc/{p}/task/{task}/children").read_text().split()]
+        return kids + [g for k in kids for g in children(k)]
+
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    return {"page": used(pid), "workers": sum(used(k) for k in children(pid)),
+            "visitors": me.ru_utime + me.ru_stime}
+
+
+def visitors(port: int, counts: list[int], bursts: int = 3) -> None:
     server, url = serve(port)
     table = []
     try:
-        request(Client(url, verbose=False))                    # warm-up: the model loads
+        request(visitor(url))                                  # warm-up: the model loads
         for count in counts:
             p50s, p95s, walls, failed = [], [], [], 0
             for burst in range(bursts):
-                clients = [Client(url, verbose=False) for _ in range(count)]
+                clients = [visitor(url) for _ in range(count)]
                 results: list = []
 
                 def visit(c, seed):
@@ -253,12 +296,13 @@ def visitors(port: int, counts: list[int], bursts: int = 3) -> None:
                         results.append(repr(exc)[:80])
 
                 threads = [threading.Thread(target=visit, args=(c, i)) for i, c in enumerate(clients)]
-                t = time.perf_counter()
+                used, t = cpu_seconds(server.pid), time.perf_counter()
                 for th in threads:
                     th.start()
                 for th in threads:
                     th.join()
                 walls.append(time.perf_counter() - t)
+                used = {k: v - used[k] for k, v in cpu_seconds(server.pid).items()}
                 ok = sorted(r for r in results if isinstance(r, float))
                 failed += count - len(ok)
                 if ok:
@@ -267,6 +311,7 @@ def visitors(port: int, counts: list[int], bursts: int = 3) -> None:
                 print(f"  burst {burst + 1}: {count} visitors at once, {len(ok)} served in "
                       f"{walls[-1]:.1f} s" + (f"; latency p50 {p50s[-1]:.2f} s, p95 {p95s[-1]:.2f} s"
                                               if ok else "")
+                      + "; CPU s: " + ", ".join(f"{k} {v:.2f}" for k, v in used.items())
                       + "".join(f"\n  refused: {r}" for r in results if not isinstance(r, float)))
             table.append((count, statistics.median(p50s) if p50s else math.nan,
                           statistics.median(p95s) if p95s else math.nan, statistics.median(walls), failed))
@@ -289,11 +334,9 @@ def rss(pid: int) -> float:
 
 
 def memory(port: int) -> None:
-    from gradio_client import Client
-
     server, url = serve(port)
     try:
-        client = Client(url, verbose=False)
+        client = visitor(url)
         for seed in range(10):
             request(client, seed)
         before = rss(server.pid)
@@ -303,7 +346,7 @@ def memory(port: int) -> None:
         print(f"server memory, one visitor: {before:.0f} MB after 10 requests, {after:.0f} MB "
               f"after 100 more ({100 * (after / before - 1):+.1f}%)")
         for seed in range(110, 210):
-            request(Client(url, verbose=False), seed)
+            request(visitor(url), seed)
         visitors = rss(server.pid)
         print(f"then 100 new visitors, one request each: {visitors:.0f} MB "
               f"({(visitors - after) / 100:.2f} MB per visitor, kept for the last app.SESSIONS)")
