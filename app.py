@@ -18,7 +18,7 @@ from scd_core.client import DecodeError
 from scd_core.models import cache
 
 from demo import (backend, charts, checks, export, labels, lossless, models, pictures, race_view, run_view,
-                  servers, streaming, texts, uploads)
+                  servers, streaming, texts, tree_view, uploads)
 from demo.clips import example_clips
 
 try:  # ZeroGPU on Hugging Face Spaces (hold a GPU for duration(*inputs) s); a no-op elsewhere
@@ -118,11 +118,11 @@ def run_charts(stats: run_view.TraceStats, history: dict, method: str, live: boo
 
 
 def final_outputs(model, name: str, method: str, prompt: str, stats: run_view.TraceStats, shared: int,
-                  decode, history: dict) -> dict:
+                  decode, history: dict, tree: tuple[int, int]) -> dict:
     wall = stats.records[-1].wall_time
     out = {summary: texts.prompt_note(model, prompt) + run_view.run_summary(
                LABELS[method], stats.sample(), wall, history.get("ar", {}).get("wall"),
-               models.decoding_device(REQUESTS.client, name), shared, stats.done),
+               models.decoding_device(REQUESTS.client, name), shared, stats.done, tree, stats.counts),
            heat_committed: charts.committed_at_figure(stats), heat_unchanged: charts.unchanged_figure(stats),
            film: pictures.filmstrip_image(stats.film), history_state: history,
            last_run: {"model": name, "method": method, "iterations": stats.records, "decode": decode},
@@ -156,7 +156,8 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
         if stopped():                                     # stopped while waiting in the queue
             yield {status: texts.STOPPED_EARLY}
             return
-        row = backend.Row(REQUESTS, REQUESTS.submit(key, name, s.prompt, s.seed, s.of(method)), name)
+        settings = s.of(method)
+        row = backend.Row(REQUESTS, REQUESTS.submit(key, name, s.prompt, s.seed, settings), name)
         stats, history = run_view.TraceStats(tuple(model.grid)), streaming.history_of(history, name)
         blank = dict.fromkeys(run_views, None) | REPLAY_CLEARED   # clears the last run's views
         waiting = SERVERS.timing_alone.is_set if KIND == "local" else lambda: False
@@ -169,7 +170,7 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
             if picture and not stats.done:
                 picture_shown = pictures.render_iteration(model, it, decode=row.decode())
                 first_shown = first_shown or servers.now()
-                yield blank | {live_image: picture_shown,
+                yield blank | {live_image: picture_shown, tree_now: tree_view.tree_html(it, settings.tree),
                                status: run_view.run_status(LABELS[method], stats, it.wall_time, "running",
                                                            row.shared(len(stats.records)),
                                                            pace_raised=raised)} | \
@@ -196,15 +197,18 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
         pictures.render_iteration(model, it, decode=decode)      # a stop keeps the picture shown
     shown_for = servers.now() - first_shown if pace and first_shown is not None else None
     yield blank | {live_image: final_picture,
+                   tree_now: tree_view.tree_html(tree_view.last_sibling(stats.records) or it, settings.tree,
+                                                 last=tree_view.last_sibling(stats.records) is not None),
                    status: run_view.run_status(LABELS[method], stats, it.wall_time, end, shared,
-                                               shown_for=shown_for, pace_raised=raised)}
+                                               shown_for=shown_for, pace_raised=raised,
+                                               tree=settings.tree)}
     if browser:                                           # first (drawing the charts delays it)
         servers.sleep_until(servers.now() + servers.FIRST_PAINT)
     if end == "done":
         history[method] = {"nfe": stats.nfe, "committed": stats.committed,
                            "wall": None if shared else it.wall_time}
     yield run_charts(stats, history, method) | final_outputs(model, name, method, s.prompt, stats,
-                                                              shared, decode, history)
+                                                              shared, decode, history, settings.tree)
 
 
 # ------------------------------------------------------------------------------- race
@@ -491,6 +495,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                             live_image = image("live-image")
                             gr.HTML(pictures.legend_html())
                             status = gr.Markdown(texts.GENERATE_HINT, elem_id="status")
+                            tree_now = gr.HTML("", elem_id="tree-view")
                         with gr.Column(scale=3, min_width=300):
                             chart_committed = plot("chart-committed", charts.waiting_figure())
                     with gr.Row():
@@ -567,7 +572,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
 
     inputs = [model_dd, method_rd, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, seed_nb,
               prompt_tb, pace_nb, samples_nb, clip_path, clip_text_tb, tree_dd, history_state, ticket]
-    gen_outputs = [live_image, status, chart_committed, chart_length, chart_flicker, chart_rate,
+    gen_outputs = [live_image, status, tree_now, chart_committed, chart_length, chart_flicker, chart_rate,
                    heat_committed, heat_unchanged, film, summary, history_state, last_run,
                    replay_slider, clip_video, clip_files, replay_image, replay_text, replay_probs,
                    export_files, export_video]
@@ -576,7 +581,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     REPLAY_CLEARED = {last_run: None, replay_image: None, replay_text: "", replay_probs: None,
                       export_files: None, export_video: None}
     run_views = [chart_committed, chart_flicker, chart_length, chart_rate, heat_committed,
-                 heat_unchanged, film, summary, clip_video, clip_files]   # a new run clears them
+                 heat_unchanged, film, summary, clip_video, clip_files, tree_now]   # a new run clears them
     race_outputs = [*race_images.values(), race_status, race_table, race_note, race_why, race_chart,
                     race_hist, race_flicker, race_state, race_sample]
     clip_in.change(None, clip_in, clip_path, js="(v) => (v && v.path) || ''",

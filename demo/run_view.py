@@ -23,6 +23,8 @@ METRIC_HELP = {
     "speedup": "latency speed-up = AR wall time / this wall time, same process",
     "stability": "draft stability = carried-over drafts whose token did not change from one pass "
                  "to the next / carried-over drafts",
+    "sibling": "sibling share = passes whose accepted path took a candidate other than the first at "
+               "some tree level / passes: where a chain would have stopped at its first rejection",
 }
 
 
@@ -141,12 +143,23 @@ def pace_note(pace: float, shown: float) -> str:
             if 0 < pace < shown else "")
 
 
+def tree_note(tree: tuple[int, int], counts: trace.DraftCounts) -> str:
+    """What a run's draft tree did, in words ("" on the chain)."""
+    k, depth = tree
+    if k == 1 or depth == 0:
+        return ""
+    return (f"tree {k} x {depth}: a sibling taken in {counts.siblings} of {counts.passes} passes "
+            f"({counts.sibling_share:.0%})")
+
+
 def run_status(label: str, stats: TraceStats, wall: float, state: str, shared: int = 0,
-               shown_for: float | None = None, pace_raised: str = "") -> str:
+               shown_for: float | None = None, pace_raised: str = "",
+               tree: tuple[int, int] = (1, 0)) -> str:
     """One line: method, tokens, NFE; `state` is "running", "done" or "stopped"; `shared`: the
     most other samples (other visitors' rows) that one of its passes decoded with it;
     `shown_for`: seconds slow motion took to show the run (None at full speed); `pace_raised`:
-    `pace_note`'s words. AR has no drafts: nothing is said about acceptance."""
+    `pace_note`'s words; `tree`: the run's (k, depth). AR has no drafts: nothing is said about
+    acceptance."""
     n, total, nfe = stats.committed[-1], stats.num_tokens, stats.nfe[-1]
     raised = f" · {pace_raised}" if pace_raised else ""
     if state == "stopped":
@@ -160,12 +173,14 @@ def run_status(label: str, stats: TraceStats, wall: float, state: str, shared: i
     drafts = (" · no drafts (AR)" if stats.method == "ar" else
               f" · acceptance {sample.acceptance_rate:.2f} · mean accepted length "
               f"{sample.mean_accepted_length:.2f}")
+    tree_done = f" · {tree_note(tree, stats.counts)}" if tree_note(tree, stats.counts) else ""
     return (head + f" · **done** · {timing}" + (f" ({shared_note(shared)})" if shared else "")
-            + f" · step compression {sample.step_compression:.2f}x" + drafts + raised)
+            + f" · step compression {sample.step_compression:.2f}x" + drafts + tree_done + raised)
 
 
 def run_summary(label: str, sample: Sample, wall: float, ar_wall: float | None, device: str,
-                shared: int = 0, complete: bool = True) -> str:
+                shared: int = 0, complete: bool = True, tree: tuple[int, int] = (1, 0),
+                counts: trace.DraftCounts | None = None) -> str:
     """The ended run's metrics as a markdown table, each with its definition. `ar_wall`: this
     session's last AR run that ran alone; `shared` as for `run_status`: a run that shared its
     passes has no latency of its own (the race times each method alone); a stopped run
@@ -191,6 +206,8 @@ def run_summary(label: str, sample: Sample, wall: float, ar_wall: float | None, 
             ("mean accepted length", no_drafts if ar else f"{sample.mean_accepted_length:.2f}",
              METRIC_HELP["mean_len"]),
             ("draft stability", no_drafts if ar else f"{sample.draft_stability:.3f}", METRIC_HELP["stability"]),
+            *([("draft tree", tree_note(tree, counts), METRIC_HELP["sibling"])]
+              if counts is not None and tree_note(tree, counts) else []),
             ("wall time", f"{wall:.2f} s", timed),
             ("latency speed-up", speedup, METRIC_HELP["speedup"])]
     return "| metric | value | definition |\n|---|---|---|\n" + \

@@ -9,11 +9,14 @@ benchmark, the pictures and the app all call these:
 - draft stability = share of carried-over drafts (fed in one pass, still drafts after it)
   whose token did not change: the flicker that coupling removes;
 - committed histogram = passes that committed 1, 2, 3, ... tokens;
+- sibling share (draft trees) = share of speculative passes whose accepted path took a
+  candidate other than the first at some tree level: passes the tree kept going;
 - step compression = AR's NFE / this NFE, where AR's NFE is N (prefill + N - 1 steps);
 - latency speed-up = AR wall time / this wall time, measured in the same process.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable, Sequence
@@ -249,20 +252,22 @@ class DraftCounts:
     passes: int = 0          # speculative passes of unfinished rows (the prefill excluded)
     carried: int = 0         # drafts fed and still drafts after the pass
     unchanged: int = 0       # of those, the ones whose token did not change
+    siblings: int = 0        # passes whose accepted path took a sibling: with a draft tree, a
+                             # candidate other than the first at some tree level
 
     @classmethod
     def of(cls, records: Sequence[Iteration], row: int | None = None) -> "DraftCounts":
         total = cls()
         for it in records:
+            sibling = (it.branches > 0).any(1) if it.branches is not None and it.branches.shape[1] \
+                else torch.zeros_like(it.active)
             per_row = torch.stack([it.num_accepted, it.num_verified, it.active.long(),
-                                   it.carried.sum(1), it.unchanged])            # [5, B]
+                                   it.carried.sum(1), it.unchanged, sibling.long()])     # [6, B]
             total = total + cls(*(per_row.sum(1) if row is None else per_row[:, row]).tolist())
         return total
 
     def __add__(self, other: "DraftCounts") -> "DraftCounts":
-        return DraftCounts(self.accepted + other.accepted, self.verified + other.verified,
-                           self.passes + other.passes, self.carried + other.carried,
-                           self.unchanged + other.unchanged)
+        return DraftCounts(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other))))
 
     @property
     def acceptance_rate(self) -> float:
@@ -278,6 +283,11 @@ class DraftCounts:
     def draft_stability(self) -> float:
         """Share of carried-over drafts whose token did not change from one pass to the next."""
         return self.unchanged / self.carried if self.carried else 0.0
+
+    @property
+    def sibling_share(self) -> float:
+        """Share of speculative passes whose accepted path took a sibling (0 on a chain)."""
+        return self.siblings / self.passes if self.passes else 0.0
 
 
 def accepted_drafts(records: Sequence[Iteration], row: int | None = None) -> int:

@@ -82,3 +82,60 @@ def test_the_race_with_a_tree_runs_its_ar_row_on_the_chain():
     text = str(last(updates, app.race_status))
     assert "error" not in text.lower() and "not started" not in text.lower()
     assert last(updates, app.race_table) is not None
+
+
+# ------------------------------------------------------------- the live view draws the tree
+
+from demo import run_view, tree_view  # noqa: E402
+from scd_core import trace  # noqa: E402
+
+
+@pytest.mark.parametrize("method,tree", [("sjd", (2, 1)), ("scd-mc", (2, 2)), ("scd-gumbel", (3, 1))])
+def test_each_pass_tree_agrees_with_what_the_pass_committed(method, tree):
+    """The candidates drawn at each level, read back against the pass's own verdict: the
+    taken candidates are the committed tokens, a level with none taken ends the pass with its
+    residual, and the passes shown taking a sibling are the ones the trace counts."""
+    model = app.MODELS.get("texture")
+    records = list(scd_core.stream(model, ["ocean waves"], method=method, window=16, tree=tree, seed=3))
+    drawn = 0
+    for it in records:
+        levels = tree_view.tree_levels(it)
+        if not levels:
+            continue
+        drawn += 1
+        k, depth = tree
+        committed = it.committed_tokens[0].tolist()
+        assert len(levels) <= depth and all(len(lv.candidates) == k for lv in levels)
+        for d, lv in enumerate(levels):
+            assert lv.position == int(it.n_before[0]) + d
+            taken = [t for t, v in lv.candidates if v == tree_view.TAKEN]
+            if lv.residual is None:
+                assert taken == [committed[d]]
+            else:                                   # none accepted: the pass ends here
+                assert d == len(levels) - 1 and not taken and bool(it.resampled[0])
+                assert lv.residual == committed[d] and int(it.num_accepted[0]) == d
+                assert {v for _, v in lv.candidates} == {tree_view.REJECTED}
+        assert len({t for t, _ in levels[0].candidates}) == k          # candidates drawn without replacement
+    siblings = sum(tree_view.took_sibling(it) for it in records)
+    assert drawn > 0.8 * len(records) and siblings == trace.DraftCounts.of(records, 0).siblings > 0
+
+
+def test_a_chain_run_draws_no_tree():
+    model = app.MODELS.get("texture")
+    records = list(scd_core.stream(model, ["ocean waves"], method="scd-mc", window=16, seed=0))
+    assert not any(tree_view.tree_levels(it) for it in records)
+    assert tree_view.tree_html(records[3], (1, 0)) == ""
+    assert run_view.tree_note((1, 0), trace.DraftCounts.of(records, 0)) == ""
+
+
+def test_generate_with_a_tree_shows_it_and_says_what_it_did():
+    updates = list(app.generate_stream(*page_args("texture", "ocean waves", "scd-mc", 16, "2 x 2")))
+    shown, status = last(updates, app.tree_now), last(updates, app.status)
+    records = last(updates, app.last_run)["iterations"]
+    counts = trace.DraftCounts.of(records, 0)
+    assert "Draft tree 2 x 2" in shown and "a sibling was taken" in shown
+    assert f"Pass {tree_view.last_sibling(records).index}, the run's last that took a sibling" in shown
+    assert f"a sibling taken in {counts.siblings} of {counts.passes} passes" in status
+    assert "| draft tree | tree 2 x 2: a sibling taken" in last(updates, app.summary)
+    chain = list(app.generate_stream(*page_args("texture", "ocean waves", "scd-mc", 16, "chain (no tree)")))
+    assert last(chain, app.tree_now) in ("", None) and "sibling" not in last(chain, app.status)
