@@ -11,6 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import gradio as gr
 import imageio.v3 as iio
 import numpy as np
 import pytest
@@ -155,10 +156,12 @@ def test_served_bad_clip_is_an_error_then_a_clip_gives_an_mp4(served_model):
         job.result(timeout=120)
         last = lambda i: next(o[i] for o in reversed(job.outputs())  # noqa: E731
                               if o[i] and not (isinstance(o[i], dict) and "__type__" in o[i]))
-        assert os.path.exists(last(0))                                      # the live picture
-        mp4 = last(11)["video"] if isinstance(last(11), dict) else last(11)   # states left out
+        at = [o for o in app.gen_outputs if not isinstance(o, gr.State)].index    # the API leaves states out
+        assert os.path.exists(last(at(app.live_image)))                     # the live picture
+        clip = last(at(app.clip_video))
+        mp4 = clip["video"] if isinstance(clip, dict) else clip
         assert mp4.endswith(".mp4") and iio.imread(mp4).shape[0] == 33
-        assert [os.path.splitext(f)[1] for f in last(12)] == [".mp4", ".gif"]   # downloads
+        assert [os.path.splitext(f)[1] for f in last(at(app.clip_files))] == [".mp4", ".gif"]   # downloads
     finally:
         app.demo.close()
 
