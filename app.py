@@ -196,9 +196,9 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
     final_picture = picture_shown if end == "stopped" and picture_shown is not None else \
         pictures.render_iteration(model, it, decode=decode)      # a stop keeps the picture shown
     shown_for = servers.now() - first_shown if pace and first_shown is not None else None
+    sibling = tree_view.last_sibling(stats.records)       # the tree shown at the end
     yield blank | {live_image: final_picture,
-                   tree_now: tree_view.tree_html(tree_view.last_sibling(stats.records) or it, settings.tree,
-                                                 last=tree_view.last_sibling(stats.records) is not None),
+                   tree_now: tree_view.tree_html(sibling or it, settings.tree, last=sibling is not None),
                    status: run_view.run_status(LABELS[method], stats, it.wall_time, end, shared,
                                                shown_for=shown_for, pace_raised=raised,
                                                tree=settings.tree)}

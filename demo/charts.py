@@ -246,9 +246,9 @@ def _map_axes(shape: tuple[int, int]) -> dict:
 
 def heatmap_figure(values: np.ndarray, grid: tuple[int, ...], title: str, hover: str,
                    colorscale: str = "Viridis", missing: float | None = None, colorbar: str = "",
-                   extra: tuple[dict, ...] = (), **layout) -> PlotData:
+                   extra: tuple[dict, ...] = (), heat: dict | None = None, **layout) -> PlotData:
     """A token map: `values` [N] laid out on the grid (frames tiled), NaN cells left blank;
-    `extra` traces drawn over it, `layout` overrides."""
+    `heat`: more attributes of the map's trace, `extra`: traces drawn over it, `layout`: overrides."""
     z = _tile_maps(values, grid)
     if missing is not None:
         z = np.where(z == missing, np.nan, z)
@@ -257,12 +257,10 @@ def heatmap_figure(values: np.ndarray, grid: tuple[int, ...], title: str, hover:
     from plotly.colors import get_colorscale
 
     # the scale's colours, not its name: the browser's plotly knows few names (not Magma, RdYlGn)
-    heat = dict(type="heatmap", z=rows, colorscale=get_colorscale(colorscale), hoverongaps=False,
-                xgap=gap, ygap=gap,
-                hovertemplate=hover + "<extra></extra>",
-                colorbar=dict(thickness=10, title=dict(text=colorbar, side="right")))
-    heat |= layout.pop("heat", {})
-    return _figure([heat, *extra], title, "", "", **(dict(height=300, margin=dict(b=40)) | layout),
+    trace = dict(type="heatmap", z=rows, colorscale=get_colorscale(colorscale), hoverongaps=False,
+                 xgap=gap, ygap=gap, hovertemplate=hover + "<extra></extra>",
+                 colorbar=dict(thickness=10, title=dict(text=colorbar, side="right"))) | (heat or {})
+    return _figure([trace, *extra], title, "", "", **(dict(height=300, margin=dict(b=40)) | layout),
                    **_map_axes(z.shape))
 
 

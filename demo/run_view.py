@@ -173,7 +173,8 @@ def run_status(label: str, stats: TraceStats, wall: float, state: str, shared: i
     drafts = (" · no drafts (AR)" if stats.method == "ar" else
               f" · acceptance {sample.acceptance_rate:.2f} · mean accepted length "
               f"{sample.mean_accepted_length:.2f}")
-    tree_done = f" · {tree_note(tree, stats.counts)}" if tree_note(tree, stats.counts) else ""
+    tree_done = tree_note(tree, stats.counts)
+    tree_done = f" · {tree_done}" if tree_done else ""
     return (head + f" · **done** · {timing}" + (f" ({shared_note(shared)})" if shared else "")
             + f" · step compression {sample.step_compression:.2f}x" + drafts + tree_done + raised)
 
@@ -199,6 +200,7 @@ def run_summary(label: str, sample: Sample, wall: float, ar_wall: float | None, 
         f"; its {shared_note(shared)}, so it includes their work" if shared else "")
     ar = label == METHOD_LABELS["ar"]
     no_drafts = "no drafts (AR)"
+    tree_row = tree_note(tree, counts) if counts is not None else ""
     rows = [("NFE", sample.nfe, METRIC_HELP["nfe"]),
             ("step compression", f"{sample.step_compression:.2f}x" if complete else stopped,
              METRIC_HELP["compression"]),
@@ -206,8 +208,7 @@ def run_summary(label: str, sample: Sample, wall: float, ar_wall: float | None, 
             ("mean accepted length", no_drafts if ar else f"{sample.mean_accepted_length:.2f}",
              METRIC_HELP["mean_len"]),
             ("draft stability", no_drafts if ar else f"{sample.draft_stability:.3f}", METRIC_HELP["stability"]),
-            *([("draft tree", tree_note(tree, counts), METRIC_HELP["sibling"])]
-              if counts is not None and tree_note(tree, counts) else []),
+            *([("draft tree", tree_row, METRIC_HELP["sibling"])] if tree_row else []),
             ("wall time", f"{wall:.2f} s", timed),
             ("latency speed-up", speedup, METRIC_HELP["speedup"])]
     return "| metric | value | definition |\n|---|---|---|\n" + \

@@ -58,14 +58,9 @@ def tree_levels(it: Iteration, row: int = 0) -> list[Level]:
     return levels
 
 
-def took_sibling(it: Iteration, row: int = 0) -> bool:
-    """The pass's accepted path took a candidate other than the first at some tree level."""
-    return it.branches is not None and bool((it.branches[row] > 0).any())
-
-
 def last_sibling(records, row: int = 0) -> Iteration | None:
     """The last of these passes whose accepted path took a sibling (None: none did)."""
-    return next((it for it in reversed(records) if took_sibling(it, row)), None)
+    return next((it for it in reversed(records) if bool(it.took_sibling[row])), None)
 
 
 def _box(token: int, verdict: str) -> str:
@@ -95,6 +90,6 @@ def tree_html(it: Iteration | None, tree: tuple[int, int], row: int = 0, last: b
         lines.append(f'<div>position {lv.position}: {"".join(_box(t, v) for t, v in lv.candidates)}{end}</div>')
     which = f"Pass {it.index}" + (", the run's last that took a sibling" if last else "")
     note = (": a sibling was taken, where a chain would have stopped at its first rejection"
-            if took_sibling(it, row) else "")
+            if bool(it.took_sibling[row]) else "")
     return (f'<div id="tree-now" style="font-size:0.9em;line-height:1.7">{head}<br>'
             f'<b>{which}</b>{note}.{"".join(lines)}</div>')

@@ -180,6 +180,13 @@ class Iteration:
         """[B, D] slot i was tested against p: the accepted ones and the first rejection."""
         return self._slots < self.num_verified.unsqueeze(1)
 
+    @property
+    def took_sibling(self) -> torch.BoolTensor:
+        """[B] the accepted path took a candidate other than the first at some tree level."""
+        if self.branches is None or self.branches.shape[1] == 0:
+            return torch.zeros_like(self.n_before, dtype=torch.bool)
+        return (self.branches > 0).any(1)
+
     @cached_property
     def bonus(self) -> torch.BoolTensor:
         """[B] the last committed token is the bonus draw (every fed draft accepted)."""
@@ -259,10 +266,8 @@ class DraftCounts:
     def of(cls, records: Sequence[Iteration], row: int | None = None) -> "DraftCounts":
         total = cls()
         for it in records:
-            sibling = (it.branches > 0).any(1) if it.branches is not None and it.branches.shape[1] \
-                else torch.zeros_like(it.active)
             per_row = torch.stack([it.num_accepted, it.num_verified, it.active.long(),
-                                   it.carried.sum(1), it.unchanged, sibling.long()])     # [6, B]
+                                   it.carried.sum(1), it.unchanged, it.took_sibling.long()])   # [6, B]
             total = total + cls(*(per_row.sum(1) if row is None else per_row[:, row]).tolist())
         return total
 
@@ -272,22 +277,26 @@ class DraftCounts:
     @property
     def acceptance_rate(self) -> float:
         """Accepted drafts / verified drafts (0 when nothing was drafted)."""
-        return self.accepted / self.verified if self.verified else 0.0
+        return _ratio(self.accepted, self.verified)
 
     @property
     def mean_accepted_length(self) -> float:
         """Accepted drafts per speculative pass of an unfinished row (AR accepts none: 0)."""
-        return self.accepted / self.passes if self.passes else 0.0
+        return _ratio(self.accepted, self.passes)
 
     @property
     def draft_stability(self) -> float:
         """Share of carried-over drafts whose token did not change from one pass to the next."""
-        return self.unchanged / self.carried if self.carried else 0.0
+        return _ratio(self.unchanged, self.carried)
 
     @property
     def sibling_share(self) -> float:
         """Share of speculative passes whose accepted path took a sibling (0 on a chain)."""
-        return self.siblings / self.passes if self.passes else 0.0
+        return _ratio(self.siblings, self.passes)
+
+
+def _ratio(part: int, whole: int) -> float:
+    return part / whole if whole else 0.0
 
 
 def accepted_drafts(records: Sequence[Iteration], row: int | None = None) -> int:

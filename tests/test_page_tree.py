@@ -116,7 +116,7 @@ def test_each_pass_tree_agrees_with_what_the_pass_committed(method, tree):
                 assert lv.residual == committed[d] and int(it.num_accepted[0]) == d
                 assert {v for _, v in lv.candidates} == {tree_view.REJECTED}
         assert len({t for t, _ in levels[0].candidates}) == k          # candidates drawn without replacement
-    siblings = sum(tree_view.took_sibling(it) for it in records)
+    siblings = sum(bool(it.took_sibling[0]) for it in records)
     assert drawn > 0.8 * len(records) and siblings == trace.DraftCounts.of(records, 0).siblings > 0
 
 
