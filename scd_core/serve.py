@@ -29,7 +29,9 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from scd_core.decoding import Plan, State, TimedSession, decode_pass, generate, resize, settings_of, start_rows, validate
+from scd_core import compiled
+from scd_core.decoding import (Plan, State, TimedSession, generate, no_autograd, resize, settings_of, start_rows,
+                               validate)
 from scd_core.protocols import can_resize, optional, row_decoder
 from scd_core.settings import CHAIN, Settings, tree_nodes
 from scd_core.trace import Iteration, Run
@@ -163,7 +165,7 @@ def _plan_with_window(plan: Plan, window: int) -> Plan:
     """The group's plan at another window; window 1 is plain AR (the same law). The group's
     draft tree stays where it fits in the window; elsewhere the window is a chain."""
     method = plan.method if window > 1 else "ar"
-    tree = plan.tree if method != "ar" and 1 + tree_nodes(plan.tree) <= window else CHAIN
+    tree = plan.settings.tree if method != "ar" and 1 + tree_nodes(plan.settings.tree) <= window else CHAIN
     return dataclasses.replace(plan, settings=plan.settings.replace(window=window, method=method, tree=tree))
 
 
@@ -222,9 +224,9 @@ class Scheduler:
                 self.state = resize(self.state, plan)
             self.last_plan = plan                     # the plan of the running rows' drafts
             entered, step_before = time.perf_counter(), self.session.seconds
-            with torch.inference_mode():
+            with no_autograd(plan):
                 before = self.state
-                self.state, verdict = decode_pass(self.session, self.state, plan)
+                self.state, verdict = compiled.pass_for(self.session, plan)(self.session, self.state, plan)
                 record = Iteration.of(0, plan.method, before, self.state, verdict, 0, 0.0, 0.0)
             self.passes += 1
             self._deliver(record, time.perf_counter() - entered, self.session.seconds - step_before)
@@ -265,7 +267,7 @@ class Scheduler:
         prompts, seeds = [r.prompt for r in joining], [r.seed for r in joining]
         entered, running, added = time.perf_counter(), len(self.rows), False
         try:
-            with torch.inference_mode():
+            with no_autograd(self.plan):
                 if self.session is None:
                     self.session = TimedSession.start(self.model, prompts, self.plan.cfg_scale)
                     self.plan.check_session(self.session.session)
