@@ -216,9 +216,8 @@ def advance_ar(state: State, logits: torch.Tensor, start: torch.LongTensor, plan
 
 
 def draw_line(p: torch.Tensor, support: torch.LongTensor | None, residuals: torch.Tensor, x: torch.LongTensor,
-              kept: torch.BoolTensor,
-              was_fed: torch.BoolTensor, a: torch.LongTensor, rejected: torch.BoolTensor, u: Uniforms,
-              keys: torch.LongTensor, positions: torch.LongTensor, plan: Plan) -> torch.LongTensor:
+              kept: torch.BoolTensor, was_fed: torch.BoolTensor, a: torch.LongTensor, rejected: torch.BoolTensor,
+              u: Uniforms, keys: torch.LongTensor, positions: torch.LongTensor, plan: Plan) -> torch.LongTensor:
     """Steps 5-6: the token [B, L] of every slot of the line: the accepted drafts x (slots < a);
     at slot a the last committed token, a draw from the residual where its draft was rejected,
     else the bonus, a draw from p; after it the redrafts: SJD draws from p, SCD-MC keeps each
@@ -226,11 +225,11 @@ def draw_line(p: torch.Tensor, support: torch.LongTensor | None, residuals: torc
     coupling of old and new draft) and draws from p after the fed drafts, SCD-Gumbel takes
     argmax(log p + G) with the Gumbel noise of each slot's absolute position.
 
-    p [B, L, V], and the tokens it has mass on [B, L, k] under top-k (`probs_and_support`,
-    where the Gumbel noise is hashed; None: all); residuals [B, D, V] = max(0, p - q) of each
-    draft (`coupling.residual_mass`);
-    x, kept, was_fed [B, D]; a, rejected [B, 1]. Every slot takes at most one draw, and every
-    draw is made at every slot (fixed shapes), each with its own uniform of the row's stream."""
+    p [B, L, V], and the tokens it has mass on [B, L, k] under top-k (`probs_and_support`: the
+    Gumbel noise is hashed there alone; None: all); residuals [B, D, V] = max(0, p - q) of each
+    draft (`coupling.residual_mass`); x, kept, was_fed [B, D]; a, rejected [B, 1]. Every slot
+    takes at most one draw, and every draw is made at every slot (fixed shapes), each with its
+    own uniform of the row's stream."""
     B, L, V = p.shape
     D = x.shape[1]
     slots = torch.arange(L, device=p.device)

@@ -298,11 +298,6 @@ def verified_drafts(records: Sequence[Iteration], row: int | None = None) -> int
     return DraftCounts.of(records, row).verified
 
 
-def speculative_passes(records: Sequence[Iteration], row: int | None = None) -> int:
-    """Passes of unfinished rows after the prefill (each row of a batch counts)."""
-    return DraftCounts.of(records, row).passes
-
-
 def acceptance_rate(records: Sequence[Iteration], row: int | None = None) -> float:
     """Accepted drafts / verified drafts (0 when nothing was drafted)."""
     return DraftCounts.of(records, row).acceptance_rate

@@ -78,7 +78,7 @@ class Tree(NamedTuple):
     """The candidates a pass fed beyond its main line."""
     shape: TreeShape
     candidates: torch.LongTensor     # [B, depth, k] candidates of each tree slot: 0 the carried draft; -1 none
-    fed: torch.BoolTensor            # [B] the row was fed the tree (near the grid's end, only its line)
+    has_tree: torch.BoolTensor       # [B] the row was fed the tree (near the grid's end, only its line)
     u_accept: torch.Tensor           # [B, depth, k - 1] the uniforms of the siblings' tests
 
 
@@ -96,12 +96,12 @@ def feed(state: State, plan: Plan) -> tuple[torch.LongTensor, torch.LongTensor, 
     """Step 1 with a tree: where each row's window starts [B], the W tokens fed [B, W] (the
     main line, then the other nodes), their parents [B, W], and the tree's candidates."""
     start, line = window(state, plan)                                           # [B], [B, S]
-    tree = draft_tree(state, plan, shape_of(plan), fed=start == state.n - 1)
+    tree = draft_tree(state, plan, shape_of(plan), has_tree=start == state.n - 1)
     fed = torch.cat([line, tree_tokens(tree, line)], 1)                         # [B, W]
     return start, fed, tree.shape.parents.to(start.device).expand(fed.shape[0], -1), tree
 
 
-def draft_tree(state: State, plan: Plan, shape: TreeShape, fed: torch.BoolTensor) -> Tree:
+def draft_tree(state: State, plan: Plan, shape: TreeShape, has_tree: torch.BoolTensor) -> Tree:
     """The candidates of the tree slots: each slot's carried draft, then k - 1 more drawn from
     its stored law q without replacement (SCD-Gumbel: the next largest log q + G of the slot's
     noise; the others: fresh draws from the row's "sibling" stream), so that the k candidates
@@ -114,7 +114,7 @@ def draft_tree(state: State, plan: Plan, shape: TreeShape, fed: torch.BoolTensor
         candidates = coupling.gumbel_siblings(q, first, coupling.gumbel_noise(state.keys, positions, q.shape[-1]), k)
     else:
         candidates = coupling.sample_siblings(q, first, u["sibling"])            # [B, depth, k]
-    return Tree(shape, candidates, fed, u["sibling-accept"])
+    return Tree(shape, candidates, has_tree, u["sibling-accept"])
 
 
 def tree_tokens(tree: Tree, line: torch.LongTensor) -> torch.LongTensor:
@@ -123,7 +123,7 @@ def tree_tokens(tree: Tree, line: torch.LongTensor) -> torch.LongTensor:
     shape = tree.shape
     slot, which = shape.off_slot.to(line.device), shape.off_candidate.to(line.device)
     tokens = tree.candidates[:, slot, which]                                     # [B, X]
-    return torch.where(tree.fed.unsqueeze(1) & (tokens >= 0), tokens, line[:, slot + 1])
+    return torch.where(tree.has_tree.unsqueeze(1) & (tokens >= 0), tokens, line[:, slot + 1])
 
 
 def advance(state: State, logits: torch.Tensor, start: torch.LongTensor, plan: Plan,
@@ -174,7 +174,7 @@ def advance(state: State, logits: torch.Tensor, start: torch.LongTensor, plan: P
     accept_prob = torch.where(slots[:D] < m, alpha, float("nan"))               # [B, D]
     j = torch.arange(S, device=logits.device)
     on_line = torch.where(j <= offset + a, j, -1)                               # [B, S] a row not fed the tree
-    path = torch.where(tree.fed.unsqueeze(1), torch.where(walk.decides, walk.nodes, torch.where(slots <= a, slots, -1))[:, :S],
+    path = torch.where(tree.has_tree.unsqueeze(1), torch.where(walk.decides, walk.nodes, torch.where(slots <= a, slots, -1))[:, :S],
                        on_line)
     verdict = Verdict(start, None, a.squeeze(1), rejected.squeeze(1), accept_prob, walk.branches)
     return after, verdict, path
@@ -208,12 +208,12 @@ def walk_tree(p: torch.Tensor, q: torch.Tensor, tree: Tree, u) -> Walk:
         u_level = torch.cat([u.accept[:, d: d + 1], tree.u_accept[:, d]], 1)    # [B, k]
         passed, p_last, q_last = coupling.recursive_rejection(
             parents, q[:, d: d + 1].expand(B, P, V), cand[:, d: d + 1].expand(B, P, -1), u_level.unsqueeze(1).expand(B, P, -1))
-        tests.append(passed & tree.fed.view(B, 1, 1))
+        tests.append(passed & tree.has_tree.view(B, 1, 1))
         lasts.append((p_last, q_last))
     branches = choose_path(tests, B, device)                                    # [B, depth]
     length = (branches >= 0).sum(1, keepdim=True)                               # [B, 1]
-    off = tree.fed.unsqueeze(1) & (branches > 0).any(1, keepdim=True)           # [B, 1] left the main line
-    decides = tree.fed.unsqueeze(1) & ((length < depth) | off)
+    off = tree.has_tree.unsqueeze(1) & (branches > 0).any(1, keepdim=True)           # [B, 1] left the main line
+    decides = tree.has_tree.unsqueeze(1) & ((length < depth) | off)
 
     # the path's node at each level, and the laws at its stop
     index = torch.zeros(B, dtype=torch.long, device=device)                     # base-k index on the level
