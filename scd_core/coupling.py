@@ -42,10 +42,11 @@ def sample(p: torch.Tensor, u: torch.Tensor) -> torch.LongTensor:
     (cdf[i-1] <= u * total < cdf[i]). A small batch (at most `ONE_LEVEL_MAX` entries of p)
     builds the whole CDF; a larger one would spend most of its time on that [..., V] float64
     tensor, and is drawn in two levels instead (`_sample_two_level`): the same draw up to
-    float64 rounding.
+    float64 rounding. A compiled pass always draws in two levels: there the block sums are one
+    fused reduction, while a [..., V] float64 cumulative sum stays a separate, slow kernel.
     """
-    if p.numel() > ONE_LEVEL_MAX:
-        return _sample_two_level(p, u)
+    if p.numel() > ONE_LEVEL_MAX or (torch.compiler.is_compiling() and p.shape[-1] > CDF_BLOCK):
+        return _sample_two_level(p, u)           # compiled, its block sums fuse into one reduction
     cdf = p.cumsum(-1, dtype=torch.float64)                                     # [..., V]
     target = u.unsqueeze(-1) * cdf[..., -1:]                                    # [..., 1]
     return torch.searchsorted(cdf, target, right=True).clamp_(max=p.shape[-1] - 1).squeeze(-1)
