@@ -68,30 +68,45 @@ def _blocks(update, blocks: Callable[[], dict]):
     return update
 
 
+_EVENTS: dict[str, tuple[Callable, Callable[..., int]]] = {}   # event name -> (handler, its duration)
+
+
+def _seconds(event: str, args: tuple, kwargs: dict) -> int:
+    return _EVENTS[event][1](*args, **kwargs)
+
+
+@spaces.GPU(duration=_seconds)
+def _on_gpu(event: str, args: tuple, kwargs: dict):
+    """Every event that decodes or draws, as one decorated function: `spaces` keeps one
+    process per GPU for a decorated function, so all events share its models and its rows'
+    decoders (one decorated function per event would move every model to the GPU once per
+    event). A handler's return value is its one update."""
+    fn = _EVENTS[event][0]
+    if inspect.isgeneratorfunction(fn):
+        for update in fn(*args, **kwargs):
+            yield _plain(update)
+    else:
+        yield _plain(fn(*args, **kwargs))
+
+
 def on_gpu(duration: Callable[..., int], blocks: Callable[[], dict]):
-    """`fn` (a handler: a function, or a generator of updates) run as one `@spaces.GPU` call
+    """The handler `fn` (a function, or a generator of updates) run in one `@spaces.GPU` call
     of `duration(*inputs)` seconds; its updates cross as `ByBlockId` and come back keyed by
     the page's components (`blocks()`: the page's id -> component)."""
     def wrap(fn):
+        event = f"{fn.__module__}.{fn.__qualname__}"
+        _EVENTS[event] = (fn, duration)
         if inspect.isgeneratorfunction(fn):
-            def plain(*args, **kwargs):
-                for update in fn(*args, **kwargs):
-                    yield _plain(update)
-            call = spaces.GPU(duration=duration)(functools.wraps(fn)(plain))
-
             @functools.wraps(fn)
             def handler(*args, **kwargs):
-                for update in call(*args, **kwargs):
+                for update in _on_gpu(event, args, kwargs):
                     yield _blocks(update, blocks)
             return handler
 
-        def plain_once(*args, **kwargs):
-            return _plain(fn(*args, **kwargs))
-        call_once = spaces.GPU(duration=duration)(functools.wraps(fn)(plain_once))
-
         @functools.wraps(fn)
         def handler_once(*args, **kwargs):
-            return _blocks(call_once(*args, **kwargs), blocks)
+            (update,) = list(_on_gpu(event, args, kwargs))
+            return _blocks(update, blocks)
         return handler_once
     return wrap
 
@@ -136,23 +151,30 @@ def _bounded(estimate: Callable[[], int]) -> int:
     return max(MIN_GPU_SECONDS, min(MAX_GPU_SECONDS, seconds))
 
 
+def _whole(value) -> int:
+    value = as_int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected a whole number, got {value!r}")
+    return value
+
+
 def generate_seconds(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                      pace=0.0, *rest, **named) -> int:
     """`@spaces.GPU` duration of a Generate, from the event's inputs."""
-    return _bounded(lambda: generate_estimate(name, method, int(as_int(window)), check_pace(pace)))
+    return _bounded(lambda: generate_estimate(name, method, _whole(window), check_pace(pace)))
 
 
 def race_seconds(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                  pace=0.0, samples=8, *rest, **named) -> int:
     """`@spaces.GPU` duration of a race, from the event's inputs."""
-    return _bounded(lambda: race_estimate(name, int(as_int(window)), check_samples(samples), check_pace(pace)))
+    return _bounded(lambda: race_estimate(name, _whole(window), check_samples(samples), check_pace(pace)))
 
 
 def lossless_seconds(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                      samples=256, *rest, **named) -> int:
     """`@spaces.GPU` duration of a lossless comparison, from the event's inputs."""
     other = "scd-mc" if method == "ar" else method
-    return _bounded(lambda: lossless_estimate(name, other, int(as_int(window)), int(as_int(samples))))
+    return _bounded(lambda: lossless_estimate(name, other, _whole(window), _whole(samples)))
 
 
 def export_seconds(*inputs, **named) -> int:
