@@ -13,9 +13,11 @@ returns the function unchanged.
 So every event that decodes or draws a model's tokens (Generate, the race, the lossless view,
 export, a replayed pass, a race sample) runs inside one such call (`on_gpu`), on the page's
 in-call decode client (`demo.backend`, `call`): its passes run in the call's process, in the
-threads of the call. The page's updates are dicts keyed by its components, which do not
-pickle (they hold the page), so a call yields them keyed by the components' ids
-(`ByBlockId`) and the page's side maps them back.
+threads of the call. All of them go through one decorated function (`_on_gpu`), so that
+`spaces` keeps one process per GPU, holding the models and the rows' decoders, for every
+event. The page's updates are dicts keyed by its components, which do not pickle (they hold
+the page), so a call yields them keyed by the components' ids (`ByBlockId`) and the page's
+side maps them back.
 
 Durations (`*_seconds`) follow `scd_core.models.gpu_seconds` (the model's tokens and cost
 per forward pass, a margin) for everything the call does: a race decodes every method
