@@ -1,4 +1,4 @@
-"""The servers whose forward passes visitors share (and the `local` decode client on them),
+"""The servers whose forward passes visitors share (and the page's in-process decode client on them),
 stop flags per visitor, and the pace of live updates: when a Generate run shows a picture or its charts, and how a race replays."""
 from __future__ import annotations
 

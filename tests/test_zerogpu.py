@@ -77,7 +77,7 @@ def test_the_calls_decode_and_draw_in_their_process_and_the_page_never(emulated)
     never touched CUDA."""
     seen, operations = emulated
     kinds = {what for _, _, what in operations}
-    assert kinds == {"start", "step", "decode"}
+    assert kinds == {"start", "step", "decode"}                # and no CUDA use ("cuda"), in either process
     pids = {int(pid) for pid, _, _ in operations}
     assert seen["page"] not in pids and pids <= set(seen["children"])
     threads = {thread for _, thread, _ in operations}         # the call's thread and those it started

@@ -155,6 +155,12 @@ def main(log_path: str) -> dict:
 
     torch.set_num_threads(1)
     log, seen = Log(log_path), {"threads": set(), "cuda": False}
+    lazy_init = torch.cuda._lazy_init
+
+    def cuda_init():                                  # every CUDA use starts here (it raises on this CPU build)
+        log.write("cuda")
+        return lazy_init()
+    torch.cuda._lazy_init = cuda_init
     app.STOPS = servers.Stops(shared=True)           # as on ZeroGPU (SPACES_ZERO_GPU set)
     for name in ("texture", "tiny", "tiny-video"):
         app.MODELS.put(name, Watched(app.MODELS.get(name), log))
