@@ -3,8 +3,9 @@ form pass by pass, race AR, SJD and SCD over several samples. `demo` is the Bloc
 Hugging Face Space entry point); `python app.py` serves it locally. This file is the page:
 Generate submits a row to the decode client that SCD_DECODE names (`demo.backend`: worker
 processes by default; visitors' rows share passes) and shows its records, and so does the
-race (`scd_core.race.decode_rows`); what the page calls lives in `demo/`, one module per
-job (docs/app.md)."""
+race (`scd_core.race.decode_rows`); the pictures of a model the page does not hold come
+from that client too (`demo.models`). Every event that decodes or draws is one ZeroGPU call
+(`demo.zerogpu`). What the page calls lives in `demo/`, one module per job (docs/app.md)."""
 from __future__ import annotations
 
 import logging
@@ -18,17 +19,8 @@ from scd_core.client import DecodeError
 from scd_core.models import cache
 
 from demo import (backend, charts, checks, export, labels, lossless, models, pictures, race_view, run_view,
-                  servers, streaming, texts, tree_view, uploads)
+                  servers, streaming, texts, tree_view, uploads, zerogpu)
 from demo.clips import example_clips
-
-try:  # ZeroGPU on Hugging Face Spaces (hold a GPU for duration(*inputs) s); a no-op elsewhere
-    import spaces
-
-    def gpu(duration):
-        return spaces.GPU(duration=duration)
-except ImportError:
-    def gpu(duration):
-        return lambda fn: fn
 
 
 log = models.log                 # the page's one-line notes
@@ -37,7 +29,8 @@ log = models.log                 # the page's one-line notes
 # alone: it holds the servers' device lock for its decode), a model load and an export run one
 # at a time. A running Generate holds a thread while its row waits for passes; the rest of the
 # threads serve Stop and the page's quick events. Up to 64 more visitors wait, told their place.
-SERVERS = servers.Servers(max_batch=32)
+KIND = backend.backend_kind()         # where Generate and the race decode (SCD_DECODE, docs/app.md)
+SERVERS = servers.Servers(max_batch=32, threaded=KIND != "call")
 GENERATE = dict(concurrency_limit=SERVERS.max_batch, concurrency_id="generate")
 DECODE = dict(concurrency_limit=1, concurrency_id="decode")
 QUEUE = dict(max_size=64, default_concurrency_limit=1)
@@ -45,13 +38,13 @@ QUEUE = dict(max_size=64, default_concurrency_limit=1)
 # measured, docs/app.md), for this many visitors; the one unseen longest is dropped first.
 SESSIONS = checks.env_count("SCD_SESSIONS", 128)
 THREADS = 2 * SERVERS.max_batch
-STOPS = servers.Stops()
+STOPS = servers.Stops(shared=backend.on_zero_gpu())   # a ZeroGPU call runs in a process of its own
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 MODELS = models.Models(cache, DEVICE, SERVERS)   # one large model resident at a time
-# Where Generate decodes (SCD_DECODE, docs/app.md); the page keeps its own models to draw.
-KIND = backend.backend_kind()
 REQUESTS = backend.Requests(backend.make_client(
-    KIND, lambda: servers.PageClient(SERVERS, MODELS.get), models.load_for_worker, SERVERS.max_batch))
+    KIND, lambda in_call: servers.PageClient(SERVERS, MODELS.get, in_call), models.load_for_worker,
+    SERVERS.max_batch))
+MODELS.use(REQUESTS.client, downloads_here=KIND == "process")   # it loads and draws the downloaded models
 LABELS = labels.METHOD_LABELS
 
 
@@ -95,12 +88,13 @@ def input_message(*values) -> str:
 
 def prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt, clip,
             clip_text, tree=None):
-    """The loaded model and the checked run (prompt, Settings, seed): the widget values become
-    a Settings here, once; ValueError with the message otherwise."""
+    """The model as the page uses it (`Models.for_page`) and the checked run (prompt,
+    Settings, seed): the widget values become a Settings here, once; ValueError with the
+    message otherwise."""
     (clip,), refused = checked_clip([clip], at=0)
     if refused:
         raise ValueError(refused)
-    model, text = checks.load_for(name, prompt, clip, clip_text, MODELS.get,
+    model, text = checks.load_for(name, prompt, clip, clip_text, MODELS.for_page,
                                   loaded=MODELS.loaded(name) is not None)
     settings = checks.settings_of(method, window, init, temperature, top_k, top_p, cfg_scale, tree)
     return model, checks.race_of(model, text, settings, seed)
@@ -134,7 +128,7 @@ def final_outputs(model, name: str, method: str, prompt: str, stats: run_view.Tr
     return out
 
 
-@gpu(servers.gpu_duration(race_all=False))
+@zerogpu.on_gpu(zerogpu.generate_seconds, lambda: demo.blocks)
 @streaming.streams_in_full(lambda: gen_outputs)
 def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                     pace=0.0, samples=1, clip=None, clip_text="", tree=None, history=None, ticket=None,
@@ -152,6 +146,8 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
         model, s = prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
                            prompt, clip, clip_text, tree)
         pace = checks.check_pace(pace)
+        zerogpu.check_fits(zerogpu.generate_estimate(name, method, s.settings.window, pace), "This run",
+                           "lower the slow motion or pick a smaller model")
         raised = run_view.pace_note(pace, servers.shown_pace(pace))
         if stopped():                                     # stopped while waiting in the queue
             yield {status: texts.STOPPED_EARLY}
@@ -225,7 +221,7 @@ def race_results(model, name: str, s: race.Race, runs: dict, samples: int, timin
         dict(zip((race_chart, race_hist, race_flicker), figures))
 
 
-@gpu(servers.gpu_duration(race_all=True))
+@zerogpu.on_gpu(zerogpu.race_seconds, lambda: demo.blocks)
 @streaming.streams_in_full(lambda: race_outputs)
 def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                 pace=0.0, samples=8, clip=None, clip_text="", tree=None, history=None, ticket=None,
@@ -240,6 +236,8 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
         model, s = prepare(name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale, seed,
                            prompt, clip, clip_text, tree)
         pace, samples = checks.check_pace(pace), checks.check_samples(samples)
+        zerogpu.check_fits(zerogpu.race_estimate(name, s.settings.window, samples, pace), "This race",
+                           "lower the race samples K (or the slow motion), or pick a smaller model")
         runs, timings = {}, {}
         status_due, picture_due = servers.Pacer(servers.STATUS_EVERY), servers.Pacer(servers.FULL_SPEED_EVERY)
         panels = race_view.RacePanels(model, 0 if models.is_video(name) else None)
@@ -300,7 +298,7 @@ def shipped_ratios():
 
 # ----------------------------------------------------------------------------- lossless
 
-@gpu(lambda *inputs, **named: 300)
+@zerogpu.on_gpu(zerogpu.lossless_seconds, lambda: demo.blocks)
 def lossless_run(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                  samples=lossless.DEFAULT_SAMPLES, ticket=None, request: gr.Request = None):
     """Many samples of AR and of the method (the one picked; SCD-MC when AR is), which token
@@ -332,31 +330,33 @@ def lossless_run(name, method, window, init, temperature, top_k, top_p, cfg_scal
            loss_method_title: f"{LABELS[other]}: its first {lossless.SHOWN_SAMPLES} samples"}
 
 
+@zerogpu.on_gpu(zerogpu.short_seconds, lambda: demo.blocks)
 def show_race_sample(index, state):
     if not state:
         return {}
-    panels = race_view.RacePanels(MODELS.get(state["model"]), max(0, int(index) - 1))
+    panels = race_view.RacePanels(MODELS.for_page(state["model"]), max(0, int(index) - 1))
     return race_panels(panels, state["runs"])
 
 
 # ----------------------------------------------------------------------------- replay
 
+@zerogpu.on_gpu(zerogpu.short_seconds, lambda: demo.blocks)
 def replay_view(index, run):
     if not run or not run.get("iterations"):
         return gr.skip(), "Nothing to replay yet: generate an image first.", gr.skip()
     its = run["iterations"]
     i = int(min(max(checks.as_int(index) or 0, 0), len(its) - 1))
-    model = MODELS.get(run["model"])
+    model = MODELS.for_page(run["model"])
     return (pictures.render_iteration(model, its[i], decode=run.get("decode")),
             run_view.replay_caption(its, i),
             charts.accept_prob_figure(its[i], tuple(model.grid)))
 
 
-@gpu(lambda run: 60)
+@zerogpu.on_gpu(zerogpu.export_seconds, lambda: demo.blocks)
 def export_run(run):
     if not run or not run.get("iterations"):
         return None, None
-    mp4, gif = export.export_decoding(MODELS.get(run["model"]), run["iterations"],
+    mp4, gif = export.export_decoding(MODELS.for_page(run["model"]), run["iterations"],
                                  f"{run['model']}-{run['method']}-decoding", decode=run.get("decode"))
     return mp4, [mp4, gif]
 
