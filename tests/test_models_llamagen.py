@@ -339,6 +339,7 @@ def spread(tm: LlamaGenTokenModel, std: float = 0.15) -> LlamaGenTokenModel:
     context, so greedy runs do not collapse onto one repeated token (a weak comparison)."""
     g = torch.Generator().manual_seed(5)
     gpt = Transformer(tm.cfg)
+    gpt.load_state_dict(tm.gpt.state_dict())    # buffers too (t2i's uncond_embedding): none from the global RNG
     with torch.no_grad():
         for p in gpt.parameters():
             if p.ndim >= 2:

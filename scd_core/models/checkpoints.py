@@ -9,16 +9,21 @@ functions that need it.
   a registry name (its `hub.HubFiles`, downloaded on first use) or a Hub id.
 - `config_model_type(path)`: the `model_type` in a folder's config.json (for `claims_folder`).
 - `cached_file(files, filename)`: a file of a cached snapshot, or None (never the network).
+- `load_on_meta(build, open_state, ...)`: a network built on the meta device (no memory, no
+  random initialisation), its weights read from a memory-mapped checkpoint straight into the
+  dtype they are used in, a chunk of the file at a time (the compact implementations' loaders).
 """
 from __future__ import annotations
 
 import glob
 import json
 import os
+from collections.abc import Callable, Mapping
 
 import torch
+import torch.nn as nn
 
-from .hub import HubFiles, ProgressFn, cached, fetch, looks_like_hub_id
+from .hub import HubFiles, ProgressFn, cached, fetch, looks_like_hub_id, mappable
 from .hub import WeightsNotFoundError  # noqa: F401  (adapters and callers import it from here)
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
@@ -93,3 +98,59 @@ def cached_file(files: HubFiles, filename: str) -> str | None:
     folder = cached(files)
     path = os.path.join(folder, filename) if folder else None
     return path if path and os.path.isfile(path) else None
+
+
+# How much of a memory-mapped checkpoint is read before its map is dropped and opened anew.
+# The pages read through a map count in the process's resident memory until the map is
+# dropped, so at most this much of the file is held beside the converted weights.
+CHUNK_BYTES = 64 * 2**20
+
+
+def state_opener(path: str, read: Callable[[str], Mapping[str, torch.Tensor]]
+                 ) -> Callable[[], Mapping[str, torch.Tensor]]:
+    """`open_state` for `converted_state`: `read(path)` anew at each call when the file can be
+    memory-mapped (safetensors, a zip-format `torch.save`), else read once and kept (an old
+    pickle-format file cannot be mapped: reading it again per chunk would read it all again)."""
+    if mappable(path):
+        return lambda: read(path)
+    state = read(path)
+    return lambda: state
+
+
+def converted_state(open_state: Callable[[], Mapping[str, torch.Tensor]], device: torch.device,
+                    dtype: torch.dtype, *, chunk_bytes: int = CHUNK_BYTES) -> dict[str, torch.Tensor]:
+    """Every tensor of a checkpoint copied to `device`, its floating tensors in `dtype`.
+
+    `open_state()` maps the file without reading it (`hub.read_checkpoint(..., mmap=True)`:
+    `torch.load(mmap=True)` or safetensors) and returns its tensors under the names the
+    network uses. The tensors are copied one at a time, and after each `chunk_bytes` of the
+    file the map is dropped and opened anew, so the file's pages held never exceed one chunk
+    and no returned tensor refers to the file: a float32 checkpoint read into bfloat16 never
+    holds a float32 copy of the network.
+    """
+    state, held, out = open_state(), 0, {}
+    for key in list(state):
+        if held >= chunk_bytes:
+            state, held = open_state(), 0          # the old map goes with the last reference to it
+        tensor = state[key]
+        held += tensor.nbytes
+        out[key] = tensor.to(device=device, dtype=dtype if tensor.is_floating_point() else tensor.dtype, copy=True)
+    return out
+
+
+def load_on_meta(build: Callable[[], nn.Module], open_state: Callable[[], Mapping[str, torch.Tensor]],
+                 load: Callable[[nn.Module, dict[str, torch.Tensor]], None], *, device: torch.device,
+                 dtype: torch.dtype, what: str) -> nn.Module:
+    """`build()` on the meta device (shapes only: no memory, no random initialisation), then
+    the checkpoint's tensors (`converted_state`) put in place by `load(module, state)`, which
+    must assign them (`load_state_dict(..., assign=True)`) and check that they match.
+
+    Raises a ValueError naming `what` when a parameter or buffer was left unloaded.
+    """
+    with torch.device("meta"):
+        module = build()
+    load(module, converted_state(open_state, device, dtype))
+    left = [name for name, t in [*module.named_parameters(), *module.named_buffers()] if t.is_meta]
+    if left:
+        raise ValueError(f"{what}: the checkpoint does not hold {', '.join(left[:5])}")
+    return module.eval()
