@@ -48,11 +48,16 @@ def pick_device_dtype(device: str | torch.device | None = None,
         raise ValueError(f"device: {device!r} asked for, but no CUDA GPU is available here")
     if dtype is None or dtype == "auto":
         return dev, (torch.bfloat16 if dev.type == "cuda" else torch.float32)
-    if isinstance(dtype, torch.dtype):
-        return dev, dtype
+    return dev, as_dtype(dtype)
+
+
+def as_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """A floating torch dtype from its name ("bfloat16", "bf16", "float32", ...) or itself."""
+    if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
+        return dtype
     if isinstance(dtype, str) and dtype.lower() in _DTYPES:
-        return dev, _DTYPES[dtype.lower()]
-    raise ValueError(f"dtype: expected one of {sorted(_DTYPES)} or a torch.dtype, got {dtype!r}")
+        return _DTYPES[dtype.lower()]
+    raise ValueError(f"dtype: expected one of {sorted(_DTYPES)} or a floating torch.dtype, got {dtype!r}")
 
 
 def has_weights(folder: str) -> bool:
