@@ -9,7 +9,7 @@ from scd_core.models.checkpoints import WeightsNotFoundError  # noqa: E402
 from scd_core.models import model_status  # noqa: E402
 from fakehub import empty_hub_cache  # noqa: E402,F401  (fixture: offline, empty Hugging Face cache)
 import rows_util  # noqa: E402
-import tree_util  # noqa: E402
+from scd_core import testing  # noqa: E402
 
 K = 64                       # visual codes
 H, W = 3, 4                  # grid: rows of 4 codes, each closed by an end-of-line token
@@ -304,6 +304,6 @@ def test_cuda_rows_join_and_leave():
 
 @pytest.mark.parametrize("cfg_scale", [1.0, 3.0])
 def test_tree_of_drafts_equals_its_paths_fed_as_chains(tm, cfg_scale):
-    """The tree contract (tests/tree_util.py) with rows of 4 codes: trees cross row ends, so
+    """The tree contract (scd_core.testing) with rows of 4 codes: trees cross row ends, so
     end-of-line entries sit between a node and its children."""
-    tree_util.check_tree_session(tm, PROMPTS, cfg_scale)
+    testing.check_tree_session(tm, PROMPTS, cfg_scale)

@@ -8,7 +8,7 @@ from scd_core.models import janus as janus_mod  # noqa: E402
 from scd_core.models.checkpoints import WeightsNotFoundError  # noqa: E402
 from fakehub import empty_hub_cache  # noqa: E402,F401  (fixture: offline, empty Hugging Face cache)
 import rows_util  # noqa: E402
-import tree_util  # noqa: E402
+from scd_core import testing  # noqa: E402
 
 BOS, EOS, PAD, BOI = 1, 2, 0, 298
 V_IMG = 128
@@ -346,15 +346,15 @@ def test_cuda_rows_join_and_leave():
 
 @pytest.mark.parametrize("cfg_scale", [1.0, 5.0])
 def test_tree_of_drafts_equals_its_paths_fed_as_chains(tm, cfg_scale):
-    """The tree contract (tests/tree_util.py) through public inputs: a 4-D mask, position ids
+    """The tree contract (scd_core.testing) through public inputs: a 4-D mask, position ids
     at each node's depth, the kept path gathered in the DynamicCache and the rest cropped."""
-    tree_util.check_tree_session(tm, PROMPTS, cfg_scale)
+    testing.check_tree_session(tm, PROMPTS, cfg_scale)
 
 
 def test_keep_path_leaves_a_cache_as_long_as_the_sequence(tm):
     """For a batch of one, the cache after keep_path holds the prompt and the kept path only."""
     s = tm.start(PROMPTS[:1], 1.0)
     tokens = torch.randint(0, V_IMG, (1, 8), generator=torch.Generator().manual_seed(3))
-    s.step_tree(tokens, torch.tensor([tree_util.BREADTH_FIRST]), torch.tensor([0]))
+    s.step_tree(tokens, torch.tensor([testing.BREADTH_FIRST]), torch.tensor([0]))
     s.keep_path(torch.tensor([[0, 1, 3, -1]]))
     assert s.cache.get_seq_length() == len(encode(PROMPTS[0])) + 3

@@ -11,7 +11,7 @@ from scd_core.models import llamagen as lg
 from scd_core.models.llamagen import GPTConfig, LlamaGenTokenModel, Transformer, VQModel
 from fakehub import empty_hub_cache  # noqa: F401  (fixture: offline, empty Hugging Face cache)
 import rows_util
-import tree_util
+from scd_core import testing
 
 V = 24
 GRID = 4
@@ -367,6 +367,6 @@ def test_cuda_rows_join_and_leave(t2i):
 
 @pytest.mark.parametrize("kind,cfg", [("c2i", 4.0), ("t2i", 1.0), ("t2i", 7.5)])
 def test_tree_of_drafts_equals_its_paths_fed_as_chains(c2i, t2i, kind, cfg):
-    """The tree contract (tests/tree_util.py): 2-D RoPE at each node's depth, the text mask kept."""
+    """The tree contract (scd_core.testing): 2-D RoPE at each node's depth, the text mask kept."""
     tm = c2i if kind == "c2i" else t2i
-    tree_util.check_tree_session(tm, ["3", "7"] if kind == "c2i" else ["a red apple", "two cats"], cfg)
+    testing.check_tree_session(tm, ["3", "7"] if kind == "c2i" else ["a red apple", "two cats"], cfg)

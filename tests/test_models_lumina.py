@@ -14,7 +14,7 @@ from scd_core.models import lumina  # noqa: E402
 from scd_core.models.lumina import LuminaLayout, LuminaTokenModel  # noqa: E402
 from fakehub import empty_hub_cache  # noqa: E402,F401  (fixture: offline, empty Hugging Face cache)
 import rows_util  # noqa: E402
-import tree_util  # noqa: E402
+from scd_core import testing  # noqa: E402
 
 N_CODES = 16
 LAYOUT = LuminaLayout(bos=0, sep=93, image_start=92, eoi=91, eol=90, grid_token_base=60, pad=1)
@@ -411,6 +411,6 @@ def test_cuda_rows_join_and_leave(tm):
 
 @pytest.mark.parametrize("cfg_scale", [1.0, 3.0])
 def test_tree_of_drafts_equals_its_paths_fed_as_chains(tm, cfg_scale):
-    """The tree contract (tests/tree_util.py) with rows of 4 codes: trees cross row ends, so
+    """The tree contract (scd_core.testing) with rows of 4 codes: trees cross row ends, so
     end-of-row entries sit between a node and its children; prompts of different lengths."""
-    tree_util.check_tree_session(tm, ["a red apple", "two cats on a long sofa"], cfg_scale)
+    testing.check_tree_session(tm, ["a red apple", "two cats on a long sofa"], cfg_scale)
