@@ -247,7 +247,7 @@ def test_bad_grid_arguments():
         emu3_mod.Emu3TokenModel(model, None, encode=encode)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_cuda_bf16_step_and_run():
     """GPU check: the adapter on CUDA in bfloat16 (device moves, masks, float32 logits)."""
     import scd_core
@@ -293,7 +293,7 @@ def test_scheduler_rows_join_and_leave_with_greedy_tokens_of_ar_alone(tm):
     rows_util.check_scheduler_greedy(tm, joins, cfg_scale=3.0, window=4)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_cuda_rows_join_and_leave():
     """GPU check: rows join and leave a session on CUDA (float32, so the logits compare exactly)."""
     gpu = emu3_mod.Emu3TokenModel(tiny_emu3().to("cuda"), encode=encode, grid=(H, W), negative_prompt=NEG,

@@ -277,7 +277,7 @@ def test_pixels_to_pil_maps_minus_one_to_one_onto_0_255():
     assert np.asarray(janus_mod._to_pil(image)).tolist() == [[[0, 127, 255], [0, 191, 255]]]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_cuda_bf16_step_and_run():
     """GPU check: the adapter on CUDA in bfloat16 (device moves, masks, float32 logits)."""
     import scd_core
@@ -335,7 +335,7 @@ def test_scheduler_rows_join_and_leave_with_greedy_tokens_of_ar_alone(tm):
     rows_util.check_scheduler_greedy(tm, joins, cfg_scale=5.0, window=4)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_cuda_rows_join_and_leave():
     """GPU check: rows join and leave a session on CUDA (float32, so the logits compare exactly)."""
     gpu = janus_mod.JanusTokenModel(tiny_janus().to("cuda"), encode=encode, bos_token_id=BOS,

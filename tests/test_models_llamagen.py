@@ -289,7 +289,7 @@ def test_generate_runs_on_the_tiny_model(c2i, t2i):
         assert len(run.images) == 2
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["c2i", "t2i"])
 def test_cuda_bf16_matches_cpu_float32(c2i, t2i, kind):
     import copy
@@ -355,7 +355,7 @@ def test_scheduler_rows_join_and_leave_with_greedy_tokens_of_ar_alone(c2i, t2i, 
                                      pixels=False)   # the tiny config has no VQ decoder
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_cuda_rows_join_and_leave(t2i):
     """GPU check: rows join and leave a session on CUDA (float32, so the logits compare exactly)."""
     import copy

@@ -360,7 +360,7 @@ def test_generate_runs_on_the_tiny_model(tm):
     assert int(run.tokens.max()) < N_CODES
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_cuda_bf16_matches_cpu_float32(tm):
     import copy
     gpu = LuminaTokenModel(copy.deepcopy(tm.model).to("cuda", torch.bfloat16), encode, GRID,
@@ -400,7 +400,7 @@ def test_scheduler_rows_join_and_leave_with_greedy_tokens_of_ar_alone(tm):
     rows_util.check_scheduler_greedy(tm, joins, cfg_scale=3.0, window=4, pixels=False)   # no VQGAN here
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_cuda_rows_join_and_leave(tm):
     """GPU check: rows join and leave a session on CUDA (float32, so the logits compare exactly)."""
     import copy
