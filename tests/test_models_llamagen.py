@@ -370,3 +370,38 @@ def test_tree_of_drafts_equals_its_paths_fed_as_chains(c2i, t2i, kind, cfg):
     """The tree contract (scd_core.testing): 2-D RoPE at each node's depth, the text mask kept."""
     tm = c2i if kind == "c2i" else t2i
     testing.check_tree_session(tm, ["3", "7"] if kind == "c2i" else ["a red apple", "two cats"], cfg)
+
+
+def test_text_encoders_read_the_encoder_of_a_t5_checkpoint(tmp_path):
+    """LlamaGen's FLAN-T5 and Cosmos' T5 encoders come from an encoder-decoder checkpoint
+    (`checkpoints.pretrained_converted`): the same states as transformers' own loading of
+    the encoder, in the dtype asked for, the embedding tied."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from transformers import PreTrainedTokenizerFast, T5Config, T5EncoderModel, T5ForConditionalGeneration
+
+    from scd_core.models import cosmos
+
+    config = T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                      feed_forward_proj="gated-gelu", tie_word_embeddings=False)
+    torch.manual_seed(0)
+    T5ForConditionalGeneration(config).save_pretrained(tmp_path)
+    tok = Tokenizer(WordLevel({"<pad>": 0, "</s>": 1, "<unk>": 2, **{f"w{i}": 3 + i for i in range(50)}},
+                              unk_token="<unk>"))
+    tok.pre_tokenizer = Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>",
+                            unk_token="<unk>").save_pretrained(tmp_path)
+    reference = T5EncoderModel.from_pretrained(tmp_path).eval()
+    ids = torch.tensor([[3, 9, 4, 1]])
+    want = reference(input_ids=ids).last_hidden_state
+    _, enc = cosmos.load_t5(str(tmp_path), torch.device("cpu"), torch.float32)
+    assert torch.equal(enc(input_ids=ids).last_hidden_state, want)
+    assert enc.encoder.embed_tokens.weight.data_ptr() == enc.shared.weight.data_ptr()
+    encode = lg.t5_text_encoder(str(tmp_path), "cpu", torch.bfloat16, max_length=6)
+    states, mask = encode(["w0 w6", "w1"])
+    assert states.dtype == torch.bfloat16 and states.shape == (2, 6, 32) and mask.tolist()[1] == [1, 0, 0, 0, 0, 0]
+    bf16 = T5EncoderModel.from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+    with torch.no_grad():
+        assert torch.equal(states[:1], bf16(input_ids=torch.tensor([[3, 9, 0, 0, 0, 0]]),
+                                             attention_mask=torch.tensor([[1, 1, 0, 0, 0, 0]])).last_hidden_state)

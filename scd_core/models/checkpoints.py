@@ -12,6 +12,8 @@ functions that need it.
 - `load_on_meta(build, open_state, ...)`: a network built on the meta device (no memory, no
   random initialisation), its weights read from a memory-mapped checkpoint straight into the
   dtype they are used in, a chunk of the file at a time (the compact implementations' loaders).
+- `pretrained_converted(model_cls, folder, ...)`: the same reading for a transformers model,
+  given to its `from_pretrained(state_dict=...)` (a text encoder from float32 files).
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from collections.abc import Callable, Mapping
 import torch
 import torch.nn as nn
 
-from .hub import HubFiles, ProgressFn, cached, fetch, looks_like_hub_id, mappable
+from .hub import HubFiles, ProgressFn, cached, fetch, looks_like_hub_id, mappable, read_checkpoint
 from .hub import WeightsNotFoundError  # noqa: F401  (adapters and callers import it from here)
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
@@ -159,3 +161,34 @@ def load_on_meta(build: Callable[[], nn.Module], open_state: Callable[[], Mappin
     if left:
         raise ValueError(f"{what}: the checkpoint does not hold {', '.join(left[:5])}")
     return module.eval()
+
+
+def pretrained_converted(model_cls, folder: str, device: torch.device, dtype: torch.dtype):
+    """`model_cls` (a transformers class) from a local checkpoint folder, its tensors read by
+    `converted_state` into `dtype` on `device` and given to
+    `model_cls.from_pretrained(None, config=..., state_dict=..., dtype=dtype)` (which ties
+    weights and checks the names as usual); in eval mode.
+
+    `from_pretrained(folder, dtype=...)` alone maps every weight file and keeps the pages it
+    read mapped until it returns: a float32 text encoder loaded in bfloat16 then holds its
+    float32 pages beside the bfloat16 copy. Here the float32 pages held never exceed a chunk,
+    and the tensors the model does not take (an encoder-decoder's decoder) are never read.
+    """
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    with torch.device("meta"):
+        wanted = set(model_cls(config).state_dict())
+    files = sorted(glob.glob(os.path.join(folder, "*.safetensors"))) or \
+        sorted(glob.glob(os.path.join(folder, "pytorch_model*.bin")))
+    if not files:
+        raise WeightsNotFoundError(f"model: no weight files (*.safetensors, pytorch_model*.bin) in {folder!r}")
+
+    def open_state() -> dict[str, torch.Tensor]:
+        state = {}
+        for path in files:
+            state.update({k: v for k, v in read_checkpoint(path, mmap=True).items() if k in wanted})
+        return state
+
+    state = converted_state(open_state, torch.device(device), dtype)
+    return model_cls.from_pretrained(None, config=config, state_dict=state, dtype=dtype).eval()

@@ -6,7 +6,7 @@ import re
 
 import torch
 
-from ..checkpoints import WeightsNotFoundError, load_on_meta, pick_device_dtype, state_opener
+from ..checkpoints import WeightsNotFoundError, load_on_meta, pick_device_dtype, pretrained_converted, state_opener
 from .adapter import LlamaGenTokenModel, TextEncoder
 from .checkpoint import gpt_config_from_state_dict, load_strict, read_checkpoint, vq_config_from_state_dict
 from .files import HUB_FILES, T5_REPO, _size_from_filename, find_t5, locate_files
@@ -16,7 +16,9 @@ from ..hub import ProgressFn
 
 
 def t5_text_encoder(folder: str, device, dtype, max_length: int = 120) -> TextEncoder:
-    """FLAN-T5-XL states as LlamaGen's T5Embedder (max 120 tokens, padded to max_length).
+    """FLAN-T5-XL states as LlamaGen's T5Embedder (max 120 tokens, padded to max_length). The
+    encoder's tensors are read from the published float32 files into `dtype` a chunk at a time
+    (`checkpoints.pretrained_converted`); the decoder's are never read.
 
     LlamaGen also runs PixArt's `clean_caption` (ftfy/bs4); here only lower-case + strip +
     whitespace collapse, which is what that cleaning does to ordinary prompts.
@@ -24,7 +26,7 @@ def t5_text_encoder(folder: str, device, dtype, max_length: int = 120) -> TextEn
     from transformers import AutoTokenizer, T5EncoderModel
 
     tok = AutoTokenizer.from_pretrained(folder)
-    enc = T5EncoderModel.from_pretrained(folder, dtype=dtype).to(device).eval()
+    enc = pretrained_converted(T5EncoderModel, folder, device, dtype)      # the encoder's tensors only
 
     @torch.no_grad()
     def encode(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
