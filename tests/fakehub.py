@@ -43,10 +43,6 @@ LFS_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".jit")
 PIECE = 8 * 2**20                                     # bytes read from disk at a time
 
 
-def git_blob_id(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
 def pieces(data: bytes | Path, start: int = 0, stop: int | None = None):
     """The bytes [start, stop) of a file, in pieces of at most PIECE bytes."""
     if isinstance(data, bytes):

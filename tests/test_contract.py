@@ -20,7 +20,6 @@ import scd_core
 import models_util
 from scd_core import testing
 from scd_core.models import load_model, tree
-from scd_core.protocols import can_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 # Its logits are fresh random numbers at every call (it times the engine alone): only the
