@@ -12,11 +12,14 @@ position where AR's own choice was such a near tie (there, and only there, they 
 """
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 import scd_core
 import models_util
+from scd_core import testing
 from scd_core.protocols import can_tree
 from scd_core.sampling import SamplingConfig, processed_probs
 
@@ -98,13 +101,16 @@ def test_greedy_runs_in_bfloat16_are_greedy_decoding(models, references, name, m
         check_greedy(model, prompts, cfg, run.tokens, references(name).tokens, f"{name} {method} {shape}")
 
 
+@pytest.mark.parametrize("method", ["ar"] + METHODS)
 @pytest.mark.parametrize("name", models_util.NAMES)
-def test_a_sampled_run_streams_to_the_end_in_bfloat16(models, name):
-    """Sampling (top-k, a tree of drafts) streamed pass by pass: every row's grid fills with
-    tokens of the vocabulary, the logits (float32 or bfloat16) read as float32 probabilities."""
+def test_a_sampled_run_streams_to_the_end_in_bfloat16(models, name, method):
+    """Sampling (top-k; a tree of drafts for the drafting methods) streamed pass by pass: every
+    row's grid fills with tokens of the vocabulary, the logits (float32 or bfloat16) read as
+    float32 probabilities."""
     model, prompts, cfg = models(name)
     assert model.start(prompts, cfg).first_logits.dtype in (torch.float32, BF16)
-    records = list(scd_core.stream(model, prompts, method="scd-gumbel", window=WINDOW, tree=(2, 2), top_k=20,
+    tree = (1, 0) if method == "ar" else (2, 2)
+    records = list(scd_core.stream(model, prompts, method=method, window=WINDOW, tree=tree, top_k=20,
                                    cfg_scale=cfg, seed=3))
     tokens = records[-1].log.tokens
     assert records[-1].nfe == len(records) and bool((records[-1].n_after == tokens.shape[1]).all())
@@ -134,3 +140,13 @@ def test_adapters_in_bfloat16_give_float32_logits(models, name):
     assert session.step(tokens, zeros).dtype == torch.float32
     parents = torch.tensor([-1, 0, 0, 1]).expand(len(prompts), -1)
     assert session.step_tree(tokens, parents, zeros + 2).dtype == torch.float32
+
+
+@pytest.mark.parametrize("name", models_util.NAMES)
+def test_models_follow_the_contract_in_bfloat16(models, name):
+    """`scd_core.testing`'s checks, chains and trees, to bfloat16 rounding (5% of the logits'
+    scale: a row fed in other pieces rounds differently)."""
+    model, prompts, cfg = models(name)
+    testing.check_model(model, prompts[:2], cfg, rel=0.05, deterministic=name not in RANDOM)
+    if name not in RANDOM and math.prod(model.grid) >= 12 and len(prompts) == 2:
+        testing.check_tree_session(model, prompts, cfg, rel=0.05)
