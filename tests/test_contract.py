@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -85,9 +86,11 @@ def test_the_checker_passes_a_good_model_and_finds_each_fault():
 def test_the_checker_is_importable_from_the_installed_package_without_pytest(tmp_path):
     """The wheel `pip install .` installs holds scd_core.testing; imported from it (not from
     this checkout), it needs no pytest and finds a session whose step ignores `start`."""
-    wheels = tmp_path / "wheels"
+    source, wheels = tmp_path / "source", tmp_path / "wheels"        # built from a copy: no build/ left here
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "bench_out",
+                                                               "__pycache__", "runs", "data", "checkpoints"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(wheels), str(ROOT)], check=True, capture_output=True, timeout=600)
+                    str(wheels), str(source)], check=True, capture_output=True, timeout=600)
     [wheel] = wheels.glob("scd_core-*.whl")
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
