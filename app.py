@@ -8,7 +8,9 @@ job (docs/app.md)."""
 from __future__ import annotations
 
 import logging
+import math
 import os
+import time
 
 import gradio as gr
 import torch
@@ -88,9 +90,36 @@ def validator(*values):
 
 
 def input_message(*values) -> str:
-    """Beside the buttons: what the validator marked on the fields (on a phone the fields may
-    be out of sight), or nothing."""
+    """Beside the buttons: what the checks found in the fields (on a phone the fields may be
+    out of sight), or nothing."""
     return checks.not_started(problems(*values[:len(checks.INPUTS)]))
+
+
+def checked_click(go, values, marked: list | None, race_all: bool = False) -> dict:
+    """A Generate or Race click, checked before anything starts (outside the queue): each
+    field refused gets its message beside it and the buttons' message says them all; a field
+    marked before and right now loses its mark. When nothing is refused, `go` is set, which
+    starts the run. The race runs every method: its fields are checked as a speculative one."""
+    values = list(values[:len(checks.INPUTS)])
+    if race_all:
+        values[checks.INPUTS.index("method")] = "scd-mc"
+    found = problems(*values)
+    marks = {name: gr.update(info=found.get(name, field_info.get(name)),
+                             elem_classes=["invalid"] if name in found else [])
+             for name in field_views if name in found or name in (marked or [])}
+    if found:
+        log.info("input refused: %s", "; ".join(found.values()))
+    return {input_md: checks.not_started(found), marked_state: sorted(found)} | \
+        {field_views[name]: update for name, update in marks.items()} | \
+        ({} if found else {go: time.time()})
+
+
+def check_generate(*values):
+    return checked_click(go_generate, values[:-1], values[-1])
+
+
+def check_race(*values):
+    return checked_click(go_race, values[:-1], values[-1], race_all=True)
 
 
 def prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt, clip,
@@ -102,7 +131,7 @@ def prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, se
         raise ValueError(refused)
     model, text = checks.load_for(name, prompt, clip, clip_text, MODELS.get,
                                   loaded=MODELS.loaded(name) is not None)
-    settings = checks.settings_of(method, window, init, temperature, top_k, top_p, cfg_scale, tree)
+    settings = checks.settings_of(method, window, init, temperature, top_k, top_p, cfg_scale, tree, model)
     return model, checks.race_of(model, text, settings, seed)
 
 
@@ -113,21 +142,33 @@ def session_key(request: gr.Request | None) -> str:
 # ----------------------------------------------------------------------------- generate
 
 def run_charts(stats: run_view.TraceStats, history: dict, method: str, live: bool = False) -> dict:
-    views = (chart_committed, chart_flicker) + (() if live else (chart_length, chart_rate))
-    return dict(zip(views, charts.run_figures(stats, history, method, live)))
+    return {run_chart_views[k]: fig for k, fig in charts.run_figures(stats, history, method, live).items()}
+
+
+def waiting_views(model, pictured: bool = True) -> dict:
+    """The Generate tab before a run has shown anything: AR's line on the tokens chart, each
+    other chart saying when it comes, the picture's grid still grey (`pictured`), no strip yet."""
+    grid = tuple(model.grid)
+    return {run_chart_views[k]: fig for k, fig in charts.waiting_figures(math.prod(grid)).items()} | \
+        ({live_image: pictures.blank_picture(grid)} if pictured else {}) | \
+        {film: None, film_title: run_view.film_title(None), summary: run_view.SUMMARY_WAITING,
+         tree_now: "", clip_video: None, clip_files: None}
 
 
 def final_outputs(model, name: str, method: str, prompt: str, stats: run_view.TraceStats, shared: int,
-                  decode, history: dict, tree: tuple[int, int]) -> dict:
+                  decode, history: dict, settings, chain_nfe: int | None, picture) -> dict:
     wall = stats.records[-1].wall_time
+    run = {"model": name, "method": method, "iterations": stats.records, "decode": decode}
+    last = len(stats.records) - 1
     out = {summary: texts.prompt_note(model, prompt) + run_view.run_summary(
                LABELS[method], stats.sample(), wall, history.get("ar", {}).get("wall"),
-               models.decoding_device(REQUESTS.client, name), shared, stats.done, tree, stats.counts),
-           heat_committed: charts.committed_at_figure(stats), heat_unchanged: charts.unchanged_figure(stats),
-           film: pictures.filmstrip_image(stats.film), history_state: history,
-           last_run: {"model": name, "method": method, "iterations": stats.records, "decode": decode},
-           replay_slider: gr.Slider(minimum=0, maximum=max(1, len(stats.records) - 1),   # 0 < max
-                                    value=len(stats.records) - 1, step=1, interactive=True)}
+               models.decoding_device(REQUESTS.client, name), shared, stats.done, settings.tree, stats.counts,
+               settings.window, chain_nfe),
+           film: pictures.filmstrip_image(stats.film), film_title: run_view.film_title(method),
+           history_state: history, last_run: run,
+           replay_slider: gr.Slider(minimum=0, maximum=max(1, last),   # 0 < max
+                                    value=last, step=1, interactive=True)} | \
+        dict(zip((replay_image, replay_text, replay_probs), replay_of(model, run, last, picture)))
     if models.is_video(name):
         mp4, gif = export.export_run_clip(model, stats.records[-1], f"{name}-{method}", decode)
         out |= {clip_video: mp4, clip_files: [mp4, gif]}
@@ -159,7 +200,7 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
         settings = s.of(method)
         row = backend.Row(REQUESTS, REQUESTS.submit(key, name, s.prompt, s.seed, settings), name)
         stats, history = run_view.TraceStats(tuple(model.grid)), streaming.history_of(history, name)
-        blank = dict.fromkeys(run_views, None) | REPLAY_CLEARED   # clears the last run's views
+        blank = waiting_views(model, pictured=False) | REPLAY_CLEARED   # clears the last run's views
         waiting = SERVERS.timing_alone.is_set if KIND == "local" else lambda: False
         records = servers.follow(row.client, row.rid, stopped, waiting=waiting)
         for it, picture, charts_due in servers.shown(records, pace, stopped, row.share):
@@ -193,22 +234,24 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
         yield {status: texts.STOPPED_EARLY}
         return
     it, shared, end = stats.records[-1], row.shared(len(stats.records)), "done" if stats.done else "stopped"
+    last_picture = pictures.render_iteration(model, it, decode=decode)
     final_picture = picture_shown if end == "stopped" and picture_shown is not None else \
-        pictures.render_iteration(model, it, decode=decode)      # a stop keeps the picture shown
+        last_picture                                          # a stop keeps the picture shown
     shown_for = servers.now() - first_shown if pace and first_shown is not None else None
     sibling = tree_view.last_sibling(stats.records)       # the tree shown at the end
+    chain = streaming.chain_nfe(history, method, s.seed, settings.window)   # before this run is kept
     yield blank | {live_image: final_picture,
                    tree_now: tree_view.tree_html(sibling or it, settings.tree, last=sibling is not None),
                    status: run_view.run_status(LABELS[method], stats, it.wall_time, end, shared,
                                                shown_for=shown_for, pace_raised=raised,
-                                               tree=settings.tree)}
+                                               tree=settings.tree, chain_nfe=chain)}
     if browser:                                           # first (drawing the charts delays it)
         servers.sleep_until(servers.now() + servers.FIRST_PAINT)
     if end == "done":
-        history[method] = {"nfe": stats.nfe, "committed": stats.committed,
-                           "wall": None if shared else it.wall_time}
-    yield run_charts(stats, history, method) | final_outputs(model, name, method, s.prompt, stats,
-                                                              shared, decode, history, settings.tree)
+        streaming.remember(history, method, stats.nfe, stats.committed, None if shared else it.wall_time,
+                           settings.tree, s.seed, settings.window)
+    yield run_charts(stats, history, method) | final_outputs(model, name, method, s.prompt, stats, shared,
+                                                              decode, history, settings, chain, last_picture)
 
 
 # ------------------------------------------------------------------------------- race
@@ -218,10 +261,10 @@ def race_panels(panels: race_view.RacePanels, runs: dict, tick: int | None = Non
 
 
 def race_results(model, name: str, s: race.Race, runs: dict, samples: int, timings: dict) -> dict:
-    table, why, note, figures = race_view.race_report(name, s, runs, samples,
-                                                      models.decoding_device(REQUESTS.client, name),
-                                                      race.gap_probe(model, name, s, runs), timings)
-    return {race_table: table, race_why: why, race_note: note} | \
+    table, why, note, bench, figures = race_view.race_report(name, s, runs, samples,
+                                                             models.decoding_device(REQUESTS.client, name),
+                                                             race.gap_probe(model, name, s, runs), timings)
+    return {race_table: table, race_why: why, race_note: note, race_bench: bench} | \
         dict(zip((race_chart, race_hist, race_flicker), figures))
 
 
@@ -243,8 +286,10 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
         runs, timings = {}, {}
         status_due, picture_due = servers.Pacer(servers.STATUS_EVERY), servers.Pacer(servers.FULL_SPEED_EVERY)
         panels = race_view.RacePanels(model, 0 if models.is_video(name) else None)
-        yield dict.fromkeys([*race_images.values(), race_table, race_note, race_why, race_chart,
-                             race_hist, race_flicker], None) | {race_status: "Decoding…"}
+        blank = pictures.blank_picture(tuple(model.grid))
+        yield dict.fromkeys([race_table, race_note, race_why, race_chart, race_hist, race_flicker], None) | \
+            dict.fromkeys(race_images.values(), blank) | {race_status: "Decoding…",
+                                                          race_bench: race_view.BENCH_WAITING}
         yield {race_status: "Warming up: a few untimed passes of each method…"}
         race.warm_up(REQUESTS.client, name, s)          # untimed: a fresh worker's first passes
         phases = (("one image alone", [s.seed]),) + ((   # K = 1: the one image is the batch
@@ -260,12 +305,21 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
                         yield out
                 if run.stopped:
                     done = {k: r for k, r in runs.items() if r.done}
+                    timed = {k: race.Timing.of_rounds(t) for k, t in timings.items()}
                     yield race_panels(panels, runs | {m: run}) | {
                         race_status: race_view.race_decoding(run, phase),
-                        race_table: race_view.race_table_html(race.summarise(done, False, timings), False)}
+                        race_table: race_view.race_table_html(race.summarise(done, False, timed), False)}
                     return
                 one = one or run
-            runs[m], timings[m] = run, race.timing_of(one, run)
+            runs[m], timings[m] = run, [race.timing_of(one, run)]
+        for r in range(2, race.TIMING_ROUNDS + 1):      # the times again, the methods taking turns
+            for m in race.METHOD_ORDER:
+                yield {race_status: race_view.timing_round(r, race.TIMING_ROUNDS, m)}
+                again = race.time_method(REQUESTS.client, name, s, m, samples, stopped)
+                if again is None:
+                    break
+                timings[m].append(again)
+        timings = {m: race.Timing.of_rounds(t) for m, t in timings.items()}
     except ValueError as exc:
         log.info("refused: %s", exc)
         yield {race_status: f"**Not started:** {uploads.without_paths(exc)}"}
@@ -273,6 +327,10 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
     except DecodeError as exc:                            # a row was lost: said, what is shown stays
         log.info("not decoded: %s", exc)
         yield {race_status: f"**Not finished:** {uploads.without_paths(exc)}"}
+        return
+    if stopped():                                         # while timing: what was timed stays
+        yield race_panels(panels, runs) | race_results(model, name, s, runs, samples, timings) | {
+            race_status: race_view.race_progress(runs, None, race_view.STOPPED_TIMING)}
         return
     plot_due, tick, last = servers.Pacer(servers.PLOT_EVERY, wait_first=True), 0, race.lockstep(runs)
     for tick in servers.replay_ticks(last, pace, servers.IMAGE_EVERY, stopped) if pace else ():
@@ -306,7 +364,7 @@ def lossless_run(name, method, window, init, temperature, top_k, top_p, cfg_scal
     """Many samples of AR and of the method (the one picked; SCD-MC when AR is), which token
     each put at four positions with the chi-square test's p-value, and greedy mode's tokens."""
     key, ticket = session_key(request), STOPS.stamp(ticket)
-    outputs = (loss_summary, loss_chart, loss_ar, loss_method, loss_greedy)
+    outputs = (loss_summary, loss_chart, loss_ar, loss_method, loss_greedy, loss_diff)
     try:
         lossless.check_model(name)
         samples = lossless.check_samples(samples)
@@ -329,6 +387,7 @@ def lossless_run(name, method, window, init, temperature, top_k, top_p, cfg_scal
            loss_ar: lossless.samples_picture(model, c.ar_tokens),
            loss_method: lossless.samples_picture(model, c.method_tokens),
            loss_greedy: lossless.greedy_picture(model, c),
+           loss_diff: lossless.diff_picture(model, c), loss_diff_title: lossless.diff_title(c),
            loss_method_title: f"{LABELS[other]}: its first {lossless.SHOWN_SAMPLES} samples"}
 
 
@@ -341,15 +400,19 @@ def show_race_sample(index, state):
 
 # ----------------------------------------------------------------------------- replay
 
+def replay_of(model, run: dict, i: int, picture=None) -> tuple:
+    """Pass `i` of a run as the replay shows it: its picture (`picture` when already drawn),
+    caption and min(1, p/q) map."""
+    its = run["iterations"]
+    picture = pictures.render_iteration(model, its[i], decode=run.get("decode")) if picture is None else picture
+    return picture, run_view.replay_caption(its, i), charts.accept_prob_figure(its[i], tuple(model.grid))
+
+
 def replay_view(index, run):
     if not run or not run.get("iterations"):
         return gr.skip(), "Nothing to replay yet: generate an image first.", gr.skip()
-    its = run["iterations"]
-    i = int(min(max(checks.as_int(index) or 0, 0), len(its) - 1))
-    model = MODELS.get(run["model"])
-    return (pictures.render_iteration(model, its[i], decode=run.get("decode")),
-            run_view.replay_caption(its, i),
-            charts.accept_prob_figure(its[i], tuple(model.grid)))
+    i = int(min(max(checks.as_int(index) or 0, 0), len(run["iterations"]) - 1))
+    return replay_of(MODELS.get(run["model"]), run, i)
 
 
 @gpu(lambda run: 60)
@@ -406,6 +469,7 @@ def on_model_change(name: str, gen_status: str | None = None, race_said: str | N
             examples.dataset: gr.Dataset(samples=[] if clip else [[p] for p in prompts]),
             prompt_tb: prompt if prompt is not None else gr.skip(),
             text_box: gr.Column(visible=not clip), clip_box: gr.Column(visible=clip),
+            examples_box: gr.Column(visible=bool(prompts) and not clip),     # no heading over nothing
             gen_btn: gr.Button(interactive=ok), race_btn: gr.Button(interactive=ok)}
 
 
@@ -414,15 +478,17 @@ def on_model_change(name: str, gen_status: str | None = None, race_said: str | N
 D0 = models.listed_models()[0]
 
 
-def image(elem_id: str) -> gr.Image:
+def image(elem_id: str, value=None) -> gr.Image:
     """A picture with no label or toolbar over it (they would cover the first token row)."""
-    return gr.Image(show_label=False, buttons=[], format="png", type="numpy", interactive=False,
+    return gr.Image(value, show_label=False, buttons=[], format="png", type="numpy", interactive=False,
                     elem_id=elem_id, container=False, elem_classes="bare")
 
 
-def number(value, label: str, elem_id: str, info: str | None = None) -> gr.Number:
-    """A number field; whole numbers are checked, never rounded (1.5 is refused, not 2)."""
-    return gr.Number(value, label=label, elem_id=elem_id, info=info, min_width=100)
+def number(value, elem_id: str, field: checks.Field | None = None, info: str | None = None) -> gr.Number:
+    """A number field, labelled by its `checks.Field` (by default the one of `checks.FIELDS`
+    named like its id); whole numbers are checked, never rounded (1.5 is refused, not 2)."""
+    field = field or checks.FIELDS[elem_id.replace("-", "_")]
+    return gr.Number(value, label=field.widget_label, elem_id=elem_id, info=info, min_width=100)
 
 
 def plot(elem_id: str, value=None) -> gr.Plot:
@@ -433,95 +499,101 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     history_state, last_run = gr.State({}, time_to_live=3600), gr.State(None, time_to_live=3600)
     race_state = gr.State(None, time_to_live=1800)
     ticket = gr.Number(None, visible=False)       # the click's time stamp, set by the browser
-    gr.Markdown(texts.HEADER + models.device_note(), elem_id="header")
+    gr.Markdown(texts.HEADER + models.device_note(REQUESTS.client), elem_id="header")
+    # Desktop: the controls on the left (model, prompt, buttons, then examples, method and
+    # settings), the results on the right. A phone shows the controls in the order a visitor
+    # fills them in, model to Settings (closed there), then the buttons and the example prompts,
+    # then the results (demo/static/page.css orders the boxes, demo/static/load.js closes
+    # Settings, page.js brings the results into sight when a run starts).
     with gr.Row(equal_height=False, elem_id="main"):
         with gr.Column(scale=1, min_width=300, elem_id="controls"):
-            with gr.Column(elem_id="top-controls"):
+            with gr.Column(elem_id="model-box"):
                 model_dd = gr.Dropdown([(models.model_label(n), n) for n in models.listed_models()],
                                        value=D0, label="Model", elem_id="model")
                 model_md = gr.Markdown(models.model_note(D0), elem_id="model-info")
-                with gr.Column(visible=not models.takes_clip(D0)) as text_box:
-                    prompt_tb = gr.Textbox(MODELS.examples(D0)[0], label="Prompt", lines=1,
-                                           max_lines=3, elem_id="prompt")
-                    prompt_words_md = gr.Markdown(prompt_words(D0, MODELS.examples(D0)[0]),
-                                                  elem_id="prompt-words")
-                with gr.Column(visible=models.takes_clip(D0)) as clip_box:
-                    clip_in = gr.Video(label="Prompt clip: the model continues it", sources=["upload"],
-                                       format=None, elem_id="prompt-clip", height=160)
-                    # What the decoding events take instead of the Video: its upload's path,
-                    # copied in the browser, checked by the app before any read (demo.uploads).
-                    clip_path = gr.Textbox("", visible=False, elem_id="clip-path")
-                    clip_text_tb = gr.Textbox("", label="Clip text (Video2World only)", lines=1,
-                                              elem_id="clip-text")
-                    gr.Examples([[p] for p in example_clips()], inputs=clip_in, label="Example clips",
-                                example_labels=["red ball", "blue ring"])
+            with gr.Column(visible=not models.takes_clip(D0), elem_id="prompt-box") as text_box:
+                prompt_tb = gr.Textbox(MODELS.examples(D0)[0], label="Prompt", lines=1,
+                                       max_lines=3, elem_id="prompt")
+                prompt_words_md = gr.Markdown(prompt_words(D0, MODELS.examples(D0)[0]),
+                                              elem_id="prompt-words")
+            with gr.Column(visible=models.takes_clip(D0), elem_id="clip-box") as clip_box:
+                clip_in = gr.Video(label="Prompt clip: the model continues it", sources=["upload"],
+                                   format=None, elem_id="prompt-clip", height=200)
+                # What the decoding events take instead of the Video: its upload's path,
+                # copied in the browser, checked by the app before any read (demo.uploads).
+                clip_path = gr.Textbox("", visible=False, elem_id="clip-path")
+                clip_text_tb = gr.Textbox("", label="Clip text (Video2World only)", lines=1,
+                                          elem_id="clip-text")
+                gr.Examples([[p] for p in example_clips()], inputs=clip_in, label="Example clips",
+                            example_labels=["red ball", "blue ring"])
+            with gr.Column(elem_id="run-box"):
                 with gr.Row():
                     gen_btn = gr.Button("Generate", variant="primary", elem_id="generate", min_width=80)
                     race_btn = gr.Button("Race all methods", elem_id="race", min_width=80)
                     stop_btn = gr.Button("Stop", variant="stop", elem_id="stop", min_width=60)
                 input_md = gr.Markdown(elem_id="input-message")
-            with gr.Column(elem_id="more-controls"):
+            with gr.Column(visible=not models.takes_clip(D0), elem_id="examples-box") as examples_box:
                 examples = gr.Examples([[p] for p in MODELS.examples(D0)], inputs=prompt_tb, label="Example prompts")
+            with gr.Column(elem_id="method-box"):
                 method_rd = gr.Radio([(LABELS[m], m) for m in race.METHOD_ORDER], value="scd-mc",
                                      label="Method (Generate)", elem_id="method")
-                d0, s0, _ = MODELS.defaults(D0)
-                with gr.Accordion("Settings", open=True):
-                    init_dd = gr.Dropdown([(v, k) for k, v in labels.INIT_LABELS.items()], value=d0["init"],
-                                          label="Draft init", elem_id="init")
-                    tree_dd = gr.Dropdown(labels.TREE_CHOICES, value=labels.TREE_CHOICES[0], label="Draft tree",
-                                          info="k candidates at each of the first d draft positions "
-                                               "(AR has no drafts: it runs the chain)", elem_id="tree")
-                    with gr.Row():
-                        window_nb = number(d0["window"], "Window L", "window")
-                        seed_nb = number(0, "Seed", "seed")
-                    with gr.Row():
-                        temp_nb = number(s0["temperature"], "Temperature", "temperature")
-                        greedy_cb = gr.Checkbox(s0["temperature"] == 0, label="Greedy (temperature 0)",
-                                                elem_id="greedy", min_width=100)
-                    with gr.Row():
-                        topk_nb = number(s0["top_k"], "Top-k (0: off)", "top-k")
-                        topp_nb = number(s0["top_p"], "Top-p (1: off)", "top-p")
-                    with gr.Row():
-                        cfg_nb = number(s0["cfg_scale"], "CFG scale", "cfg")
-                        samples_nb = number(d0["samples"], "Race samples K", "samples")
-                    pace_nb = number(d0["pace"], "Slow motion: seconds per pass on screen (0: full "
-                                     "speed)", "pace", info=texts.pace_info(servers.IMAGE_EVERY))
+            d0, s0, _ = MODELS.defaults(D0)
+            with gr.Accordion("Settings", open=True, elem_id="settings"):
+                init_dd = gr.Dropdown([(v, k) for k, v in labels.INIT_LABELS.items()], value=d0["init"],
+                                      label="Draft init", elem_id="init")
+                tree_dd = gr.Dropdown(labels.TREE_CHOICES, value=labels.TREE_CHOICES[0], label="Draft tree",
+                                      info=labels.TREE_INFO, elem_id="tree")
+                with gr.Row():
+                    window_nb = number(d0["window"], "window")
+                    seed_nb = number(0, "seed")
+                with gr.Row():
+                    temp_nb = number(s0["temperature"], "temperature")
+                    greedy_cb = gr.Checkbox(s0["temperature"] == 0, label="Greedy (temperature 0)",
+                                            elem_id="greedy", min_width=100)
+                with gr.Row():
+                    topk_nb = number(s0["top_k"], "top-k")
+                    topp_nb = number(s0["top_p"], "top-p")
+                with gr.Row():
+                    cfg_nb = number(s0["cfg_scale"], "cfg")
+                    samples_nb = number(d0["samples"], "samples")
+                pace_nb = number(d0["pace"], "pace", info=texts.pace_info(servers.IMAGE_EVERY))
         with gr.Column(scale=3, elem_id="results"):
+            grid0 = tuple(MODELS.at_hand(D0).grid)
+            waiting0 = charts.waiting_figures(math.prod(grid0))          # what each chart says before a run
             with gr.Tabs() as tabs:
                 with gr.Tab("Generate", id="tab-generate"):
                     with gr.Row():
                         with gr.Column(scale=2, min_width=300):
                             gr.Markdown("Committed tokens + current drafts", elem_classes="panel-title")
-                            live_image = image("live-image")
+                            live_image = image("live-image", pictures.blank_picture(grid0))
                             gr.HTML(pictures.legend_html())
                             status = gr.Markdown(texts.GENERATE_HINT, elem_id="status")
                             tree_now = gr.HTML("", elem_id="tree-view")
                         with gr.Column(scale=3, min_width=300):
-                            chart_committed = plot("chart-committed", charts.waiting_figure())
+                            chart_committed = plot("chart-committed", waiting0["committed"])
                     with gr.Row():
-                        chart_length = plot("chart-length")
-                        chart_flicker = plot("chart-flicker")
-                    gr.Markdown("Drafts after each pass: one column per pass, one row per window "
-                                "slot (top: the next position to decide)", elem_classes="panel-title")
+                        chart_length = plot("chart-length", waiting0["length"])
+                        chart_flicker = plot("chart-flicker", waiting0["flicker"])
+                    film_title = gr.Markdown(run_view.film_title(None), elem_classes="panel-title", elem_id="film-title")
                     film = image("film")
                     gr.HTML(pictures.film_legend_html())
-                    summary = gr.Markdown(elem_id="summary")
+                    summary = gr.Markdown(run_view.SUMMARY_WAITING, elem_id="summary")
                     with gr.Row():
-                        chart_rate = plot("chart-rate")
-                        heat_committed = plot("heat-committed")
-                        heat_unchanged = plot("heat-unchanged")
+                        chart_rate = plot("chart-rate", waiting0["rate"])
+                        heat_committed = plot("heat-committed", waiting0["committed_at"])
+                        heat_unchanged = plot("heat-unchanged", waiting0["unchanged"])
                     with gr.Row(visible=models.is_video(D0)) as clip_row:
                         clip_video = gr.Video(label="Finished clip (MP4)", elem_id="clip-video",
                                               interactive=False, height=260)
                         clip_files = gr.File(label="Download the clip (MP4, GIF)", file_count="multiple",
                                              interactive=False, elem_id="clip-files", height=260)
-                    with gr.Accordion("Replay and export the last run", open=False):
+                    with gr.Accordion("Replay and export the last run", open=False, elem_id="replay"):
                         replay_slider = gr.Slider(0, 1, value=0, step=1, label="Pass",
                                                   elem_id="replay-slider")
                         with gr.Row():
                             replay_image = image("replay-image")
                             replay_probs = plot("replay-probs")
-                        replay_text = gr.Markdown(elem_id="replay-text")
+                        replay_text = gr.Markdown(run_view.REPLAY_WAITING, elem_id="replay-text")
                         with gr.Row():
                             export_btn = gr.Button("Export the decoding as GIF + MP4", elem_id="export")
                             export_files = gr.File(label="Downloads", file_count="multiple")
@@ -534,7 +606,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                             for m in pair:
                                 with gr.Column(min_width=240):
                                     gr.Markdown(LABELS[m], elem_classes="panel-title")
-                                    race_images[m] = image(f"race-{m}")
+                                    race_images[m] = image(f"race-{m}", pictures.blank_picture(grid0))
                     race_sample = gr.Slider(1, 8, value=1, step=1, label="Sample shown", visible=False,
                                             elem_id="race-sample")
                     gr.HTML(pictures.legend_html().replace('id="scd-legend"', 'id="race-legend"'))
@@ -545,13 +617,15 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                     with gr.Row():
                         race_hist = plot("race-hist")
                         race_flicker = plot("race-flicker")
+                    with gr.Accordion("The same figures from the benchmark", open=False, elem_id="race-bench-box"):
+                        race_bench = gr.Markdown(race_view.BENCH_WAITING, elem_id="race-bench")
                     ratios_btn = gr.Button("Why texture and tiny differ: SJD vs SCD passes per image",
                                            elem_id="ratios", size="sm")
                     ratios_md = gr.Markdown(elem_id="ratios-table")
                 with gr.Tab("Lossless", id="tab-lossless"):
                     gr.Markdown(lossless.HINT, elem_id="lossless-hint")
                     with gr.Row():
-                        loss_samples = number(lossless.DEFAULT_SAMPLES, "Samples per method", "loss-samples")
+                        loss_samples = number(lossless.DEFAULT_SAMPLES, "loss-samples", lossless.SAMPLES_FIELD)
                         loss_btn = gr.Button("Compare AR with the method", elem_id="lossless", min_width=120)
                     loss_status = gr.Markdown(elem_id="lossless-status")
                     loss_chart = plot("lossless-chart")
@@ -565,40 +639,51 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                             loss_method_title = gr.Markdown("The method: its first samples",
                                                             elem_classes="panel-title")
                             loss_method = image("lossless-method")
+                    loss_diff_title = gr.Markdown(lossless.DIFF_TITLE, elem_classes="panel-title",
+                                                  elem_id="lossless-diff-title")
+                    loss_diff = image("lossless-diff")
                     gr.Markdown("Greedy (temperature 0): AR, then the method", elem_classes="panel-title")
                     loss_greedy = image("lossless-greedy")
                 with gr.Tab("How it works", id="tab-explain"):
-                    gr.Markdown(texts.HOW_IT_WORKS)
+                    gr.Markdown(texts.HOW_IT_WORKS, elem_id="how-it-works")
+    go_generate, go_race = (gr.Number(None, visible=False) for _ in range(2))   # set by a passed check
+    marked_state = gr.State([])                        # the fields marked with a message now
 
     inputs = [model_dd, method_rd, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, seed_nb,
               prompt_tb, pace_nb, samples_nb, clip_path, clip_text_tb, tree_dd, history_state, ticket]
-    gen_outputs = [live_image, status, tree_now, chart_committed, chart_length, chart_flicker, chart_rate,
-                   heat_committed, heat_unchanged, film, summary, history_state, last_run,
-                   replay_slider, clip_video, clip_files, replay_image, replay_text, replay_probs,
-                   export_files, export_video]
+    field_views = {"model": model_dd, "window": window_nb, "init": init_dd, "temperature": temp_nb,
+                   "top_k": topk_nb, "top_p": topp_nb, "cfg": cfg_nb, "seed": seed_nb, "prompt": prompt_tb,
+                   "pace": pace_nb, "samples": samples_nb, "clip_text": clip_text_tb, "tree": tree_dd}
+    field_info = {"pace": texts.pace_info(servers.IMAGE_EVERY), "tree": labels.TREE_INFO}
+    run_chart_views = dict(committed=chart_committed, length=chart_length, flicker=chart_flicker,
+                           rate=chart_rate, committed_at=heat_committed, unchanged=heat_unchanged)
+    gen_outputs = [live_image, status, tree_now, *run_chart_views.values(), film, film_title, summary,
+                   history_state, last_run, replay_slider, clip_video, clip_files, replay_image, replay_text,
+                   replay_probs, export_files, export_video]
     # The slider is left as it is (a value here, then the final update's Slider, left a copy
     # of the Slider in the visitor's session at every run); with no last run it replays nothing.
-    REPLAY_CLEARED = {last_run: None, replay_image: None, replay_text: "", replay_probs: None,
-                      export_files: None, export_video: None}
-    run_views = [chart_committed, chart_flicker, chart_length, chart_rate, heat_committed,
-                 heat_unchanged, film, summary, clip_video, clip_files, tree_now]   # a new run clears them
+    REPLAY_CLEARED = {last_run: None, replay_image: None, replay_text: run_view.REPLAY_WAITING,
+                      replay_probs: None, export_files: None, export_video: None}
     race_outputs = [*race_images.values(), race_status, race_table, race_note, race_why, race_chart,
-                    race_hist, race_flicker, race_state, race_sample]
+                    race_hist, race_flicker, race_bench, race_state, race_sample]
     clip_in.change(None, clip_in, clip_path, js="(v) => (v && v.path) || ''",
                    api_visibility="private")     # in the browser only: Gradio never sees a file
-    for button in (gen_btn, race_btn):       # first: the click's js below switches tabs
-        button.click(input_message, inputs, input_md, queue=False, api_visibility="private",
-                     show_progress="hidden")
-    gen_btn.click(generate_stream, inputs, gen_outputs, validator=validator, api_name="generate",
-                  show_progress_on=[status], time_limit=600, js=texts.click_js("Generate"),
-                  trigger_mode="always_last", **GENERATE)   # a click while busy runs once more, after
-    race_btn.click(race_stream, inputs, race_outputs, validator=validator, api_name="race",
+    # A click (or Enter in the prompt) is checked first, at once and outside the queue: a field
+    # the page refuses gets its message beside it and nothing starts; else the run starts.
+    checked = dict(inputs=[*inputs, marked_state], queue=False, api_visibility="private", show_progress="hidden")
+    gr.on([gen_btn.click, prompt_tb.submit], check_generate,
+          outputs=[input_md, marked_state, go_generate, *field_views.values()], **checked)
+    race_btn.click(check_race, outputs=[input_md, marked_state, go_race, *field_views.values()], **checked)
+    go_generate.change(generate_stream, inputs, gen_outputs, validator=validator, api_name="generate",
+                       show_progress_on=[status], time_limit=600, js=texts.click_js("Generate"),
+                       trigger_mode="always_last", **GENERATE)   # a click while busy runs once more, after
+    go_race.change(race_stream, inputs, race_outputs, validator=validator, api_name="race",
                    show_progress_on=[race_status], time_limit=900, js=texts.click_js("Race"),
                    trigger_mode="always_last", **DECODE)
     stop_btn.click(stop, ticket, None, queue=False, api_name="stop", js="() => [Date.now()]")
     model_dd.change(on_model_change, [model_dd, status, race_status],
                     [model_md, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, pace_nb,
-                     samples_nb, greedy_cb, clip_row, examples.dataset, prompt_tb, text_box, clip_box,
+                     samples_nb, greedy_cb, clip_row, examples.dataset, prompt_tb, text_box, clip_box, examples_box,
                      gen_btn, race_btn, status, race_status, prompt_words_md], api_visibility="private").then(
         load_selected, model_dd, [model_md, gen_btn, race_btn], api_visibility="private",
         show_progress_on=[model_md], **DECODE)
@@ -611,7 +696,8 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     ratios_btn.click(shipped_ratios, None, ratios_md, api_name="ratios", queue=False)
     loss_btn.click(lossless_run, [model_dd, method_rd, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb,
                                   seed_nb, prompt_tb, loss_samples, ticket],
-                   [loss_status, loss_summary, loss_chart, loss_ar, loss_method, loss_greedy, loss_method_title],
+                   [loss_status, loss_summary, loss_chart, loss_ar, loss_method, loss_greedy, loss_method_title,
+                    loss_diff, loss_diff_title],
                    api_name="lossless", show_progress_on=[loss_status], time_limit=900,
                    js=texts.click_js("Lossless"), **DECODE)
     race_sample.release(show_race_sample, [race_sample, race_state], list(race_images.values()),
@@ -623,7 +709,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     demo.unload(forget)
 
 demo.queue(**QUEUE)
-LAUNCH = dict(css=texts.CSS, theme=gr.themes.Soft(), max_file_size=uploads.MAX_UPLOAD_BYTES,   # tests launch with these too
+LAUNCH = dict(css=texts.CSS, js=texts.LOAD_JS, theme=gr.themes.Soft(), max_file_size=uploads.MAX_UPLOAD_BYTES,   # tests launch with these too
               max_threads=THREADS, state_session_capacity=SESSIONS)
 
 

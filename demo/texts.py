@@ -37,9 +37,13 @@ def is_error(said) -> bool:
 def pace_info(fastest: float) -> str:
     return (f"Generate shows at most one pass every {fastest:g} s: a faster pace is raised to "
             "that, and the status says so; a race replays at the pace itself, skipping ahead")
-HOW_IT_WORKS = "\n" + _read("texts/how_it_works.md")
+# The drafts strip's layout, said the same in its panel's title and in "How it works"
+FILM_LAYOUT = "one column per pass, one row per window slot, the top row the next position to decide"
+FILM_TITLE = f"Drafts after each pass: {FILM_LAYOUT}"
+HOW_IT_WORKS = "\n" + _read("texts/how_it_works.md").replace("FILM_LAYOUT", FILM_LAYOUT)
 CSS = "\n" + _read("static/page.css")
 CLICK_JS = _read("static/page.js").strip()
+LOAD_JS = _read("static/load.js").strip()           # run once when the page loads
 
 
 def click_js(tab: str) -> str:

@@ -11,8 +11,12 @@ Time is reported twice, per method, because the two differ on a CPU: `Timing.lat
 seconds of ONE image decoded alone (what a visitor waits for one picture; `bench --seeds 1`),
 and `Timing.throughput`, the images per second of the K rows decoded together on shared
 passes (`bench --seeds 1 --batch K`). A batched AR pass costs little more than a single one,
-so AR's throughput gains most from the batch. `decode_rows` decodes on a decode client
-(`scd_core.client`, wherever it decodes), `decode` as one batch in this process.
+so AR's throughput gains most from the batch. A race times each method in TIMING_ROUNDS
+rounds, interleaved (`time_method`): `Timing.of_rounds` gives the medians with every round's
+figure, and two methods' times count as different only where their ranges do not overlap
+(`apart`). Passes (NFE) need no repeat: they are the same for the same seeds on any machine.
+`decode_rows` decodes on a decode client (`scd_core.client`, wherever it decodes), `decode`
+as one batch in this process.
 
 `context_sensitivity` measures the property that decides how much coupling helps: how far
 p moves at a position when one earlier token changes.
@@ -227,6 +231,9 @@ class MethodRun:
                 for r, d in zip(self.row_records, decoders) if r]
 
 
+TIMING_ROUNDS = 3       # a race times each method this many times, the rounds interleaved
+
+
 @dataclass(frozen=True)
 class Timing:
     """How fast a method ran, measured where it decodes. `latency`: seconds for ONE image,
@@ -234,17 +241,54 @@ class Timing:
     second of the batch of K rows sharing passes (K over the batch's engine seconds: its rows
     start in one pass and share every pass, so that is its longest row's clock, the time the
     benchmark measures; records on their way to a page do not count). `alone`: no row from
-    outside the race shared a pass with them."""
+    outside the race shared a pass with them.
+
+    Timed over several rounds (`of_rounds`), `latency` and `batch_seconds` are the medians and
+    `latencies` and `batch_times` every round's figure: one timing alone says little on a
+    shared machine, where the same decode varies by 2x or more from one run to the next."""
 
     latency: float
     latency_nfe: int
     batch: int
     batch_seconds: float
     alone: bool = True
+    latencies: tuple[float, ...] = ()        # every round's one-image seconds (empty: `latency` alone)
+    batch_times: tuple[float, ...] = ()      # every round's batch seconds (empty: `batch_seconds` alone)
 
     @property
     def throughput(self) -> float:
         return self.batch / self.batch_seconds if self.batch_seconds > 0 else float("inf")
+
+    @property
+    def rounds(self) -> int:
+        return max(1, len(self.latencies))
+
+    @property
+    def latency_range(self) -> tuple[float, float]:
+        """The fastest and slowest round's one-image seconds."""
+        values = self.latencies or (self.latency,)
+        return min(values), max(values)
+
+    @property
+    def throughput_range(self) -> tuple[float, float]:
+        """The lowest and highest round's images per second."""
+        values = [self.batch / t if t > 0 else float("inf") for t in self.batch_times or (self.batch_seconds,)]
+        return min(values), max(values)
+
+    @classmethod
+    def of_rounds(cls, rounds: Sequence["Timing"]) -> "Timing":
+        """One Timing from the same method timed in several rounds: medians and every figure."""
+        latencies = tuple(t for r in rounds for t in (r.latencies or (r.latency,)))
+        batches = tuple(t for r in rounds for t in (r.batch_times or (r.batch_seconds,)))
+        return cls(latency=statistics.median(latencies), latency_nfe=rounds[0].latency_nfe,
+                   batch=rounds[0].batch, batch_seconds=statistics.median(batches),
+                   alone=all(r.alone for r in rounds), latencies=latencies, batch_times=batches)
+
+
+def apart(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether two measured ranges (low, high) do not overlap: only then is one method's time
+    told apart from the other's; overlapping ones are within noise."""
+    return a[1] < b[0] or b[1] < a[0]
 
 
 @dataclass
@@ -360,6 +404,20 @@ def decode_rows(client, model: str, race: Race, method: str, seeds: Sequence[int
     for rid in rids:
         getattr(client, "release", lambda rid: None)(rid)
     yield _snapshot(method, rows, num_tokens, stopped and not complete, seconds, largest, decoders)
+
+
+def time_method(client, model: str, race: Race, method: str, samples: int,
+                stop: Callable[[], bool] | None = None) -> "Timing | None":
+    """One more timing of a method, nothing kept but its clocks: one row alone (seed s), then
+    `samples` rows together (seeds s .. s + samples - 1), as the race decodes them. None when
+    `stop()` ended it."""
+    runs = []
+    for seeds in ([race.seed], range(race.seed, race.seed + samples)) if samples > 1 else ([race.seed],):
+        *_, run = decode_rows(client, model, race, method, seeds, stop)
+        if run.stopped:
+            return None
+        runs.append(run)
+    return timing_of(runs[0], runs[-1])
 
 
 def warm_up(client, model: str, race: Race, passes: int = 8) -> None:
