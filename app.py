@@ -104,7 +104,7 @@ def checked_click(go, values, marked: list | None, race_all: bool = False) -> di
     if race_all:
         values[checks.INPUTS.index("method")] = "scd-mc"
     found = problems(*values)
-    marks = {name: gr.update(info=found.get(name, field_info.get(name)),
+    marks = {name: gr.update(info=found.get(name, field_info.get(name, "")),
                              elem_classes=["invalid"] if name in found else [])
              for name in field_views if name in found or name in (marked or [])}
     if found:
@@ -506,7 +506,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     # then the results (demo/static/page.css orders the boxes, demo/static/load.js closes
     # Settings, page.js brings the results into sight when a run starts).
     with gr.Row(equal_height=False, elem_id="main"):
-        with gr.Column(scale=1, min_width=300, elem_id="controls"):
+        with gr.Column(scale=1, min_width=340, elem_id="controls"):
             with gr.Column(elem_id="model-box"):
                 model_dd = gr.Dropdown([(models.model_label(n), n) for n in models.listed_models()],
                                        value=D0, label="Model", elem_id="model")
@@ -576,7 +576,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                         chart_flicker = plot("chart-flicker", waiting0["flicker"])
                     film_title = gr.Markdown(run_view.film_title(None), elem_classes="panel-title", elem_id="film-title")
                     film = image("film")
-                    gr.HTML(pictures.film_legend_html())
+                    gr.HTML(pictures.film_legend_html(), elem_id="film-legend")
                     summary = gr.Markdown(run_view.SUMMARY_WAITING, elem_id="summary")
                     with gr.Row():
                         chart_rate = plot("chart-rate", waiting0["rate"])

@@ -192,6 +192,7 @@ def accepted_length_figure(stats: TraceStats):
                          y=np.clip(steps[mask], 0, None).tolist(), name=name,
                          marker=dict(color=_css(colour)),
                          hovertemplate=f"pass %{{x}}: +%{{y}} {name}<extra></extra>"))
+    data = [d for d in data if sum(d["y"]) > 0]          # a kind this run never had is not in the legend
     if stats.method == "ar":
         detail = "AR: one token per pass, no drafts"
     else:

@@ -238,8 +238,8 @@ def shape_of(name: str) -> Shape:
 
 def not_started(found: dict[str, str]) -> str:
     """Beside the buttons: the inputs `problems` found, or nothing."""
-    text = "; ".join(found.values())
-    return "" if not found else "**Not started:** " + text + ("" if text.endswith(".") else ".")
+    said = [m if m.endswith((".", "`")) else m + "." for m in found.values()]
+    return "" if not found else "**Not started:** " + " ".join(said)
 
 
 # ------------------------------------------------------------------------ whole inputs
@@ -265,6 +265,11 @@ def load_for(name, prompt, clip, clip_text, load: Callable[[str], object], loade
     return model, text
 
 
+def in_page_order(found: dict[str, str]) -> dict[str, str]:
+    """Messages by field, in the order the fields come on the page."""
+    return {k: found[k] for k in sorted(found, key=lambda k: INPUTS.index(k) if k in INPUTS else len(INPUTS))}
+
+
 def problems(model, name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
              prompt, pace, samples, clip=None, clip_text="", tree=None) -> dict[str, str]:
     """Every input the page or the library rejects, by its name in INPUTS, with the message.
@@ -284,10 +289,11 @@ def problems(model, name, method, window, init, temperature, top_k, top_p, cfg_s
             FIELDS[key].check(value)
         except ValueError as exc:
             out[key] = str(exc)
+    out = in_page_order(out)
     shape = model or shape_of(name)
     found = setting_problems(method, window, init, temperature, top_k, top_p, cfg_scale, tree, shape)
     if found or "seed" in out:
-        return out | found
+        return in_page_order(out | found)
     try:                                # what no field describes: the library's message
         race_of(shape, prompt, settings_of(method, window, init, temperature, top_k, top_p, cfg_scale,
                                            tree, shape), seed)

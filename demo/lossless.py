@@ -114,8 +114,9 @@ def histogram_figure(model, c: Comparison):
         layout[f"yaxis{axis}"] = dict(domain=[bottom, top], tickformat=".0%", anchor=f"x{axis}",
                                       title="share of samples" if col == 0 else None)
         layout.setdefault("annotations", []).append(dict(
-            text=f"position {p}<br><b>p = {t.p_value:.2f}</b>", x=(lo + hi) / 2, y=top + 0.02, xref="paper",
-            yref="paper", showarrow=False, yanchor="bottom", font=dict(size=12)))
+            text=f"position {p}<br><b>p = {t.p_value:.2f}</b>", x=lo, y=top + 0.02, xref="paper",
+            yref="paper", showarrow=False, xanchor="left", yanchor="bottom", align="left",
+            font=dict(size=12)))        # from its panel's left edge: never over its neighbour's on a phone
     height = 150 + 280 * ((positions + 1) // 2)
     layout |= dict(title=dict(text=title("Which token each sample put at a position",
                                          "bars: share of the samples; p: the chance test")),

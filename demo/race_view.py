@@ -218,6 +218,21 @@ def race_note(samples: int, seed: int, greedy: bool, device: str, rounds: int = 
                "distribution; tick *Greedy* to see identical tokens."))
 
 
+def differ_sentence(runs: dict, greedy: bool) -> str:
+    """Sampling: how far each method's samples are from AR's, seed for seed (the pictures can
+    look alike; their tokens are not the same). Greedy: nothing to add to the table's check."""
+    ar = runs.get("ar")
+    if greedy or ar is None or not ar.done:
+        return ""
+    ar_tokens = ar.tokens()
+    parts = [f"{METHOD_LABELS[m]} {float((r.tokens() != ar_tokens).float().mean()):.0%}"
+             for m, r in runs.items() if m != "ar" and r.done and r.rows == ar.rows]
+    if not parts:
+        return ""
+    return ("Same seeds, different pictures: each method's samples differ from AR's, seed for seed, at "
+            + ", ".join(parts) + " of the tokens.")
+
+
 def bench_markdown(name: str, race: Race, samples: int) -> str:
     """The benchmark commands that give a race's figures, for whoever wants to repeat them."""
     seed = race.seed
@@ -286,8 +301,9 @@ def race_report(name: str, race, runs: dict, samples: int, device: str, probe=No
     greedy = race.settings.greedy
     table = summarise(runs, greedy, timings)
     rounds = max((t.rounds for t in (timings or {}).values()), default=1)
-    lead = "  \n".join(x for x in (passes_sentence(table), timing_sentence(table, device),
-                                   race_note(samples, race.seed, greedy, device, rounds)) if x)
+    lead = "\n\n".join(x for x in (passes_sentence(table), timing_sentence(table, device),
+                                    race_note(samples, race.seed, greedy, device, rounds),
+                                    differ_sentence(runs, greedy)) if x)
     return (race_table_html(table, greedy), explain_gap(table, probe), lead,
             bench_markdown(name, race, samples), race_figures(runs, samples))
 

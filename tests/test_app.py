@@ -238,7 +238,7 @@ def test_a_click_with_a_bad_field_marks_it_and_starts_nothing_then_a_good_one_cl
     assert out[app.input_md].startswith("**Not started:** Window L:")
     out = app.check_generate(*args(), {}, None, ["window"])
     assert out[app.go_generate] > 0 and out[app.marked_state] == [] and out[app.input_md] == ""
-    assert out[app.window_nb]["info"] is None and out[app.window_nb]["elem_classes"] == []
+    assert out[app.window_nb]["info"] == "" and out[app.window_nb]["elem_classes"] == []
     assert app.seed_nb not in out                            # a field never marked is left alone
     race_out = app.check_race(*args(method="ar", window=1), {}, None, [])   # the race runs every method
     assert app.go_race not in race_out and "Window L" in race_out[app.window_nb]["info"]
