@@ -596,8 +596,10 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                         replay_text = gr.Markdown(run_view.REPLAY_WAITING, elem_id="replay-text")
                         with gr.Row():
                             export_btn = gr.Button("Export the decoding as GIF + MP4", elem_id="export")
-                            export_files = gr.File(label="Downloads", file_count="multiple")
-                        export_video = gr.Video(label="Decoding", interactive=False, height=300)
+                            export_files = gr.File(label="Downloads", file_count="multiple",
+                                                   elem_id="export-files")
+                        export_video = gr.Video(label="Decoding", interactive=False, height=300,
+                                                elem_id="export-video")
                 with gr.Tab("Race", id="tab-race"):
                     race_status = gr.Markdown(texts.RACE_HINT, elem_id="race-status")
                     race_images = {}
