@@ -214,7 +214,7 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
                 yield blank | {live_image: picture_shown, tree_now: tree_view.tree_html(it, settings.tree),
                                status: run_view.run_status(LABELS[method], stats, it.wall_time, "running",
                                                            row.shared(len(stats.records)),
-                                                           pace_raised=raised)} | \
+                                                           pace_raised=raised, model=name)} | \
                     (run_charts(stats, history, method, live=True) if charts_due or blank else {})
                 blank = {}                                # charts come when due, and with the first picture
     except ValueError as exc:
@@ -244,7 +244,7 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
                    tree_now: tree_view.tree_html(sibling or it, settings.tree, last=sibling is not None),
                    status: run_view.run_status(LABELS[method], stats, it.wall_time, end, shared,
                                                shown_for=shown_for, pace_raised=raised,
-                                               tree=settings.tree, chain_nfe=chain)}
+                                               tree=settings.tree, chain_nfe=chain, model=name)}
     if browser:                                           # first (drawing the charts delays it)
         servers.sleep_until(servers.now() + servers.FIRST_PAINT)
     if end == "done":
@@ -345,7 +345,7 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
                         "the figures below are complete.")}
         return
     yield race_panels(panels, runs) | race_results(model, name, s, runs, samples, timings) | {
-        race_status: race_view.race_progress(runs, None, "**Done.**"),
+        race_status: race_view.race_progress(runs, None, f"**Done** on **{name}**."),
         race_state: {"model": name, "runs": {m: r.final() for m, r in runs.items()}},
         race_sample: gr.Slider(maximum=max(samples, 2), value=1,     # a slider needs min < max
                                visible=panels.sample is not None and samples > 1)}
@@ -382,7 +382,7 @@ def lossless_run(name, method, window, init, temperature, top_k, top_p, cfg_scal
     if c is None:
         yield {loss_status: "**Stopped** before the samples were complete: nothing to compare."}
         return
-    yield {loss_status: f"**Done** in {c.seconds:.0f} s.", loss_summary: lossless.summary_markdown(model, c),
+    yield {loss_status: f"**Done** on **{name}** in {c.seconds:.0f} s.", loss_summary: lossless.summary_markdown(model, c),
            loss_chart: lossless.histogram_figure(model, c),
            loss_ar: lossless.samples_picture(model, c.ar_tokens),
            loss_method: lossless.samples_picture(model, c.method_tokens),
@@ -453,24 +453,58 @@ def runnable(name: str) -> dict:
     return {gen_btn: gr.Button(interactive=ok), race_btn: gr.Button(interactive=ok)}
 
 
-def on_model_change(name: str, gen_status: str | None = None, race_said: str | None = None):
-    """What the model is (or why it cannot run here), its defaults; Generate and Race are
-    disabled for a model that cannot run; an error the last model left in a status goes."""
-    d, sd, ok = MODELS.defaults(name)
+def defaults(name: str) -> tuple[dict, bool]:
+    """The model's defaults by their name in `checks.SETTINGS` (its first example prompt, if it
+    reads text), and whether it can run here."""
+    page, sampling, ok = MODELS.defaults(name)
+    prompts = MODELS.examples(name) if ok and not models.takes_clip(name) else []
+    return checks.defaults_of(page, sampling, prompts[0] if prompts else None), ok
+
+
+def cleared_views(name: str) -> dict:
+    """Every view of a run, a race and a comparison, as before any: the last ones were another
+    model's. The picture is the new model's empty grid where it is at hand."""
+    model = MODELS.at_hand(name) if models.unavailable(name, MODELS.loaded(name) is not None) is None else None
+    grid = tuple(model.grid) if model is not None else None
+    tokens = math.prod(grid) if grid else models.REGISTRY[name].tokens
+    blank = pictures.blank_picture(grid) if grid else None
+    return {view: fig for view, fig in zip(run_chart_views.values(), charts.waiting_figures(tokens).values())} | {
+        live_image: blank, film: None, film_title: run_view.film_title(None), summary: run_view.SUMMARY_WAITING,
+        tree_now: "", clip_video: None, clip_files: None, status: texts.hint(texts.GENERATE_HINT, name),
+        replay_slider: gr.Slider(value=0), **REPLAY_CLEARED} | race_waiting(name, blank) | lossless_waiting()
+
+
+def race_waiting(name: str, blank) -> dict:
+    """The Race tab before a race of `name`."""
+    return dict.fromkeys(race_images.values(), blank) | dict.fromkeys([race_table, race_note, race_why], "") | {
+        race_status: texts.hint(texts.RACE_HINT, name), race_bench: race_view.BENCH_WAITING, race_state: None,
+        race_sample: gr.Slider(visible=False)} | dict(zip((race_chart, race_hist, race_flicker), charts.RACE_WAITING))
+
+
+def lossless_waiting() -> dict:
+    return {loss_status: "", loss_summary: "", loss_chart: lossless.WAITING_FIGURE, loss_ar: None,
+            loss_method: None, loss_diff: None, loss_greedy: None, loss_diff_title: lossless.DIFF_TITLE}
+
+
+def on_model_change(name: str, applied: dict | None = None, *current):
+    """What the model is (or why it cannot run here); the visitor's settings kept where they
+    chose them and the model can take them, the rest its defaults, in one line (`checks.switched`);
+    the last model's views cleared; Generate and Race disabled for a model that cannot run."""
+    new, ok = defaults(name)
+    values, said = checks.switched(name, dict(zip(checks.SETTINGS, current)), applied, new,
+                                   MODELS.loaded(name) or MODELS.at_hand(name) if ok else None,
+                                   models.is_video(name))
     clip, prompts = models.takes_clip(name), MODELS.examples(name) if ok else []
-    prompt = prompts[0] if prompts and not clip else None
-    return {status: texts.GENERATE_HINT if texts.is_error(gen_status) else gr.skip(),
-            race_status: texts.RACE_HINT if texts.is_error(race_said) else gr.skip(),
-            prompt_words_md: texts.prompt_words_note(MODELS.at_hand(name) if ok else None, name, prompt or ""),
-            model_md: models.model_note(name, MODELS.loaded(name) is not None), window_nb: d["window"],
-            init_dd: d["init"], temp_nb: sd["temperature"], topk_nb: sd["top_k"], topp_nb: sd["top_p"],
-            cfg_nb: sd["cfg_scale"], pace_nb: d["pace"], samples_nb: d["samples"],
-            greedy_cb: sd["temperature"] == 0, clip_row: gr.Row(visible=models.is_video(name)),
-            examples.dataset: gr.Dataset(samples=[] if clip else [[p] for p in prompts]),
-            prompt_tb: prompt if prompt is not None else gr.skip(),
-            text_box: gr.Column(visible=not clip), clip_box: gr.Column(visible=clip),
-            examples_box: gr.Column(visible=bool(prompts) and not clip),     # no heading over nothing
-            gen_btn: gr.Button(interactive=ok), race_btn: gr.Button(interactive=ok)}
+    return {setting_views[k]: values[k] for k in checks.SETTINGS} | cleared_views(name) | {
+        applied_state: new, switch_md: said, greedy_cb: values["temperature"] == 0,
+        prompt_words_md: texts.prompt_words_note(MODELS.at_hand(name) if ok else None, name,
+                                                 values["prompt"] or "") if not clip else "",
+        model_md: models.model_note(name, MODELS.loaded(name) is not None),
+        clip_row: gr.Row(visible=models.is_video(name)),
+        examples.dataset: gr.Dataset(samples=[] if clip else [[p] for p in prompts]),
+        text_box: gr.Column(visible=not clip), clip_box: gr.Column(visible=clip),
+        examples_box: gr.Column(visible=bool(prompts) and not clip),     # no heading over nothing
+        gen_btn: gr.Button(interactive=ok), race_btn: gr.Button(interactive=ok)}
 
 
 # ----------------------------------------------------------------------------- layout
@@ -511,6 +545,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                 model_dd = gr.Dropdown([(models.model_label(n), n) for n in models.listed_models()],
                                        value=D0, label="Model", elem_id="model")
                 model_md = gr.Markdown(models.model_note(D0), elem_id="model-info")
+                switch_md = gr.Markdown(elem_id="settings-changed")      # what a model switch changed
             with gr.Column(visible=not models.takes_clip(D0), elem_id="prompt-box") as text_box:
                 prompt_tb = gr.Textbox(MODELS.examples(D0)[0], label="Prompt", lines=1,
                                        max_lines=3, elem_id="prompt")
@@ -567,7 +602,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                             gr.Markdown("Committed tokens + current drafts", elem_classes="panel-title")
                             live_image = image("live-image", pictures.blank_picture(grid0))
                             gr.HTML(pictures.legend_html())
-                            status = gr.Markdown(texts.GENERATE_HINT, elem_id="status")
+                            status = gr.Markdown(texts.hint(texts.GENERATE_HINT, D0), elem_id="status")
                             tree_now = gr.HTML("", elem_id="tree-view")
                         with gr.Column(scale=3, min_width=300):
                             chart_committed = plot("chart-committed", waiting0["committed"])
@@ -601,7 +636,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                         export_video = gr.Video(label="Decoding", interactive=False, height=300,
                                                 elem_id="export-video")
                 with gr.Tab("Race", id="tab-race"):
-                    race_status = gr.Markdown(texts.RACE_HINT, elem_id="race-status")
+                    race_status = gr.Markdown(texts.hint(texts.RACE_HINT, D0), elem_id="race-status")
                     race_images = {}
                     for pair in (race.METHOD_ORDER[:2], race.METHOD_ORDER[2:]):
                         with gr.Row():
@@ -615,10 +650,10 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                     race_table = gr.HTML(elem_id="race-summary")
                     race_note = gr.Markdown(elem_id="race-note")
                     race_why = gr.Markdown(elem_id="race-why")
-                    race_chart = plot("race-chart")
+                    race_chart = plot("race-chart", charts.RACE_WAITING[0])
                     with gr.Row():
-                        race_hist = plot("race-hist")
-                        race_flicker = plot("race-flicker")
+                        race_hist = plot("race-hist", charts.RACE_WAITING[1])
+                        race_flicker = plot("race-flicker", charts.RACE_WAITING[2])
                     with gr.Accordion("The same figures from the benchmark", open=False, elem_id="race-bench-box"):
                         race_bench = gr.Markdown(race_view.BENCH_WAITING, elem_id="race-bench")
                     ratios_btn = gr.Button("Why texture and tiny differ: SJD vs SCD passes per image",
@@ -630,7 +665,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                         loss_samples = number(lossless.DEFAULT_SAMPLES, "loss-samples", lossless.SAMPLES_FIELD)
                         loss_btn = gr.Button("Compare AR with the method", elem_id="lossless", min_width=120)
                     loss_status = gr.Markdown(elem_id="lossless-status")
-                    loss_chart = plot("lossless-chart")
+                    loss_chart = plot("lossless-chart", lossless.WAITING_FIGURE)
                     loss_summary = gr.Markdown(elem_id="lossless-summary")
                     with gr.Row():
                         with gr.Column(min_width=240):
@@ -650,6 +685,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                     gr.Markdown(texts.HOW_IT_WORKS, elem_id="how-it-works")
     go_generate, go_race = (gr.Number(None, visible=False) for _ in range(2))   # set by a passed check
     marked_state = gr.State([])                        # the fields marked with a message now
+    applied_state = gr.State(defaults(D0)[0])           # the settings the page set last (a model's defaults)
 
     inputs = [model_dd, method_rd, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, seed_nb,
               prompt_tb, pace_nb, samples_nb, clip_path, clip_text_tb, tree_dd, history_state, ticket]
@@ -657,6 +693,8 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                    "top_k": topk_nb, "top_p": topp_nb, "cfg": cfg_nb, "seed": seed_nb, "prompt": prompt_tb,
                    "pace": pace_nb, "samples": samples_nb, "clip_text": clip_text_tb, "tree": tree_dd}
     field_info = {"pace": texts.pace_info(servers.IMAGE_EVERY), "tree": labels.TREE_INFO}
+    setting_views = {"prompt": prompt_tb, "init": init_dd, "window": window_nb, "temperature": temp_nb,
+                     "top_k": topk_nb, "top_p": topp_nb, "cfg": cfg_nb, "samples": samples_nb, "pace": pace_nb}
     run_chart_views = dict(committed=chart_committed, length=chart_length, flicker=chart_flicker,
                            rate=chart_rate, committed_at=heat_committed, unchanged=heat_unchanged)
     gen_outputs = [live_image, status, tree_now, *run_chart_views.values(), film, film_title, summary,
@@ -683,10 +721,9 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                    show_progress_on=[race_status], time_limit=900, js=texts.click_js("Race"),
                    trigger_mode="always_last", **DECODE)
     stop_btn.click(stop, ticket, None, queue=False, api_name="stop", js="() => [Date.now()]")
-    model_dd.change(on_model_change, [model_dd, status, race_status],
-                    [model_md, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, pace_nb,
-                     samples_nb, greedy_cb, clip_row, examples.dataset, prompt_tb, text_box, clip_box, examples_box,
-                     gen_btn, race_btn, status, race_status, prompt_words_md], api_visibility="private").then(
+    model_dd.change(on_model_change, [model_dd, applied_state, *setting_views.values()],
+                    list(on_model_change(D0, defaults(D0)[0], *defaults(D0)[0].values())),   # every view it sets
+                    api_visibility="private").then(
         load_selected, model_dd, [model_md, gen_btn, race_btn], api_visibility="private",
         show_progress_on=[model_md], **DECODE)
     prompt_tb.change(prompt_words, [model_dd, prompt_tb], prompt_words_md, queue=False,

@@ -97,6 +97,8 @@ def waiting_figures(num_tokens: int) -> dict[str, PlotData]:
             "unchanged": note_figure("Longest run a draft stayed unchanged", WHEN_DONE)}
 
 
+RACE_WAITING = tuple(note_figure(t, "drawn when the race ends") for t in (
+    "Tokens committed vs NFE", "Tokens committed per pass", "Drafts changed since the last pass"))
 RUN_CHARTS = ("committed", "length", "flicker", "rate", "committed_at", "unchanged")
 LIVE_CHARTS = ("committed", "flicker", "rate")
 

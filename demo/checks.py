@@ -242,6 +242,80 @@ def not_started(found: dict[str, str]) -> str:
     return "" if not found else "**Not started:** " + " ".join(said)
 
 
+# ------------------------------------------------------------------- switching models
+
+SETTINGS = ("prompt", "init", "window", "temperature", "top_k", "top_p", "cfg", "samples", "pace")
+
+
+def defaults_of(page: dict, sampling: dict, prompt: str | None) -> dict:
+    """A model's defaults (`demo.models`: the page's and its sampling ones, its first example
+    prompt) by their name in SETTINGS."""
+    return {"prompt": prompt, "init": page["init"], "window": page["window"],
+            "temperature": sampling["temperature"], "top_k": sampling["top_k"], "top_p": sampling["top_p"],
+            "cfg": sampling["cfg_scale"], "samples": page["samples"], "pace": page["pace"]}
+
+
+def _label(key: str) -> str:
+    return FIELDS[key].label if key in FIELDS else {"init": "Draft init", "prompt": "Prompt"}[key]
+
+
+def _value(key: str, value) -> str:
+    if key == "init":
+        return INIT_LABELS.get(value, str(value))
+    if key == "prompt":
+        return f"\u201c{value}\u201d"
+    return _given(value)
+
+
+def _same(a, b) -> bool:
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    return float(a) == float(b) if numbers else a == b
+
+
+def _allowed_on(key: str, value, model, video: bool) -> str | None:
+    """Why a setting the visitor chose cannot stay on the model switched to (None: it can)."""
+    if key == "init":
+        return "needs a video model" if value == "repeat-frame" and not video else None
+    if key in FIELDS:
+        vocab = None if model is None or isinstance(model, Shape) else getattr(model, "vocab_size", None)
+        try:
+            FIELDS[key].check(value, vocab if key == "top_k" else None)
+        except ValueError:
+            return f"more than its {vocab:,} tokens" if key == "top_k" and vocab else "out of range"
+    return None
+
+
+def switched(name: str, current: dict, applied: dict | None, new: dict, model=None,
+             video: bool = False) -> tuple[dict, str]:
+    """The settings after switching to model `name`: each still at the value the page set last
+    (`applied`: the last model's defaults) takes the new model's default (`new`); each the
+    visitor changed stays, unless the new model cannot take it (`model`, loaded or a `Shape`;
+    `video`: its grid has frames), when its default takes its place. Returns the values by
+    their name in SETTINGS and one line saying what changed and why ("" when nothing did);
+    a prompt is changed only for one of the new model's examples."""
+    values, followed, kept, refused = {}, [], [], []
+    for key in SETTINGS:
+        now, default = current.get(key), new.get(key)
+        if key not in current or key == "prompt" and default is None:   # not given, or no text prompt
+            values[key] = default if key not in current else now
+            continue
+        if applied is None or _same(now, applied.get(key)):
+            values[key] = default
+            if not _same(now, default):
+                followed.append(f"{_label(key)} {_value(key, now)} \u2192 {_value(key, default)}")
+            continue
+        why = _allowed_on(key, now, model, video)
+        values[key] = now if why is None else default
+        if why is None:
+            kept.append(f"{_label(key)} {_value(key, now)}")
+        else:
+            refused.append(f"{_label(key)} {_value(key, now)} \u2192 {_value(key, default)} ({why})")
+    parts = ([f"its defaults: {', '.join(followed)}"] if followed else []) + \
+        ([f"kept as you set them: {', '.join(kept)}"] if kept else []) + \
+        ([f"changed, {name} cannot take them: {', '.join(refused)}"] if refused else [])
+    return values, (f"**Settings for {name}:** " + "; ".join(parts) + ".") if parts else ""
+
+
 # ------------------------------------------------------------------------ whole inputs
 
 INPUTS = ["model", "method", "window", "init", "temperature", "top_k", "top_p", "cfg", "seed",

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from demo import checks
-from demo.charts import METHOD_COLOURS, plot_of, title
+from demo.charts import METHOD_COLOURS, note_figure, plot_of, title
 from demo.labels import METHOD_LABELS
 from demo.pictures import tile_frames, to_rgb
 from scd_core.lossless import ChiSquare, Comparison
@@ -17,6 +17,7 @@ from scd_core.models import REGISTRY
 DEFAULT_SAMPLES, MIN_SAMPLES, MAX_SAMPLES = 256, 16, 1024
 SHOWN_SAMPLES = 8            # samples of each method drawn as pictures
 SHOWN_TOKENS = 10            # bars per position: the most frequent tokens, then "others"
+WAITING_FIGURE = note_figure("Which token each sample put at a position", "drawn when a comparison ends")
 HINT = (Path(__file__).parent / "texts" / "lossless_hint.md").read_text(encoding="utf-8").rstrip("\n")
 
 

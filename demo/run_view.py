@@ -186,17 +186,19 @@ def tree_vs_chain(tree: tuple[int, int], window: int, nfe: int, chain_nfe: int |
 
 def run_status(label: str, stats: TraceStats, wall: float, state: str, shared: int = 0,
                shown_for: float | None = None, pace_raised: str = "",
-               tree: tuple[int, int] = (1, 0), chain_nfe: int | None = None) -> str:
+               tree: tuple[int, int] = (1, 0), chain_nfe: int | None = None, model: str = "") -> str:
     """One line: method, tokens, NFE; `state` is "running", "done" or "stopped"; `shared`: the
     most other samples (other visitors' rows) that one of its passes decoded with it;
     `shown_for`: seconds slow motion took to show the run (None at full speed); `pace_raised`:
     `pace_note`'s words; `tree`: the run's (k, depth), `chain_nfe` the NFE of this session's chain
-    run to compare it with (None: none). AR has no drafts: nothing is said about acceptance."""
+    run to compare it with (None: none); `model`: the model's name, said after the method's.
+    AR has no drafts: nothing is said about acceptance."""
     n, total, nfe = stats.committed[-1], stats.num_tokens, stats.nfe[-1]
     raised = f" · {pace_raised}" if pace_raised else ""
+    who = f"**{label}**" + (f" on **{model}**" if model else "")
     if state == "stopped":
-        return f"**{label}** · **stopped at NFE {nfe}, {n}/{total} tokens**" + raised
-    head = f"**{label}** · {n}/{total} tokens · NFE {nfe}"
+        return f"{who} · **stopped at NFE {nfe}, {n}/{total} tokens**" + raised
+    head = f"{who} · {n}/{total} tokens · NFE {nfe}"
     if state != "done":
         return head + (f" · decoding, {shared_note(shared)}…" if shared else " · decoding…") + raised
     sample = stats.sample()

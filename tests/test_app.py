@@ -388,12 +388,38 @@ def test_replay_and_export_belong_to_the_last_run():
     assert again == [{app.status: final(again, app.status)}]
 
 
-def test_an_error_leaves_the_status_when_the_model_changes():
-    out = app.on_model_change("tiny", "**Not started:** model: llamagen-c2i cannot run here: no network",
-                              "**Not started:** no network")
-    assert out[app.status] == app.texts.GENERATE_HINT and out[app.race_status] == app.texts.RACE_HINT
-    kept = app.on_model_change("tiny", "**SJD** · 64/64 tokens · NFE 20 · **done**", app.texts.RACE_HINT)
-    assert kept[app.status] == app.gr.skip() and kept[app.race_status] == app.gr.skip()
+def test_a_model_switch_clears_the_last_models_views_and_names_the_new_one():
+    texture = list(app.generate_stream(*args()))
+    assert "on **texture**" in final(texture, app.status)                 # the status names its model
+    out = app.on_model_change("tiny", app.defaults("texture")[0], *app.defaults("texture")[0].values())
+    assert out[app.status].startswith("**tiny** · ") and out[app.race_status].startswith("**tiny** · ")
+    tiny = app.MODELS.get("tiny")
+    assert picture(out[app.live_image]).shape == app.pictures.blank_picture(tuple(tiny.grid)).shape
+    assert list(figure(out[app.chart_committed]).data[0].x) == [0, 64]    # tiny's AR line
+    assert out[app.last_run] is None and out[app.race_state] is None and out[app.film] is None
+    assert all(picture(out[app.race_images[m]]).shape == picture(out[app.live_image]).shape
+               for m in app.race.METHOD_ORDER)
+
+
+def test_a_model_switch_keeps_what_the_visitor_set_and_says_what_changed():
+    texture = app.defaults("texture")[0]
+    mine = texture | {"window": 8, "pace": 0.0, "top_k": 10}
+    out = app.on_model_change("tiny", texture, *mine.values())
+    kept = {k: out[app.setting_views[k]] for k in ("window", "pace", "top_k")}
+    assert kept == {"window": 8, "pace": 0.0, "top_k": 10}
+    tiny = app.defaults("tiny")[0]
+    assert out[app.cfg_nb] == tiny["cfg"] and out[app.prompt_tb] == tiny["prompt"]   # left as they were: tiny's
+    said = out[app.switch_md]
+    assert said.startswith("**Settings for tiny:** its defaults: ") and "CFG scale 1 → 3" in said
+    assert "kept as you set them: Window L 8, Top-k 10, Slow motion 0." in said
+    back = app.on_model_change("texture", out[app.applied_state], *[out[app.setting_views[k]]
+                                                                    for k in app.checks.SETTINGS])
+    assert {k: back[app.setting_views[k]] for k in ("window", "pace", "top_k")} == kept   # still yours
+    assert back[app.cfg_nb] == texture["cfg"]
+    video = app.on_model_change("tiny-video", texture, *(texture | {"top_k": 10 ** 6}).values())
+    assert video[app.topk_nb] == app.defaults("tiny-video")[0]["top_k"]
+    assert "tiny-video cannot take them: Top-k 1,000,000 → " in video[app.switch_md]
+    assert app.on_model_change("texture", texture, *texture.values())[app.switch_md] == ""   # nothing changed
 
 
 def test_unknown_prompt_words_are_marked_before_a_run_and_said_after():

@@ -585,3 +585,46 @@ def test_lossless_on_a_phone_reads_whole_and_shows_where_the_pictures_differ(bro
         pg.screenshot(path=os.path.join(SHOTS, "scd_lossless_390.png"), full_page=True)
     finally:
         pg.close()
+
+
+@pytest.mark.parametrize("size", [(1400, 1000), (390, 844)])
+def test_a_model_switch_keeps_the_visitors_settings_and_leaves_no_view_of_the_last_model(browser, size):
+    """After a run on texture, switching to tiny: the status, the picture and the tokens chart
+    are tiny's (nothing of texture's run stays under tiny's name), the settings the visitor
+    set stay and one line says which changed, also on the way back; a run then names its model."""
+    pg = open_page(browser, *size)
+    try:
+        fill(pg, "window", 8)
+        fill(pg, "pace", 0)
+        pg.locator("#generate").click()
+        wait_text(pg, "status", "done")
+        assert "on texture" in text(pg, "status")
+        texture_picture = image_src(pg, "live-image")
+        pick_model(pg, "tiny")
+        wait_text(pg, "settings-changed", "Settings for tiny")
+        said = text(pg, "settings-changed")
+        assert "kept as you set them: Window L 8, Slow motion 0." in said and "CFG scale 1 → 3" in said
+        assert text(pg, "status").startswith("tiny ·") and "texture" not in text(pg, "status")
+        assert image_src(pg, "live-image") != texture_picture
+        grid = pg.locator("#live-image img").evaluate("el => [el.naturalWidth, el.naturalHeight]")
+        assert grid == list(app.pictures.blank_picture(tuple(app.MODELS.get("tiny").grid)).shape[1::-1])
+        ar_line = pg.locator("#chart-committed .js-plotly-plot").evaluate("el => el.data[0].x")
+        assert ar_line == [0, 64] and placeholders(pg) == []
+        assert pg.locator("#window input").input_value() == "8"
+        pg.locator("#generate").click()
+        wait_text(pg, "status", "on tiny")
+        wait_text(pg, "status", "done")
+        assert "slow motion" not in text(pg, "status")          # full speed, as the visitor set
+        pick_model(pg, "texture")
+        wait_text(pg, "settings-changed", "Settings for texture")
+        assert pg.locator("#window input").input_value() == "8"
+        assert "kept as you set them: Window L 8" in text(pg, "settings-changed")
+        cannot = next((n for n in app.models.listed_models() if app.models.unavailable(n)), None)
+        if cannot:                                   # one that cannot run here (never a download)
+            pick_model(pg, cannot)
+            wait_text(pg, "status", cannot)
+            assert not pg.locator("#live-image img").is_visible() or \
+                image_src(pg, "live-image") != texture_picture
+            assert "texture" not in text(pg, "status") + text(pg, "chart-committed")
+    finally:
+        pg.close()
