@@ -19,8 +19,8 @@ from scd_core import lossless as lossless_stats, race
 from scd_core.client import DecodeError
 from scd_core.models import cache
 
-from demo import (backend, charts, checks, export, labels, lossless, models, pictures, race_view, run_view,
-                  servers, streaming, texts, tree_view, uploads)
+from demo import (backend, charts, checks, export, generate_view, labels, lossless, models, pictures, race_view,
+                  run_view, servers, streaming, texts, uploads)
 from demo.clips import example_clips
 
 try:  # ZeroGPU on Hugging Face Spaces (hold a GPU for duration(*inputs) s); a no-op elsewhere
@@ -89,12 +89,6 @@ def validator(*values):
         [gr.validate(True, "")] * (len(values) - len(checks.INPUTS))
 
 
-def input_message(*values) -> str:
-    """Beside the buttons: what the checks found in the fields (on a phone the fields may be
-    out of sight), or nothing."""
-    return checks.not_started(problems(*values[:len(checks.INPUTS)]))
-
-
 def checked_click(go, values, marked: list | None, race_all: bool = False) -> dict:
     """A Generate or Race click, checked before anything starts (outside the queue): each
     field refused gets its message beside it and the buttons' message says them all; a field
@@ -122,57 +116,35 @@ def check_race(*values):
     return checked_click(go_race, values[:-1], values[-1], race_all=True)
 
 
-def prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt, clip,
-            clip_text, tree=None):
-    """The loaded model and the checked run (prompt, Settings, seed): the widget values become
-    a Settings here, once; ValueError with the message otherwise."""
-    (clip,), refused = checked_clip([clip], at=0)
+def prepare(values: dict, method: str | None = None):
+    """The loaded model and the checked run of a decoding event's widget values
+    (`checks.values_of`; `method` in place of the chosen one): the clip's path checked before
+    anything opens it, the model loaded, then `checks.read`, the one conversion of the widget
+    values. ValueError with the message otherwise."""
+    values = values | ({"method": method} if method else {})
+    (values["clip"],), refused = checked_clip([values["clip"]], at=0)
     if refused:
         raise ValueError(refused)
-    model, text = checks.load_for(name, prompt, clip, clip_text, MODELS.get,
-                                  loaded=MODELS.loaded(name) is not None)
-    settings = checks.settings_of(method, window, init, temperature, top_k, top_p, cfg_scale, tree, model)
-    return model, checks.race_of(model, text, settings, seed)
+    model, _ = checks.load_for(values["model"], values["prompt"], values["clip"], values["clip_text"],
+                               MODELS.get, loaded=MODELS.loaded(values["model"]) is not None)
+    return model, checks.read(values, model)
 
 
 def session_key(request: gr.Request | None) -> str:
     return getattr(request, "session_hash", None) or ""
 
 
+def refused(exc: Exception, started: bool = False) -> str:
+    """A run that could not start, or a row lost on the way, in the status's words."""
+    log.info("not decoded: %s", exc)
+    return f"**{'Not finished' if started else 'Not started'}:** {uploads.without_paths(exc)}"
+
+
 # ----------------------------------------------------------------------------- generate
 
-def run_charts(stats: run_view.TraceStats, history: dict, method: str, live: bool = False) -> dict:
-    return {run_chart_views[k]: fig for k, fig in charts.run_figures(stats, history, method, live).items()}
-
-
-def waiting_views(model, pictured: bool = True) -> dict:
-    """The Generate tab before a run has shown anything: AR's line on the tokens chart, each
-    other chart saying when it comes, the picture's grid still grey (`pictured`), no strip yet."""
-    grid = tuple(model.grid)
-    return {run_chart_views[k]: fig for k, fig in charts.waiting_figures(math.prod(grid)).items()} | \
-        ({live_image: pictures.blank_picture(grid)} if pictured else {}) | \
-        {film: None, film_title: run_view.film_title(None), summary: run_view.SUMMARY_WAITING,
-         tree_now: "", clip_video: None, clip_files: None}
-
-
-def final_outputs(model, name: str, method: str, prompt: str, stats: run_view.TraceStats, shared: int,
-                  decode, history: dict, settings, chain_nfe: int | None, picture) -> dict:
-    wall = stats.records[-1].wall_time
-    run = {"model": name, "method": method, "iterations": stats.records, "decode": decode}
-    last = len(stats.records) - 1
-    out = {summary: texts.prompt_note(model, prompt) + run_view.run_summary(
-               LABELS[method], stats.sample(), wall, history.get("ar", {}).get("wall"),
-               models.decoding_device(REQUESTS.client, name), shared, stats.done, settings.tree, stats.counts,
-               settings.window, chain_nfe),
-           film: pictures.filmstrip_image(stats.film), film_title: run_view.film_title(method),
-           history_state: history, last_run: run,
-           replay_slider: gr.Slider(minimum=0, maximum=max(1, last),   # 0 < max
-                                    value=last, step=1, interactive=True)} | \
-        dict(zip((replay_image, replay_text, replay_probs), replay_of(model, run, last, picture)))
-    if models.is_video(name):
-        mp4, gif = export.export_run_clip(model, stats.records[-1], f"{name}-{method}", decode)
-        out |= {clip_video: mp4, clip_files: [mp4, gif]}
-    return out
+def shown(update: dict) -> dict:
+    """A Generate view update (`demo.generate_view`, by view name) for the page's components."""
+    return {gen_views[name]: value for name, value in update.items()}
 
 
 @gpu(servers.gpu_duration(race_all=False))
@@ -183,89 +155,51 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
     """Decode one sample as a row on the decode client (visitors' rows share passes) and
     stream its passes to the page (every pass in slow motion, else a few pictures a second);
     Stop cancels it at once, keeping what is shown, and its row leaves the batch. An input the
-    model refuses (a clip too short for it...) or a lost row is said in the status, nothing lost."""
-    key, browser, ticket = session_key(request), ticket is not None, STOPS.stamp(ticket)
-    stopped = lambda: STOPS.stopped(key, ticket)  # noqa: E731
-    # the replay and export belong to the last run: a failed run on another model clears them
-    stale = {} if (history or {}).get("_model") in (None, name) else dict(REPLAY_CLEARED)
-    row, picture_shown, first_shown = None, None, None
+    model refuses (a clip too short for it...) or a lost row is said in the status, nothing lost;
+    a refused run on another model clears the replay and export, which belong to the last run."""
+    key, stamp = session_key(request), STOPS.stamp(ticket)
+    stopped = lambda: STOPS.stopped(key, stamp)  # noqa: E731
+    stale = {} if (history or {}).get("_model") in (None, name) else generate_view.REPLAY_CLEARED
+    row = view = None
     try:
-        model, s = prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
-                           prompt, clip, clip_text, tree)
-        pace = checks.check_pace(pace)
-        raised = run_view.pace_note(pace, servers.shown_pace(pace))
+        model, page = prepare(checks.values_of(name, method, window, init, temperature, top_k, top_p,
+                                               cfg_scale, seed, prompt, pace, samples, clip, clip_text, tree))
         if stopped():                                     # stopped while waiting in the queue
-            yield {status: texts.STOPPED_EARLY}
+            yield shown({"status": texts.STOPPED_EARLY})
             return
-        settings = s.of(method)
-        row = backend.Row(REQUESTS, REQUESTS.submit(key, name, s.prompt, s.seed, settings), name)
-        stats, history = run_view.TraceStats(tuple(model.grid)), streaming.history_of(history, name)
-        blank = waiting_views(model, pictured=False) | REPLAY_CLEARED   # clears the last run's views
+        view = generate_view.GenerateView(model, page, history, models.decoding_device(REQUESTS.client, name))
+        row = backend.Row(REQUESTS, REQUESTS.submit(key, name, page.race.prompt, page.race.seed, page.settings),
+                          name)
         waiting = SERVERS.timing_alone.is_set if KIND == "local" else lambda: False
         records = servers.follow(row.client, row.rid, stopped, waiting=waiting)
-        for it, picture, charts_due in servers.shown(records, pace, stopped, row.share):
-            if it is None:                                # slow motion paces the display only
-                yield blank | {status: texts.WAITING}
-                continue
-            stats.add(it)
-            if picture and not stats.done:
-                picture_shown = pictures.render_iteration(model, it, decode=row.decode())
-                first_shown = first_shown or servers.now()
-                yield blank | {live_image: picture_shown, tree_now: tree_view.tree_html(it, settings.tree),
-                               status: run_view.run_status(LABELS[method], stats, it.wall_time, "running",
-                                                           row.shared(len(stats.records)),
-                                                           pace_raised=raised, model=name)} | \
-                    (run_charts(stats, history, method, live=True) if charts_due or blank else {})
-                blank = {}                                # charts come when due, and with the first picture
+        for it, picture_due, charts_due in servers.shown(records, page.pace, stopped, row.share):
+            update = view.shown(it, picture_due, charts_due, row)
+            if update:                                    # nothing when no picture is due
+                yield shown(update)
     except ValueError as exc:
-        log.info("refused: %s", exc)
-        yield stale | {status: f"**Not started:** {uploads.without_paths(exc)}"}
+        yield shown(stale | {"status": refused(exc)})
         return
     except DecodeError as exc:                            # the row was lost: said, what is shown stays
-        log.info("not decoded: %s", exc)
-        started = row is not None and stats.records
-        yield stale | {status: f"**{'Not finished' if started else 'Not started'}:** "
-                               f"{uploads.without_paths(exc)}"}
+        yield shown(stale | {"status": refused(exc, started=bool(view and view.stats.records))})
         return
     finally:
         if row is not None:
             decode, _ = row.decode(), row.end()
-    if not stats.records:
-        yield {status: texts.STOPPED_EARLY}
+    if not view.stats.records:
+        yield shown({"status": texts.STOPPED_EARLY})
         return
-    it, shared, end = stats.records[-1], row.shared(len(stats.records)), "done" if stats.done else "stopped"
-    last_picture = pictures.render_iteration(model, it, decode=decode)
-    final_picture = picture_shown if end == "stopped" and picture_shown is not None else \
-        last_picture                                          # a stop keeps the picture shown
-    shown_for = servers.now() - first_shown if pace and first_shown is not None else None
-    sibling = tree_view.last_sibling(stats.records)       # the tree shown at the end
-    chain = streaming.chain_nfe(history, method, s.seed, settings.window)   # before this run is kept
-    yield blank | {live_image: final_picture,
-                   tree_now: tree_view.tree_html(sibling or it, settings.tree, last=sibling is not None),
-                   status: run_view.run_status(LABELS[method], stats, it.wall_time, end, shared,
-                                               shown_for=shown_for, pace_raised=raised,
-                                               tree=settings.tree, chain_nfe=chain, model=name)}
-    if browser:                                           # first (drawing the charts delays it)
+    shared = row.shared(len(view.stats.records))
+    yield shown(view.ending(decode, shared))
+    if ticket is not None:                                # a browser: the picture first (the charts delay it)
         servers.sleep_until(servers.now() + servers.FIRST_PAINT)
-    if end == "done":
-        streaming.remember(history, method, stats.nfe, stats.committed, None if shared else it.wall_time,
-                           settings.tree, s.seed, settings.window)
-    yield run_charts(stats, history, method) | final_outputs(model, name, method, s.prompt, stats, shared,
-                                                              decode, history, settings, chain, last_picture)
+    yield shown(view.ended(decode, shared))
 
 
 # ------------------------------------------------------------------------------- race
 
-def race_panels(panels: race_view.RacePanels, runs: dict, tick: int | None = None) -> dict:
-    return {race_images[m]: pic for m, pic in panels.at(runs, tick).items()}
-
-
-def race_results(model, name: str, s: race.Race, runs: dict, samples: int, timings: dict) -> dict:
-    table, why, note, bench, figures = race_view.race_report(name, s, runs, samples,
-                                                             models.decoding_device(REQUESTS.client, name),
-                                                             race.gap_probe(model, name, s, runs), timings)
-    return {race_table: table, race_why: why, race_note: note, race_bench: bench} | \
-        dict(zip((race_chart, race_hist, race_flicker), figures))
+def raced(update: dict) -> dict:
+    """A race view update (`demo.race_view.RaceView`, by view name) for the page's components."""
+    return {race_views[name]: value for name, value in update.items()}
 
 
 @gpu(servers.gpu_duration(race_all=True))
@@ -275,80 +209,41 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
                 request: gr.Request = None):
     """Per method, decode ONE image alone (its latency) and then K samples together (the
     batch's throughput, and every per-sample figure) on the page's decode client, the same
-    as Generate, showing the pictures as they form; then replay the recorded passes in
-    lockstep by NFE (at the slow-motion pace) and report the figures."""
-    key, ticket = session_key(request), STOPS.stamp(ticket)
-    stopped = lambda: STOPS.stopped(key, ticket)  # noqa: E731
+    as Generate, showing the pictures as they form; time each method again, in turns; then
+    replay the recorded passes in lockstep by NFE (at the slow-motion pace) and report."""
+    key, stamp = session_key(request), STOPS.stamp(ticket)
+    stopped = lambda: STOPS.stopped(key, stamp)  # noqa: E731
     try:
-        model, s = prepare(name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale, seed,
-                           prompt, clip, clip_text, tree)
-        pace, samples = checks.check_pace(pace), checks.check_samples(samples)
-        runs, timings = {}, {}
-        status_due, picture_due = servers.Pacer(servers.STATUS_EVERY), servers.Pacer(servers.FULL_SPEED_EVERY)
-        panels = race_view.RacePanels(model, 0 if models.is_video(name) else None)
-        blank = pictures.blank_picture(tuple(model.grid))
-        yield dict.fromkeys([race_table, race_note, race_why, race_chart, race_hist, race_flicker], None) | \
-            dict.fromkeys(race_images.values(), blank) | {race_status: "Decoding…",
-                                                          race_bench: race_view.BENCH_WAITING}
-        yield {race_status: "Warming up: a few untimed passes of each method…"}
-        race.warm_up(REQUESTS.client, name, s)          # untimed: a fresh worker's first passes
-        phases = (("one image alone", [s.seed]),) + ((   # K = 1: the one image is the batch
-            (f"{samples} samples together", range(s.seed, s.seed + samples)),) if samples > 1 else ())
-        for m in race.METHOD_ORDER:
-            one = None
-            for phase, seeds in phases:
-                for run in race.decode_rows(REQUESTS.client, name, s, m, seeds, stopped):
-                    out = {race_status: race_view.race_decoding(run, phase)} if status_due() else {}
-                    if picture_due():
-                        out |= race_panels(panels, runs | {m: run})
-                    if out:
-                        yield out
-                if run.stopped:
-                    done = {k: r for k, r in runs.items() if r.done}
-                    timed = {k: race.Timing.of_rounds(t) for k, t in timings.items()}
-                    yield race_panels(panels, runs | {m: run}) | {
-                        race_status: race_view.race_decoding(run, phase),
-                        race_table: race_view.race_table_html(race.summarise(done, False, timed), False)}
-                    return
-                one = one or run
-            runs[m], timings[m] = run, [race.timing_of(one, run)]
-        for r in range(2, race.TIMING_ROUNDS + 1):      # the times again, the methods taking turns
-            for m in race.METHOD_ORDER:
-                yield {race_status: race_view.timing_round(r, race.TIMING_ROUNDS, m)}
-                again = race.time_method(REQUESTS.client, name, s, m, samples, stopped)
-                if again is None:
-                    break
-                timings[m].append(again)
-        timings = {m: race.Timing.of_rounds(t) for m, t in timings.items()}
+        model, page = prepare(checks.values_of(name, method, window, init, temperature, top_k, top_p,
+                                               cfg_scale, seed, prompt, pace, samples, clip, clip_text, tree),
+                              method="scd-mc")      # the race runs every method: checked as one with drafts
+        view = race_view.RaceView(model, page, models.decoding_device(REQUESTS.client, name),
+                                  lambda runs: race.gap_probe(model, name, page.race, runs), models.is_video(name))
+        yield raced(view.started())
+        for step in race.decode_race(REQUESTS.client, name, page.race, page.samples, stopped):
+            update = view.step(step)
+            if update:                                    # nothing when no status or picture is due
+                yield raced(update)
+            if step.run is not None and step.run.stopped:
+                return
     except ValueError as exc:
-        log.info("refused: %s", exc)
-        yield {race_status: f"**Not started:** {uploads.without_paths(exc)}"}
+        yield raced({"status": refused(exc)})
         return
     except DecodeError as exc:                            # a row was lost: said, what is shown stays
-        log.info("not decoded: %s", exc)
-        yield {race_status: f"**Not finished:** {uploads.without_paths(exc)}"}
+        yield raced({"status": refused(exc, started=True)})
         return
+    view.timed(step.timings)
     if stopped():                                         # while timing: what was timed stays
-        yield race_panels(panels, runs) | race_results(model, name, s, runs, samples, timings) | {
-            race_status: race_view.race_progress(runs, None, race_view.STOPPED_TIMING)}
+        yield raced(view.panels.at(view.runs) | view.report(race_view.STOPPED_TIMING))
         return
-    plot_due, tick, last = servers.Pacer(servers.PLOT_EVERY, wait_first=True), 0, race.lockstep(runs)
-    for tick in servers.replay_ticks(last, pace, servers.IMAGE_EVERY, stopped) if pace else ():
-        out = race_panels(panels, runs, tick) | {race_status: race_view.race_progress(runs, tick)}
-        if plot_due():
-            out[race_chart] = charts.race_progress_figure(
-                {m: r.committed_curves() for m, r in runs.items()}, runs["ar"].num_tokens, tick)
-        yield out
+    tick, last = 0, race.lockstep(view.runs)
+    for tick in servers.replay_ticks(last, page.pace, servers.IMAGE_EVERY, stopped) if page.pace else ():
+        yield raced(view.replay(tick))
     if stopped() and tick < last:
-        yield race_results(model, name, s, runs, samples, timings) | {race_status: race_view.race_progress(
-            runs, tick, f"**Replay stopped at NFE {tick}**; every method had finished decoding: "
-                        "the figures below are complete.")}
+        yield raced(view.report(f"**Replay stopped at NFE {tick}**; every method had finished decoding: "
+                                "the figures below are complete.", tick))
         return
-    yield race_panels(panels, runs) | race_results(model, name, s, runs, samples, timings) | {
-        race_status: race_view.race_progress(runs, None, f"**Done** on **{name}**."),
-        race_state: {"model": name, "runs": {m: r.final() for m, r in runs.items()}},
-        race_sample: gr.Slider(maximum=max(samples, 2), value=1,     # a slider needs min < max
-                               visible=panels.sample is not None and samples > 1)}
+    yield raced(view.done())
 
 
 def shipped_ratios():
@@ -368,10 +263,11 @@ def lossless_run(name, method, window, init, temperature, top_k, top_p, cfg_scal
     try:
         lossless.check_model(name)
         samples = lossless.check_samples(samples)
-        model, s = prepare(name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale, seed,
-                           prompt, None, "")
+        model, page = prepare(checks.values_of(name, method, window, init, temperature, top_k, top_p,
+                                               cfg_scale, seed, prompt), method="scd-mc")
+        s = page.race
     except ValueError as exc:
-        yield {loss_status: f"**Not started:** {uploads.without_paths(exc)}"}
+        yield {loss_status: refused(exc)}
         return
     other = lossless.method_of(method)
     yield dict.fromkeys(outputs, None) | {loss_status: f"Decoding {samples} samples of AR and {samples} "
@@ -395,24 +291,17 @@ def show_race_sample(index, state):
     if not state:
         return {}
     panels = race_view.RacePanels(MODELS.get(state["model"]), max(0, int(index) - 1))
-    return race_panels(panels, state["runs"])
+    return raced(panels.at(state["runs"]))
 
 
 # ----------------------------------------------------------------------------- replay
 
-def replay_of(model, run: dict, i: int, picture=None) -> tuple:
-    """Pass `i` of a run as the replay shows it: its picture (`picture` when already drawn),
-    caption and min(1, p/q) map."""
-    its = run["iterations"]
-    picture = pictures.render_iteration(model, its[i], decode=run.get("decode")) if picture is None else picture
-    return picture, run_view.replay_caption(its, i), charts.accept_prob_figure(its[i], tuple(model.grid))
-
-
 def replay_view(index, run):
     if not run or not run.get("iterations"):
-        return gr.skip(), "Nothing to replay yet: generate an image first.", gr.skip()
+        return gr.skip(), run_view.REPLAY_WAITING, gr.skip()
     i = int(min(max(checks.as_int(index) or 0, 0), len(run["iterations"]) - 1))
-    return replay_of(MODELS.get(run["model"]), run, i)
+    out = generate_view.replay(MODELS.get(run["model"]), run, i)
+    return out["replay_image"], out["replay_text"], out["replay_probs"]
 
 
 @gpu(lambda run: 60)
@@ -463,22 +352,20 @@ def defaults(name: str) -> tuple[dict, bool]:
 
 def cleared_views(name: str) -> dict:
     """Every view of a run, a race and a comparison, as before any: the last ones were another
-    model's. The picture is the new model's empty grid where it is at hand."""
+    model's. The pictures are the new model's empty grid where it is at hand."""
     model = MODELS.at_hand(name) if models.unavailable(name, MODELS.loaded(name) is not None) is None else None
     grid = tuple(model.grid) if model is not None else None
-    tokens = math.prod(grid) if grid else models.REGISTRY[name].tokens
     blank = pictures.blank_picture(grid) if grid else None
-    return {view: fig for view, fig in zip(run_chart_views.values(), charts.waiting_figures(tokens).values())} | {
-        live_image: blank, film: None, film_title: run_view.film_title(None), summary: run_view.SUMMARY_WAITING,
-        tree_now: "", clip_video: None, clip_files: None, status: texts.hint(texts.GENERATE_HINT, name),
-        replay_slider: gr.Slider(value=0), **REPLAY_CLEARED} | race_waiting(name, blank) | lossless_waiting()
+    run = generate_view.waiting(grid, math.prod(grid) if grid else models.REGISTRY[name].tokens) | \
+        generate_view.REPLAY_CLEARED | {"status": texts.hint(texts.GENERATE_HINT, name)}
+    return shown(run) | {replay_slider: gr.Slider(value=0)} | raced(race_waiting(name, blank)) | lossless_waiting()
 
 
 def race_waiting(name: str, blank) -> dict:
-    """The Race tab before a race of `name`."""
-    return dict.fromkeys(race_images.values(), blank) | dict.fromkeys([race_table, race_note, race_why], "") | {
-        race_status: texts.hint(texts.RACE_HINT, name), race_bench: race_view.BENCH_WAITING, race_state: None,
-        race_sample: gr.Slider(visible=False)} | dict(zip((race_chart, race_hist, race_flicker), charts.RACE_WAITING))
+    """The Race tab before a race of `name`, by view name."""
+    return dict.fromkeys(race.METHOD_ORDER, blank) | dict.fromkeys(("table", "note", "why"), "") | {
+        "status": texts.hint(texts.RACE_HINT, name), "bench": race_view.BENCH_WAITING, "state": None,
+        "sample": gr.Slider(visible=False)} | dict(zip(("chart", "hist", "flicker"), charts.RACE_WAITING))
 
 
 def lossless_waiting() -> dict:
@@ -687,25 +574,27 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     marked_state = gr.State([])                        # the fields marked with a message now
     applied_state = gr.State(defaults(D0)[0])           # the settings the page set last (a model's defaults)
 
-    inputs = [model_dd, method_rd, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, seed_nb,
-              prompt_tb, pace_nb, samples_nb, clip_path, clip_text_tb, tree_dd, history_state, ticket]
-    field_views = {"model": model_dd, "window": window_nb, "init": init_dd, "temperature": temp_nb,
-                   "top_k": topk_nb, "top_p": topp_nb, "cfg": cfg_nb, "seed": seed_nb, "prompt": prompt_tb,
-                   "pace": pace_nb, "samples": samples_nb, "clip_text": clip_text_tb, "tree": tree_dd}
+    # The decoding events' inputs, by their name in checks.INPUTS (one list: the widgets' values
+    # become a run in one place, checks.read), then the session's history and the click's stamp.
+    input_views = {"model": model_dd, "method": method_rd, "window": window_nb, "init": init_dd,
+                   "temperature": temp_nb, "top_k": topk_nb, "top_p": topp_nb, "cfg": cfg_nb, "seed": seed_nb,
+                   "prompt": prompt_tb, "pace": pace_nb, "samples": samples_nb, "clip": clip_path,
+                   "clip_text": clip_text_tb, "tree": tree_dd}
+    if list(input_views) != checks.INPUTS:
+        raise RuntimeError("app: the decoding events' inputs are not checks.INPUTS")
+    inputs = [*input_views.values(), history_state, ticket]
+    field_views = {k: v for k, v in input_views.items() if k not in ("method", "clip")}   # marked when refused
     field_info = {"pace": texts.pace_info(servers.IMAGE_EVERY), "tree": labels.TREE_INFO}
-    setting_views = {"prompt": prompt_tb, "init": init_dd, "window": window_nb, "temperature": temp_nb,
-                     "top_k": topk_nb, "top_p": topp_nb, "cfg": cfg_nb, "samples": samples_nb, "pace": pace_nb}
-    run_chart_views = dict(committed=chart_committed, length=chart_length, flicker=chart_flicker,
-                           rate=chart_rate, committed_at=heat_committed, unchanged=heat_unchanged)
-    gen_outputs = [live_image, status, tree_now, *run_chart_views.values(), film, film_title, summary,
-                   history_state, last_run, replay_slider, clip_video, clip_files, replay_image, replay_text,
-                   replay_probs, export_files, export_video]
-    # The slider is left as it is (a value here, then the final update's Slider, left a copy
-    # of the Slider in the visitor's session at every run); with no last run it replays nothing.
-    REPLAY_CLEARED = {last_run: None, replay_image: None, replay_text: run_view.REPLAY_WAITING,
-                      replay_probs: None, export_files: None, export_video: None}
-    race_outputs = [*race_images.values(), race_status, race_table, race_note, race_why, race_chart,
-                    race_hist, race_flicker, race_bench, race_state, race_sample]
+    setting_views = {k: input_views[k] for k in checks.SETTINGS}          # what a model switch sets
+    gen_views = dict(zip(generate_view.VIEWS, (
+        live_image, status, tree_now, chart_committed, chart_length, chart_flicker, chart_rate, heat_committed,
+        heat_unchanged, film, film_title, summary, history_state, last_run, replay_slider, clip_video,
+        clip_files, replay_image, replay_text, replay_probs, export_files, export_video), strict=True))
+    gen_outputs = list(gen_views.values())
+    race_views = dict(zip(race_view.VIEWS, (race_status, race_table, race_note, race_why, race_chart,
+                                            race_hist, race_flicker, race_bench, race_state, race_sample,
+                                            *(race_images[m] for m in race.METHOD_ORDER)), strict=True))
+    race_outputs = list(race_views.values())
     clip_in.change(None, clip_in, clip_path, js="(v) => (v && v.path) || ''",
                    api_visibility="private")     # in the browser only: Gradio never sees a file
     # A click (or Enter in the prompt) is checked first, at once and outside the queue: a field

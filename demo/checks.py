@@ -242,6 +242,49 @@ def not_started(found: dict[str, str]) -> str:
     return "" if not found else "**Not started:** " + " ".join(said)
 
 
+# ------------------------------------------------------------------- a decoding event
+
+INPUTS = ["model", "method", "window", "init", "temperature", "top_k", "top_p", "cfg", "seed",
+          "prompt", "pace", "samples", "clip", "clip_text", "tree"]      # the decoding events' inputs
+LEFT_OUT = {"pace": 0.0, "samples": 1, "clip": None, "clip_text": "", "tree": None}   # when not given
+
+
+def values_of(*values) -> dict:
+    """A decoding event's widget values (in INPUTS order; the last ones may be left out) by name."""
+    return LEFT_OUT | dict(zip(INPUTS, values))
+
+
+@dataclass(frozen=True)
+class PageRun:
+    """A decoding event's inputs, checked and converted once (`read`): the model's name, the run
+    the engine decodes (prompt, Settings with the method, seed) and what the page does around
+    it (the slow-motion pace, the race's K)."""
+
+    name: str
+    race: Race
+    pace: float = 0.0            # seconds per pass shown (0: full speed)
+    samples: int = 1             # the race's K
+
+    @property
+    def settings(self) -> Settings:
+        return self.race.settings
+
+
+def read(values: dict, model) -> PageRun:
+    """The one way from a decoding event's widget values (`values_of`) to its run: every field
+    checked by the page, then by the library (`problems`; the first message is raised as a
+    ValueError), then converted, once. `model` is the loaded model."""
+    found = problems(model, *(values[k] for k in INPUTS))
+    if found:
+        raise ValueError(next(iter(found.values())))
+    v = values
+    settings = settings_of(v["method"], v["window"], v["init"], v["temperature"], v["top_k"], v["top_p"],
+                           v["cfg"], v["tree"], model)
+    prompt = engine_prompt(v["model"], v["prompt"], v["clip"], v["clip_text"])
+    return PageRun(v["model"], race_of(model, prompt, settings, v["seed"]), FIELDS["pace"].check(v["pace"]),
+                   FIELDS["samples"].check(v["samples"]))
+
+
 # ------------------------------------------------------------------- switching models
 
 SETTINGS = ("prompt", "init", "window", "temperature", "top_k", "top_p", "cfg", "samples", "pace")
@@ -317,10 +360,6 @@ def switched(name: str, current: dict, applied: dict | None, new: dict, model=No
 
 
 # ------------------------------------------------------------------------ whole inputs
-
-INPUTS = ["model", "method", "window", "init", "temperature", "top_k", "top_p", "cfg", "seed",
-          "prompt", "pace", "samples", "clip", "clip_text", "tree"]      # the decoding events' inputs
-
 
 def engine_prompt(name: str, prompt, clip=None, clip_text="") -> str:
     """The prompt the engine gets: the text, or for a clip model the clip (and its text)."""

@@ -9,10 +9,14 @@ from typing import Sequence
 
 import numpy as np
 
-from demo.charts import race_figures
+import gradio as gr
+
+from demo.charts import RACE_WAITING, race_figures, race_progress_figure
 from demo.labels import METHOD_LABELS
-from demo.pictures import render_iteration, tile_frames
-from scd_core.race import MethodSummary, Race, Sensitivity, Spread, Timing, apart, summarise
+from demo.pictures import blank_picture, render_iteration, tile_frames
+from demo.servers import FULL_SPEED_EVERY, PLOT_EVERY, STATUS_EVERY, Pacer
+from scd_core.race import (METHOD_ORDER, TIMING_ROUNDS, MethodSummary, Race, Sensitivity, Spread, Timing, apart,
+                           summarise)
 
 
 def bench_command(model_name: str, race: Race, samples: int, seeds: int | None = None,
@@ -236,8 +240,8 @@ def differ_sentence(runs: dict, greedy: bool) -> str:
 def bench_markdown(name: str, race: Race, samples: int) -> str:
     """The benchmark commands that give a race's figures, for whoever wants to repeat them."""
     seed = race.seed
-    return (f"The same NFE, step compression, mean accepted length, acceptance rate and draft "
-            f"stability from the benchmark" + (" (it numbers seeds from 0)" if seed else "") + ":\n\n"
+    return ("The same NFE, step compression, mean accepted length, acceptance rate and draft "
+            "stability from the benchmark" + (" (it numbers seeds from 0)" if seed else "") + ":\n\n"
             f"```\n{bench_command(name, race, samples)}\n```\n\n"
             f"One image's seconds: the same with `--seeds 1` (column wall_s); the batch's "
             f"({samples} / wall_s images per second):\n\n"
@@ -306,6 +310,80 @@ def race_report(name: str, race, runs: dict, samples: int, device: str, probe=No
                                     differ_sentence(runs, greedy)) if x)
     return (race_table_html(table, greedy), explain_gap(table, probe), lead,
             bench_markdown(name, race, samples), race_figures(runs, samples))
+
+
+# ------------------------------------------------------------------ the race as shown
+
+VIEWS = ("status", "table", "note", "why", "chart", "hist", "flicker", "bench", "state", "sample",
+         *METHOD_ORDER)        # the race's views by name; each method's name is its panel
+WARMING = "Warming up: a few untimed passes of each method…"
+
+
+class RaceView:
+    """What one race shows, view by view (names in VIEWS; the page maps each to its component):
+    its steps as `scd_core.race.decode_race` yields them (the status and the pictures at most
+    a few times a second), the lockstep replay, and its report. `probe(runs)`: why SCD leads
+    SJD here (`race.gap_probe`), asked once the methods have finished."""
+
+    def __init__(self, model, page, device: str, probe=lambda runs: None, video: bool = False) -> None:
+        self.model, self.page, self.device, self.probe = model, page, device, probe
+        self.panels = RacePanels(model, 0 if video else None)
+        self.status_due, self.picture_due = Pacer(STATUS_EVERY), Pacer(FULL_SPEED_EVERY)
+        self.plot_due = Pacer(PLOT_EVERY, wait_first=True)
+        self.runs: dict = {}
+        self.timings: dict[str, Timing] = {}
+
+    def started(self) -> dict:
+        """The last race's views cleared: every panel the model's empty grid, the charts
+        saying when they come."""
+        blank = blank_picture(tuple(self.model.grid))
+        return dict.fromkeys(METHOD_ORDER, blank) | dict.fromkeys(("table", "note", "why"), None) | \
+            dict(zip(("chart", "hist", "flicker"), RACE_WAITING)) | {"status": WARMING, "bench": BENCH_WAITING}
+
+    def step(self, step) -> dict:
+        """A step of the race: the status and the pictures as they come; the finished
+        methods' figures kept; a stopped method's rows said, with the table of those done."""
+        self.runs = {**step.runs}
+        if step.run is None:                                 # a timing round starts
+            return {"status": timing_round(step.round, TIMING_ROUNDS, step.method)}
+        out = {"status": race_decoding(step.run, step.phase)} if self.status_due() or step.run.stopped else {}
+        if self.picture_due() or step.run.stopped:
+            out |= self.panels.at(step.runs | {step.method: step.run})
+        if step.run.stopped:
+            done = {m: r for m, r in step.runs.items() if r.done}
+            timed = {m: Timing.of_rounds(t) for m, t in step.timings.items() if m in done}
+            out["table"] = race_table_html(summarise(done, False, timed), False)
+        return out
+
+    def timed(self, timings: dict) -> None:
+        """Every method's timings, over the rounds that ended."""
+        self.timings = {m: Timing.of_rounds(t) for m, t in timings.items()}
+
+    def replay(self, tick: int) -> dict:
+        """The recorded passes in lockstep at NFE `tick`: the pictures, the progress, and the
+        tokens-vs-NFE chart now and then."""
+        out = self.panels.at(self.runs, tick) | {"status": race_progress(self.runs, tick)}
+        if self.plot_due():
+            out["chart"] = race_progress_figure({m: r.committed_curves() for m, r in self.runs.items()},
+                                                self.runs["ar"].num_tokens, tick)
+        return out
+
+    def report(self, said: str, tick: int | None = None) -> dict:
+        """The finished race: its table, the passes and times in words, why, the benchmark's
+        commands, its charts, and `said` under the progress line (at NFE `tick`: the end when None)."""
+        table, why, note, bench, figures = race_report(self.page.name, self.page.race, self.runs,
+                                                       self.page.samples, self.device, self.probe(self.runs),
+                                                       self.timings)
+        return {"table": table, "why": why, "note": note, "bench": bench,
+                "status": race_progress(self.runs, tick, said)} | dict(zip(("chart", "hist", "flicker"), figures))
+
+    def done(self) -> dict:
+        """The end: the last pictures and the report; the runs kept to show another sample of a
+        video race (its slider)."""
+        samples, video = self.page.samples, self.panels.sample is not None
+        return self.panels.at(self.runs) | self.report(f"**Done** on **{self.page.name}**.") | {
+            "state": {"model": self.page.name, "runs": {m: r.final() for m, r in self.runs.items()}},
+            "sample": gr.Slider(maximum=max(samples, 2), value=1, visible=video and samples > 1)}   # min < max
 
 
 # ------------------------------------------------- texture against tiny, from the benchmark

@@ -420,6 +420,52 @@ def time_method(client, model: str, race: Race, method: str, samples: int,
     return timing_of(runs[0], runs[-1])
 
 
+@dataclass(frozen=True)
+class Step:
+    """Where a race stands (`decode_race`): `method`'s rows decoding in `phase` ("one image
+    alone", then "K samples together"; `run` so far), or its timing round `round` about to
+    start (`run` None). `runs` and `timings` hold the methods finished so far: their runs and
+    every round's Timing."""
+
+    method: str
+    phase: str
+    run: MethodRun | None
+    runs: dict[str, MethodRun]
+    timings: dict[str, list[Timing]]
+    round: int = 1
+
+
+def decode_race(client, model: str, race: Race, samples: int, stop: Callable[[], bool] | None = None,
+                rounds: int = TIMING_ROUNDS) -> Iterator[Step]:
+    """A race on a decode client: a few untimed passes of each method first (`warm_up`), then
+    per method ONE image alone (its latency) and `samples` rows together (the batch's
+    throughput and every per-sample figure), each yielded as its records arrive; then the
+    methods timed again, taking turns (`time_method`), up to `rounds` timings each. It ends
+    early when `stop()` turns true: the last step's run is then marked stopped, or its timing
+    round did not finish (the step's round has no Timing)."""
+    warm_up(client, model, race)                       # untimed: a fresh worker's first passes
+    runs: dict[str, MethodRun] = {}
+    timings: dict[str, list[Timing]] = {}
+    phases = (("one image alone", [race.seed]),) + ((   # K = 1: the one image is the batch
+        (f"{samples} samples together", range(race.seed, race.seed + samples)),) if samples > 1 else ())
+    for method in METHOD_ORDER:
+        one = run = None
+        for phase, seeds in phases:
+            for run in decode_rows(client, model, race, method, seeds, stop):
+                yield Step(method, phase, run, runs, timings)
+            if run.stopped:
+                return
+            one = one or run
+        runs[method], timings[method] = run, [timing_of(one, run)]
+    for r in range(2, rounds + 1):
+        for method in METHOD_ORDER:
+            yield Step(method, "timing", None, runs, timings, r)
+            again = time_method(client, model, race, method, samples, stop)
+            if again is None:
+                return
+            timings[method].append(again)
+
+
 def warm_up(client, model: str, race: Race, passes: int = 8) -> None:
     """A few untimed passes of each method on the client, then cancelled: the first passes
     of a fresh worker (loading, first kernel calls) would otherwise count against whichever

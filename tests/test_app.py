@@ -529,10 +529,14 @@ def test_served_bad_input_is_refused_before_the_queue_and_the_next_is_served(url
 
 
 def test_the_message_beside_the_buttons_repeats_what_the_fields_say():
-    assert app.input_message(*args()) == ""
-    assert app.input_message(*args(window=0)).startswith("**Not started:** Window L: a whole number")
-    long = app.input_message(*args(prompt="x" * 600))
+    def said(**override):
+        return app.check_generate(*args(**override), {}, None, [])[app.input_md]
+    assert said() == ""
+    assert said(window=0).startswith("**Not started:** Window L: a whole number")
+    long = said(prompt="x" * 600)
     assert long.endswith("Please shorten it.") and ".." not in long
+    both = said(window=0, seed=-1)                        # each field once, in the page's order
+    assert both.index("Window L:") < both.index("Seed:") and both.count("Not started") == 1
 
 
 def test_whole_number_fields_pass_what_was_typed_to_the_checks():

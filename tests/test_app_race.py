@@ -45,7 +45,7 @@ def test_the_race_on_texture_gives_both_times_labelled_and_the_benchs_nfe(client
     note = next(v for v in final if isinstance(v, str) and "**One image**" in v)
     assert "on CPU" in note and f"median of {race.TIMING_ROUNDS} rounds" in note
     assert any("--seeds 1 --batch 3" in str(v) for v in final)        # the benchmark's commands apart
-    assert any("Done." in str(v) for v in final)                     # the table comes with Done.
+    assert any("**Done** on **texture**." in str(v) for v in final)   # the table comes with Done.
     texture = scd_core.load_model("texture")                         # the bench, same settings
     for label, method in (("AR", "ar"), ("SJD", "sjd"), ("SCD maximal coupling", "scd-mc")):
         runs = bench.run_case(texture, ["ocean waves"], 3, 1, scd_core.Settings(method, 16))
@@ -57,7 +57,7 @@ def test_the_race_shows_pictures_while_a_method_decodes(client):
     job = client.submit(*args(samples=2), api_name="/race")
     job.result(timeout=600)
     updates = job.outputs()
-    done_at = next(i for i, u in enumerate(updates) if any("Done." in str(v) for v in u))
+    done_at = next(i for i, u in enumerate(updates) if any("**Done** on" in str(v) for v in u))
     decoding = [u for u in updates[:done_at] if any("Decoding **" in str(v) for v in u)]
     assert decoding and any(u[0] is not None for u in decoding)      # AR's panel before Done.
 
