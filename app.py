@@ -595,6 +595,8 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                                             race_hist, race_flicker, race_bench, race_state, race_sample,
                                             *(race_images[m] for m in race.METHOD_ORDER)), strict=True))
     race_outputs = list(race_views.values())
+    lossless_outputs = [loss_status, loss_summary, loss_chart, loss_ar, loss_method, loss_greedy, loss_method_title,
+                        loss_diff, loss_diff_title]
     clip_in.change(None, clip_in, clip_path, js="(v) => (v && v.path) || ''",
                    api_visibility="private")     # in the browser only: Gradio never sees a file
     # A click (or Enter in the prompt) is checked first, at once and outside the queue: a field
@@ -610,9 +612,11 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                    show_progress_on=[race_status], time_limit=900, js=texts.click_js("Race"),
                    trigger_mode="always_last", **DECODE)
     stop_btn.click(stop, ticket, None, queue=False, api_name="stop", js="() => [Date.now()]")
+    switch_outputs = [*setting_views.values(), *gen_outputs, *race_outputs, *lossless_outputs, applied_state,
+                      switch_md, greedy_cb, prompt_words_md, model_md, clip_row, examples.dataset, text_box,
+                      clip_box, examples_box, gen_btn, race_btn]              # every view a switch sets
     model_dd.change(on_model_change, [model_dd, applied_state, *setting_views.values()],
-                    list(on_model_change(D0, defaults(D0)[0], *defaults(D0)[0].values())),   # every view it sets
-                    api_visibility="private").then(
+                    list(dict.fromkeys(switch_outputs)), api_visibility="private").then(
         load_selected, model_dd, [model_md, gen_btn, race_btn], api_visibility="private",
         show_progress_on=[model_md], **DECODE)
     prompt_tb.change(prompt_words, [model_dd, prompt_tb], prompt_words_md, queue=False,
@@ -624,8 +628,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     ratios_btn.click(shipped_ratios, None, ratios_md, api_name="ratios", queue=False)
     loss_btn.click(lossless_run, [model_dd, method_rd, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb,
                                   seed_nb, prompt_tb, loss_samples, ticket],
-                   [loss_status, loss_summary, loss_chart, loss_ar, loss_method, loss_greedy, loss_method_title,
-                    loss_diff, loss_diff_title],
+                   lossless_outputs,
                    api_name="lossless", show_progress_on=[loss_status], time_limit=900,
                    js=texts.click_js("Lossless"), **DECODE)
     race_sample.release(show_race_sample, [race_sample, race_state], list(race_images.values()),

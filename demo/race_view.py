@@ -149,7 +149,7 @@ def passes_sentence(summaries: Sequence[MethodSummary]) -> str:
     best = min(s.nfe.mean for s in summaries)
     fewest = [s for s in summaries if s.nfe.mean - best < 0.05]
     others = [s for s in summaries if s not in fewest]
-    names = " and ".join(METHOD_LABELS[s.method] for s in fewest)
+    names = _names(fewest)
     text = (f"**Passes** (the same for these seeds on any machine): {names} "
             f"need{'s' if len(fewest) == 1 else ''} the fewest, {best:.1f} per image on average")
     if others:
@@ -168,23 +168,25 @@ def _rate(t: Timing) -> str:
     return f"{t.throughput:.1f}/s" + ("" if t.rounds < 2 else f" ({low:.1f}–{high:.1f})")
 
 
+def _names(summaries: Sequence[MethodSummary], shown=None) -> str:
+    """Methods in words ("AR, SJD and SCD Gumbel coupling"), each with `shown(timing)` if given."""
+    parts = [METHOD_LABELS[s.method] + (f" ({shown(s.timing)})" if shown else "") for s in summaries]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
 def _ranked(timed: Sequence[MethodSummary], what: str, value, spread, shown, best_is: str) -> str:
-    """One time in words: the method best by median, named faster only than those whose range
-    its own does not overlap; the others are within noise of it."""
+    """One time in words: the method best by median is named the winner only where its range
+    overlaps no other's; where it overlaps some, they are said to be within noise of it and no
+    method is called the fastest, though it is said to be ahead of those it is apart from."""
     best = min(timed, key=value)
     clear = [s for s in timed if s is not best and apart(spread(best.timing), spread(s.timing))]
     close = [s for s in timed if s is not best and s not in clear]
     name = METHOD_LABELS[best.method]
-    if not clear:
-        return (f"{what}: every method is within noise of the others ({name} {shown(best.timing)}, "
-                + ", ".join(f"{METHOD_LABELS[s.method]} {shown(s.timing)}" for s in close)
-                + "): none is faster here.")
-    text = f"{what}: {name} {best_is}, {shown(best.timing)}, clearly ahead of " + \
-        ", ".join(f"{METHOD_LABELS[s.method]} ({shown(s.timing)})" for s in clear)
-    if close:
-        text += "; within noise of " + ", ".join(f"{METHOD_LABELS[s.method]} ({shown(s.timing)})"
-                                                  for s in close)
-    return text + "."
+    if not close:
+        return f"{what}: {name} {best_is}, {shown(best.timing)}, clearly ahead of {_names(clear, shown)}."
+    return (f"{what}: {name} has the best median, {shown(best.timing)}, but is within noise of "
+            f"{_names(close, shown)}: no method is clearly the best here"
+            + (f"; {name} is clearly ahead of {_names(clear, shown)}" if clear else "") + ".")
 
 
 def timing_sentence(summaries: Sequence[MethodSummary], device: str) -> str:
