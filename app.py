@@ -3,8 +3,9 @@ form pass by pass, race AR, SJD and SCD over several samples. `demo` is the Bloc
 Hugging Face Space entry point); `python app.py` serves it locally. This file is the page:
 Generate submits a row to the decode client that SCD_DECODE names (`demo.backend`: worker
 processes by default; visitors' rows share passes) and shows its records, and so does the
-race (`scd_core.race.decode_rows`); what the page calls lives in `demo/`, one module per
-job (docs/app.md)."""
+race (`scd_core.race.decode_rows`); the pictures of a model the page does not hold come
+from that client too (`demo.models`). Every event that decodes or draws is one ZeroGPU call
+(`demo.zerogpu`). What the page calls lives in `demo/`, one module per job (docs/app.md)."""
 from __future__ import annotations
 
 import logging
@@ -20,17 +21,8 @@ from scd_core.client import DecodeError
 from scd_core.models import cache
 
 from demo import (backend, charts, checks, export, generate_view, labels, lossless, models, pictures, race_view,
-                  run_view, servers, streaming, texts, uploads)
+                  run_view, servers, streaming, texts, uploads, zerogpu)
 from demo.clips import example_clips
-
-try:  # ZeroGPU on Hugging Face Spaces (hold a GPU for duration(*inputs) s); a no-op elsewhere
-    import spaces
-
-    def gpu(duration):
-        return spaces.GPU(duration=duration)
-except ImportError:
-    def gpu(duration):
-        return lambda fn: fn
 
 
 log = models.log                 # the page's one-line notes
@@ -39,7 +31,8 @@ log = models.log                 # the page's one-line notes
 # alone: it holds the servers' device lock for its decode), a model load and an export run one
 # at a time. A running Generate holds a thread while its row waits for passes; the rest of the
 # threads serve Stop and the page's quick events. Up to 64 more visitors wait, told their place.
-SERVERS = servers.Servers(max_batch=32)
+KIND = backend.backend_kind()         # where Generate and the race decode (SCD_DECODE, docs/app.md)
+SERVERS = servers.Servers(max_batch=32, threaded=KIND != "call")
 GENERATE = dict(concurrency_limit=SERVERS.max_batch, concurrency_id="generate")
 DECODE = dict(concurrency_limit=1, concurrency_id="decode")
 QUEUE = dict(max_size=64, default_concurrency_limit=1)
@@ -47,13 +40,13 @@ QUEUE = dict(max_size=64, default_concurrency_limit=1)
 # measured, docs/app.md), for this many visitors; the one unseen longest is dropped first.
 SESSIONS = checks.env_count("SCD_SESSIONS", 128)
 THREADS = 2 * SERVERS.max_batch
-STOPS = servers.Stops()
+STOPS = servers.Stops(shared=backend.on_zero_gpu())   # a ZeroGPU call runs in a process of its own
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 MODELS = models.Models(cache, DEVICE, SERVERS)   # one large model resident at a time
-# Where Generate decodes (SCD_DECODE, docs/app.md); the page keeps its own models to draw.
-KIND = backend.backend_kind()
 REQUESTS = backend.Requests(backend.make_client(
-    KIND, lambda: servers.PageClient(SERVERS, MODELS.get), models.load_for_worker, SERVERS.max_batch))
+    KIND, lambda in_call: servers.PageClient(SERVERS, MODELS.get, in_call), models.load_for_worker,
+    SERVERS.max_batch))
+MODELS.use(REQUESTS.client, downloads_here=KIND == "process")   # it loads and draws the downloaded models
 LABELS = labels.METHOD_LABELS
 
 
@@ -117,16 +110,16 @@ def check_race(*values):
 
 
 def prepare(values: dict, method: str | None = None):
-    """The loaded model and the checked run of a decoding event's widget values
-    (`checks.values_of`; `method` in place of the chosen one): the clip's path checked before
-    anything opens it, the model loaded, then `checks.read`, the one conversion of the widget
-    values. ValueError with the message otherwise."""
+    """The model as the page uses it (`Models.for_page`) and the checked run of a decoding
+    event's widget values (`checks.values_of`; `method` in place of the chosen one): the clip's
+    path checked before anything opens it, the model loaded, then `checks.read`, the one
+    conversion of the widget values. ValueError with the message otherwise."""
     values = values | ({"method": method} if method else {})
     (values["clip"],), refused = checked_clip([values["clip"]], at=0)
     if refused:
         raise ValueError(refused)
     model, _ = checks.load_for(values["model"], values["prompt"], values["clip"], values["clip_text"],
-                               MODELS.get, loaded=MODELS.loaded(values["model"]) is not None)
+                               MODELS.for_page, loaded=MODELS.loaded(values["model"]) is not None)
     return model, checks.read(values, model)
 
 
@@ -147,7 +140,7 @@ def shown(update: dict) -> dict:
     return {gen_views[name]: value for name, value in update.items()}
 
 
-@gpu(servers.gpu_duration(race_all=False))
+@zerogpu.on_gpu(zerogpu.generate_seconds, lambda: demo.blocks)
 @streaming.streams_in_full(lambda: gen_outputs)
 def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                     pace=0.0, samples=1, clip=None, clip_text="", tree=None, history=None, ticket=None,
@@ -164,6 +157,8 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
     try:
         model, page = prepare(checks.values_of(name, method, window, init, temperature, top_k, top_p,
                                                cfg_scale, seed, prompt, pace, samples, clip, clip_text, tree))
+        zerogpu.check_fits(zerogpu.generate_estimate(name, page.settings.method, page.settings.window, page.pace),
+                           "This run", "lower the slow motion or pick a smaller model")
         if stopped():                                     # stopped while waiting in the queue
             yield shown({"status": texts.STOPPED_EARLY})
             return
@@ -202,7 +197,7 @@ def raced(update: dict) -> dict:
     return {race_views[name]: value for name, value in update.items()}
 
 
-@gpu(servers.gpu_duration(race_all=True))
+@zerogpu.on_gpu(zerogpu.race_seconds, lambda: demo.blocks)
 @streaming.streams_in_full(lambda: race_outputs)
 def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                 pace=0.0, samples=8, clip=None, clip_text="", tree=None, history=None, ticket=None,
@@ -217,10 +212,14 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
         model, page = prepare(checks.values_of(name, method, window, init, temperature, top_k, top_p,
                                                cfg_scale, seed, prompt, pace, samples, clip, clip_text, tree),
                               method="scd-mc")      # the race runs every method: checked as one with drafts
+        rounds = zerogpu.race_rounds(name, page.settings.window, page.samples, page.pace)   # timing rounds
+        zerogpu.check_fits(zerogpu.race_estimate(name, page.settings.window, page.samples, page.pace, rounds),
+                           "This race", "lower the race samples K (or the slow motion), or pick a smaller model")
         view = race_view.RaceView(model, page, models.decoding_device(REQUESTS.client, name),
-                                  lambda runs: race.gap_probe(model, name, page.race, runs), models.is_video(name))
+                                  lambda runs: race.gap_probe(model, name, page.race, runs), models.is_video(name),
+                                  rounds)
         yield raced(view.started())
-        for step in race.decode_race(REQUESTS.client, name, page.race, page.samples, stopped):
+        for step in race.decode_race(REQUESTS.client, name, page.race, page.samples, stopped, rounds):
             update = view.step(step)
             if update:                                    # nothing when no status or picture is due
                 yield raced(update)
@@ -232,7 +231,7 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
     except DecodeError as exc:                            # a row was lost: said, what is shown stays
         yield raced({"status": refused(exc, started=True)})
         return
-    view.timed(step.timings)
+    view.finished(step)
     if stopped():                                         # while timing: what was timed stays
         yield raced(view.panels.at(view.runs) | view.report(race_view.STOPPED_TIMING))
         return
@@ -253,7 +252,7 @@ def shipped_ratios():
 
 # ----------------------------------------------------------------------------- lossless
 
-@gpu(lambda *inputs, **named: 300)
+@zerogpu.on_gpu(zerogpu.lossless_seconds, lambda: demo.blocks)
 def lossless_run(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                  samples=lossless.DEFAULT_SAMPLES, ticket=None, request: gr.Request = None):
     """Many samples of AR and of the method (the one picked; SCD-MC when AR is), which token
@@ -287,28 +286,30 @@ def lossless_run(name, method, window, init, temperature, top_k, top_p, cfg_scal
            loss_method_title: f"{LABELS[other]}: its first {lossless.SHOWN_SAMPLES} samples"}
 
 
+@zerogpu.on_gpu(zerogpu.short_seconds, lambda: demo.blocks)
 def show_race_sample(index, state):
     if not state:
         return {}
-    panels = race_view.RacePanels(MODELS.get(state["model"]), max(0, int(index) - 1))
+    panels = race_view.RacePanels(MODELS.for_page(state["model"]), max(0, int(index) - 1))
     return raced(panels.at(state["runs"]))
 
 
 # ----------------------------------------------------------------------------- replay
 
+@zerogpu.on_gpu(zerogpu.short_seconds, lambda: demo.blocks)
 def replay_view(index, run):
     if not run or not run.get("iterations"):
         return gr.skip(), run_view.REPLAY_WAITING, gr.skip()
     i = int(min(max(checks.as_int(index) or 0, 0), len(run["iterations"]) - 1))
-    out = generate_view.replay(MODELS.get(run["model"]), run, i)
+    out = generate_view.replay(MODELS.for_page(run["model"]), run, i)
     return out["replay_image"], out["replay_text"], out["replay_probs"]
 
 
-@gpu(lambda run: 60)
+@zerogpu.on_gpu(zerogpu.export_seconds, lambda: demo.blocks)
 def export_run(run):
     if not run or not run.get("iterations"):
         return None, None
-    mp4, gif = export.export_decoding(MODELS.get(run["model"]), run["iterations"],
+    mp4, gif = export.export_decoding(MODELS.for_page(run["model"]), run["iterations"],
                                  f"{run['model']}-{run['method']}-decoding", decode=run.get("decode"))
     return mp4, [mp4, gif]
 

@@ -4,6 +4,9 @@ the page's requests on it (one per running Generate, by visitor, so that Stop ca
     SCD_DECODE=process        (the default) one worker process per model (`scd_core.workers`),
                               SCD_THREADS torch threads each (default 1)
     SCD_DECODE=local          in the page's process, on the page's own models and servers
+    SCD_DECODE=call           in the page's process, inside the call that asks (no thread of
+                              its own): the default, and the only choice, on ZeroGPU
+                              (SPACES_ZERO_GPU set), whose GPU a call holds only in its process
     SCD_DECODE=ray://local    Ray Serve (`scd_core.distributed.service.client_from_env`)
     SCD_DECODE=ray://HOST:PORT
 """
@@ -16,26 +19,38 @@ from typing import Any, Callable
 from scd_core.settings import Settings
 
 ENV = "SCD_DECODE"
-BACKENDS = ("process", "local", "ray://local", "ray://HOST:PORT")
+BACKENDS = ("process", "local", "call", "ray://local", "ray://HOST:PORT")
+ZERO_GPU = "SPACES_ZERO_GPU"
+
+
+def on_zero_gpu(environ=os.environ) -> bool:
+    """Whether this is a ZeroGPU Space (SPACES_ZERO_GPU, read as the `spaces` package reads it)."""
+    return (environ.get(ZERO_GPU) or "").strip().lower() in ("1", "t", "true")
 
 
 def backend_kind(environ=os.environ) -> str:
-    """`process`, `local` or `ray` from SCD_DECODE (unset or empty: `process`); a ValueError
-    naming SCD_DECODE otherwise."""
-    value = (environ.get(ENV) or "").strip() or "process"
-    if value in ("process", "local"):
+    """`process`, `local`, `call` or `ray` from SCD_DECODE (unset or empty: `process`, or
+    `call` on ZeroGPU); a ValueError naming SCD_DECODE otherwise, or for a decode outside the
+    calls on ZeroGPU (it would never hold the GPU)."""
+    value = (environ.get(ENV) or "").strip() or ("call" if on_zero_gpu(environ) else "process")
+    if on_zero_gpu(environ) and value != "call":
+        raise ValueError(f"{ENV}={value} cannot decode on ZeroGPU ({ZERO_GPU} is set): its GPU is held "
+                         f"only inside a @spaces.GPU call, in that call's process. Unset {ENV} (or set "
+                         "it to call) to decode inside the calls.")
+    if value in ("process", "local", "call"):
         return value
     if value.startswith("ray://") and value != "ray://":
         return "ray"
     raise ValueError(f"{ENV} must be one of {', '.join(BACKENDS)}, got {value!r}")
 
 
-def make_client(kind: str, local: Callable[[], Any], load: Callable[[str], Any], max_batch: int,
+def make_client(kind: str, local: Callable[[bool], Any], load: Callable[[str], Any], max_batch: int,
                 environ=os.environ):
-    """The decode client of this kind: `local()` makes the in-process one; the worker
-    processes load their model with `load(name)` (a module-level function: it is sent to them)."""
-    if kind == "local":
-        return local()
+    """The decode client of this kind: `local(in_call)` makes the in-process one (`in_call`:
+    no thread, for `call`); the worker processes load their model with `load(name)` (a
+    module-level function: it is sent to them)."""
+    if kind in ("local", "call"):
+        return local(kind == "call")
     if kind == "process":
         from demo.checks import env_count
         from scd_core.workers import ProcessClient
@@ -80,15 +95,16 @@ class Requests:
 
 
 class Row:
-    """One Generate row on the decode client, as the page reads it: its decoder and the
-    batch sizes of its passes, live where the client tells them (`local`), else at its end."""
+    """One Generate row on the decode client, as the page reads it: the name of its decoder
+    (its request id: the client draws its pictures with it) and the batch sizes of its
+    passes, live where the client tells them (the in-process clients), else at its end."""
 
     def __init__(self, requests: Requests, rid: str, name: str) -> None:
         self.requests, self.rid, self.name, self.client = requests, rid, name, requests.client
         self.final: tuple[int, ...] | None = None
 
     def decode(self):
-        """The row's decoder where the client tells it (None: the model's own)."""
+        """How the client names the row's decoder for its pictures (None: the model's own)."""
         return getattr(self.client, "decoder", lambda rid: None)(self.rid)
 
     def batch_sizes(self) -> list[int]:

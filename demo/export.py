@@ -9,10 +9,12 @@ from typing import Sequence
 import numpy as np
 from PIL import Image
 
-from demo.pictures import decode_frames, legend_strip, render_iteration, to_rgb, upscale
+from demo.pictures import legend_strip, render_iterations, shown_frames, to_rgb, upscale
 from scd_core.trace import Iteration
 
 # --------------------------------------------------------------------------- export
+
+EXPORT_BATCH = 16     # canvases decoded per call while exporting a decoding
 
 def _even16(frame: np.ndarray) -> np.ndarray:
     """Pad a frame with white to sides that are multiples of 16 (H.264 macro blocks)."""
@@ -72,15 +74,17 @@ def export_decoding(model, iterations: Sequence[Iteration], stem: str, fps: floa
                     folder: str | None = None, limit: int = 200, decode=None) -> tuple[str, str]:
     """The decoding itself (one frame per iteration, with overlay and legend) as (mp4, gif)."""
     folder = folder or tempfile.mkdtemp(prefix="scd_")
-    frames = []
-    for i in pick_frames(len(iterations), limit):
-        pic = render_iteration(model, iterations[i], decode=decode)
-        frames.append(np.concatenate([pic, legend_strip(pic.shape[1])], axis=0))
+    frames, picked = [], pick_frames(len(iterations), limit)
+    for at in range(0, len(picked), EXPORT_BATCH):              # a few canvases decoded at a time
+        for pic in render_iterations(model, [iterations[i] for i in picked[at: at + EXPORT_BATCH]], decode=decode):
+            frames.append(np.concatenate([pic, legend_strip(pic.shape[1])], axis=0))
     held = frames + [frames[-1]] * int(fps)     # hold the final picture for a second
     return (write_mp4(held, os.path.join(folder, f"{stem}.mp4"), fps),
             write_gif(frames, os.path.join(folder, f"{stem}.gif"), fps, hold_last=1.0))
 
 
 def export_run_clip(model, it: Iteration, stem: str, decode=None) -> tuple[str, str]:
-    """A video model's finished clip (row 0 after `it`) as (mp4, gif), at the model's fps."""
-    return export_clip(decode_frames(model, it.canvas[0], decode), stem, fps=float(getattr(model, "fps", 6)))
+    """A video model's finished clip (row 0 after `it`, every decoded frame, as decoded) as
+    (mp4, gif), at the model's fps (6 when it has none)."""
+    frames = shown_frames(model, it.canvas[:1], None, [decode], clip=True)[0]
+    return export_clip(frames, stem, fps=float(getattr(model, "fps", None) or 6))

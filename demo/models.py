@@ -1,6 +1,9 @@
 """The page's models: which it lists and in what order, its defaults per model (window, init,
 slow motion, race samples, sampling), where each model stands here (embedded, cached,
-downloadable, needs a GPU), the engine's device, and `Models`, which loads them on first use."""
+downloadable, needs a GPU), the engine's device, and `Models`, which gives the page each
+model as it uses it: an embedded one loaded here (cheap to draw), any other as a
+`ClientModel`, what the decode client told of it, drawn where it decodes (one copy of a
+model per machine: with worker processes or Ray the page never loads it)."""
 from __future__ import annotations
 
 import importlib
@@ -15,6 +18,7 @@ from urllib.parse import urlparse
 
 import torch
 
+from scd_core.client import ModelInfo
 from scd_core.models import REGISTRY
 from scd_core.models.status import model_status
 from scd_core.protocols import optional
@@ -201,18 +205,53 @@ def page_defaults(name: str) -> dict:
 
 
 def sampling_defaults(name: str, model=None) -> dict:
-    """Temperature, top-k, top-p, CFG: the model's `default_settings` when it is loaded."""
+    """Temperature, top-k, top-p, CFG: the model's `default_settings` when it is loaded; a
+    top-k no smaller than its vocabulary is off (0), as the page's check wants it."""
     base = CLIP_SAMPLING if takes_clip(name) else REAL_SAMPLING if \
         REGISTRY.get(name) is not None and REGISTRY[name].needs_weights else \
         dict(temperature=1.0, top_k=0, top_p=1.0, cfg_scale=1.0)
     own = optional(model, "default_settings") or {}
-    return {**base, **{k: v for k, v in own.items() if k in base}}
+    out = {**base, **{k: v for k, v in own.items() if k in base}}
+    vocab = getattr(model, "vocab_size", None)
+    return out | ({"top_k": 0} if isinstance(vocab, int) and out["top_k"] >= vocab else {})
 
 
 def load_kwargs(name: str, device: str) -> dict:
     """The page's load arguments for a model on this device: large models in bfloat16 on a GPU."""
     large_on_gpu = device == "cuda" and REGISTRY[name].needs_weights
     return dict(device=device, **({"dtype": torch.bfloat16} if large_on_gpu else {}))
+
+
+def is_embedded(name: str) -> bool:
+    """A model shipped with the library (no weights to fetch): the page may hold its own copy."""
+    entry = REGISTRY.get(name)
+    return entry is not None and not entry.needs_weights
+
+
+class ClientModel:
+    """A model the page does not hold, as the page uses it: what the decode client told of it
+    (`scd_core.client.ModelInfo`: grid, vocabulary, prompt kind, example prompts, default
+    settings, fps) and its pictures, decoded where the model is (`pictures`). It has the
+    contract's names so that the library's checks read it, but it decodes nothing here."""
+
+    vocab = None                                   # only the embedded models read known words
+
+    def __init__(self, info, client) -> None:
+        self.info, self.client, self.name = info, client, info.name
+        self.grid, self.vocab_size = tuple(info.grid), info.vocab_size
+        self.prompt_kind, self.example_prompts = info.prompt_kind, list(info.example_prompts)
+        self.default_settings, self.fps = dict(info.default_settings), info.fps
+
+    def pictures(self, canvases, size: int | None, decoders=None, clip: bool = False):
+        """The canvases' frames, drawn by the decode client (`decoders`: the rows' request ids)."""
+        requests = None if decoders is None else [d if isinstance(d, str) else None for d in decoders]
+        return self.client.pictures(self.name, canvases, size, requests, clip)
+
+    def start(self, prompts, cfg_scale):
+        raise NotImplementedError(f"{self.name} decodes where the decode client runs, not in the page")
+
+    def decode(self, tokens):
+        raise NotImplementedError(f"{self.name} is drawn where the decode client runs (pictures)")
 
 
 def load_for_worker(name: str):
@@ -223,36 +262,89 @@ def load_for_worker(name: str):
 
 
 class Models:
-    """The page's models, loaded (and downloaded) on first use into `cache` with this device's
-    load arguments (large models in bfloat16 on a GPU). Every load also closes the servers of
-    the models the cache has dropped meanwhile."""
+    """The page's models. Embedded ones are loaded (on first use) into `cache` with this
+    device's load arguments and drawn here; any other is a `ClientModel` of the page's
+    decode client (`use`), which loads it where it decodes: in this process for the `local`
+    and in-call clients (through `get`: the same cache, so still one copy), in a worker or a
+    replica otherwise. Every load also closes the servers of the models the cache has
+    dropped meanwhile."""
 
     def __init__(self, cache, device: str, servers: "Servers") -> None:
         self.cache, self.device, self.servers = cache, device, servers
+        self.client, self.downloads_here = None, False
+        self._infos: dict[str, object] = {}          # what the client told of each model
+        self._lock = threading.Lock()
+
+    def use(self, client, downloads_here: bool) -> None:
+        """The decode client that decodes (and draws) the models the page does not hold;
+        `downloads_here`: it reads this machine's Hugging Face cache, so a download the page
+        makes first (with progress) is the one it loads."""
+        self.client, self.downloads_here = client, downloads_here
 
     def kwargs(self, name: str) -> dict:
         return load_kwargs(name, self.device)
 
     def get(self, name: str, progress=None):
-        """The model; `progress(done, total, repo)` hears a download."""
+        """The model in this process; `progress(done, total, repo)` hears a download."""
         model = self.cache.get(name, **self.kwargs(name), **({"progress": progress} if progress else {}))
-        self.servers.keep(self.loaded(n) for n in self.cache.names())
+        held = [self.cache.peek(n, **self.kwargs(n)) for n in self.cache.names()]
+        self.servers.keep(held)
+        if hasattr(self.client, "keep_models"):           # nor any row decoder of a dropped model
+            self.client.keep_models(held)
         return model
 
+    def for_page(self, name: str):
+        """The model as the page uses it: an embedded one itself, any other a `ClientModel`
+        (the decode client loads it where it decodes, on first use)."""
+        return self.get(name) if is_embedded(name) or self.client is None else self.on_client(name)
+
+    def on_client(self, name: str) -> ClientModel:
+        """The model as the decode client tells it (loading it there on first use)."""
+        with self._lock:
+            info = self._infos.get(name)
+        if info is None:
+            info = self.client.model_info(name)
+            with self._lock:
+                self._infos[name] = info
+        return ClientModel(info, self.client)
+
     def loaded(self, name: str):
-        """The model if it is loaded, else None (never loads)."""
-        return self.cache.peek(name, **self.kwargs(name)) if name in REGISTRY else None
+        """The model as the page uses it if it is loaded (a `ClientModel` once the decode
+        client has told of it), else None (never loads)."""
+        if name not in REGISTRY:
+            return None
+        if is_embedded(name) or self.client is None:
+            return self.cache.peek(name, **self.kwargs(name))
+        if getattr(self.client, "decodes_here", False):    # the client's model is this process's
+            held = self.cache.peek(name, **self.kwargs(name))
+            return None if held is None else ClientModel(ModelInfo.of(name, held), self.client)
+        with self._lock:
+            info = self._infos.get(name)
+        return None if info is None else ClientModel(info, self.client)
 
     def put(self, name: str, model) -> None:
         """Use this ready model for `name` (tests, embedders)."""
         self.cache.put(name, model, **self.kwargs(name))
+
+    def fetch(self, name: str, progress=None):
+        """Load a model that needs weights where it decodes, its download heard by
+        `progress` where that download happens on this machine; the model as the page uses it."""
+        if self.client is None:
+            return self.get(name, progress)
+        if getattr(self.client, "decodes_here", False):   # the in-process clients load through `get`
+            self.get(name, progress)
+        elif self.downloads_here and progress is not None:
+            from scd_core.models import hub
+            for files in importlib.import_module(f"scd_core.models.{REGISTRY[name].module}").hub_files(name):
+                hub.fetch(files, progress=progress, needed_by=name)
+        return self.on_client(name)
 
     def load_note(self, name: str, progress=None) -> str:
         """Load a large model as soon as it is picked (`progress` as for `get`); the model's
         note, with the reason when it could not load (Generate then says it again)."""
         if self.loaded(name) is None and REGISTRY[name].needs_weights and unavailable(name) is None:
             try:
-                self.get(name, progress)
+                self.fetch(name, progress)
             except Exception as exc:              # missing weights, no memory...: said, not raised
                 log.info("could not load %s: %s", name, exc)
                 why = load_failure(name, exc)
@@ -277,8 +369,7 @@ class Models:
     def at_hand(self, name: str):
         """The model if it is loaded or embedded (loading an embedded one), else None: a model
         that needs weights is never loaded just to read its settings."""
-        entry = REGISTRY.get(name)
-        return self.loaded(name) or (self.get(name) if entry and not entry.needs_weights else None)
+        return self.loaded(name) or (self.get(name) if is_embedded(name) else None)
 
 
 def device_name(threads: int | None = None) -> str:

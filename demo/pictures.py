@@ -21,8 +21,10 @@ import math
 from typing import Sequence
 
 import numpy as np
+import torch
 from PIL import Image, ImageDraw, ImageFont
 
+from scd_core.frames import decode_frames, display_frames, fill_empty, grid3, shrink, to_rgb, token_frame_picks  # noqa: F401
 from scd_core.trace import Iteration
 
 EMPTY, COMMITTED, ACCEPTED, RESAMPLED, NEW, DRAFT = range(6)
@@ -42,16 +44,6 @@ LEGEND_ORDER = (COMMITTED, ACCEPTED, RESAMPLED, NEW, DRAFT, EMPTY)
 
 # ----------------------------------------------------------------------------- grid
 
-def grid3(grid: Sequence[int]) -> tuple[int, int, int]:
-    """(H, W) -> (1, H, W); (T, H, W) unchanged."""
-    g = tuple(int(x) for x in grid)
-    if len(g) == 2:
-        return (1, *g)
-    if len(g) == 3:
-        return g  # type: ignore[return-value]
-    raise ValueError(f"grid: expected (H, W) or (T, H, W), got {grid!r}")
-
-
 def token_states(it: Iteration, row: int = 0) -> np.ndarray:
     """[N] int8 state of every generated position after iteration `it` (row `row`)."""
     canvas = it.canvas[row].numpy()
@@ -66,28 +58,15 @@ def token_states(it: Iteration, row: int = 0) -> np.ndarray:
     return states
 
 
-def fill_empty(canvas, fill: int = 0):
-    """Replace the -1 (empty) positions of a canvas with a valid code so it can be decoded."""
-    return canvas.clamp(min=0) if fill == 0 else canvas.masked_fill(canvas < 0, fill)
-
-
-def decode_frames(model, canvas_row, decode=None) -> list[np.ndarray]:
-    """Decode one canvas row [N] into a list of HxWx3 uint8 frames (one for an image), with
-    `decode` (the row's own decoder: a served request's `decode`) or else `model.decode`."""
-    out = (decode or model.decode)(fill_empty(canvas_row.reshape(1, -1)))[0]
-    frames = out if isinstance(out, (list, tuple)) else [out]
-    return [to_rgb(f) for f in frames]
-
-
-def to_rgb(img) -> np.ndarray:
-    if isinstance(img, Image.Image):
-        return np.asarray(img.convert("RGB"))
-    arr = np.asarray(img)
-    if arr.ndim == 2:
-        arr = np.repeat(arr[..., None], 3, axis=2)
-    if arr.dtype != np.uint8:
-        arr = np.clip(arr * (255 if arr.max() <= 1.0 else 1), 0, 255).astype(np.uint8)
-    return arr[..., :3]
+def shown_frames(model, canvases, size: int | None, decoders=None, clip: bool = False) -> list[list[np.ndarray]]:
+    """Each canvas row [R, N] as frames of about `size` px, one per token frame (`clip`: every
+    decoded frame): drawn by the decode client for a model the page does not hold (its
+    `pictures`; `decoders`: the rows' request ids), else decoded here, with a row's decoder
+    where it is given as one (a model the page holds has no decoder of a row's own)."""
+    if hasattr(model, "pictures"):
+        return model.pictures(canvases, size, decoders, clip)
+    own = [d if callable(d) else None for d in decoders] if decoders is not None else None
+    return display_frames(model, canvases, size, own, clip)
 
 
 # -------------------------------------------------------------------------- overlay
@@ -145,46 +124,26 @@ def tile_frames(frames: Sequence[np.ndarray], cols: int | None = None, gap: int 
     return sheet
 
 
-def shrink(frame: np.ndarray, target: int) -> np.ndarray:
-    """Box-filter a large frame down by an integer factor to about `target` (or leave it)."""
-    h, w = frame.shape[:2]
-    f = max(h, w) // target
-    if f < 2:
-        return frame
-    h2, w2 = h // f, w // f
-    blocks = frame[:h2 * f, :w2 * f].reshape(h2, f, w2, f, -1).astype(np.float32)
-    return blocks.mean(axis=(1, 3)).round().astype(np.uint8)
-
-
-def token_frame_picks(model, n_decoded: int, T: int, frame_tokens: int, decode=None) -> list[int]:
-    """Which of `n_decoded` pixel frames to show for each of the T generated token frames.
-
-    A causal temporal tokenizer (Cosmos DV: 1 + 8k pixel frames for 1 + k latent frames)
-    decodes the conditioning latent frames in front of the generated ones. When the row's
-    decoder `decode` carries them (`prefix_tokens` [1, P * H * W], as Cosmos' does; else the
-    model's `last_prefix`), each generated token frame shows the last pixel frame of its chunk;
-    otherwise the frames are spread evenly.
-    """
-    prefix = getattr(decode, "prefix_tokens", None)
-    if prefix is None:
-        prefix = getattr(model, "last_prefix", None)
-    p = int(prefix.shape[-1]) // frame_tokens if hasattr(prefix, "shape") and frame_tokens else 0
-    if p > 0 and (n_decoded - 1) % (p + T - 1) == 0:
-        r = (n_decoded - 1) // (p + T - 1)
-        return [r * (p + t) for t in range(T)]
-    return [t * n_decoded // T for t in range(T)]
-
-
 def render_iteration(model, it: Iteration, row: int = 0, target: int = 320,
                      overlay: bool = True, decode=None) -> np.ndarray:
     """The picture of one iteration: decoded canvas (committed + drafts) with the grid overlay;
-    `decode` as for `decode_frames`.
+    `decode`: the row's decoder (a request id of the decode client, or a callable; None: the
+    model's own), as for `shown_frames`.
 
     Small images are upscaled (nearest) to about `target` px, large ones box-filtered down
-    so that streaming a picture per iteration stays cheap.
+    (where the model is) so that streaming a picture per iteration stays cheap.
     """
-    return _draw(model, decode_frames(model, it.canvas[row], decode), token_states(it, row), target, overlay,
-                 decode=decode)
+    return render_iterations(model, [it], row, target, overlay, decode)[0]
+
+
+def render_iterations(model, its: Sequence[Iteration], row: int = 0, target: int = 320,
+                      overlay: bool = True, decode=None) -> list[np.ndarray]:
+    """`render_iteration` of several iterations of one row, their frames asked for at once."""
+    T = grid3(model.grid)[0]
+    frame_target = target if T == 1 else max(96, target // 2)
+    canvases = torch.cat([it.canvas[row: row + 1] for it in its]) if its else torch.zeros(0, 0, dtype=torch.long)
+    frames = shown_frames(model, canvases, frame_target, [decode] * len(its))
+    return [_draw(model, f, token_states(it, row), target, overlay, frame_target) for f, it in zip(frames, its)]
 
 
 def render_samples(model, it: Iteration, rows: Sequence[int], target: int = 96,
@@ -204,14 +163,15 @@ def render_samples(model, it: Iteration, rows: Sequence[int], target: int = 96,
 
 
 def _draw(model, decoded: list[np.ndarray], states: np.ndarray, target: int, overlay: bool,
-          frame_target: int | None = None, at_least: bool = False, decode=None) -> np.ndarray:
-    """Frames shrunk or upscaled to about `frame_target` px (at least that with `at_least`),
-    overlaid with the token states, tiled."""
+          frame_target: int | None = None, at_least: bool = False) -> np.ndarray:
+    """Frames (one per token frame, or a temporal tokenizer's pixel frames, spread) shrunk or
+    upscaled to about `frame_target` px (at least that with `at_least`), overlaid with the
+    token states, tiled."""
     T, H, W = grid3(model.grid)
     if frame_target is None:
         frame_target = target if T == 1 else max(96, target // 2)
-    if len(decoded) != T:   # a temporal tokenizer: show one decoded frame per token frame
-        decoded = [decoded[i] for i in token_frame_picks(model, len(decoded), T, H * W, decode)]
+    if len(decoded) != T:   # a temporal tokenizer's pixel frames: one per token frame
+        decoded = [decoded[i] for i in token_frame_picks(model, len(decoded), T, H * W)]
     frames = [shrink(f, frame_target) for f in decoded]
     states = states.reshape(T, H, W)
     scale = scale_for(*frames[0].shape[:2], target=frame_target)

@@ -196,13 +196,17 @@ def timing_sentence(summaries: Sequence[MethodSummary], device: str) -> str:
     timed = [s for s in summaries if s.timing is not None]
     if not timed:
         return ""
-    rounds, batch = timed[0].timing.rounds, timed[0].timing.batch
-    text = (f"**Time** on {device}, median of {rounds} round{'s' if rounds != 1 else ''}"
-            + (" (range in brackets)" if rounds > 1 else "") + ". "
-            + _ranked(timed, "**One image**", lambda s: s.timing.latency, lambda t: t.latency_range,
-                      _seconds, "is done soonest")
-            + " " + _ranked(timed, f"**A batch of {batch}**", lambda s: -s.timing.throughput,
-                            lambda t: t.throughput_range, _rate, "gives the most images per second"))
+    rounds, batch = min(s.timing.rounds for s in timed), timed[0].timing.batch
+    if rounds < 2:                      # one timing each: no spread to tell a lead from noise
+        text = (f"**Time** on {device}, timed once each, so no method is called faster (the same decode "
+                f"can take twice as long from one run to the next): **one image** {_names(timed, _seconds)}; "
+                f"**a batch of {batch}** {_names(timed, _rate)}.")
+    else:
+        text = (f"**Time** on {device}, median of {rounds} rounds (range in brackets). "
+                + _ranked(timed, "**One image**", lambda s: s.timing.latency, lambda t: t.latency_range,
+                          _seconds, "is done soonest")
+                + " " + _ranked(timed, f"**A batch of {batch}**", lambda s: -s.timing.throughput,
+                                lambda t: t.throughput_range, _rate, "gives the most images per second"))
     if device.startswith("CPU"):
         text += (" On a CPU a batched AR pass costs little more than a single one, so AR gains most "
                  "from the batch, while a pass over a window of L tokens costs more than a one-token pass.")
@@ -325,10 +329,12 @@ class RaceView:
     """What one race shows, view by view (names in VIEWS; the page maps each to its component):
     its steps as `scd_core.race.decode_race` yields them (the status and the pictures at most
     a few times a second), the lockstep replay, and its report. `probe(runs)`: why SCD leads
-    SJD here (`race.gap_probe`), asked once the methods have finished."""
+    SJD here (`race.gap_probe`), asked once the methods have finished; `rounds`: its timing
+    rounds (`scd_core.race.decode_race`)."""
 
-    def __init__(self, model, page, device: str, probe=lambda runs: None, video: bool = False) -> None:
-        self.model, self.page, self.device, self.probe = model, page, device, probe
+    def __init__(self, model, page, device: str, probe=lambda runs: None, video: bool = False,
+                 rounds: int = TIMING_ROUNDS) -> None:
+        self.model, self.page, self.device, self.probe, self.rounds = model, page, device, probe, rounds
         self.panels = RacePanels(model, 0 if video else None)
         self.status_due, self.picture_due = Pacer(STATUS_EVERY), Pacer(FULL_SPEED_EVERY)
         self.plot_due = Pacer(PLOT_EVERY, wait_first=True)
@@ -347,7 +353,7 @@ class RaceView:
         methods' figures kept; a stopped method's rows said, with the table of those done."""
         self.runs = {**step.runs}
         if step.run is None:                                 # a timing round starts
-            return {"status": timing_round(step.round, TIMING_ROUNDS, step.method)}
+            return {"status": timing_round(step.round, self.rounds, step.method)}
         out = {"status": race_decoding(step.run, step.phase)} if self.status_due() or step.run.stopped else {}
         if self.picture_due() or step.run.stopped:
             out |= self.panels.at(step.runs | {step.method: step.run})
@@ -357,9 +363,11 @@ class RaceView:
             out["table"] = race_table_html(summarise(done, False, timed), False)
         return out
 
-    def timed(self, timings: dict) -> None:
-        """Every method's timings, over the rounds that ended."""
-        self.timings = {m: Timing.of_rounds(t) for m, t in timings.items()}
+    def finished(self, step) -> None:
+        """The race's last step: every method's run and its timings over the rounds that ended
+        (the step's dicts, which the race filled after yielding it)."""
+        self.runs = dict(step.runs)
+        self.timings = {m: Timing.of_rounds(t) for m, t in step.timings.items()}
 
     def replay(self, tick: int) -> dict:
         """The recorded passes in lockstep at NFE `tick`: the pictures, the progress, and the

@@ -1,18 +1,18 @@
-"""The servers whose forward passes visitors share (and the `local` decode client on them),
+"""The servers whose forward passes visitors share (and the page's in-process decode client on them),
 stop flags per visitor, and the pace of live updates: when a Generate run shows a picture or its charts, and how a race replays."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import os
 import queue
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
-from demo.checks import as_int
 from scd_core.local import LocalClient
-from scd_core.decoding import METHODS
-from scd_core.models.status import MAX_GPU_SECONDS, MIN_GPU_SECONDS, gpu_seconds
 from scd_core.serve import Request, Server
 from scd_core.settings import Settings
 from scd_core.trace import Iteration
@@ -52,8 +52,8 @@ class Servers:
     their requests are done, so that nothing here keeps a dropped model alive.
     """
 
-    def __init__(self, max_batch: int = 32) -> None:
-        self.max_batch = max_batch
+    def __init__(self, max_batch: int = 32, threaded: bool = True) -> None:
+        self.max_batch, self.threaded = max_batch, threaded   # threaded=False: the callers run the passes
         self.device_lock = threading.Lock()
         self.timing_alone = threading.Event()          # set while a run timed alone holds the device
         self._lock = threading.Lock()
@@ -73,7 +73,7 @@ class Servers:
         with self._lock:
             server = self._servers.get(id(model))
             if server is None:
-                server = Server(model, self.max_batch, device_lock=self.device_lock)
+                server = Server(model, self.max_batch, device_lock=self.device_lock, threaded=self.threaded)
                 self._servers[id(model)] = server
             return server
 
@@ -97,25 +97,23 @@ class Servers:
 
 
 class PageClient(LocalClient):
-    """The `local` decode client (`demo.backend`): `scd_core.local.LocalClient` on the page's
-    own `Servers` and the models `get_model(name)` gives (the page's, so a model the page
-    replaces is the one decoded). It keeps a row's server request until `release`, so that
-    it can tell the row's decoder and the batch of each of its passes, also after its end."""
+    """The page's in-process decode client (`demo.backend`): `scd_core.local.LocalClient` on
+    the page's own `Servers` and the models `get_model(name)` gives (the page's, so a model
+    the page replaces is the one decoded). `local`: its servers' threads run the passes;
+    `in_call` (ZeroGPU): no thread, the call that reads a row runs its passes. It keeps a
+    row's server request until `release`, so that it can tell the batch of each of its
+    passes, also after its end; its rows' pictures come from `pictures`, by request id."""
 
-    def __init__(self, servers: Servers, get_model: Callable[[str], object]) -> None:
+    decodes_here = True                            # the page's models are the ones it decodes
+
+    def __init__(self, servers: Servers, get_model: Callable[[str], object], in_call: bool = False) -> None:
         super().__init__(load=get_model, max_batch=servers.max_batch, device_lock=servers.device_lock,
-                         keep_requests=True)
+                         keep_requests=True, in_call=in_call)
         self.servers, self._get = servers, get_model
 
     def server(self, name: str):
         loaded = self._get(name)
         return loaded, self.servers.get(loaded)
-
-    def decoder(self, request: str):
-        """The row's decoder (None before its first pass: the model's own)."""
-        with self._lock:
-            running = self._requests.get(request)
-        return getattr(running, "decode", None)
 
     def batch_sizes(self, request: str) -> list[int]:
         with self._lock:
@@ -214,11 +212,16 @@ class Stops:
     """Stop requests per visitor, by time stamps: a run clicked at or before the visitor's
     last Stop is stopped (running or still waiting in the queue), a later one is not. The
     page stamps both clicks with the browser's clock; a call without a stamp (the API) gets
-    the server's."""
+    the server's.
 
-    def __init__(self) -> None:
+    `shared`: each visitor's last Stop is also a small file in a folder made here, so that a
+    run in another process forked from this one (a ZeroGPU call) hears the Stop this
+    process was told."""
+
+    def __init__(self, shared: bool = False) -> None:
         self._lock = threading.Lock()
         self._at: dict[str, float] = {}
+        self.folder = tempfile.mkdtemp(prefix="scd-stops-") if shared else None
 
     @staticmethod
     def stamp(value=None) -> float:
@@ -228,13 +231,33 @@ class Stops:
     def stop(self, key: str, at=None) -> None:
         with self._lock:
             self._at[key] = max(self._at.get(key, float("-inf")), self.stamp(at))
+            if self.folder is not None:
+                path = self._file(key)
+                with open(path + ".new", "w", encoding="utf-8") as f:
+                    f.write(repr(self._at[key]))
+                os.replace(path + ".new", path)          # a reader sees the old stamp or the new, whole
 
     def stopped(self, key: str, ticket: float) -> bool:
-        return ticket <= self._at.get(key, float("-inf"))
+        return ticket <= max(self._at.get(key, float("-inf")), self._shared(key))
 
     def forget(self, key: str) -> None:
         with self._lock:
             self._at.pop(key, None)
+            if self.folder is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(self._file(key))
+
+    def _file(self, key: str) -> str:
+        return os.path.join(self.folder, hashlib.sha256(key.encode()).hexdigest()[:32])
+
+    def _shared(self, key: str) -> float:
+        if self.folder is None:
+            return float("-inf")
+        try:
+            with open(self._file(key), encoding="utf-8") as f:
+                return float(f.read())
+        except (FileNotFoundError, ValueError):
+            return float("-inf")
 
 
 class Pacer:
@@ -279,21 +302,6 @@ def sleep_until(deadline: float, stopped: Callable[[], bool] = lambda: False,
         if left <= 0:
             return
         clock.sleep(min(0.02, left))
-
-
-def gpu_duration(race_all: bool) -> Callable[..., int]:
-    """ZeroGPU's seconds for one Generate (or one Race: every method, K samples) from the
-    event's inputs; bad inputs never reach the decode, so any estimate serves them."""
-    def seconds(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
-                pace=0.0, samples=1, *rest, **named) -> int:
-        try:
-            w, k, p = int(as_int(window)), int(as_int(samples)) if race_all else 1, float(pace or 0)
-            methods = METHODS if race_all else [method]
-            total = sum(gpu_seconds(name, w if m != "ar" else 1, k, m, p, clamp=False) for m in methods)
-        except (ValueError, TypeError):
-            return MIN_GPU_SECONDS
-        return max(MIN_GPU_SECONDS, min(MAX_GPU_SECONDS, total))
-    return seconds
 
 
 def replay_ticks(last: int, pace: float, every: float, stopped: Callable[[], bool],

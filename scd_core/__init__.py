@@ -1,10 +1,10 @@
 """scd_core: lossless speculative decoding (AR, SJD, SCD-maximal, SCD-Gumbel) for
 autoregressive image and video token models."""
-from scd_core.decoding import INIT_LABELS, INITS, METHOD_LABELS, METHODS, generate, stream, validate
+from scd_core.decoding import INITS, METHODS, generate, stream, validate
 from scd_core.models import availability, available_models, load_model
 from scd_core.protocols import Session, TokenModel
 from scd_core.settings import Settings
 from scd_core.trace import Iteration, Run
 
 __all__ = ["load_model", "generate", "stream", "validate", "Settings", "TokenModel", "Session", "Run", "Iteration",
-           "METHODS", "METHOD_LABELS", "INITS", "INIT_LABELS", "available_models", "availability"]
+           "METHODS", "INITS", "available_models", "availability"]

@@ -87,6 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--device", default=None, help="cpu or cuda (default: the model's choice)")
     ap.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    ap.add_argument("--compile", action="store_true",
+                    help="run the passes compiled (scd_core.compiled; each setting's first run compiles it)")
     ap.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
                     help="extra loader argument, e.g. vocab_size=16384 or grid=24,24 (repeatable)")
     ap.add_argument("--csv", type=Path, default=None, help="write the table as CSV here")
@@ -142,7 +144,7 @@ def parse_model_args(items: list[str]) -> dict:
 def base_settings(model, args: argparse.Namespace) -> Settings:
     """Command-line settings over the model's published defaults over the library's."""
     return Settings.for_model(model, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                              cfg_scale=args.cfg_scale)
+                              cfg_scale=args.cfg_scale, compile=getattr(args, "compile", False) or None)
 
 
 def load_prompts(model, args: argparse.Namespace) -> list[str]:
@@ -179,6 +181,8 @@ def run_case(model, prompts: list[str], seeds: int, batch: int, settings: Settin
     trace tensors from earlier runs would slow the later ones (on a CPU, by up to a third of
     the engine's time), which a user decoding one image never sees."""
     runs = []
+    if settings.compile:                     # compile this setting's pass before anything is timed
+        scd_core.generate(model, [prompts[0]] * batch, seed=0, settings=settings)
     for prompt in prompts:
         for seed in range(seeds):
             run = scd_core.generate(model, [prompt] * batch, seed=seed, settings=settings)

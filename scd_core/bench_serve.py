@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--burst", type=int, default=0,
                     help="instead of the table: N requests one after another vs N submitted at once")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--compile", action="store_true", help="run the passes compiled (scd_core.compiled)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     from scd_core.models import load_model
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     model = load_model(args.model)
     base = Settings.for_model(model, window=args.window, init=args.init)
     settings = {k: getattr(base, k) for k in ("temperature", "top_k", "top_p", "cfg_scale")}
+    settings["compile"] = args.compile
     prompts = list(optional(model, "example_prompts") or ["a red apple"])
     print(f"# {args.model}: window {args.window}, init {args.init}, {settings}, threads {torch.get_num_threads()}, "
           f"{args.requests} requests per row", file=sys.stderr)

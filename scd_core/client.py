@@ -12,7 +12,14 @@ the same request.
     client.records(request id) -> iterator of the row's records  (one `Iteration` of batch 1 per pass)
     client.cancel(request id)                                    (the row leaves at the next pass boundary)
     client.result(request id, timeout) -> RowResult              (waits; partial if cancelled)
+    client.model_info(model) -> ModelInfo                        (what a front end must know of a model)
+    client.pictures(model, canvases, size, requests) -> frames   (tokens drawn where the model is)
     client.close()
+
+A front end that uses a client never needs a copy of a model: `model_info` tells it the
+grid, vocabulary, prompt kind, example prompts and default settings (the service loads the
+model to answer), and `pictures` decodes token canvases beside the model, each with its
+row's own decoder, into frames of about the size shown (`scd_core.frames`).
 
 A service that loses a row (its worker died, its batch failed) ends that row's records and
 result with a `DecodeError` whose message says why; other rows are not touched.
@@ -32,6 +39,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkabl
 import numpy as np
 import torch
 
+from scd_core.protocols import optional
 from scd_core.settings import Settings
 from scd_core.trace import Iteration, TokenLog
 
@@ -53,6 +61,35 @@ class RowResult:
     step_time: float
     batch_sizes: tuple[int, ...] = field(default=())
     cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a front end must know about a model it does not hold: its grid and vocabulary
+    (to check a request), its prompt kind, example prompts and default settings (to offer
+    them), its frames per second (a video's clip). Plain values: it crosses any boundary."""
+
+    name: str
+    grid: tuple[int, ...]
+    vocab_size: int
+    prompt_kind: str = "text"
+    example_prompts: tuple[str, ...] = ()
+    default_settings: dict = field(default_factory=dict)
+    fps: float | None = None
+
+    @classmethod
+    def of(cls, name: str, model: Any) -> "ModelInfo":
+        """The info of a loaded model (its optional attributes, `scd_core.protocols`)."""
+        fps = optional(model, "fps")
+        return cls(name=name, grid=tuple(int(g) for g in model.grid), vocab_size=int(model.vocab_size),
+                   prompt_kind=str(optional(model, "prompt_kind", "text")),
+                   example_prompts=tuple(str(p) for p in optional(model, "example_prompts", ())),
+                   default_settings=dict(optional(model, "default_settings", {})),
+                   fps=None if fps is None else float(fps))
+
+
+Frames = list[list[np.ndarray]]
+"""`pictures`' answer: per canvas, its frames (HxWx3 uint8), one per token frame of the grid."""
 
 
 @runtime_checkable
@@ -82,6 +119,27 @@ class DecodeClient(Protocol):
 
     def result(self, request: str, timeout: float | None = None) -> RowResult:
         """Wait for the row's end (TimeoutError after `timeout` s; DecodeError if lost)."""
+        ...
+
+    def model_info(self, model: str) -> ModelInfo:
+        """What a front end must know of the model (loading it where it decodes, as the first
+        `submit` would). A ValueError for a name the service does not know, a DecodeError if
+        it could not be loaded."""
+        ...
+
+    def pictures(self, model: str, canvases: torch.LongTensor, size: int | None = None,
+                 requests: Sequence[str | None] | None = None, clip: bool = False) -> Frames:
+        """Token canvases [R, N] of `model` (-1 where empty) decoded where the model is:
+        row r with the own decoder of row `requests[r]` (a request id of this client; None,
+        or a row no longer known: the model's own decoder), one frame per token frame,
+        each box-filtered to about `size` px (None: as decoded); `clip`: every decoded
+        frame (a video's clip). `scd_core.frames.display_frames` says how. A ValueError
+        names a bad argument. A client keeps the decoders of its last rows after their end
+        (at least as many as the rows it keeps readable)."""
+        ...
+
+    def decoder(self, request: str) -> str:
+        """How a front end names the row's own decoder in `pictures`: its request id."""
         ...
 
     def close(self) -> None:
@@ -115,10 +173,16 @@ class RowLog:
         self._error: str | None = None             # a DecodeError's message
         self._batch_sizes: tuple[int, ...] = ()
         self.cancel_requested = False
+        self.server = None                          # where its passes run, for a client whose readers run them
 
     @property
     def ended(self) -> bool:
         return self._ended
+
+    @property
+    def count(self) -> int:
+        """Its records so far."""
+        return len(self._records)
 
     def append(self, record: Iteration) -> None:
         with self._changed:
@@ -200,6 +264,60 @@ class RowBook:
             row = self._rows.get(request)
             if row is not None and row.ended:
                 del self._rows[request]
+
+
+class DecoderBook:
+    """Rows' own decoders by request id, where the model is: the running rows' (a callable
+    `running(request)` finds them) and those of the last `keep` ended rows whose decoder is
+    their own, not the model's (a video row's, which knows the frames it continued), for
+    `pictures` after a row's end (a replay, an export). Thread-safe."""
+
+    def __init__(self, keep: int = 1024, running: Callable[[str], Any] = lambda request: None) -> None:
+        self.keep, self._running = keep, running
+        self._ended: collections.OrderedDict[str, tuple[Any, Any]] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def ended(self, request: str, decode, model) -> None:
+        """Keep an ended row's decoder, if it is its own (not `model.decode`)."""
+        if decode is None or decode == getattr(model, "decode", None):
+            return
+        with self._lock:
+            self._ended[request] = (model, decode)
+            self._ended.move_to_end(request)
+            while len(self._ended) > self.keep:
+                self._ended.popitem(last=False)
+
+    def keep_models(self, models) -> None:
+        """Forget the decoders of every model but these (a model no longer served: they hold it)."""
+        live = {id(m) for m in models}
+        with self._lock:
+            for request in [r for r, (m, _) in self._ended.items() if id(m) not in live]:
+                del self._ended[request]
+
+    def get(self, request: str | None, model=None):
+        """The row's decoder (of `model`, if given), or None (no request, or one no longer
+        known: the model's own)."""
+        if not isinstance(request, str):
+            return None
+        found = self._running(request)
+        if found is None:
+            with self._lock:
+                owner, found = self._ended.get(request, (None, None))
+            if model is not None and owner is not model:
+                return None
+        return found
+
+    def pictures(self, model, canvases, size: int | None, requests, clip: bool = False) -> Frames:
+        """`DecodeClient.pictures` beside `model`, with these rows' decoders."""
+        from scd_core.frames import check_canvases, display_frames
+
+        canvases = check_canvases(model, canvases)
+        requests = [None] * canvases.shape[0] if requests is None else list(requests)
+        if len(requests) != canvases.shape[0]:
+            raise ValueError(f"requests: expected one per canvas ({canvases.shape[0]}), got {len(requests)}")
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise ValueError(f"size: expected a whole number of pixels >= 1 or None, got {size!r}")
+        return display_frames(model, canvases, size, [self.get(r, model) for r in requests], clip=bool(clip))
 
 
 # --------------------------------------------------------- records across a boundary

@@ -2,15 +2,15 @@
 
 - `sample(p, u)`: one draw from p by inverse CDF, u uniform in [0, 1).
 - `residual(p, q)`: the residual law norm(max(0, p - q)); `resample(p, q, u)` a draw from it.
-- `mrs(p, q, x, u_accept, u_residual)`: modified rejection sampling of a token x drawn from q
-  towards p: keep x if U < min(1, p(x)/q(x)), else draw from the residual. Its output is
-  distributed as p and equals x with probability 1 - TV(p, q), the most any coupling of
-  (p, q) achieves. The same operation is speculative verification (SJD and SCD) and SCD's
-  maximal-coupling redraft.
+- `accept_prob(p, q, x)` and `residual_mass(p, q)`: the two halves of modified rejection
+  sampling (MRS) of a token x drawn from q towards p: keep x if U < min(1, p(x)/q(x)), else
+  draw from the residual. Its output is distributed as p and equals x with probability
+  1 - TV(p, q), the most any coupling of (p, q) achieves. The same operation is speculative
+  verification (SJD and SCD) and SCD's maximal-coupling redraft.
 - `gumbel_argmax(p, g)`: argmax(log p + G), a draw from p; two calls that share G are
   coupled (they agree with probability at least (1 - TV) / (1 + TV)).
-  `keyed_gumbel_argmax(p, keys, positions)` is the same draw with the noise of each row's
-  (key, position) hashed only on p's support.
+  `gumbel_argmax_on(p, support, keys, positions)` is the same draw with the noise hashed only
+  at the tokens top-k left p on.
 - draft trees: `sample_siblings(q, first, u)` and `gumbel_siblings(q, first, g)`, candidates
   drawn from q without replacement after a first one; `recursive_rejection(p, q, c, u)`, the
   test of such candidates in order (each one against what the earlier rejections left of p).
@@ -32,7 +32,7 @@ _MASK32 = 0xFFFFFFFF
 # ------------------------------------------------------------------------- the samplers
 
 CDF_BLOCK = 64          # tokens per block of `sample`'s two-level CDF
-ONE_LEVEL_MAX = 2**16   # `sample` builds the whole float64 CDF for at most this many entries
+ONE_LEVEL_MAX = 2**19   # `sample` builds the whole float64 CDF for at most this many entries
 
 
 def sample(p: torch.Tensor, u: torch.Tensor) -> torch.LongTensor:
@@ -42,10 +42,11 @@ def sample(p: torch.Tensor, u: torch.Tensor) -> torch.LongTensor:
     (cdf[i-1] <= u * total < cdf[i]). A small batch (at most `ONE_LEVEL_MAX` entries of p)
     builds the whole CDF; a larger one would spend most of its time on that [..., V] float64
     tensor, and is drawn in two levels instead (`_sample_two_level`): the same draw up to
-    float64 rounding.
+    float64 rounding. A compiled pass always draws in two levels: there the block sums are one
+    fused reduction, while a [..., V] float64 cumulative sum stays a separate, slow kernel.
     """
-    if p.numel() > ONE_LEVEL_MAX:
-        return _sample_two_level(p, u)
+    if p.numel() > ONE_LEVEL_MAX or (torch.compiler.is_compiling() and p.shape[-1] > CDF_BLOCK):
+        return _sample_two_level(p, u)           # compiled, its block sums fuse into one reduction
     cdf = p.cumsum(-1, dtype=torch.float64)                                     # [..., V]
     target = u.unsqueeze(-1) * cdf[..., -1:]                                    # [..., 1]
     return torch.searchsorted(cdf, target, right=True).clamp_(max=p.shape[-1] - 1).squeeze(-1)
@@ -84,24 +85,18 @@ def accept_prob(p: torch.Tensor, q: torch.Tensor, x: torch.LongTensor) -> torch.
     return (p.gather(-1, x) / q.gather(-1, x)).clamp(max=1.0).squeeze(-1)
 
 
-def mrs(p: torch.Tensor, q: torch.Tensor, x: torch.LongTensor, u_accept: torch.Tensor,
-        u_residual: torch.Tensor) -> tuple[torch.BoolTensor, torch.LongTensor, torch.Tensor]:
-    """Modified rejection sampling of x ~ q towards p, over any leading shape [...].
-
-    Returns (kept [...], tokens [...], accept_prob [...]): tokens is x where
-    u_accept < min(1, p(x)/q(x)), and a draw from `residual(p, q)` with u_residual elsewhere.
-    """
-    alpha = accept_prob(p, q, x)
-    kept = u_accept < alpha
-    return kept, torch.where(kept, x, resample(p, q, u_residual)), alpha
+def residual_mass(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """max(0, p - q) [..., V], not normalised: the residual law of a rejected draft as
+    `sample` draws from it (it takes unnormalised laws); p itself where that has no mass
+    (p == q, where a draft from q is always accepted and the residual is never drawn)."""
+    r = (p - q).clamp_(min=0)                                                   # [..., V]
+    return torch.where(r.sum(-1, keepdim=True) > 0, r, p)
 
 
 def resample(p: torch.Tensor, q: torch.Tensor, u: torch.Tensor) -> torch.LongTensor:
     """A draw from `residual(p, q)`: what MRS returns for a rejected draft (never a fresh
-    draw from p, which would bias the result towards q). `sample` takes unnormalised
-    laws, so max(0, p - q) is drawn from as it is, without dividing by its mass."""
-    r = (p - q).clamp_(min=0)                                                   # [..., V]
-    return sample(torch.where(r.sum(-1, keepdim=True) > 0, r, p), u)
+    draw from p, which would bias the result towards q)."""
+    return sample(residual_mass(p, q), u)
 
 
 def gumbel_argmax(p: torch.Tensor, g: torch.Tensor) -> torch.LongTensor:
@@ -112,24 +107,15 @@ def gumbel_argmax(p: torch.Tensor, g: torch.Tensor) -> torch.LongTensor:
     return g.exp().mul_(p).argmax(-1)
 
 
-def keyed_gumbel_argmax(p: torch.Tensor, keys: torch.LongTensor, positions: torch.LongTensor) -> torch.LongTensor:
-    """[R] `gumbel_argmax(p, gumbel_noise(keys, positions, V))` for rows p [R, V], keys [R]
-    and positions [R], with the noise hashed only where p > 0: a token of zero mass scores
-    0 there and can never be the argmax (some token has p >= 1 / V, and every noise value is
-    finite), so the draw is the same, token for token, at a cost of the support's size
-    (k per row under top-k) instead of V. Ties go to the lowest token, as `argmax`'s do.
-    Where most tokens have mass (no top-k), the dense draw is cheaper, and is the one made."""
-    R, V = p.shape
-    support = p > 0
-    if int(support.sum()) * 4 > R * V:                                          # mostly full: hashing all is cheaper
-        return gumbel_argmax(p, gumbel_noise(keys.unsqueeze(1), positions.unsqueeze(1), V)[:, 0])
-    rows, tokens = support.nonzero(as_tuple=True)                               # [M] the support
-    position_key = _mix32(keys ^ (positions * 0x632BE5AB))                      # [R]
-    h = _mix32_(position_key[rows] ^ _token_keys(V, p.device)[tokens])          # [M]
-    score = _uniforms24(h.__irshift__(8)).log_().neg_().log_().neg_().exp_().mul_(p[rows, tokens])   # p exp(G)
-    best = score.new_zeros(R).scatter_reduce_(0, rows, score, "amax")           # [R]
-    top = score == best[rows]                                                   # [M]
-    return torch.full((R,), V - 1, dtype=torch.long, device=p.device).scatter_reduce_(0, rows[top], tokens[top], "amin")
+def gumbel_argmax_on(p: torch.Tensor, support: torch.LongTensor, keys: torch.LongTensor,
+                     positions: torch.LongTensor) -> torch.LongTensor:
+    """`gumbel_argmax(p, gumbel_noise(keys, positions, V))` [B, S] for p [B, S, V] with mass only
+    at the tokens `support` [B, S, K] (top-k's k): the noise is hashed at those K tokens alone,
+    a fixed shape, and the draw is the same token (a token of zero mass scores 0 and never
+    wins; ties go to the lowest token, as `argmax`'s do). keys [B, 1], positions [B, S]."""
+    score = gumbel_noise(keys, positions, p.shape[-1], tokens=support).exp_().mul_(p.gather(-1, support))   # [B, S, K]
+    best = score.amax(-1, keepdim=True)
+    return torch.where(score == best, support, p.shape[-1]).amin(-1)
 
 
 # ------------------------------------------------------------------- draft-tree samplers
@@ -202,13 +188,12 @@ def _mix32(h: torch.Tensor) -> torch.Tensor:
 
 
 def _mix32_(h: torch.Tensor) -> torch.Tensor:
-    """`_mix32` of h [...] already in [0, 2**32), in place (one scratch tensor for the shifts)."""
-    shifted = torch.empty_like(h)
+    """`_mix32` of h [...] already in [0, 2**32), in place."""
     for shift, multiplier in ((16, 0x21F0AAAD), (15, 0x735A2D97)):
-        h ^= torch.bitwise_right_shift(h, shift, out=shifted)
+        h ^= h >> shift
         h *= multiplier
         h &= _MASK32
-    h ^= torch.bitwise_right_shift(h, 15, out=shifted)
+    h ^= h >> 15
     return h
 
 
@@ -241,15 +226,20 @@ def _token_keys(vocab: int, device: torch.device) -> torch.Tensor:
     return _mix32(torch.arange(vocab, device=device) ^ 0x5BD1E995)
 
 
-def gumbel_noise(keys: torch.LongTensor, positions: torch.LongTensor, vocab: int) -> torch.Tensor:
-    """Gumbel(0, 1) noise [..., V] fixed per (row key, absolute position, token).
+def gumbel_noise(keys: torch.LongTensor, positions: torch.LongTensor, vocab: int,
+                 tokens: torch.LongTensor | None = None) -> torch.Tensor:
+    """Gumbel(0, 1) noise [B, S, V] fixed per (row key, absolute position, token); with
+    `tokens` [B, S, K], the noise of those tokens alone [B, S, K] (the same values).
 
     keys [B, 1] and positions [B, S] broadcast. Each entry is a 24-bit uniform (the resolution
     of float32, in which p is computed) from a hash: the same position always gets the same
     noise, and no table is stored.
     """
     position_key = _mix32(keys ^ (positions * 0x632BE5AB))                       # [B, S]
-    h = _mix32_(position_key.unsqueeze(-1) ^ _token_keys(vocab, positions.device))  # [B, S, V]: both keys 32-bit
+    token_keys = _token_keys(vocab, positions.device)                            # [V]
+    if tokens is not None:
+        token_keys = token_keys[tokens]                                          # [B, S, K]
+    h = _mix32_(position_key.unsqueeze(-1) ^ token_keys)                         # [B, S, V or K]: both keys 32-bit
     return _uniforms24(h.__irshift__(8)).log_().neg_().log_().neg_()             # -log(-log u)
 
 

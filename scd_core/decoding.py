@@ -5,10 +5,10 @@ One pass, for every method, in the paper's order (`decode_pass`, then `advance`)
 1. feed each row's window: its last committed token and its drafts (slot i of row b is
    the draft for position n_b + i, drawn from the law q stored with it);
 2. one forward pass gives p, the processed distribution at every window position;
-3. verify every draft at once: accept x if U < min(1, p(x)/q(x)) (`coupling.mrs`);
-4. the first rejection k ends the accepted prefix: each draft is verified once, when
+3. verify every draft at once: accept x if U < min(1, p(x)/q(x)) (`coupling.accept_prob`);
+4. the first rejection a ends the accepted prefix: each draft is verified once, when
    everything before it in the window was accepted;
-5. commit the k accepted drafts, then a draw from the residual norm(max(0, p - q)) at the
+5. commit the a accepted drafts, then a draw from the residual norm(max(0, p - q)) at the
    first rejection, or, when every draft passed, a bonus token drawn from the last p;
 6. redraft the slots after the commit from this pass's p: SJD draws independently, SCD-MC
    keeps the MRS output (the maximal coupling with the previous draft), SCD-Gumbel takes
@@ -16,25 +16,23 @@ One pass, for every method, in the paper's order (`decode_pass`, then `advance`)
 7. carry the redrafts to the next pass with q <- p for every one of them;
 8. fill the empty slots by the init scheme, each with the exact law it is drawn from.
 
-With a draft tree (`Settings.tree` = (k, depth)), step 1 feeds k candidates at each of the
-first `depth` draft positions: a full k-ary tree under the last committed token, in which
-branch 0 of every level continues as the chain. Candidate 0 of a position is its carried
-draft, the others are drawn from the same stored law q without replacement. Step 3 then
-walks the tree top-down: at each node its children are tested in order by recursive
-rejection sampling (`coupling.recursive_rejection`) and the first that passes is taken;
-none passing commits a draw from the residual left after the last; a path that reaches a
-leaf off branch 0 commits a bonus token from the leaf's p. Steps 6-7 continue along branch
-0 only, with each slot's own test. The chain is the tree with k = 1.
-
 AR is the same pass with a window of one token (no drafts: every token is a "bonus"). Rows
 advance by their own accepted lengths. Every random number of row b comes from its own
 counter-based stream, keyed by its seed and its pass count, so a row's tokens do not depend
 on the other rows of its batch. `docs/exactness.md` states the rules this keeps and the
 tests that check each.
+
+A draft tree (`Settings.tree`) is a layer of its own, `scd_core.tree_pass`, entered by one
+`if` in `decode_pass`: a chain never runs its code.
+
+The pass is GPU-shaped: every tensor's shape is fixed by the batch, the window and the
+vocabulary, every draw is made at every slot (and the unused ones dropped by `torch.where`),
+and no operation waits for the device. It therefore compiles whole
+(`scd_core.compiled`); the loop's one check per pass, "are all rows done", is the only
+moment the host waits.
 """
 from __future__ import annotations
 
-import functools
 import math
 import time
 from dataclasses import dataclass
@@ -46,20 +44,14 @@ import torch.nn.functional as F
 from scd_core import coupling
 from scd_core.prompts import check_prompt_length, warn_unknown
 from scd_core.protocols import Session, TokenModel, can_tree, row_decoder
-from scd_core.sampling import SamplingConfig, processed_probs
+from scd_core.sampling import SamplingConfig, probs_and_support, processed_probs  # noqa: F401 (re-exported)
 from scd_core.settings import INITS, MAX_WINDOW, METHODS, Settings  # noqa: F401 (re-exported)
 from scd_core.trace import Iteration, Run
 
-METHOD_LABELS = {"ar": "AR", "sjd": "SJD", "scd-mc": "SCD maximal coupling",
-                 "scd-gumbel": "SCD Gumbel coupling"}
-INIT_LABELS = {"random": "random (uniform)", "repeat-above": "repeat the token above",
-               "repeat-frame": "repeat the previous frame (video)"}
 MAX_SEED = 2**63
-_STREAMS = ("accept", "residual", "fresh", "init", "refill")   # the uniforms of a pass, per slot
-_TREE_STREAMS = ("sibling", "sibling-accept")   # per slot and sibling: each sibling's draw and its test
-# The counter layout of a row's stream: pass t uses counters [t * S * len(_STREAMS),
-# (t + 1) * S * len(_STREAMS)), S = STREAM_SLOTS counters per use, so a window may hold up
-# to S slots. It fixes which number every draw gets: changing it changes every sample.
+# The counter layout of a row's stream: pass t uses counters [t * S * uses, (t + 1) * S * uses)
+# for the `Uniforms` of a pass, S = STREAM_SLOTS counters per use, so a window may hold up to
+# S slots. It fixes which number every draw gets: changing it changes every sample.
 STREAM_SLOTS = 1024
 assert MAX_WINDOW <= STREAM_SLOTS, "a window may not outgrow the stream layout"
 
@@ -80,38 +72,20 @@ class Plan:
         return self.settings.method
 
     @property
-    def window(self) -> int:         # L: tokens fed per pass (1 for AR)
-        return self.settings.feeds
-
-    @property
-    def tree(self) -> tuple[int, int]:   # (k, depth); (1, 0): the chain
-        return self.settings.tree
-
-    @property
-    def uses_tree(self) -> bool:     # a pass feeds a tree (step_tree), not a chain (step)
+    def uses_tree(self) -> bool:     # a pass feeds a draft tree (`tree_pass`), not a chain
         return self.settings.uses_tree
 
     @property
-    def line(self) -> int:           # slots of a pass: the root and the drafts of the main line (L on a chain)
+    def L(self) -> int:              # slots of a pass's main line: the window on a chain (1 for AR)
         return self.settings.line
 
     @property
-    def shape(self) -> "TreeShape":
-        """The tree a pass feeds; a chain when the main line does not fit in the grid."""
-        k, depth = self.tree
-        if not self.uses_tree or self.line > self.N:
-            return tree_shape(1, 0, min(self.line, self.N))
-        return tree_shape(k, depth, self.line)
-
-    def check_session(self, session: Session) -> None:
-        """A ValueError naming `tree` if the run needs a tree and the session cannot feed one."""
-        if self.uses_tree and not can_tree(session):
-            raise ValueError(f"tree {self.tree[0]}x{self.tree[1]}: this model's session cannot feed a draft tree "
-                             f"(it has no step_tree / keep_path); use tree=(1, 0), the plain chain")
+    def D(self) -> int:              # draft slots: the main line after the last committed token
+        return self.L - 1
 
     @property
-    def init(self) -> str:
-        return self.settings.init
+    def N(self) -> int:              # tokens in the grid
+        return math.prod(self.grid)
 
     @property
     def sampling(self) -> SamplingConfig:
@@ -122,16 +96,15 @@ class Plan:
         return self.settings.cfg_scale
 
     @property
-    def N(self) -> int:              # tokens in the grid
-        return math.prod(self.grid)
-
-    @property
-    def D(self) -> int:              # draft slots (positions of the main line after the root)
-        return self.line - 1
-
-    @property
     def copy_stride(self) -> int:    # how far back a copy init looks: a row, or a frame
-        return {"repeat-above": self.grid[-1], "repeat-frame": self.grid[-1] * self.grid[-2]}.get(self.init, 0)
+        return {"repeat-above": self.grid[-1], "repeat-frame": self.grid[-1] * self.grid[-2]}.get(self.settings.init, 0)
+
+    def check_session(self, session: Session) -> None:
+        """A ValueError naming `tree` if the run needs a tree and the session cannot feed one."""
+        if self.uses_tree and not can_tree(session):
+            k, depth = self.settings.tree
+            raise ValueError(f"tree {k}x{depth}: this model's session cannot feed a draft tree "
+                             f"(it has no step_tree / keep_path); use tree=(1, 0), the plain chain")
 
 
 @dataclass
@@ -161,319 +134,138 @@ class Verdict(NamedTuple):
     num_accepted: torch.LongTensor   # [B] drafts accepted
     resampled: torch.BoolTensor      # [B] a draft was rejected (its slot took a residual draw)
     accept_prob: torch.Tensor        # [B, D] min(1, p/q) of each fed draft on the main line (NaN: not fed)
-    branches: torch.LongTensor | None = None   # [B, depth] candidate taken at each tree level (-1: none)
-    parents: torch.LongTensor | None = None    # [B, W] parent of each fed node (None: a chain, `step`)
-    path: torch.LongTensor | None = None       # [B, line] fed nodes kept: the committed path (-1 padded)
+    branches: torch.LongTensor | None = None   # draft trees: [B, depth] candidate taken at each tree level (-1: none)
+    parents: torch.LongTensor | None = None    # draft trees: [B, W] parent of each fed node
 
 
-class TreeShape(NamedTuple):
-    """Where the nodes of a pass's tree are fed. The main line comes first: node j < line is at
-    depth j (the root, branch 0 of each tree level, then the chain), so a chain is the line
-    alone. Then, level by level, the other nodes of each tree level."""
-    k: int
-    depth: int
-    line: int
-    parents: torch.LongTensor        # [W] each node's parent (-1: the root)
-    levels: tuple                    # [k^d] per level d = 0 .. depth: node of each base-k index (0: on the line)
-    off_slot: torch.LongTensor       # [X] draft slot of each node off the line (its level - 1)
-    off_candidate: torch.LongTensor  # [X] which of its slot's candidates it carries
-
-
-@functools.lru_cache(maxsize=32)
-def tree_shape(k: int, depth: int, line: int) -> TreeShape:
-    """The fixed tree of (k, depth) with `line` nodes on the main line. Level d's node with
-    base-k index j (digits: the branch taken at each level) has the parent of index j // k
-    on level d - 1 and carries candidate j % k of slot d - 1."""
-    parents, levels, off_slot, off_candidate = list(range(-1, line - 1)), [[0]], [], []
-    for d in range(1, depth + 1):
-        level = []
-        for j in range(k ** d):
-            if j == 0:
-                level.append(d)                            # branch 0: on the line
-                continue
-            level.append(len(parents))
-            parents.append(levels[d - 1][j // k])
-            off_slot.append(d - 1)
-            off_candidate.append(j % k)
-        levels.append(level)
-    long = functools.partial(torch.tensor, dtype=torch.long)
-    return TreeShape(k, depth, line, long(parents), tuple(long(lv) for lv in levels), long(off_slot),
-                     long(off_candidate))
-
-
-class Tree(NamedTuple):
-    """The tree a pass fed beyond its main line (depth 0: none, a chain)."""
-    shape: TreeShape
-    candidates: torch.LongTensor     # [B, depth, k] candidates of each tree slot: 0 the carried draft; -1 none
-    fed: torch.BoolTensor            # [B] the row was fed the tree (near the grid's end, only its line)
-    u_accept: torch.Tensor           # [B, depth, k - 1] the uniforms of the siblings' tests
-
-    @staticmethod
-    def none(B: int, device) -> "Tree":
-        empty = torch.zeros(B, 0, 1, device=device)
-        return Tree(tree_shape(1, 0, 1), empty.long(), torch.zeros(B, dtype=torch.bool, device=device), empty)
+class Uniforms(NamedTuple):
+    """A pass's uniforms [B, L], one per slot and use, from each row's stream (`pass_uniforms`)."""
+    accept: torch.Tensor             # the test of the draft in each slot
+    residual: torch.Tensor           # a draw from the residual at a rejected slot
+    fresh: torch.Tensor              # a draw from p (the bonus, a redraft)
+    init: torch.Tensor               # an empty slot's draft, by the init scheme
+    refill: torch.Tensor             # a slot a bigger window adds (`resize`)
 
 
 # ----------------------------------------------------------------------------- one pass
 
 def decode_pass(session: Session, state: State, plan: Plan) -> tuple[State, Verdict]:
-    """Feed every row's window (its main line, and the tree's other nodes), one forward pass,
-    then `advance`."""
-    shape = plan.shape
-    S = shape.line                                       # main-line tokens fed: min(line, N)
-    start = (state.n - 1).clamp(max=plan.N - S)          # [B] a row near the end re-feeds committed tokens
-    line = canvas_at(state, start.unsqueeze(1) + torch.arange(S, device=start.device))   # [B, S]
-    offset = state.n - 1 - start                         # [B] index of the logits for position n
-    rows = window_rows(offset, plan.line, S)             # [B, L] the line's logits of each slot
+    """Feed every row's window, one forward pass, then `advance`."""
     if plan.uses_tree:
-        tree = draft_tree(state, plan, shape, fed=offset == 0)
-        fed = torch.cat([line, tree_tokens(tree, line)], 1)                      # [B, W]
-        parents = shape.parents.to(start.device).expand(fed.shape[0], -1)        # [B, W]
-        logits = session.step_tree(fed, parents, start)                          # [B, W, V]
-        rows = torch.cat([rows, torch.arange(S, fed.shape[1], device=start.device).expand(fed.shape[0], -1)], 1)
-    else:
-        tree, fed, parents = Tree.none(state.n.shape[0], state.n.device), line, None
-        logits = session.step(fed, start)                # [B, W, V]: logits[b, j] predicts start + j + 1
-    p = processed_probs(logits, plan.sampling, rows)     # [B, L + X, V]: the line's slots, then the other nodes
-    state, verdict = advance(state, p, m=S - 1 - offset, plan=plan, tree=tree)
-    j = torch.arange(S, device=start.device)
-    path = torch.where(tree.fed.unsqueeze(1), verdict.path[:, :S],                # [B, S] fed nodes kept
-                       torch.where(j <= (offset + verdict.num_accepted).unsqueeze(1), j, -1))
-    if plan.uses_tree:
-        session.keep_path(path)
-    return state, verdict._replace(start=start, fed=fed, parents=parents, path=path,
-                                   branches=verdict.branches if plan.uses_tree else None)
+        from scd_core import tree_pass
+        return tree_pass.decode_pass(session, state, plan)
+    start, fed = window(state, plan)                     # [B], [B, W]
+    logits = session.step(fed, start)                    # [B, W, V]: logits[b, j] predicts start + j + 1
+    state, verdict = advance(state, logits, start, plan)
+    return state, verdict._replace(fed=fed)
 
 
-def draft_tree(state: State, plan: Plan, shape: TreeShape, fed: torch.BoolTensor) -> Tree:
-    """The candidates of the tree slots: each slot's carried draft, then k - 1 more drawn from
-    its stored law q without replacement (SCD-Gumbel: the next largest log q + G of the slot's
-    noise; the others: fresh draws from the row's "sibling" stream), so that the k candidates
-    are exactly a sample of k from q without replacement, as the verification assumes."""
-    B, k, depth = state.n.shape[0], shape.k, shape.depth
-    first, q = state.drafts[:, :depth], state.q[:, :depth]                      # [B, depth], [B, depth, V]
-    u = tree_uniforms(state, depth, k)
-    if plan.method == "scd-gumbel":
-        slots = torch.arange(depth, device=state.n.device)
-        g = coupling.gumbel_noise(state.keys, noise_positions(state.n.unsqueeze(1), slots).expand(B, depth), q.shape[-1])
-        candidates = coupling.gumbel_siblings(q, first, g, k)                    # [B, depth, k]
-    else:
-        candidates = coupling.sample_siblings(q, first, u["sibling"])            # [B, depth, k]
-    return Tree(shape, candidates, fed, u["sibling-accept"])
+def window(state: State, plan: Plan) -> tuple[torch.LongTensor, torch.LongTensor]:
+    """Step 1: where each row's window starts [B] and its W tokens [B, W]: the last committed
+    token, then the drafts; a row near the grid's end starts further back and re-feeds
+    committed tokens, so every row feeds W = min(L, N)."""
+    W = min(plan.L, plan.N)
+    start = (state.n - 1).clamp(max=plan.N - W)
+    return start, canvas_at(state, start.unsqueeze(1) + torch.arange(W, device=start.device))
 
 
-def tree_tokens(tree: Tree, line: torch.LongTensor) -> torch.LongTensor:
-    """[B, X] the tokens of the nodes off the main line: their candidates; a row not fed the
-    tree, or a missing candidate, repeats the line's token at that depth (never tested)."""
-    shape = tree.shape
-    slot, which = shape.off_slot.to(line.device), shape.off_candidate.to(line.device)
-    tokens = tree.candidates[:, slot, which]                                     # [B, X]
-    return torch.where(tree.fed.unsqueeze(1) & (tokens >= 0), tokens, line[:, slot + 1])
+def advance(state: State, logits: torch.Tensor, start: torch.LongTensor, plan: Plan) -> tuple[State, Verdict]:
+    """Steps 2-8, given the pass's logits [B, W, V] (logits[b, j] predicts start[b] + j + 1)."""
+    if plan.D == 0:
+        return advance_ar(state, logits, start, plan)
+    B, W, V = logits.shape
+    L, D, N = plan.L, plan.D, plan.N
+    slots = torch.arange(L, device=logits.device)                               # [L]
+    n = state.n.unsqueeze(1)                                                    # [B, 1]
+    offset = n - 1 - start.unsqueeze(1)                                         # [B, 1] logits index of position n
+    m = W - 1 - offset                                                          # [B, 1] drafts fed: slots 0 .. m - 1
+    p, support = probs_and_support(logits, plan.sampling, (offset + slots).clamp(max=W - 1))   # [B, L, V] at n .. n + L - 1
+    u = pass_uniforms(state, L)
 
-
-def advance(state: State, p: torch.Tensor, m: torch.LongTensor, plan: Plan,
-            tree: Tree | None = None) -> tuple[State, Verdict]:
-    """Verify, commit, redraft, carry and fill, given p [B, L + X, V] (p at the L slots of the
-    main line for positions n .. n + L - 1, then at the X other nodes of the tree), the number
-    m [B] of drafts fed on the line (slots 0 .. m - 1; p is valid at slots 0 .. m) and the tree.
-    AR is this pass with no drafts (L = 1, D = 0): it commits the bonus draw at slot 0.
-    Each draw is made only at the slots that use it (`at_slots`): one pass sweeps the
-    vocabulary at a few slots per row, not at all L."""
-    B, _, V = p.shape
-    L, D, N = plan.line, plan.D, plan.N
-    tree = Tree.none(B, p.device) if tree is None else tree
-    p_line = p[:, :L]                                                           # [B, L, V]
-    slots = torch.arange(L, device=p.device)                                    # [L]
-    n, m = state.n.unsqueeze(1), m.unsqueeze(1)                                 # [B, 1]
-    u = pass_uniforms(state, L)                                                 # name -> [B, L]
-
-    # verify the main line: accept x ~ q if U < min(1, p(x)/q(x)); its prefix ends at the first rejection
+    # 3-4. verify every fed draft x ~ q; the accepted prefix ends at the first rejection
     x = state.drafts.clamp(min=0)                                               # [B, D]
-    alpha = coupling.accept_prob(p_line[:, :D], state.q, x)                     # [B, D]
-    kept = u["accept"][:, :D] < alpha
     was_fed = slots[:D] < m                                                     # [B, D]
-    k = (kept & was_fed).long().cumprod(1).sum(1, keepdim=True)                 # [B, 1] up to the first rejection
+    p_drafts = p[:, :D]                                                         # [B, D, V] p at the drafts
+    alpha = coupling.accept_prob(p_drafts, state.q, x)                          # [B, D] min(1, p(x) / q(x))
+    kept = (u.accept[:, :D] < alpha) & was_fed                                  # [B, D] fed and passed
+    a = kept.long().cumprod(1).sum(1, keepdim=True)                             # [B, 1] accepted drafts
+    rejected = a < m                                                            # [B, 1]
 
-    # walk the tree: where it decides (a rejection inside it, or a path off the line), it sets
-    # the accepted length, and the laws of the last token
-    walk = walk_tree(p, state.q, tree, u)
-    k = torch.where(walk.decides, walk.length, k)                               # [B, 1] accepted path length
-    resampled = torch.where(walk.decides, walk.length < tree.shape.depth, k < m)   # [B, 1]
-    c = (k + 1).clamp(max=N - n)                                                # [B, 1] committed: no bonus past the grid
+    # 5-6. every slot's token: the accepted drafts, then the last committed token, then the redrafts
+    residuals = coupling.residual_mass(p_drafts, state.q)                       # [B, D, V]
+    line = draw_line(p, support, residuals, x, kept, was_fed, a, rejected, u, state.keys, n + slots, plan)   # [B, L]
+    c = (a + 1).clamp(max=N - n)                                                # [B, 1] committed: no bonus past the grid
+    tokens = commit(state.tokens, n, c, line)                                   # [B, N]
 
-    # the last committed token: a draw from the residual at the first rejection (after every
-    # candidate of the node), or the bonus, a draw from p after the last accepted node
-    at_k = (rows_of(k), k)
-    p_stop = torch.where(walk.decides.unsqueeze(-1), walk.p_last, p_line[at_k])                  # [B, 1, V]
-    q_stop = torch.where(walk.decides.unsqueeze(-1), walk.q_last, state.q[rows_of(k), k.clamp(max=max(D - 1, 0))]
-                         if D else p_stop)
-    residual = at_slots(resampled, coupling.resample, p_stop, q_stop, u["residual"].gather(1, k))
-    p_bonus = bonus_law(torch.where(walk.decides.unsqueeze(-1), walk.p_leaf, p_line[at_k]))   # [B, 1, V]
-    bonus = draw_from_p(~resampled, p_bonus, u["fresh"].gather(1, k), state.keys, noise_positions(n, slots).gather(1, k), plan)
-    last = torch.where(resampled, residual, bonus)                              # [B, 1]
-
-    # commit the accepted path's tokens, then the last token
-    path_tokens = F.pad(torch.cat([walk.tokens, x[:, walk.tokens.shape[1]:]], 1), (0, L - D))   # [B, L]
-    values = torch.where(slots < k, path_tokens, last)                          # [B, L] for positions n + slot
-    tokens = commit(state.tokens, n, c, values)                                 # [B, N]
-
-    # redraft the main line's slots after the commit from this pass's p (its own test at each
-    # slot, never a sibling's): SJD and SCD-Gumbel draw from p; SCD-MC keeps the MRS output
-    # of each fed draft (the maximal coupling with it) and draws from p at the slot after them
-    redrafted = (slots >= c) & (slots <= m)                                     # [B, L] old slots redrafted
-    if plan.method == "scd-mc":
-        p_res, q_res = redraft_residual_laws(p_line[:, :D], state.q, walk.line_p_last, walk.line_q_last)
-        mrs_residual = at_slots(~kept & was_fed & (slots[:D] >= c), coupling.resample, p_res, q_res,
-                                u["residual"][:, :D])
-        mrs_tokens = F.pad(torch.where(kept, x, mrs_residual), (0, L - D))      # [B, L]
-        redraft = torch.where(slots < m, mrs_tokens, draw_from_p(redrafted & (slots >= m), p_line, u["fresh"],
-                                                                 state.keys, noise_positions(n, slots), plan))
-    else:
-        redraft = draw_from_p(redrafted, p_line, u["fresh"], state.keys, noise_positions(n, slots), plan)   # [B, L]
-
-    # carry the redrafts with the law each was drawn from
-    src = (c + slots[:D]).clamp(max=L - 1)                                      # [B, D] old slot of each new slot
-    carried = (c + slots[:D] <= m) & (n + c + slots[:D] < N)                    # [B, D] slots with a redraft
-    drafts = torch.where(carried, redraft.gather(1, src), -1)                   # [B, D]
-    q = redraft_laws(p_line, state.q, kept)[rows_of(src), src]                  # [B, D, V]: whole rows copied
-
-    # fill the empty slots by the init scheme, with the law each draft is drawn from
-    after = State(tokens, state.n + c.squeeze(1), drafts, q, state.keys, state.passes + 1)
-    after = fill_empty(after, carried, u["init"][:, :D], plan)
+    # 7-8. carry the redrafts after the commit with q <- p, fill the empty slots by the init scheme
+    after = carry_and_fill(state, tokens, c, m, line, p, u, plan)
     accept_prob = torch.where(was_fed, alpha, float("nan"))                     # [B, D]
-    path = torch.where(walk.decides, walk.nodes, torch.where(slots <= k, slots, -1))   # [B, L] from the root
-    return after, Verdict(None, None, k.squeeze(1), resampled.squeeze(1), accept_prob, walk.branches, None, path)
+    return after, Verdict(start, None, a.squeeze(1), rejected.squeeze(1), accept_prob)
 
 
-class Walk(NamedTuple):
-    """What the tree walk decided, per row (`decides` False: the main line decides)."""
-    decides: torch.BoolTensor        # [B, 1] the row's path stopped inside the tree or left the main line
-    length: torch.LongTensor         # [B, 1] tree levels accepted on the path
-    branches: torch.LongTensor       # [B, depth] candidate taken at each level (-1: none; all -1 off the tree)
-    tokens: torch.LongTensor         # [B, depth] the path's token at each tree slot (the line's draft elsewhere)
-    nodes: torch.LongTensor          # [B, L] fed node of the path at each depth (L = line slots)
-    p_last: torch.Tensor             # [B, 1, V] the stop's last test: p and q, whose residual the stop draws from
-    q_last: torch.Tensor             # [B, 1, V]
-    p_leaf: torch.Tensor             # [B, 1, V] p after the path's leaf (its bonus)
-    line_p_last: torch.Tensor        # [B, depth, V] the last test at each tree slot under the main line
-    line_q_last: torch.Tensor        # [B, depth, V]
+def advance_ar(state: State, logits: torch.Tensor, start: torch.LongTensor, plan: Plan) -> tuple[State, Verdict]:
+    """`advance` for AR, the pass with a window of one token and no drafts (L = 1, D = 0): it
+    commits a draw from p [B, 1, V], the draw the general pass takes for its bonus at slot 0."""
+    n = state.n.unsqueeze(1)                                                    # [B, 1]
+    token = coupling.sample(processed_probs(logits, plan.sampling), pass_uniforms(state, 1).fresh)   # [B, 1]
+    c = (n < plan.N).long()                                                     # [B, 1] nothing past the grid
+    after = State(commit(state.tokens, n, c, token), state.n + c.squeeze(1), state.drafts, state.q,
+                  state.keys, state.passes + 1)
+    none = torch.zeros_like(state.n)
+    return after, Verdict(start, None, none, none.bool(), torch.zeros(none.shape[0], 0, device=none.device))
 
 
-def walk_tree(p: torch.Tensor, q: torch.Tensor, tree: Tree, u: dict[str, torch.Tensor]) -> Walk:
-    """Test every node's children by recursive rejection (every node of a level at once: all
-    share the level's candidates), then follow the first child that passed from the root
-    (`choose_path`). p [B, L + X, V] as in `advance`; q [B, D, V] the stored laws."""
-    shape, cand = tree.shape, tree.candidates                                   # [B, depth, k]
-    B, V, L, depth = p.shape[0], p.shape[2], shape.line, shape.depth
-    device = p.device
-    tests, lasts = [], []
-    for d in range(depth):                                                      # slot d, level d + 1
-        parents = p[:, shape.levels[d].to(device)]                              # [B, P, V] p after each level-d node
-        P = parents.shape[1]
-        u_level = torch.cat([u["accept"][:, d: d + 1], tree.u_accept[:, d]], 1)  # [B, k]
-        passed, p_last, q_last = coupling.recursive_rejection(
-            parents, q[:, d: d + 1].expand(B, P, V), cand[:, d: d + 1].expand(B, P, -1), u_level.unsqueeze(1).expand(B, P, -1))
-        tests.append(passed & tree.fed.view(B, 1, 1))
-        lasts.append((p_last, q_last))
-    branches = choose_path(tests, B, device)                                    # [B, depth]
-    length = (branches >= 0).sum(1, keepdim=True)                               # [B, 1]
-    off = tree.fed.unsqueeze(1) & (branches > 0).any(1, keepdim=True)           # [B, 1] left the main line
-    decides = tree.fed.unsqueeze(1) & ((length < depth) | off)
+def draw_line(p: torch.Tensor, support: torch.LongTensor | None, residuals: torch.Tensor, x: torch.LongTensor,
+              kept: torch.BoolTensor, was_fed: torch.BoolTensor, a: torch.LongTensor, rejected: torch.BoolTensor,
+              u: Uniforms, keys: torch.LongTensor, positions: torch.LongTensor, plan: Plan) -> torch.LongTensor:
+    """Steps 5-6: the token [B, L] of every slot of the line: the accepted drafts x (slots < a);
+    at slot a the last committed token, a draw from the residual where its draft was rejected,
+    else the bonus, a draw from p; after it the redrafts: SJD draws from p, SCD-MC keeps each
+    fed draft its test kept and redraws the others from their residual (MRS: the maximal
+    coupling of old and new draft) and draws from p after the fed drafts, SCD-Gumbel takes
+    argmax(log p + G) with the Gumbel noise of each slot's absolute position.
 
-    # the path's node at each level, and the laws at its stop
-    index = torch.zeros(B, dtype=torch.long, device=device)                     # base-k index on the level
-    nodes = torch.full((B, L), -1, dtype=torch.long, device=device)
-    nodes[:, 0] = 0
-    p_last = p_leaf = p[:, :1]
-    q_last = q[:, :1] if q.shape[1] else p[:, :1]
-    rows = torch.arange(B, device=device)
-    for d in range(depth + 1):
-        here = (length.squeeze(1) == d).view(B, 1, 1)                           # the path stops after level d
-        if d < depth:
-            p_last = torch.where(here, lasts[d][0][rows, index].unsqueeze(1), p_last)
-            q_last = torch.where(here, lasts[d][1][rows, index].unsqueeze(1), q_last)
-        else:
-            p_leaf = p[rows, shape.levels[d].to(device)[index]].unsqueeze(1)
-        if d < depth:
-            index = index * shape.k + branches[:, d].clamp(min=0)
-            nodes[:, d + 1] = torch.where(branches[:, d] >= 0, shape.levels[d + 1].to(device)[index], -1)
-    taken = cand.gather(2, branches.clamp(min=0).unsqueeze(-1)).squeeze(-1)     # [B, depth]
-    tokens = torch.where(branches >= 0, taken, cand[..., 0].clamp(min=0))
-    if depth:
-        line_p_last = torch.stack([pl[:, 0] for pl, _ in lasts], 1)            # [B, depth, V]
-        line_q_last = torch.stack([ql[:, 0] for _, ql in lasts], 1)
+    p [B, L, V], and the tokens it has mass on [B, L, k] under top-k (`probs_and_support`: the
+    Gumbel noise is hashed there alone; None: all); residuals [B, D, V] = max(0, p - q) of each
+    draft (`coupling.residual_mass`); x, kept, was_fed [B, D]; a, rejected [B, 1]. Every slot
+    takes at most one draw, and every draw is made at every slot (fixed shapes), each with its
+    own uniform of the row's stream."""
+    B, L, V = p.shape
+    D = x.shape[1]
+    slots = torch.arange(L, device=p.device)
+    x = F.pad(x, (0, L - D))                                                    # [B, L]
+    if plan.method == "scd-mc":
+        from_residual = F.pad(was_fed & ~kept, (0, L - D), value=False)         # MRS at every rejected draft
+        keep_x = F.pad(kept, (0, L - D), value=False)
     else:
-        line_p_last = line_q_last = p.new_zeros(B, 0, V)
-    return Walk(decides, length, branches, tokens, nodes, p_last, q_last, p_leaf, line_p_last, line_q_last)
-
-
-def choose_path(tests: list[torch.BoolTensor], B: int, device) -> torch.LongTensor:
-    """[B, depth] the candidate taken at each tree level, -1 from where none passed: from the
-    root down, the first child that passed its test at the node reached (tests: per level,
-    [B, P, k] whether child i of each node on the level passed)."""
-    index = torch.zeros(B, dtype=torch.long, device=device)
-    alive = torch.ones(B, dtype=torch.bool, device=device)
-    rows, branches = torch.arange(B, device=device), []
-    for passed in tests:
-        here = passed[rows, index]                                              # [B, k] children of the node reached
-        alive = alive & here.any(1)
-        first = here.long().argmax(1)                                           # the first that passed
-        branches.append(torch.where(alive, first, -1))
-        index = index * passed.shape[2] + first
-    return torch.stack(branches, 1) if branches else torch.zeros(B, 0, dtype=torch.long, device=device)
-
-
-def draw_from_p(where: torch.BoolTensor, p: torch.Tensor, u: torch.Tensor, keys: torch.LongTensor,
-                positions: torch.LongTensor, plan: Plan) -> torch.LongTensor:
-    """[B, S] draws from p [B, S, V] at the slots where `where` [B, S] holds (-1 elsewhere):
-    SCD-Gumbel argmax(log p + G) with G the noise of each slot's position (coupled across
-    passes), the others by inverse CDF with u [B, S] (independent)."""
-    B, S = where.shape
+        from_residual = rejected & (slots == a)                                 # the first rejection alone
+        keep_x = slots < a
     if plan.method == "scd-gumbel":
-        return at_slots(where, gumbel_draw, p, keys.expand(B, S), positions.expand(B, S))
-    return at_slots(where, coupling.sample, p, u)
+        redraft = (coupling.gumbel_argmax(p, coupling.gumbel_noise(keys, positions, V)) if support is None
+                   else coupling.gumbel_argmax_on(p, support, keys, positions))                     # [B, L]
+        at_a = coupling.sample(rows_at(residuals, a.clamp(max=D - 1)), u.residual.gather(1, a))  # [B, 1]
+        drawn = torch.where(from_residual, at_a, redraft)
+    else:
+        law = torch.where(from_residual.unsqueeze(-1), F.pad(residuals, (0, 0, 0, L - D)), p)  # [B, L, V]
+        drawn = coupling.sample(law, torch.where(from_residual, u.residual, u.fresh))
+    return torch.where(keep_x, x, drawn)
 
 
-def bonus_law(p: torch.Tensor) -> torch.Tensor:
-    """The law [..., V] of the bonus token after the last accepted node, given the p there:
-    that p (rule 3: the bonus is a draw from p like any other token, never an unverified
-    guess)."""
-    return p
-
-
-def redraft_residual_laws(p: torch.Tensor, q: torch.Tensor, sibling_p: torch.Tensor,
-                          sibling_q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The (p, q) [B, D, V] whose residual a carried draft rejected by its slot's MRS test is
-    redrawn from (SCD-MC): the slot's own main-line test, p and the stored q (rule 13), never
-    what the tree's sibling tests left (sibling_p, sibling_q [B, depth, V])."""
-    return p, q
-
-
-def at_slots(where: torch.BoolTensor, draw, *per_slot: torch.Tensor) -> torch.LongTensor:
-    """[B, S] draw(*rows) at the slots where `where` [B, S] holds, -1 elsewhere: each tensor
-    of `per_slot` ([B, S, ...]) is gathered at those R slots first ([R, ...]), so the work
-    is R rows, not B x S."""
-    out = torch.full(where.shape, -1, dtype=torch.long, device=where.device)
-    out[where] = draw(*(t[where] for t in per_slot))
-    return out
-
-
-def gumbel_draw(p: torch.Tensor, keys: torch.LongTensor, positions: torch.LongTensor) -> torch.LongTensor:
-    """[R] argmax(log p + G) of rows p [R, V], G the Gumbel noise of (row key, position) [R]."""
-    return coupling.keyed_gumbel_argmax(p, keys, positions)
-
-
-def redraft_laws(p: torch.Tensor, q: torch.Tensor, kept: torch.BoolTensor) -> torch.Tensor:
-    """The law [B, L, V] of the redraft at each slot, given this pass's p [B, L, V], the fed
-    drafts' laws q [B, D, V] and which drafts the verification kept: p at every slot, for
-    every method and whatever the coupling did (rule 5: a kept draft's law is p too)."""
-    return p
-
-
-def noise_positions(n: torch.LongTensor, slots: torch.LongTensor) -> torch.LongTensor:
-    """[B, L] what keys the Gumbel noise of each slot: its absolute position n + slot (rule 7:
-    fixed per position at every pass, never shared between positions)."""
-    return n + slots
+def carry_and_fill(state: State, tokens: torch.LongTensor, c: torch.LongTensor, m: torch.LongTensor,
+                   line: torch.LongTensor, p: torch.Tensor, u: Uniforms, plan: Plan) -> State:
+    """Steps 7-8: the next state, given the new committed tokens [B, N], the tokens committed
+    c and drafts fed m [B, 1], the line's tokens [B, L] and p [B, L, V]: the redrafts after
+    the commit are carried with the law each was drawn from, p (rule 5: a draft the coupling
+    kept takes p too); the slots left empty are filled by the init scheme."""
+    L, D, N = plan.L, plan.D, plan.N
+    slots = torch.arange(D, device=line.device)
+    n = state.n.unsqueeze(1)                                                    # [B, 1]
+    src = c + slots                                                             # [B, D] old slot of each new slot
+    carried = (src <= m) & (n + src < N)                                        # [B, D] slots with a redraft
+    src = src.clamp(max=L - 1)
+    after = State(tokens, state.n + c.squeeze(1), torch.where(carried, line.gather(1, src), -1),
+                  rows_at(p, src), state.keys, state.passes + 1)                # [B, D, V]: whole rows copied
+    return fill_empty(after, carried, u.init[:, :D], plan)
 
 
 def fill_empty(state: State, carried: torch.BoolTensor, u: torch.Tensor, plan: Plan) -> State:
@@ -488,27 +280,25 @@ def fill_empty(state: State, carried: torch.BoolTensor, u: torch.Tensor, plan: P
     """
     B, D, V = state.q.shape
     pos = state.n.unsqueeze(1) + torch.arange(D, device=u.device)               # [B, D]
-    draft, copy = (u * V).long(), torch.zeros_like(carried)                     # random init: uniform
+    empty = ~carried
+    draft = (u * V).long()                                                      # random init: uniform
+    q = state.q.masked_fill_(empty.unsqueeze(-1), 1.0 / V)
     stride = plan.copy_stride
     if stride:
         first_empty = pos[:, :1] + carried.sum(1, keepdim=True)                 # [B, 1]
         src = pos - stride * torch.div(pos - first_empty + stride, stride, rounding_mode="floor")  # [B, D]
-        copy = src >= 0
+        copy = empty & (src >= 0)                                               # [B, D] slots of a copy
         draft = torch.where(copy, canvas_at(state, src.clamp(min=0)), draft)
-    empty = ~carried
+        q.masked_fill_(copy.unsqueeze(-1), 0.0).scatter_add_(-1, draft.unsqueeze(-1), copy.unsqueeze(-1).to(q.dtype))
     drafts = torch.where(empty, draft, state.drafts).masked_fill(pos >= plan.N, -1)
-    q = state.q.masked_fill_(empty.unsqueeze(-1), 1.0 / V)                      # uniform: random init
-    one_hot = (empty & copy).nonzero(as_tuple=True)                             # ([C], [C]) slots of a copy
-    q[one_hot] = 0.0
-    q[one_hot + (draft[one_hot],)] = 1.0                                        # one-hot: a copy
     return State(state.tokens, state.n, drafts, q, state.keys, state.passes)
 
 
 # ---------------------------------------------------------------------------- helpers
 
-def rows_of(index: torch.LongTensor) -> torch.LongTensor:
-    """[B, 1] the row number of each row of index [B, S], to index [B, ...] tensors at (b, index[b, s])."""
-    return torch.arange(index.shape[0], device=index.device).unsqueeze(1)
+def rows_at(t: torch.Tensor, index: torch.LongTensor) -> torch.Tensor:
+    """[B, S, ...] the rows t[b, index[b, s]] of t [B, W, ...]."""
+    return t[torch.arange(index.shape[0], device=index.device).unsqueeze(1), index]
 
 
 def canvas_at(state: State, pos: torch.LongTensor) -> torch.LongTensor:
@@ -519,12 +309,6 @@ def canvas_at(state: State, pos: torch.LongTensor) -> torch.LongTensor:
     return torch.where(rel < 0, committed, drafts.gather(1, rel.clamp(0, drafts.shape[1] - 1)))
 
 
-def window_rows(offset: torch.LongTensor, L: int, W: int) -> torch.LongTensor:
-    """[B, L] the index into a pass's W logits of each slot: slot i reads offset[b] + i
-    (clamped to the window: slots past the fed drafts are never read)."""
-    return (offset.unsqueeze(1) + torch.arange(L, device=offset.device)).clamp(max=W - 1)
-
-
 def commit(tokens: torch.LongTensor, n: torch.LongTensor, c: torch.LongTensor,
            values: torch.LongTensor) -> torch.LongTensor:
     """tokens [B, N] with positions n .. n + c - 1 of each row set to values[:, :c]."""
@@ -533,40 +317,26 @@ def commit(tokens: torch.LongTensor, n: torch.LongTensor, c: torch.LongTensor,
     return torch.where(new, values.gather(1, rel.clamp(0, values.shape[1] - 1)), tokens)
 
 
-def pass_uniforms(state: State, L: int) -> dict[str, torch.Tensor]:
+def pass_uniforms(state: State, L: int) -> Uniforms:
     """This pass's uniforms [B, L] per use, from each row's stream: counter = (the row's pass
     count, slot, use), so no number is ever drawn twice and none depends on another row or
     on the window (a row's window may change between passes: `resize`)."""
-    uses = len(_STREAMS)
+    uses = len(Uniforms._fields)
     counters = state.passes.unsqueeze(1) * (uses * STREAM_SLOTS) + torch.arange(uses * L, device=state.n.device)
-    u = coupling.uniforms(state.keys, counters).view(-1, L, uses)                     # [B, L, 5]
-    return dict(zip(_STREAMS, u.unbind(2)))
-
-
-def tree_uniforms(state: State, depth: int, k: int) -> dict[str, torch.Tensor]:
-    """This pass's uniforms [B, depth, k - 1] of the tree's siblings, per use (`_TREE_STREAMS`):
-    sibling i of slot s of a use draws from its own sub-stream of the row's key at counter
-    (pass count, slot), so the row's other numbers (`pass_uniforms`) are those of a chain."""
-    counters = state.passes.unsqueeze(1) * STREAM_SLOTS + torch.arange(depth, device=state.n.device)   # [B, depth]
-    out = {}
-    for use, name in enumerate(_TREE_STREAMS):
-        per_sibling = [coupling.uniforms(coupling.stream_keys(state.keys, 1 + use * STREAM_SLOTS + i), counters)
-                       for i in range(1, k)]
-        out[name] = torch.stack(per_sibling, 2) if per_sibling else counters.new_zeros(counters.shape + (0,)).double()
-    return out
+    return Uniforms(*coupling.uniforms(state.keys, counters).view(-1, L, uses).unbind(2))
 
 
 def resize(state: State, plan: Plan) -> State:
-    """The state for a new window (`plan.window`, 1: AR; or a new tree: its `plan.line`) before the next pass: drafts past
-    it are dropped; new slots are filled by the init scheme from the row's "refill" stream.
-    Exact for any window chosen before the pass draws its randomness."""
+    """The state for a new window or tree (its main line `plan.L`; 1: AR) before the next pass:
+    drafts past it are dropped; new slots are filled by the init scheme from the row's
+    "refill" stream. Exact for any window chosen before the pass draws its randomness."""
     D_old, D = state.drafts.shape[1], plan.D
     if D <= D_old:
         return State(state.tokens, state.n, state.drafts[:, :D], state.q[:, :D], state.keys, state.passes)
     grown = State(state.tokens, state.n, F.pad(state.drafts, (0, D - D_old), value=-1),
                   F.pad(state.q, (0, 0, 0, D - D_old)), state.keys, state.passes)
     carried = grown.drafts >= 0                                                 # the old drafts (a prefix)
-    return fill_empty(grown, carried, pass_uniforms(state, plan.line)["refill"][:, :D], plan)
+    return fill_empty(grown, carried, pass_uniforms(state, plan.L).refill[:, :D], plan)
 
 
 def start_rows(first_logits: torch.Tensor, seeds: Sequence[int], plan: Plan) -> tuple[State, Verdict]:
@@ -580,9 +350,8 @@ def start_rows(first_logits: torch.Tensor, seeds: Sequence[int], plan: Plan) -> 
                   q=torch.zeros(B, D, V, device=device),
                   keys=coupling.row_keys(torch.tensor(list(seeds), dtype=torch.long, device=device)).unsqueeze(1),
                   passes=torch.zeros(B, dtype=torch.long, device=device))
-    p = processed_probs(first_logits.unsqueeze(1), plan.sampling, window_rows(empty.n, plan.line, 1))
-    state, verdict = advance(empty, p, torch.zeros_like(empty.n), plan)
-    return state, verdict._replace(start=torch.full_like(empty.n, -1), fed=empty.tokens[:, :0], branches=None)
+    state, verdict = advance(empty, first_logits.unsqueeze(1), empty.n - 1, plan)
+    return state, verdict._replace(fed=empty.tokens[:, :0])
 
 
 # ------------------------------------------------------------------------ the public API
@@ -634,13 +403,15 @@ def validate_seeds(seed: int | Sequence[int], rows: int) -> list[int]:
 def generate(model: TokenModel, prompts: Sequence[str], method: str | None = None, window: int | None = None,
              seed: int | Sequence[int] = 0, temperature: float | None = None, top_k: int | None = None,
              top_p: float | None = None, cfg_scale: float | None = None, init: str | None = None,
-             tree: tuple[int, int] | None = None, settings: Settings | None = None) -> Run:
+             tree: tuple[int, int] | None = None, compile: bool | None = None,
+             settings: Settings | None = None) -> Run:
     """Decode one grid of tokens per prompt; returns a Run with tokens, NFE, images, trace.
     The keywords left out take their value from `settings` (by default `Settings()`:
-    scd-mc, window 16, random init, temperature 1, no top-k/top-p, no guidance, no tree).
-    `tree=(k, depth)` feeds k candidates at each of the first depth draft positions."""
+    scd-mc, window 16, random init, temperature 1, no top-k/top-p, no guidance, no tree, eager).
+    `tree=(k, depth)` feeds k candidates at each of the first depth draft positions;
+    `compile=True` runs the pass compiled (`scd_core.compiled`: the same tokens)."""
     settings = settings_of(settings, method=method, window=window, init=init, temperature=temperature,
-                           top_k=top_k, top_p=top_p, cfg_scale=cfg_scale, tree=tree)
+                           top_k=top_k, top_p=top_p, cfg_scale=cfg_scale, tree=tree, compile=compile)
     plan, seeds = validate(model, prompts, settings, seed)
     decoders = []                                        # each row's own decoder (a clip model's knows its prefix)
     records = list(decode(model, list(prompts), seeds, plan, on_start=lambda session: decoders.extend(
@@ -659,11 +430,12 @@ def batch_decoder(model: TokenModel, decoders: list):
 def stream(model: TokenModel, prompts: Sequence[str], method: str | None = None, window: int | None = None,
            seed: int | Sequence[int] = 0, temperature: float | None = None, top_k: int | None = None,
            top_p: float | None = None, cfg_scale: float | None = None, init: str | None = None,
-           tree: tuple[int, int] | None = None, settings: Settings | None = None) -> Iterator[Iteration]:
+           tree: tuple[int, int] | None = None, compile: bool | None = None,
+           settings: Settings | None = None) -> Iterator[Iteration]:
     """Yield one `Iteration` record per forward pass (index 0 is the prefill). The arguments
     are checked before the first record is asked for (keywords as in `generate`)."""
     settings = settings_of(settings, method=method, window=window, init=init, temperature=temperature,
-                           top_k=top_k, top_p=top_p, cfg_scale=cfg_scale, tree=tree)
+                           top_k=top_k, top_p=top_p, cfg_scale=cfg_scale, tree=tree, compile=compile)
     plan, seeds = validate(model, prompts, settings, seed)
     return decode(model, list(prompts), seeds, plan)
 
@@ -672,8 +444,9 @@ def decode(model: TokenModel, prompts: list[str], seeds: list[int], plan: Plan,
            on_start: Callable[[Session], None] | None = None) -> Iterator[Iteration]:
     """`stream` with its arguments already checked (`validate`); `on_start(session)` hears
     the model's session once it has started."""
+    from scd_core import compiled
     entered = time.perf_counter()
-    with torch.inference_mode():                         # no autograd bookkeeping in the loop
+    with no_autograd(plan):                              # no autograd bookkeeping in the loop
         session = TimedSession.start(model, prompts, plan.cfg_scale)
         if on_start is not None:
             on_start(session.session)
@@ -682,53 +455,73 @@ def decode(model: TokenModel, prompts: list[str], seeds: list[int], plan: Plan,
         record = Iteration.of(0, plan.method, None, state, verdict, nfe=1,
                               wall_time=time.perf_counter() - entered, step_time=session.seconds)
     yield record
-    while not bool((state.n >= plan.N).all()):
+    one_pass = compiled.pass_for(session, plan)          # `decode_pass`, or the same pass compiled
+    while not bool((record.n_after >= plan.N).all()):   # the record is on the host: the pass's one wait
         entered = time.perf_counter()
-        with torch.inference_mode():
+        with no_autograd(plan):
             before = state
-            state, verdict = decode_pass(session, state, plan)
+            state, verdict = one_pass(session, state, plan)
             record = Iteration.of(record.index + 1, plan.method, before, state, verdict, nfe=record.nfe + 1,
                                   wall_time=record.wall_time + time.perf_counter() - entered,
                                   step_time=session.seconds, log=record.log)
         yield record
 
 
+def no_autograd(plan: Plan):
+    """The context a run's passes run in: `torch.inference_mode()`, or for a compiled pass
+    `torch.no_grad()` (a compiled graph cannot take views of inference-mode tensors)."""
+    return torch.no_grad() if plan.settings.compile else torch.inference_mode()
+
+
 class TimedSession:
     """A model's Session that adds up the seconds spent in the model (`start` and every
-    `step`, synchronised on CUDA): the rest of a run's wall time is the engine's."""
+    `step`): the rest of a run's wall time is the engine's. On a GPU each step is timed by
+    CUDA events, read once the pass's record has reached the host, so timing adds no wait."""
 
     def __init__(self, session: Session, seconds: float) -> None:
-        self.session, self.seconds = session, seconds
+        self.session, self._seconds, self._events = session, seconds, []
         self.first_logits = session.first_logits
 
     @classmethod
     def start(cls, model: TokenModel, prompts: list[str], cfg_scale: float) -> "TimedSession":
         t = time.perf_counter()
         session = model.start(prompts, cfg_scale)
-        _sync(session.first_logits)
+        if session.first_logits.is_cuda:
+            torch.cuda.synchronize(session.first_logits.device)
         return cls(session, time.perf_counter() - t)
 
-    def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
-        t = time.perf_counter()
-        logits = self.session.step(tokens, start)
-        _sync(logits)
-        self.seconds += time.perf_counter() - t
-        return logits
+    @property
+    def seconds(self) -> float:
+        """Seconds spent in the model so far (it waits for the GPU's timed steps to end)."""
+        for begin, end in self._events:
+            end.synchronize()
+            self._seconds += begin.elapsed_time(end) / 1000
+        self._events.clear()
+        return self._seconds
 
+    @seconds.setter
+    def seconds(self, value: float) -> None:
+        self._seconds, self._events = value, []
+
+    def timed(self, fn, *args):
+        """fn(*args), its time counted as the model's."""
+        if not self.first_logits.is_cuda:
+            t = time.perf_counter()
+            out = fn(*args)
+            self._seconds += time.perf_counter() - t
+            return out
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        out = fn(*args)
+        end.record()
+        self._events.append((begin, end))
+        return out
+
+    def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
+        return self.timed(self.session.step, tokens, start)
 
     def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
-        t = time.perf_counter()
-        logits = self.session.step_tree(tokens, parents, start)
-        _sync(logits)
-        self.seconds += time.perf_counter() - t
-        return logits
+        return self.timed(self.session.step_tree, tokens, parents, start)
 
     def keep_path(self, nodes: torch.LongTensor) -> None:
-        t = time.perf_counter()
-        self.session.keep_path(nodes)
-        self.seconds += time.perf_counter() - t
-
-
-def _sync(t: torch.Tensor) -> None:
-    if t.is_cuda:
-        torch.cuda.synchronize(t.device)
+        self.timed(self.session.keep_path, nodes)

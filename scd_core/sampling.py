@@ -53,27 +53,35 @@ def processed_probs(logits: torch.Tensor, cfg: SamplingConfig, rows: torch.LongT
     With `rows` [B, L] (logits [B, W, V]), p is [B, L, V] with p[b, l] the distribution of
     logits[b, rows[b, l]]: the logits are filtered where they lie and only the rows' results
     are copied (no [B, L, V] copy of the logits)."""
-    def pick(t: torch.Tensor) -> torch.Tensor:                   # [B, W, ...] -> [B, L, ...]
-        if rows is None:
-            return t
-        return t[torch.arange(rows.shape[0], device=rows.device).unsqueeze(1), rows]
+    return probs_and_support(logits, cfg, rows)[0]
 
+
+def probs_and_support(logits: torch.Tensor, cfg: SamplingConfig,
+                      rows: torch.LongTensor | None = None) -> tuple[torch.Tensor, torch.LongTensor | None]:
+    """`processed_probs`, and the tokens p can have mass on: the k that top-k keeps [..., k]
+    (in no particular order), or None where it may be any token."""
     if logits.dtype != torch.float32:
         logits = logits.float()
-    shape = pick(logits[..., :1]).shape[:-1] + logits.shape[-1:]  # [..., V] of the result
+    if rows is None:
+        shape, pick = logits.shape, lambda t: t
+    else:                                                        # [B, W, ...] -> [B, L, ...]
+        shape, at = rows.shape + logits.shape[-1:], (torch.arange(rows.shape[0], device=rows.device).unsqueeze(1), rows)
+        pick = lambda t: t[at]                                   # noqa: E731
     if cfg.greedy:
-        return logits.new_zeros(shape).scatter_(-1, pick(logits.argmax(-1, keepdim=True)), 1.0)
+        return logits.new_zeros(shape).scatter_(-1, pick(logits.argmax(-1, keepdim=True)), 1.0), None
     if cfg.temperature != 1.0:
         logits = logits / cfg.temperature
+    support = None
     if 0 < cfg.top_k < logits.shape[-1]:
         # softmax over the k largest logits only (exactly k tokens: torch.topk breaks ties)
         top = logits.topk(cfg.top_k, dim=-1, sorted=False)
-        probs = logits.new_zeros(shape).scatter_(-1, pick(top.indices), pick(top.values).softmax(-1))
+        support = pick(top.indices)
+        probs = logits.new_zeros(shape).scatter_(-1, support, pick(top.values).softmax(-1))
     else:
         probs = pick(logits).softmax(-1)
     if cfg.top_p < 1:
         probs = _nucleus(probs, cfg.top_p)
-    return probs
+    return probs, support
 
 
 def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:

@@ -9,7 +9,8 @@ others share its passes. Joining and leaving need a `ResizableSession`; with a m
 session cannot change its batch, a scheduler decodes one batch at a time.
 
 A `Server` runs the schedulers of several groups on one worker thread, a pass of each in
-turn. A `Policy` lets a library user trade the group's window for throughput as the batch
+turn; or, made with `threaded=False`, on no thread of its own: its caller runs the passes
+(`step`), as a decode that must happen inside one call does. A `Policy` lets a library user trade the group's window for throughput as the batch
 grows (window 1 is plain AR, which samples the same law): `Policy.measure` times the model's
 forward passes at several batch sizes and windows on this device.
 
@@ -29,7 +30,9 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from scd_core.decoding import Plan, State, TimedSession, decode_pass, generate, resize, settings_of, start_rows, validate
+from scd_core import compiled
+from scd_core.decoding import (Plan, State, TimedSession, generate, no_autograd, resize, settings_of, start_rows,
+                               validate)
 from scd_core.protocols import can_resize, optional, row_decoder
 from scd_core.settings import CHAIN, Settings, tree_nodes
 from scd_core.trace import Iteration, Run
@@ -163,7 +166,7 @@ def _plan_with_window(plan: Plan, window: int) -> Plan:
     """The group's plan at another window; window 1 is plain AR (the same law). The group's
     draft tree stays where it fits in the window; elsewhere the window is a chain."""
     method = plan.method if window > 1 else "ar"
-    tree = plan.tree if method != "ar" and 1 + tree_nodes(plan.tree) <= window else CHAIN
+    tree = plan.settings.tree if method != "ar" and 1 + tree_nodes(plan.settings.tree) <= window else CHAIN
     return dataclasses.replace(plan, settings=plan.settings.replace(window=window, method=method, tree=tree))
 
 
@@ -222,9 +225,9 @@ class Scheduler:
                 self.state = resize(self.state, plan)
             self.last_plan = plan                     # the plan of the running rows' drafts
             entered, step_before = time.perf_counter(), self.session.seconds
-            with torch.inference_mode():
+            with no_autograd(plan):
                 before = self.state
-                self.state, verdict = decode_pass(self.session, self.state, plan)
+                self.state, verdict = compiled.pass_for(self.session, plan)(self.session, self.state, plan)
                 record = Iteration.of(0, plan.method, before, self.state, verdict, 0, 0.0, 0.0)
             self.passes += 1
             self._deliver(record, time.perf_counter() - entered, self.session.seconds - step_before)
@@ -265,7 +268,7 @@ class Scheduler:
         prompts, seeds = [r.prompt for r in joining], [r.seed for r in joining]
         entered, running, added = time.perf_counter(), len(self.rows), False
         try:
-            with torch.inference_mode():
+            with no_autograd(self.plan):
                 if self.session is None:
                     self.session = TimedSession.start(self.model, prompts, self.plan.cfg_scale)
                     self.plan.check_session(self.session.session)
@@ -350,11 +353,16 @@ class Server:
     prefill of joining rows included) with the pass's record of all its rows and `rows`, the
     (row b of the record, Request) of the rows that had a request; each request's newest
     record is then its row's record of this pass. It lets a transport send one pass of many
-    rows at once; it must be quick and must not raise."""
+    rows at once; it must be quick and must not raise.
+
+    `threaded=False`: the server starts no thread; the passes run when its caller calls
+    `step` (one caller at a time), in the caller's thread."""
 
     def __init__(self, model, max_batch: int = 32, policy: Policy | None = None,
-                 device_lock: threading.Lock | None = None, on_pass: PassListener | None = None) -> None:
+                 device_lock: threading.Lock | None = None, on_pass: PassListener | None = None,
+                 threaded: bool = True) -> None:
         self.model, self.max_batch, self.policy, self.on_pass = model, max_batch, policy, on_pass
+        self.threaded = threaded
         self.device_lock = device_lock or threading.Lock()
         self.schedulers: dict[Settings, Scheduler] = {}
         self._wake = threading.Condition()
@@ -376,7 +384,7 @@ class Server:
                                       on_pass=self.on_pass)
                 self.schedulers[group] = scheduler
             request = scheduler.submit(prompt, seed, on_record, tag)
-            if self._thread is None or not self._thread.is_alive():
+            if self.threaded and (self._thread is None or not self._thread.is_alive()):
                 self._thread = threading.Thread(target=self._work, name="scd-server", daemon=True)
                 self._thread.start()
             self._wake.notify()
@@ -415,6 +423,18 @@ class Server:
         thread = self._thread
         if thread is not None:
             thread.join(timeout)
+
+    def step(self) -> bool:
+        """One pass of each busy settings group, in the caller's thread (a server made with
+        `threaded=False`; one caller at a time); False when no group had anything to run."""
+        with self._wake:
+            busy = [s for s in self.schedulers.values() if s.busy]
+            if not busy:                              # groups without rows are forgotten, as the thread does
+                self.schedulers = {g: s for g, s in self.schedulers.items() if s.session is not None}
+        for scheduler in busy:
+            with self.device_lock:
+                scheduler.step()
+        return bool(busy)
 
     def _work(self) -> None:
         while True:

@@ -2,7 +2,8 @@
 settings travel (`generate` / `stream`, the server's groups, the race, the bench, the page).
 
 Everything a run needs besides its prompts and seeds is here: the method, its window L,
-the draft init, the draft tree, the sampling (temperature, top-k, top-p) and the guidance scale. A model's
+the draft init, the draft tree, the sampling (temperature, top-k, top-p), the guidance scale,
+and whether the pass runs compiled. A model's
 own `default_settings` (window included) become a `Settings` through `Settings.for_model`.
 Each field is checked when the object is made: a `ValueError` names the field and what it
 allows. `check_model` adds what depends on the model (a video grid for "repeat-frame").
@@ -44,6 +45,7 @@ class Settings:
     top_p: float = 1.0               # 1: off
     cfg_scale: float = 1.0           # classifier-free guidance scale (1: the conditional logits)
     tree: tuple[int, int] = CHAIN    # (k, depth): k candidates at each of the first depth draft positions
+    compile: bool = False            # run the pass compiled (`scd_core.compiled`): the same tokens, faster
 
 
     def __post_init__(self) -> None:
@@ -59,6 +61,8 @@ class Settings:
             raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init!r}")
         if not _number(self.cfg_scale) or not 0 <= self.cfg_scale <= MAX_CFG_SCALE:
             raise ValueError(f"cfg_scale must be a number in [0, {MAX_CFG_SCALE:g}], got {self.cfg_scale!r}")
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"compile must be True or False, got {self.compile!r}")
         object.__setattr__(self, "tree", self._checked_tree())
         s = validate_sampling(self.temperature, self.top_k, self.top_p)
         for name, value in (("temperature", s.temperature), ("top_k", s.top_k), ("top_p", s.top_p),

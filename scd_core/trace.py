@@ -26,8 +26,8 @@ import torch
 
 class TokenLog:
     """The committed tokens [B, N] of a batch's rows (-1 where none yet), on the CPU, shared
-    by the records of its passes. A committed token never changes, so a pass writes only the
-    positions it committed and a record reads those below its own `n_after`: a record that
+    by the records of its passes. A committed token never changes, so each pass's copy changes
+    only the positions it committed, and a record reads those below its own `n_after`: a record that
     is kept still shows its own pass's canvas after later passes have written theirs. A run
     of P passes thus holds one [B, N] buffer, not P of them."""
 
@@ -47,17 +47,11 @@ class TokenLog:
     def N(self) -> int:
         return int(self.tokens.shape[1])
 
-    def write(self, tokens: torch.LongTensor, n_before: torch.LongTensor, n_after: torch.LongTensor) -> None:
-        """Copy positions n_before .. n_after - 1 of each row from `tokens` [B, N] (any device):
-        one gather and one scatter over the widest row's positions, the log's own values kept
-        at the positions a row did not commit."""
-        width = int((n_after - n_before).max()) if n_before.numel() else 0
-        if width <= 0:
-            return
-        at = (n_before.unsqueeze(1) + torch.arange(width, device=n_before.device)).clamp_(max=self.N - 1)   # [B, width]
-        new, values = (at < n_after.unsqueeze(1)).cpu(), tokens.gather(1, at).cpu()
-        at = at.cpu()
-        self.tokens.scatter_(1, at, torch.where(new, values, self.tokens.gather(1, at)))
+    def write(self, tokens: torch.LongTensor) -> None:
+        """Take a pass's committed tokens [B, N] (any device): one whole copy, which changes only
+        the positions the pass committed (a committed token never changes, and every position
+        a row has not committed is -1 in both)."""
+        self.tokens.copy_(tokens, non_blocking=True)   # from a GPU: the caller waits for it (`Iteration.of`)
 
     def upto(self, n: torch.LongTensor) -> torch.LongTensor:
         """[B, N] the tokens below position n[b] of each row, -1 after them (a new tensor)."""
@@ -107,16 +101,19 @@ class Iteration:
         the same order, into which this pass's committed tokens are written; None: a new log
         (a copy of the committed tokens)."""
         n_before = before.n if before is not None else torch.zeros_like(after.n)
-        if log is None or log.tokens.shape != after.tokens.shape:
-            log = TokenLog(after.tokens)
-        else:
-            log.write(after.tokens, n_before, after.n)
         tensors = dict(n_before=n_before, n_after=after.n, start=verdict.start, window_tokens=verdict.fed,
                        num_accepted=verdict.num_accepted, accept_prob=verdict.accept_prob,
                        resampled=verdict.resampled, drafts_after=after.drafts,
                        branches=getattr(verdict, "branches", None), parents=getattr(verdict, "parents", None))
-        if after.n.device.type != "cpu":
-            tensors = {name: t if t is None else t.cpu() for name, t in tensors.items()}
+        on_gpu = after.n.is_cuda
+        if after.n.device.type != "cpu":                # on a GPU: every copy queued, then one wait for all
+            tensors = {name: t if t is None else t.to("cpu", non_blocking=on_gpu) for name, t in tensors.items()}
+        if log is None or log.tokens.shape != after.tokens.shape:
+            log = TokenLog(after.tokens)
+        else:
+            log.write(after.tokens)
+        if on_gpu:
+            torch.cuda.current_stream(after.n.device).synchronize()
         return cls(index=index, method=method, nfe=nfe, wall_time=wall_time, step_time=step_time, log=log, **tensors)
 
     def row(self, b: int) -> "Iteration":
@@ -220,12 +217,6 @@ class Iteration:
         return self.carried.sum(1) - self.unchanged
 
     @property
-    def draft_new(self) -> torch.BoolTensor:
-        """[B, D] the draft in that slot, inside the grid, was drawn fresh (not fed this pass)."""
-        in_grid = self.n_after.unsqueeze(1) + self._slots < self.num_tokens
-        return (self.drafts_after >= 0) & ~self.carried & in_grid
-
-    @property
     def canvas(self) -> torch.LongTensor:
         """[B, N] committed tokens, then the next drafts, -1 elsewhere."""
         N, D = self.num_tokens, self.drafts_after.shape[1]
@@ -305,11 +296,6 @@ def accepted_drafts(records: Sequence[Iteration], row: int | None = None) -> int
 
 def verified_drafts(records: Sequence[Iteration], row: int | None = None) -> int:
     return DraftCounts.of(records, row).verified
-
-
-def speculative_passes(records: Sequence[Iteration], row: int | None = None) -> int:
-    """Passes of unfinished rows after the prefill (each row of a batch counts)."""
-    return DraftCounts.of(records, row).passes
 
 
 def acceptance_rate(records: Sequence[Iteration], row: int | None = None) -> float:

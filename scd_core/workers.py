@@ -6,11 +6,18 @@ default), which loads the model once and runs a `LocalClient` on it with torch s
 worker over two one-way pipes:
 
     parent -> worker   ("submit", ids, prompt, seeds, settings) | ("cancel", id) | ("close",)
-    worker -> parent   ("ready", N, threads) | ("failed", kind, message)   once, after loading
+                       ("pictures", ask, canvases, size, ids, clip)
+    worker -> parent   ("ready", N, threads, info) | ("failed", kind, message)   once, after loading
                        ("events", [event, ...])                        then, about every GATHER s
     an event           ("ack", ids, kind, message)                     per submit (kind None: queued)
                        ("pass", packed)                                per pass, for all its rows
                        ("end", id, error, batch_sizes)                 per row
+                       ("answer", ask, kind, value)                    per pictures (kind None: the frames)
+
+The parent never loads the model: the worker's "ready" carries what a front end must know of
+it (`scd_core.client.ModelInfo`), and "pictures" asks the worker to decode token canvases
+beside the model, each with its row's own decoder (the worker keeps those of its last rows),
+into small frames (`scd_core.frames`); a thread of the worker answers them, between passes.
 
 The worker's decoding never waits for the pipe: its server hands each pass to one sender
 thread (no thread per row), which gathers what the passes of the last GATHER seconds made
@@ -37,11 +44,13 @@ import time
 import uuid
 import weakref
 from multiprocessing.connection import wait
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
+import numpy as np
 import torch
 
-from scd_core.client import DecodeError, RowBook, RowLog, RowResult, failure_message, pack_pass, unpack_pass
+from scd_core.client import (DecodeError, Frames, ModelInfo, RowBook, RowLog, RowResult, failure_message, pack_pass,
+                             unpack_pass)
 from scd_core.local import LocalClient
 from scd_core.models import load_model
 from scd_core.settings import Settings
@@ -59,10 +68,12 @@ def serve_model(name: str, load: Callable[[str], Any], max_batch: int, threads: 
     outbox: queue.SimpleQueue = queue.SimpleQueue()   # the server's events, in order
     client = LocalClient(load, max_batch=max_batch, on_event=outbox.put)
     sender = threading.Thread(target=_send_events, args=(client, outbox, events), name="scd-sender", daemon=True)
+    asks: queue.SimpleQueue = queue.SimpleQueue()     # pictures to draw, answered by their own thread
+    answerer = threading.Thread(target=_answer, args=(client, name, asks, outbox), name="scd-pictures", daemon=True)
     try:
         num_tokens = client.num_tokens(name)          # loads the model
         torch.set_num_threads(threads)                # again: a loader may set its own (tiny's does)
-        events.send(("ready", num_tokens, torch.get_num_threads()))
+        events.send(("ready", num_tokens, torch.get_num_threads(), client.model_info(name)))
     except ValueError as exc:
         events.send(("failed", "value", str(exc)))
         return
@@ -70,6 +81,7 @@ def serve_model(name: str, load: Callable[[str], Any], max_batch: int, threads: 
         events.send(("failed", "error", failure_message(exc)))
         return
     sender.start()
+    answerer.start()
     while True:
         try:
             message = commands.recv()
@@ -91,11 +103,27 @@ def serve_model(name: str, load: Callable[[str], Any], max_batch: int, threads: 
                 client.cancel(message[1])
             except ValueError:                        # it ended and was forgotten: nothing to stop
                 pass
+        elif message[0] == "pictures":
+            asks.put(message[1:])
         elif message[0] == "close":
             break
+    asks.put(None)
     client.close()                                    # its rows end, cancelled, at their next pass boundary
     outbox.put(_CLOSED)
     sender.join(5.0)                                  # their ends reach the parent
+
+
+def _answer(client: LocalClient, name: str, asks: queue.SimpleQueue, outbox: queue.SimpleQueue) -> None:
+    """The worker's pictures, one ask at a time (between passes: `LocalClient.pictures`)."""
+    while (ask := asks.get()) is not None:
+        key, canvases, size, requests, clip = ask
+        try:
+            frames = client.pictures(name, torch.from_numpy(np.array(canvases)), size, requests, clip)
+            outbox.put(("answer", key, None, frames))
+        except ValueError as exc:
+            outbox.put(("answer", key, "value", str(exc)))
+        except Exception as exc:                      # noqa: BLE001: told to the asker
+            outbox.put(("answer", key, "error", failure_message(exc)))
 
 
 _CLOSED = ("closed",)
@@ -140,7 +168,7 @@ def _send_events(client: LocalClient, outbox: queue.SimpleQueue, events) -> None
                     message.append(event)
                 lost.discard(event[1])
                 ended.append(event[1])
-            elif event[0] == "ack":
+            elif event[0] in ("ack", "answer"):
                 message.append(event)
         try:
             if message:
@@ -171,6 +199,8 @@ class _Worker:
         events_out.close()
         self.ready = threading.Event()
         self.num_tokens = self.torch_threads = 0
+        self.info: ModelInfo | None = None
+        self._answers: dict[str, list] = {}           # ask -> [Event, kind, value]
         self.failure: tuple[str, str] | None = None   # (kind, message) if it could not load
         self.alive, self.closing = True, False
         self._lock = threading.Lock()                 # guards alive, rows, tokens, acks and sending
@@ -218,6 +248,35 @@ class _Worker:
         with self._lock:
             if self.alive and rid in self._rows:
                 self._send(("cancel", rid))
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait for the model to load; its refusal (ValueError) or failure (DecodeError)."""
+        if not self.ready.wait(timeout):
+            raise DecodeError(f"the decoding worker for {self.name} did not start in time; please try again")
+        if self.failure is not None:
+            kind, message = self.failure
+            raise (ValueError if kind == "value" else DecodeError)(message)
+        if not self.alive:
+            raise DecodeError(self._death_message())
+
+    def pictures(self, canvases: np.ndarray, size, requests, clip: bool, timeout: float) -> Frames:
+        """The worker's frames of these canvases (`LocalClient.pictures` there)."""
+        self.wait_ready(timeout)
+        key, answer = uuid.uuid4().hex, [threading.Event(), None, None]
+        with self._lock:
+            if not self.alive:
+                raise DecodeError(self._death_message())
+            self._answers[key] = answer
+            self._send(("pictures", key, canvases, size, requests, clip))
+        answered = answer[0].wait(timeout)
+        with self._lock:
+            self._answers.pop(key, None)
+        if not answered:
+            raise DecodeError(f"the decoding worker for {self.name} did not draw the picture in time; "
+                              "please try again")
+        if answer[1] is not None:
+            raise (ValueError if answer[1] == "value" else DecodeError)(answer[2])
+        return answer[2]
 
     def ask_to_close(self) -> None:
         """Ask the worker to stop: its rows are cancelled and end at their next pass boundary."""
@@ -281,7 +340,7 @@ class _Worker:
                 except Exception as exc:              # a pass that cannot be rebuilt loses its rows only
                     log.exception("a message from the decoding worker for %s could not be read", self.name)
                     rids = [counters[0] for counters in event[1][3]] if event[0] == "pass" else [event[1]]
-                    for rid in rids if event[0] != "ack" else []:
+                    for rid in rids if event[0] not in ("ack", "answer") else []:
                         self._lose(rid, failure_message(exc))
         elif kind == "pass":                           # one pass of this worker's rows
             with self._lock:
@@ -301,8 +360,14 @@ class _Worker:
             if ack is not None:
                 ack[1], ack[2] = message[2], message[3]
                 ack[0].set()
+        elif kind == "answer":                         # the frames of one pictures ask
+            with self._lock:
+                answer = self._answers.get(rid)
+            if answer is not None:
+                answer[1], answer[2] = message[2], message[3]
+                answer[0].set()
         elif kind == "ready":
-            self.num_tokens, self.torch_threads = int(message[1]), int(message[2])
+            self.num_tokens, self.torch_threads, self.info = int(message[1]), int(message[2]), message[3]
             self.ready.set()
         elif kind == "failed":
             self.failure = (message[1], message[2])
@@ -317,7 +382,7 @@ class _Worker:
         """The worker is gone: its rows and waiting submits hear it; nothing waits on it."""
         with self._lock:
             self.alive = False
-            rows, self._rows, acks = self._rows, {}, list(self._acks.values())
+            rows, self._rows, acks = self._rows, {}, list(self._acks.values()) + list(self._answers.values())
             self._tokens = {}
         self.process.join(5.0)
         if not self.closing:
@@ -361,10 +426,7 @@ class ProcessClient:
     def submit_rows(self, model: str, prompt: str, seeds, settings: Settings | None = None) -> list[str]:
         """Queue one row per seed, together: they start in the same pass (one message to the
         worker). Their request ids, in the seeds' order; a ValueError names a bad argument."""
-        if self.models is not None and model not in self.models:
-            raise ValueError(f"model must be one of {', '.join(self.models)}, got {model!r}")
-        if not isinstance(model, str) or not model:
-            raise ValueError(f"model: expected a model name, got {model!r}")
+        self._check_name(model)
         seeds = list(seeds)
         for name, value in (("prompt", prompt), ("seed", seeds), ("settings", settings)):
             try:
@@ -398,6 +460,29 @@ class ProcessClient:
     def release(self, request: str) -> None:
         self._rows.release(request)
 
+    def model_info(self, model: str) -> ModelInfo:
+        """What a front end must know of the model, from its worker (started, and the model
+        loaded there, if needed); the parent never loads it."""
+        self._check_name(model)
+        worker = self._worker(model)
+        worker.wait_ready(self.timeout)
+        return worker.info
+
+    def pictures(self, model: str, canvases: torch.LongTensor, size: int | None = None,
+                 requests: Sequence[str | None] | None = None, clip: bool = False) -> Frames:
+        """Canvases of `model` decoded in its worker, each with its row's own decoder (see
+        `scd_core.client.DecodeClient.pictures`); only the frames come back."""
+        self._check_name(model)
+        if not isinstance(canvases, torch.Tensor) or canvases.dtype != torch.long or canvases.dim() != 2:
+            raise ValueError(f"canvases: expected a LongTensor [rows, tokens], got "
+                             f"{getattr(canvases, 'dtype', type(canvases).__name__)}")
+        requests = None if requests is None else [r if isinstance(r, str) else None for r in requests]
+        return self._worker(model).pictures(canvases.numpy(), size, requests, bool(clip), self.timeout)
+
+    def decoder(self, request: str) -> str:
+        """How `pictures` names the row's own decoder (kept in its worker): its request id."""
+        return request
+
     def pid(self, model: str) -> int | None:
         """The process id of the model's running worker (None if it has none)."""
         with self._lock:
@@ -423,6 +508,12 @@ class ProcessClient:
         for worker in workers:
             worker.join(timeout)
         _open_clients.discard(self)
+
+    def _check_name(self, model) -> None:
+        if self.models is not None and model not in self.models:
+            raise ValueError(f"model must be one of {', '.join(self.models)}, got {model!r}")
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"model: expected a model name, got {model!r}")
 
     def _worker(self, model: str) -> _Worker:
         with self._lock:

@@ -15,6 +15,10 @@ Engine time is a run's wall time outside `Session.step`, per forward pass (media
 the last column says whether both engines gave the same tokens and NFE for every run.
 The model itself is loaded once, from this checkout, and shared by both engines.
 
+`--compile` runs this checkout's pass compiled (`scd_core.compiled`, after one untimed run that
+compiles it); the model's step stays outside the compiled graph, so the engine's time is still
+what is measured.
+
 `--clock cpu` counts the thread's CPU time instead of wall time (a run's CPU time less the
 CPU time inside the model's `start` and `step`): on a machine that other jobs load, a run
 waiting for a core then costs neither engine anything, and the ratio is far steadier.
@@ -76,6 +80,8 @@ class CpuTimed:
 
 
 class _CpuTimedSession:
+    compilable = False              # its step reads the clock: a compiled pass runs around it, not through it
+
     def __init__(self, session, clock: CpuTimed) -> None:
         self._session, self._clock = session, clock
 
@@ -101,7 +107,7 @@ def engine_seconds(eng, model, clock: str, *args, **kw):
     return run, time.thread_time() - t - timed.seconds
 
 
-def latency(engines: dict, model, rows: list[str], window: int, runs: int, **kw) -> None:
+def latency(engines: dict, model, rows: list[str], window: int, runs: int, compile: bool = False, **kw) -> None:
     """AR against SCD-MC for each engine: wall time (the engine's share) and thread CPU time
     of a run, medians over `runs` runs after a warm-up, with the latency speed-up and the
     step compression (AR's passes over SCD-MC's)."""
@@ -110,7 +116,8 @@ def latency(engines: dict, model, rows: list[str], window: int, runs: int, **kw)
         for name, eng in engines.items():
             for method in ("ar", "scd-mc"):
                 t = time.thread_time()
-                run = eng.generate(model, rows, method=method, window=window, seed=0, **kw)
+                extra = dict(compile=True) if compile and name == "new" else {}
+                run = eng.generate(model, rows, method=method, window=window, seed=0, **kw, **extra)
                 if r:
                     times.setdefault((name, method), []).append(
                         (run.wall_time, run.wall_time - run.step_time, time.thread_time() - t, run.nfe))
@@ -152,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency", action="store_true",
                     help="instead of timing the engine: AR against SCD-MC wall time (first of --windows), seed 0")
     ap.add_argument("--trace-memory", action="store_true", help="instead of timing: bytes of an AR trace")
+    ap.add_argument("--compile", action="store_true",
+                    help="this checkout's engine runs its pass compiled (scd_core.compiled; warmed up first)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     old = import_old(args.rev)
@@ -166,10 +175,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"tokens hold {trace_bytes(records) / 2**20:.1f} MiB")
         return 0
     print(f"# {args.model}, B {args.batch}, top-k {args.top_k}, CFG {args.cfg_scale}, rev {args.rev}, "
-          f"threads {args.threads}, clock {args.clock}")
+          f"threads {args.threads}, clock {args.clock}, new engine {'compiled' if args.compile else 'eager'}")
     if args.latency:
-        latency(engines, model, rows(0), int(args.windows.split(",")[0]), args.runs, top_k=args.top_k,
-                cfg_scale=args.cfg_scale)
+        latency(engines, model, rows(0), int(args.windows.split(",")[0]), args.runs, compile=args.compile,
+                top_k=args.top_k, cfg_scale=args.cfg_scale)
         return 0
     if args.nfe_seeds:
         print("| method | L | init | mean NFE old | mean NFE new | sd new / sqrt(n) |\n|---|---|---|---|---|---|")
@@ -188,8 +197,12 @@ def main(argv: list[str] | None = None) -> int:
                           f"{statistics.fmean(nfe['new']):.2f} | {se:.2f} |")
                     continue
                 per_pass, same = {name: [] for name in engines}, True
+                compiled = dict(compile=True) if args.compile else {}
+                if args.compile:                                           # compile before the first timed run
+                    engine_seconds(scd_core, model, args.clock, rows(0), seed=0, **kw, **compiled)
                 for r in range(args.runs + 1):
-                    runs = {name: engine_seconds(eng, model, args.clock, rows(r), seed=r, **kw)
+                    runs = {name: engine_seconds(eng, model, args.clock, rows(r), seed=r, **kw,
+                                                 **(compiled if name == "new" else {}))
                             for name, eng in engines.items()}
                     same &= torch.equal(runs["old"][0].tokens, runs["new"][0].tokens) and runs["old"][0].nfe == runs["new"][0].nfe
                     if r:                                                      # the first run warms up

@@ -167,6 +167,16 @@ def test_race_reports_k_samples_per_method_with_spread():
     assert timing and timing[-1].startswith(f"Timing round {rounds} of {rounds}: **SCD Gumbel coupling**")
 
 
+def test_a_race_timed_once_reports_every_method_and_calls_none_faster(monkeypatch):
+    """A large model's race may have room for one timing round only (`zerogpu.race_rounds`)."""
+    monkeypatch.setattr(app.zerogpu, "race_rounds", lambda *inputs: 1)
+    updates = list(app.race_stream(*args(samples=2)))
+    assert [r["method"] for r in race_rows(final(updates, app.race_table))] == \
+        ["AR", "SJD", "SCD maximal coupling", "SCD Gumbel coupling"]
+    assert "timed once each, so no method is called faster" in final(updates, app.race_note)
+    assert not any("Timing round" in str(u.get(app.race_status, "")) for u in updates)
+
+
 def test_greedy_race_gives_every_method_ars_tokens():
     updates = list(app.race_stream(*args(temperature=0.0, samples=2)))
     rows = race_rows(final(updates, app.race_table))
@@ -462,27 +472,6 @@ def test_video_model_streams_tiled_frames_then_mp4_and_gif(monkeypatch):
     assert final(updates, app.clip_video).endswith(".mp4")
     mp4, gif = final(updates, app.clip_files)
     assert gif.endswith(".gif") and os.path.getsize(gif) > 0
-
-
-def test_gpu_work_is_wrapped_with_spaces_gpu_when_importable(tmp_path):
-    """With a `spaces` package on the path, the three GPU events go through spaces.GPU."""
-    import subprocess
-    import sys
-
-    (tmp_path / "spaces.py").write_text(
-        "calls = []\n"
-        "def GPU(task=None, *, duration=None, size=None):\n"
-        "    def wrap(fn):\n"
-        "        calls.append((fn.__name__, duration))\n"
-        "        return fn\n"
-        "    return wrap if task is None else wrap(task)\n")
-    code = "import app, spaces; print(sorted(name for name, _ in spaces.calls))"
-    repo = os.path.dirname(os.path.abspath(app.__file__))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), repo])}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=300, cwd=repo)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "['export_run', 'generate_stream', 'lossless_run', 'race_stream']"
 
 
 def test_page_names_the_device():

@@ -8,11 +8,13 @@ import signal
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 
 import scd_core
-from scd_core.client import DecodeClient, DecodeError, pack_record, unpack_record
+from scd_core.client import DecodeClient, DecodeError, ModelInfo, pack_record, unpack_record
+from scd_core.frames import display_frames
 from scd_core.local import LocalClient
 from scd_core.settings import Settings
 from scd_core.workers import ProcessClient
@@ -24,10 +26,33 @@ AR = Settings(method="ar", window=1)                                     # 64 pa
 SETTINGS = {"tiny": PAGE, "small-grid": GRID, "toy-grid": GRID}
 
 
+class OwnDecoders:
+    """tiny, whose sessions give each row a decoder of its own (as a video model's rows decode
+    after the frames they continued): row b's pictures come out inverted, 255 - pixels."""
+
+    def __init__(self) -> None:
+        self.inner = scd_core.load_model("tiny")
+        self.grid, self.vocab_size = self.inner.grid, self.inner.vocab_size
+
+    def start(self, prompts, cfg_scale):
+        session = self.inner.start(prompts, cfg_scale)
+        session.row_decoder = lambda row: self.inverted
+        return session
+
+    def decode(self, tokens):
+        return self.inner.decode(tokens)
+
+    def inverted(self, tokens):
+        return [255 - np.asarray(image.convert("RGB")) for image in self.inner.decode(tokens)]
+
+
 def load(name: str):
-    """The embedded models; "small-grid" is toy-grid at 8 x 8 (quick to decode)."""
+    """The embedded models; "small-grid" is toy-grid at 8 x 8 (quick to decode); "own-decoders":
+    `OwnDecoders`."""
     if name == "small-grid":
         return scd_core.load_model("toy-grid", grid=(8, 8), vocab_size=64, hidden=64)
+    if name == "own-decoders":
+        return OwnDecoders()
     return scd_core.load_model(name)
 
 
@@ -50,9 +75,16 @@ def process():
     client.close()
 
 
-@pytest.fixture(params=["local", "process"])
-def client(request, local, process):
-    return {"local": local, "process": process}[request.param]
+@pytest.fixture(scope="module")
+def in_call():
+    client = LocalClient(load, max_batch=32, in_call=True)
+    yield client
+    client.close()
+
+
+@pytest.fixture(params=["local", "process", "in_call"])
+def client(request, local, process, in_call):
+    return {"local": local, "process": process, "in_call": in_call}[request.param]
 
 
 def same_record(a, b) -> None:
@@ -65,8 +97,8 @@ def same_record(a, b) -> None:
         torch.testing.assert_close(x, y, rtol=0, atol=0, equal_nan=True, msg=name)
 
 
-def test_both_clients_follow_the_interface(local, process):
-    assert isinstance(local, DecodeClient) and isinstance(process, DecodeClient)
+def test_every_client_follows_the_interface(local, process, in_call):
+    assert all(isinstance(c, DecodeClient) for c in (local, process, in_call))
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -204,3 +236,67 @@ def _running(client, request) -> bool:
     except TimeoutError:
         return True
     return False
+
+
+# ----------------------------------------------------------------- decoding inside the call
+
+def test_an_in_call_client_runs_the_passes_in_the_readers_thread_and_starts_none(models):
+    client = LocalClient(load, in_call=True)
+    threads = {t.ident for t in threading.enumerate()}
+    requests = [client.submit("tiny", "a cat", seed, PAGE) for seed in range(3)]
+    assert {t.ident for t in threading.enumerate()} == threads              # submitting runs nothing
+    rows = [client.result(r, timeout=60) for r in requests]                 # waiting runs the passes, here
+    assert {t.ident for t in threading.enumerate()} == threads
+    for seed, row in enumerate(rows):
+        assert torch.equal(row.tokens, scd_core.generate(models["tiny"], ["a cat"], seed=seed,
+                                                         settings=PAGE).tokens[0])
+    assert rows[0].batch_sizes[0] == 3                                      # the three started in one pass
+    late = client.submit("tiny", "a dog", 0, AR)
+    with pytest.raises(TimeoutError):
+        client.result(late, timeout=0.05)                                   # runs passes for 0.05 s, no more
+    assert not client.result(late, timeout=60).cancelled
+    client.close()
+
+
+# --------------------------------------------------------------- what a front end is told
+
+@pytest.mark.parametrize("name", ["tiny", "small-grid"])
+def test_model_info_and_pictures_come_from_where_the_model_is(client, models, name):
+    model = models[name]
+    assert client.model_info(name) == ModelInfo.of(name, model)
+    request = client.submit(name, "a cat", 2, SETTINGS[name])
+    last = list(client.records(request))[-1]
+    mid = last.canvas.clone()
+    mid[:, mid.shape[1] // 2:] = -1                                          # half empty, as mid-run
+    canvases = torch.cat([last.canvas, mid])
+    for size in (None, 16, 320):
+        drawn = client.pictures(name, canvases, size, [client.decoder(request), None])
+        here = display_frames(model, canvases, size)
+        assert len(drawn) == 2 and all(np.array_equal(a, b) for d, h in zip(drawn, here) for a, b in zip(d, h))
+
+
+@pytest.mark.parametrize("bad, argument", [
+    (dict(canvases=torch.zeros(1, 5, dtype=torch.long)), "canvases: expected 64 tokens"),
+    (dict(canvases=torch.full((1, 64), 512)), "canvases: tokens must lie in"),
+    (dict(canvases=torch.zeros(1, 64)), "canvases: expected a LongTensor"),
+    (dict(size=0), "size"), (dict(requests=["a", "b"]), "requests: expected one per canvas"),
+    (dict(model="no-such-model"), "model")])
+def test_bad_pictures_requests_are_value_errors_naming_the_argument(client, bad, argument):
+    ask = dict(model="tiny", canvases=torch.zeros(1, 64, dtype=torch.long), size=16, requests=None) | bad
+    with pytest.raises(ValueError, match=argument):
+        client.pictures(ask["model"], ask["canvases"], ask["size"], ask["requests"])
+
+
+@pytest.mark.parametrize("kind", ["local", "process"])
+def test_a_rows_own_decoder_draws_its_pictures_also_after_its_end(kind):
+    client = LocalClient(load) if kind == "local" else ProcessClient(models=["own-decoders"], load=load)
+    try:
+        request = client.submit("own-decoders", "a cat", 1, PAGE)
+        canvas = list(client.records(request))[-1].canvas
+        client.result(request, timeout=60)
+        getattr(client, "release")(request)                                   # forgotten as a row; its decoder kept
+        own, plain = client.pictures("own-decoders", torch.cat([canvas, canvas]), None,
+                                     [client.decoder(request), "0" * 32])   # an unknown row: the model's own
+        assert np.array_equal(own[0], 255 - plain[0])
+    finally:
+        client.close()

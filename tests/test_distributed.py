@@ -16,6 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -205,6 +206,21 @@ def test_a_seed_gives_the_same_tokens_on_either_replica(service):
     for r in results:
         assert torch.equal(r.tokens, expected.tokens[0]) and r.nfe == expected.nfe and not r.cancelled
     assert [rec.nfe for rec in service.records(ids[0])] == list(range(1, expected.nfe + 1))
+
+
+def test_a_replica_tells_the_model_and_draws_its_rows_for_a_page_that_holds_no_copy(service):
+    from scd_core.frames import display_frames
+    model = scd_core.load_model("tiny")
+    info = service.model_info("tiny")
+    assert info.grid == tuple(model.grid) and info.vocab_size == model.vocab_size
+    assert info.example_prompts[0] == model.example_prompts[0] and info.default_settings == model.default_settings
+    rid = service.submit("tiny", "red apple", 7, TINY)
+    last = list(service.records(rid))[-1]
+    drawn = service.pictures("tiny", last.canvas, 16, [service.decoder(rid)])
+    here = display_frames(model, last.canvas, 16)
+    assert len(drawn) == 1 and all(np.array_equal(a, b) for a, b in zip(drawn[0], here[0]))
+    with pytest.raises(ValueError, match="canvases"):
+        service.pictures("tiny", torch.zeros(1, 5, dtype=torch.long), 16)
 
 
 def test_cancel_reaches_the_replica_and_the_result_is_partial(service):

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import scd_core
-from scd_core import coupling, decoding
+from scd_core import coupling, decoding, tree_pass
 from scd_core.models.toy import ToyModel
 from scd_core.sampling import validate_sampling
 from stats_util import chi_square_pvalue
@@ -133,8 +133,8 @@ def test_a_window_that_changes_between_passes_keeps_the_law(toy, method):
 
 
 # -- the test has power: known biased variants of the reference code fail it -------------
-# Each rule is one call of the pass to a pure function; a test replaces that function with
-# the biased version of a reference implementation and shows the suite catches it.
+# Each variant replaces a real function of the pass (or wraps it) with the biased version of a
+# reference implementation, and the suite catches it.
 
 
 def _biased_pvalue(toy, method: str) -> float:
@@ -146,24 +146,37 @@ def _biased_pvalue(toy, method: str) -> float:
 
 def test_fresh_sample_at_rejection_is_detected(toy, monkeypatch):
     """Cosmos reference SJD: a fresh sample of p at the first rejection (rule 2)."""
-    monkeypatch.setattr(coupling, "resample", lambda p, q, u: coupling.sample(p, u))
+    monkeypatch.setattr(coupling, "residual_mass", lambda p, q: p)
     assert _biased_pvalue(toy, "sjd") < ALPHA
 
 
 def test_old_q_for_kept_drafts_is_detected(toy, monkeypatch):
-    """Lumina/Janus reference SCD-MC: a draft kept by the coupling keeps its old q (rule 5)."""
-    def old_q_for_kept(p, q, kept):
-        D = q.shape[1]
-        return torch.cat([torch.where(kept.unsqueeze(-1), q, p[:, :D]), p[:, D:]], 1)
+    """Lumina/Janus reference SCD-MC: a draft kept by the coupling keeps its old q (rule 5).
+    A carried draft equal to its slot's old draft was kept (a rejected one is redrawn from a
+    residual that has no mass at it)."""
+    real = decoding.advance
 
-    monkeypatch.setattr(decoding, "redraft_laws", old_q_for_kept)
+    def old_q_for_kept(state, logits, start, plan):
+        after, verdict = real(state, logits, start, plan)
+        D = state.drafts.shape[1]
+        c = (after.n - state.n).unsqueeze(1)                                    # [B, 1] committed
+        m = logits.shape[1] - 1 - (state.n - 1 - start).unsqueeze(1)            # [B, 1] drafts fed
+        src = c + torch.arange(D)                                               # [B, D] old slot of each new slot
+        old = src.clamp(max=D - 1)
+        kept = (src < m) & (after.drafts == state.drafts.gather(1, old))
+        q_old = state.q.gather(1, old.unsqueeze(-1).expand_as(state.q))
+        return dataclasses.replace(after, q=torch.where(kept.unsqueeze(-1), q_old, after.q)), verdict
+
+    monkeypatch.setattr(decoding, "advance", old_q_for_kept)
     assert _biased_pvalue(toy, "scd-mc") < ALPHA
 
 
 def test_reused_gumbel_rows_are_detected(toy, monkeypatch):
     """Lumina reference SCD-Gumbel: noise indexed by window slot, not absolute position, so
     tokens at different positions share one Gumbel vector (rule 7)."""
-    monkeypatch.setattr(decoding, "noise_positions", lambda n, slots: slots.expand(n.shape[0], -1))
+    real = coupling.gumbel_noise
+    monkeypatch.setattr(coupling, "gumbel_noise", lambda keys, positions, vocab, tokens=None:
+                        real(keys, positions - positions[:, :1], vocab, tokens))
     assert _biased_pvalue(toy, "scd-gumbel") < ALPHA
 
 
@@ -265,7 +278,7 @@ def longest_path(tests, B, device):
 def test_longest_accepted_path_is_detected(monkeypatch):
     """Departure 1: the path with the longest accepted prefix instead of the first child that
     passes at each node (rule 12)."""
-    monkeypatch.setattr(decoding, "choose_path", longest_path)
+    monkeypatch.setattr(tree_pass, "choose_path", longest_path)
     assert _tree_pvalue(ToyModel(**SHARP), "scd-mc", (2, 2), 7, rows=32_000) < ALPHA
 
 
@@ -283,16 +296,26 @@ def test_siblings_drawn_with_replacement_are_detected(toy, monkeypatch):
 def test_redrafts_from_a_siblings_residual_are_detected(monkeypatch):
     """Departure 3: a carried draft rejected by its slot's own test is redrawn from the
     residual the siblings' tests left, not from its own (rule 13)."""
-    def sibling_residual(p, q, sibling_p, sibling_q):
-        d = sibling_p.shape[1]
-        return torch.cat([sibling_p, p[:, d:]], 1), torch.cat([sibling_q, q[:, d:]], 1)
+    real = tree_pass.walk_tree
 
-    monkeypatch.setattr(decoding, "redraft_residual_laws", sibling_residual)
+    def sibling_residual(p, q, tree, u):
+        walk = real(p, q, tree, u)
+        left = []
+        for d in range(tree.shape.depth):                     # main-line node d: all its candidates tested
+            u_level = torch.cat([u.accept[:, d: d + 1], tree.u_accept[:, d]], 1).unsqueeze(1)
+            _, p_last, q_last = coupling.recursive_rejection(p[:, d: d + 1], q[:, d: d + 1],
+                                                             tree.candidates[:, d: d + 1], u_level)
+            left.append(coupling.residual_mass(p_last, q_last))
+        return walk._replace(line_residuals=torch.cat(left, 1))
+
+    monkeypatch.setattr(tree_pass, "walk_tree", sibling_residual)
     assert _tree_pvalue(ToyModel(**DEEP), "scd-mc", (2, 3), 16, rows=48_000) < ALPHA
 
 
 def test_an_unverified_bonus_is_detected(toy, monkeypatch):
     """Departure 4: after a fully accepted path the next token is a uniform guess, not a draw
     from p after the last accepted node (rule 14)."""
-    monkeypatch.setattr(decoding, "bonus_law", lambda p: torch.full_like(p, 1.0 / p.shape[-1]))
+    real = tree_pass.walk_tree
+    monkeypatch.setattr(tree_pass, "walk_tree", lambda p, q, tree, u: real(p, q, tree, u)._replace(
+        p_leaf=torch.full_like(p[:, :1], 1.0 / p.shape[-1])))
     assert _tree_pvalue(toy, "sjd", (2, 1), 4) < ALPHA

@@ -285,6 +285,15 @@ def test_race_names_a_faster_method_only_when_the_rounds_ranges_do_not_overlap()
             "SJD (0.54 s (0.10–0.83)): no method is clearly the best here.") in said
 
 
+def test_a_race_timed_once_calls_no_method_faster():
+    ar = summary_of("ar", [0.5], [1.0], nfe=(576,))
+    mc = summary_of("scd-mc", [0.1], [0.5], nfe=(135,))
+    said = race_view.timing_sentence([ar, mc], "GPU")
+    assert "timed once each, so no method is called faster" in said
+    assert "**one image** AR (0.50 s) and SCD maximal coupling (0.10 s)" in said
+    assert "soonest" not in said and "clearly" not in said
+
+
 def test_race_leads_with_passes_the_same_on_any_machine():
     ar = summary_of("ar", [0.5], [1.0], nfe=(576,))
     mc = summary_of("scd-mc", [0.1], [0.5], nfe=(130, 138))

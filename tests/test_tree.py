@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import scd_core
-from scd_core import bench, decoding
+from scd_core import bench, decoding, tree_pass
 from scd_core.models import tree as tree_lib
 from scd_core.models.toy import RandomLogitsModel, ToyGridModel, ToyModel
 from scd_core.protocols import can_tree
@@ -102,7 +102,7 @@ def test_every_toy_session_can_feed_a_tree():
 
 
 def test_the_tree_shape_puts_the_main_line_first():
-    shape = decoding.tree_shape(2, 2, 5)
+    shape = tree_pass.tree_shape(2, 2, 5)
     tree_lib.check_parents(shape.parents.unsqueeze(0))
     assert shape.parents.shape == (1 + 2 + 4 + 5 - 3,)                  # root + 6 tree nodes + chain of 2
     depth = tree_lib.depths(shape.parents.unsqueeze(0))[0]
@@ -167,7 +167,7 @@ def test_rows_near_the_grid_end_feed_only_their_line(grid):
 def test_the_trace_records_the_path_through_the_tree(grid):
     k, depth, L = 2, 2, 8
     run = scd_core.generate(grid, PROMPTS, method="sjd", window=L, tree=(k, depth), seed=4, top_k=10)
-    shape = decoding.tree_shape(k, depth, L - (k + k * k - depth))
+    shape = tree_pass.tree_shape(k, depth, L - (k + k * k - depth))
     off_line = 0
     for it in run.iterations[1:]:
         taken = (it.branches >= 0).sum(1)

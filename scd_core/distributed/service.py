@@ -11,6 +11,13 @@ that holds the row; `cancel` cancels that call, which reaches the same replica, 
 leaves its batch at the next pass boundary. A row's tokens depend only on its model, prompt,
 seed and settings, so any replica gives the same picture.
 
+A front end never loads the model: `model_info` asks a replica what it must know of it, and
+`pictures` has a replica decode token canvases into small frames (`scd_core.frames`). A row
+whose decoder is its own (a video row's, which knows the frames it continued) is drawn with
+it by the replica that decoded the row; Serve may route a `pictures` call to another replica
+of the same model, which draws such a row with the model's own decoder. With one replica per
+model (the default) every row is drawn with its own.
+
 Every wait is bounded: a replica that dies ends its own rows' records and results with a
 `DecodeError` saying so (Serve starts a new replica; the other rows are not touched), and a
 row without a record for `idle_timeout` seconds fails the same way.
@@ -28,14 +35,14 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import ray
 import torch
 from ray import serve
 
 import scd_core
-from scd_core.client import DecodeError, RowResult, pack_record, unpack_record
+from scd_core.client import DecodeError, DecoderBook, Frames, ModelInfo, RowResult, pack_record, unpack_record
 from scd_core.decoding import Plan, validate_seeds
 from scd_core.distributed.bench import connect
 from scd_core.serve import Server
@@ -57,11 +64,22 @@ class DecodeReplica:
         self.model = scd_core.load_model(model, **load_kwargs)
         self.server = Server(self.model, max_batch=max_batch)
         self.name = ray.get_runtime_context().get_actor_name()
+        self.running: dict[str, object] = {}          # row id -> its Request, while it runs
+        self.decoders = DecoderBook(running=lambda rid: getattr(self.running.get(rid), "decode", None))
+        self.model_name = model
 
     def shape(self) -> dict:
         return {"grid": tuple(int(g) for g in self.model.grid), "vocab_size": int(self.model.vocab_size)}
 
-    async def decode(self, prompt: str, seed: int, settings: Settings):
+    def info(self) -> ModelInfo:
+        return ModelInfo.of(self.model_name, self.model)
+
+    def pictures(self, canvases, size, requests, clip: bool) -> Frames:
+        """`DecodeClient.pictures` on this replica (its rows' own decoders, else the model's)."""
+        with self.server.device_lock:
+            return self.decoders.pictures(self.model, torch.from_numpy(canvases), size, requests, clip)
+
+    async def decode(self, prompt: str, seed: int, settings: Settings, row: str | None = None):
         """("replica", actor name), then ("records", [packed record, ...], [rows in each one's
         pass]) about every GATHER seconds (`scd_core.client.pack_record`: what each pass
         changed), then ("result", RowResult) or ("error", message)."""
@@ -78,6 +96,8 @@ class DecodeReplica:
         except ValueError as exc:
             yield ("error", f"{exc}")
             return
+        if row is not None:
+            self.running[row] = request
         request.future.add_done_callback(lambda future: put("end", future.exception()))
         try:
             while True:
@@ -100,6 +120,9 @@ class DecodeReplica:
                     return
         finally:
             request.cancel()          # cancelled by the client (or gone): it leaves at the next pass boundary
+            if row is not None:
+                self.decoders.ended(row, request.decode, self.model)
+                self.running.pop(row, None)
 
 
 def application(model: str, *, replicas: int = 1, autoscale: tuple[int, int] | None = None,
@@ -183,7 +206,7 @@ class RayClient:
         validate_seeds(seed, 1)
         Plan.of(settings, _Shape(**shape))            # what depends on the model (a video grid, ...)
         rid = uuid.uuid4().hex
-        row = _Row(handle.options(stream=True).decode.remote(prompt, seed, settings))
+        row = _Row(handle.options(stream=True).decode.remote(prompt, seed, settings, rid))
         row.size = torch.Size(shape["grid"]).numel()
         row.tokens = torch.full((1, row.size), -1, dtype=torch.long)   # the row's canvas, rebuilt from its records
         self._rows[rid] = row
@@ -284,6 +307,35 @@ class RayClient:
         row = self._row(request)
         self._wait(row, lambda: row.replica is not None or row.ended, time.monotonic() + timeout)
         return row.replica
+
+    def model_info(self, model: str) -> ModelInfo:
+        """What a front end must know of the model, from a replica (deployed if needed)."""
+        handle, _ = self._app(model)
+        return handle.info.remote().result(timeout_s=START_TIMEOUT)
+
+    def pictures(self, model: str, canvases: torch.LongTensor, size: int | None = None,
+                 requests: Sequence[str | None] | None = None, clip: bool = False) -> Frames:
+        """Canvases of `model` decoded on a replica (module docstring: which decoder)."""
+        if not isinstance(canvases, torch.Tensor) or canvases.dtype != torch.long or canvases.dim() != 2:
+            raise ValueError(f"canvases: expected a LongTensor [rows, tokens], got "
+                             f"{getattr(canvases, 'dtype', type(canvases).__name__)}")
+        handle, _ = self._app(model)
+        requests = None if requests is None else [r if isinstance(r, str) else None for r in requests]
+        try:
+            return handle.pictures.remote(canvases.numpy(), size, requests, bool(clip)).result(
+                timeout_s=self.idle_timeout)
+        except ValueError:
+            raise
+        except Exception as exc:                      # noqa: BLE001 - the replica's refusal or loss
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, ValueError):
+                raise cause from None
+            raise DecodeError(f"the decode service could not draw this picture ({type(exc).__name__}); "
+                              "please try again") from exc
+
+    def decoder(self, request: str) -> str:
+        """How `pictures` names the row's own decoder (kept on its replica): its request id."""
+        return request
 
     def forget(self, request: str) -> None:
         """Drop an ended request's records (a long-running client calls this once it has its result)."""

@@ -154,6 +154,8 @@ def _ramp(keys: list[tuple[int, int, int]], shades: int) -> torch.Tensor:
 
 
 class TextureSession:
+    compilable = True                                   # `step` is tensor code alone: it compiles with the pass
+
     def __init__(self, model: TextureModel, prompts: list[str], cfg_scale: float):
         self.model, self.cfg_scale = model, cfg_scale
         B, S = len(prompts), model.shades

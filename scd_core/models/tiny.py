@@ -298,6 +298,8 @@ class TinyGPT(nn.Module):
 class TinySession(GuidedRows):
     """Batch decoding state with a static position-indexed KV cache (see module docstring)."""
 
+    compilable = True                                   # `step` is tensor code alone: it compiles with the pass
+
     def __init__(self, model: "TinyModel", prompts: Sequence[str], cfg_scale: float) -> None:
         self.model, self.gpt = model, model.gpt
         self.batch = len(prompts)
@@ -354,10 +356,11 @@ class TinySession(GuidedRows):
         start = torch.as_tensor(start, device=tokens.device).reshape(-1)
         if start.shape[0] != self.batch:
             raise ValueError(f"start: expected {self.batch} entries, got {start.shape[0]}")
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= v):
-            raise ValueError(f"tokens: values must lie in [0, {v})")
-        if int(start.min()) < 0 or int(start.max()) > n:
-            raise ValueError(f"start: positions must lie in [0, {n}], got {start.tolist()}")
+        if not torch.compiler.is_compiling():           # the values' checks read them on the host
+            if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= v):
+                raise ValueError(f"tokens: values must lie in [0, {v})")
+            if int(start.min()) < 0 or int(start.max()) > n:
+                raise ValueError(f"start: positions must lie in [0, {n}], got {start.tolist()}")
         w = tokens.shape[1]
         dev = self.pos_table.device
         # Sequence position of generated position start+j is start+j+1; positions past the
@@ -366,7 +369,7 @@ class TinySession(GuidedRows):
         write_pos = seq_pos.clamp(max=n)
         if self.guided:
             tokens, write_pos = torch.cat([tokens, tokens]), torch.cat([write_pos, write_pos])
-        with torch.inference_mode():
+        with torch.no_grad():                       # (not inference_mode: it compiles)
             x = self.gpt.tok_emb(tokens.to(dev)) + self.pos_table[write_pos]
             logits = self._run(x, write_pos)
         self.tree = None

@@ -1,0 +1,229 @@
+"""The page's ZeroGPU path on a CPU: the page imported as a ZeroGPU Space imports it, with the
+calls of `@spaces.GPU` run as `spaces` 0.51.3 runs them on ZeroGPU, minus the GPU.
+
+What `spaces` does there (spaces/zero/wrappers.py) and what this does alike: a decorated
+function's call is scheduled for `duration(*inputs)` seconds, then runs in a child process
+forked from the page's, one kept per decorated function and GPU and reused while idle (here:
+one idle child reused, another forked when it is busy); the call's inputs go to the child
+pickled, and each value it yields comes back pickled (a value that does not pickle fails the
+call). What cannot be done without a GPU and a CUDA build of torch: the real scheduling, the
+emulation of CUDA in the page's process (`spaces` reads torch.version.cuda and patches
+torch._C._cuda_init, which a CPU build has not) and the move of the page's tensors to the
+GPU in the child. The real `spaces.GPU` is still called on each function, off ZeroGPU, where
+it must hand the function back unchanged.
+
+Run as a script (SCD_DECODE=call; `python tests/zerogpu_calls.py LOG`), it serves Generate,
+the race, Stop, replay, export, a race sample and the lossless view on the embedded models
+through the page's handlers, with every model operation (start, step, decode) written to LOG
+with the process and thread that ran it, and prints one JSON line of what it saw.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import pickle
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repository: app, demo, scd_core
+
+import spaces  # noqa: E402
+
+PAGE = os.getpid()
+CONTEXT = multiprocessing.get_context("fork")          # as spaces: multiprocessing.get_context('fork')
+DECORATED: list[str] = []
+DURATIONS: list[tuple[str, int]] = []
+CHILDREN: set[int] = set()
+_real_gpu = spaces.GPU
+
+
+class CallProcess:
+    """A forked child that runs the calls it is sent, one at a time, as spaces' Worker."""
+
+    def __init__(self, task) -> None:
+        self.calls, self.results = CONTEXT.SimpleQueue(), CONTEXT.SimpleQueue()
+        self.process = CONTEXT.Process(target=self._serve, args=(task,), daemon=True)
+        self.process.start()
+        CHILDREN.add(self.process.pid)
+
+    def _serve(self, task) -> None:
+        import torch
+        torch.set_num_threads(1)
+        while True:
+            args, kwargs = pickle.loads(self.calls.get())
+            try:
+                for value in task(*args, **kwargs):
+                    self.results.put(("ok", pickle.dumps(value)))     # what does not pickle fails the call
+                self.results.put(("end", None))
+            except Exception:                                          # noqa: BLE001: told to the page
+                self.results.put(("error", traceback.format_exc()))
+
+
+def emulated(task, duration):
+    """`task` (a generator function) as spaces' generator_function_wrapper runs it on ZeroGPU."""
+    idle: list[CallProcess] = []
+    lock = threading.Lock()
+
+    def handler(*args, **kwargs):
+        DURATIONS.append((args[0], duration(*args, **kwargs)))
+        payload = pickle.dumps((args, kwargs))
+        with lock:
+            worker = idle.pop() if idle else None
+        worker = worker or CallProcess(task)
+        worker.calls.put(payload)
+        while True:
+            kind, value = worker.results.get()
+            if kind == "ok":
+                yield pickle.loads(value)
+            elif kind == "end":
+                break
+            else:
+                raise RuntimeError(f"the GPU call failed:\n{value}")
+        with lock:
+            idle.append(worker)
+    return handler
+
+
+def GPU(task=None, *, duration=None, size=None):
+    def wrap(fn):
+        assert _real_gpu(duration=duration)(fn) is fn          # off ZeroGPU: the function itself
+        DECORATED.append(fn.__name__)
+        return emulated(fn, duration)
+    return wrap(task) if callable(task) else wrap
+
+
+spaces.GPU = GPU
+
+
+# --------------------------------------------------------------------- watched models
+
+class Log:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def write(self, what: str) -> None:
+        line = f"{os.getpid()} {threading.current_thread().name} {what}\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+
+class WatchedSession:
+    def __init__(self, session, log: Log) -> None:
+        self._session, self._log = session, log
+        self.first_logits = session.first_logits
+
+    def step(self, tokens, start):
+        self._log.write("step")
+        return self._session.step(tokens, start)
+
+    def __getattr__(self, name):
+        return getattr(self._session, name)
+
+
+class Watched:
+    """A model whose every start, step and decode is written down (process and thread)."""
+
+    def __init__(self, model, log: Log) -> None:
+        self._model, self._log = model, log
+        self.grid, self.vocab_size = model.grid, model.vocab_size
+
+    def start(self, prompts, cfg_scale):
+        self._log.write("start")
+        return WatchedSession(self._model.start(prompts, cfg_scale), self._log)
+
+    def decode(self, tokens):
+        self._log.write("decode")
+        return self._model.decode(tokens)
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+
+def main(log_path: str) -> dict:
+    import torch
+
+    import app
+    from demo import servers
+    from types import SimpleNamespace
+
+    torch.set_num_threads(1)
+    log, seen = Log(log_path), {"threads": set(), "cuda": False}
+    lazy_init = torch.cuda._lazy_init
+
+    def cuda_init():                                  # every CUDA use starts here (it raises on this CPU build)
+        log.write("cuda")
+        return lazy_init()
+    torch.cuda._lazy_init = cuda_init
+    app.STOPS = servers.Stops(shared=True)           # as on ZeroGPU (SPACES_ZERO_GPU set)
+    for name in ("texture", "tiny", "tiny-video"):
+        app.MODELS.put(name, Watched(app.MODELS.get(name), log))
+
+    def watch() -> None:                             # the page's threads while the calls run
+        while not stop_watching.is_set():
+            seen["threads"] |= {t.name for t in threading.enumerate()}
+            seen["cuda"] |= torch.cuda.is_initialized()
+            time.sleep(0.01)
+    stop_watching = threading.Event()
+    watcher = threading.Thread(target=watch, name="watcher", daemon=True)
+    watcher.start()
+
+    visitor = SimpleNamespace(session_hash="visitor")
+    inputs = dict(texture=(16, "random"), tiny=(16, "random"), **{"tiny-video": (32, "repeat-frame")})
+    out: dict = {"models": {}}
+    for name, (window, init) in inputs.items():
+        prompt = app.MODELS.examples(name)[0]
+        d, sampling, _ = app.MODELS.defaults(name)
+        values = [name, "scd-mc", window, init, sampling["temperature"], sampling["top_k"], sampling["top_p"],
+                  sampling["cfg_scale"], 0, prompt, 0.0, 2, None, "", None]
+        problems = app.problems(*values)
+        generated = list(app.generate_stream(*values, request=visitor))
+        last = next(u[app.last_run] for u in reversed(generated) if app.last_run in u)
+        status = next(u[app.status] for u in reversed(generated) if app.status in u)
+        raced = list(app.race_stream(*values, request=visitor))
+        race_status = next(u[app.race_status] for u in reversed(raced) if app.race_status in u)
+        state = next(u[app.race_state] for u in reversed(raced) if app.race_state in u)
+        replay = app.replay_view(3, last)
+        mp4, files = app.export_run(last)
+        sample = app.show_race_sample(2, state)
+        out["models"][name] = {
+            "problems": problems, "status": status, "race": race_status,
+            "decode": last["decode"], "replay": list(replay[0].shape), "export": [os.path.getsize(f) for f in files],
+            "sample": [list(v.shape) for v in sample.values()]}
+        app.on_model_change(name)
+        app.prompt_words(name, prompt)
+        app.check_generate(*values, {}, None, [])     # the quick check of a click
+
+    lossless = list(app.lossless_run("tiny", "scd-mc", 16, "random", 1.0, 100, 1.0, 3.0, 0, "red heart", 16,
+                                     request=visitor))
+    out["lossless"] = next(u[app.loss_status] for u in reversed(lossless) if app.loss_status in u)
+
+    stopped: dict = {}                               # a slow race, stopped from the page's process
+    slow = ["tiny", "scd-mc", 16, "random", 1.0, 100, 1.0, 3.0, 0, "red heart", 2.0, 2, None, "", None]
+    runner = threading.Thread(target=lambda: stopped.setdefault("updates", list(app.race_stream(
+        *slow, ticket=time.time() * 1000, request=SimpleNamespace(session_hash="stopper")))))
+    runner.start()
+    time.sleep(20)
+    clicked = time.time()
+    app.stop(time.time() * 1000, request=SimpleNamespace(session_hash="stopper"))
+    runner.join(timeout=120)
+    out["stop"] = {"seconds": time.time() - clicked,
+                   "status": next(u[app.race_status] for u in reversed(stopped["updates"]) if app.race_status in u)}
+
+    stop_watching.set()
+    watcher.join()
+    out |= {"page": PAGE, "children": sorted(CHILDREN), "decorated": DECORATED,
+            "durations": DURATIONS, "threads": sorted(seen["threads"]), "cuda": seen["cuda"],
+            "kind": app.KIND, "client": type(app.REQUESTS.client).__name__,
+            "in_call": getattr(app.REQUESTS.client, "in_call", None)}
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1]), default=str))
