@@ -204,7 +204,7 @@ def accepted_length_figure(stats: TraceStats):
                          y=[1, 1], mode="lines", name="AR: 1 token per pass",
                          line=dict(color=METHOD_COLOURS["ar"], dash="dash", width=1.5), hoverinfo="skip"))
     return _figure(data, title("Tokens committed per pass", detail), "pass", "tokens", barmode="stack",
-                   bargap=0.1)
+                   bargap=0.1, showlegend=True)            # its colours named, one kind or several
 
 
 def flicker_figure(stats: TraceStats):

@@ -228,7 +228,9 @@ def run_summary(label: str, sample: Sample, wall: float, ar_wall: float | None, 
         speedup = stopped
     elif shared:
         speedup = f"not measured: this run's {shared_note(shared)} (the Race times each method alone)"
-    elif ar_wall and label != METHOD_LABELS["ar"] and wall > 0:
+    elif label == METHOD_LABELS["ar"]:
+        speedup = "1.00x: AR is the reference"
+    elif ar_wall and wall > 0:
         speedup = (f"{trace.latency_speedup(ar_wall, wall):.2f}x (against this session's AR run, "
                    f"{ar_wall:.2f} s)")
     else:

@@ -26,17 +26,11 @@ GENERATE_HINT = _text("generate_hint")
 RACE_HINT = _text("race_hint")
 WAITING = _text("waiting")
 STOPPED_EARLY = "**Stopped** before its first pass."     # in the queue, or before its row got one
-ERROR_HEADS = ("**Not started:**", "**Not finished:**")   # how a status line says a run failed
 
 
 def hint(text: str, name: str) -> str:
     """A tab's hint before a run, naming the model it will run."""
     return f"**{name}** · {text}"
-
-
-def is_error(said) -> bool:
-    """Whether a status line says that a run failed (it goes when the model changes)."""
-    return isinstance(said, str) and said.strip().startswith(ERROR_HEADS)
 
 
 def pace_info(fastest: float) -> str:

@@ -358,6 +358,7 @@ def test_ar_status_says_nothing_of_acceptance():
     said = final(updates, app.status)
     assert "done" in said and "no drafts (AR)" in said and "acceptance" not in said
     assert "| acceptance rate | no drafts (AR) |" in final(updates, app.summary)
+    assert "| latency speed-up | 1.00x: AR is the reference |" in final(updates, app.summary)
     sjd = final(list(app.generate_stream(*args(model="tiny", prompt="red heart", method="sjd"))), app.status)
     assert "acceptance" in sjd and "no drafts" not in sjd
 
