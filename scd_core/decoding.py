@@ -408,7 +408,8 @@ def generate(model: TokenModel, prompts: Sequence[str], method: str | None = Non
     """Decode one grid of tokens per prompt; returns a Run with tokens, NFE, images, trace.
     The keywords left out take their value from `settings` (by default `Settings()`:
     scd-mc, window 16, random init, temperature 1, no top-k/top-p, no guidance, no tree, eager).
-    `tree=(k, depth)` feeds k candidates at each of the first depth draft positions;
+    `tree=(k, depth)` feeds k candidates at each of the first depth draft positions (a full
+    k-ary tree: k + k^2 + ... + k^depth nodes after the last committed token, within the window);
     `compile=True` runs the pass compiled (`scd_core.compiled`: the same tokens)."""
     settings = settings_of(settings, method=method, window=window, init=init, temperature=temperature,
                            top_k=top_k, top_p=top_p, cfg_scale=cfg_scale, tree=tree, compile=compile)

@@ -19,7 +19,21 @@ class Session(Protocol):
     `step(tokens [B, W], start [B])` feeds `tokens[b, j]` at generated position
     `start[b] + j`, first forgetting anything fed earlier at positions >= start[b] of that
     row, and returns logits [B, W, V] where `logits[b, j]` predicts position
-    `start[b] + j + 1`. One call is one forward pass.
+    `start[b] + j + 1`. One call is one forward pass. Return float32 logits (a model
+    computing in bfloat16 casts them; the engine upcasts any other dtype itself).
+
+    What the engine passes (docs/models.md, "What the engine guarantees"):
+    - `start[b]` is never past what row b holds (the positions fed and not forgotten): no
+      gap is ever left. It is usually smaller: after a rejection the row re-feeds from its
+      last committed token, forgetting the rejected drafts; near the end of the grid the
+      window is moved back to end at the last position, re-feeding committed tokens; and it
+      may be smaller than the previous call's start (the window can grow between passes).
+      Rows of a batch have their own starts.
+    - No token is fed at a position past the grid (>= N, the grid's token count): the logits
+      of a token at N - 1 predict a position past it and are never read (any values do).
+    - Rows that have finished their grid stay in the batch while others decode, re-fed
+      their last committed tokens, until the whole batch is done (or, when serving, until
+      they leave through `keep_rows`).
     """
 
     first_logits: torch.Tensor
@@ -64,6 +78,24 @@ class TreeSession(Session, Protocol):
     with -1 at the end). Row b keeps node `nodes[b, i]` as position `start[b] + i` and
     forgets every other node of that call, without feeding anything: afterwards the session
     is exactly as if the path had been fed by `step`.
+
+    What the engine passes with `tree=(k, depth)` (depth > 0, a drafting method), besides
+    what `Session` says of `start`:
+    - every pass is one `step_tree` followed by one `keep_path`, never `step`: also on the
+      last pass, for rows that have finished (their path is the committed tokens they were
+      re-fed), and when a pass's tree is only a chain (near the end of the grid, or a grid
+      shorter than the window);
+    - the nodes of a pass: T = L, the window, of which the tree is 1 + k + ... + k^depth
+      nodes (the root, and k^d nodes at depth d), and the rest continues the first branch as
+      a chain; the same parents for every row. (When the grid is shorter than that main
+      line, every pass is the main line alone, a chain of at most N nodes.)
+    - the node order: the main line first (node j at depth j for j < T - (k + ... + k^depth
+      - depth): the root, the first branch of each tree level, then the chain), then level
+      by level the other nodes of each tree level;
+    - siblings may carry the same token: a row not fed a tree in this pass (near the end of
+      the grid, or finished) and a position with fewer than k tokens to draft from get
+      placeholder nodes repeating the main line's token at their depth. Their logits are
+      never read, but they are nodes like any other (nothing may assume siblings differ).
     """
 
     def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,

@@ -12,6 +12,16 @@ os.environ["SCD_DECODE"] = "local"
 torch.set_num_threads(int(os.environ.get("SCD_TEST_THREADS", "1")))
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` run where a CUDA GPU is present and are skipped, saying so, elsewhere."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="module")
 def url():
     """The demo page served on loopback for the module's gradio_client tests."""

@@ -16,7 +16,8 @@ answers what huggingface_hub asks while it downloads a snapshot:
 A repository not served answers 404 `X-Error-Code: RepoNotFound`, a gated one 401
 `GatedRepo`, a missing file 404 `EntryNotFound`. `break_file(path)` makes every transfer of
 that file stop halfway (the server closes the connection); `repair(path)` undoes it. Every
-request is recorded in `requests` as (method, path).
+request is recorded in `requests` as (method, path). A file is bytes, or a `Path` read from
+disk in pieces when served (`add_folder(..., on_disk=True)`: checkpoints of many gigabytes).
 
 Run as a script (`python tests/fakehub.py load NAME ...`), it is the client side of the tests:
 it loads registry models in a fresh process, so that HF_ENDPOINT / HF_HOME / HF_HUB_OFFLINE
@@ -39,15 +40,42 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LFS_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".jit")
+PIECE = 8 * 2**20                                     # bytes read from disk at a time
 
 
-def git_blob_id(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+def pieces(data: bytes | Path, start: int = 0, stop: int | None = None):
+    """The bytes [start, stop) of a file, in pieces of at most PIECE bytes."""
+    if isinstance(data, bytes):
+        yield data[start:stop]
+        return
+    stop = data.stat().st_size if stop is None else stop
+    with open(data, "rb") as f:
+        f.seek(start)
+        while start < stop:
+            piece = f.read(min(PIECE, stop - start))
+            if not piece:
+                return
+            start += len(piece)
+            yield piece
+
+
+class Blob:
+    """A served file's size and digests (the git blob id and the LFS sha256), computed once."""
+
+    def __init__(self, data: bytes | Path) -> None:
+        self.data = data
+        self.size = len(data) if isinstance(data, bytes) else data.stat().st_size
+        sha1, sha256 = hashlib.sha1(b"blob %d\0" % self.size), hashlib.sha256()
+        for piece in pieces(data):
+            sha1.update(piece)
+            sha256.update(piece)
+        self.oid, self.sha256 = sha1.hexdigest(), sha256.hexdigest()
 
 
 class FakeHub:
     def __init__(self) -> None:
-        self.repos: dict[str, dict[str, bytes]] = {}
+        self.repos: dict[str, dict[str, bytes | Path]] = {}
+        self._blobs: dict[tuple[str, str], Blob] = {}
         self.gated: set[str] = set()
         self.broken: set[str] = set()
         self.requests: list[tuple[str, str]] = []
@@ -68,17 +96,24 @@ class FakeHub:
         self._server.server_close()
 
     # -- content ---------------------------------------------------------------
-    def add_repo(self, repo_id: str, files: dict[str, bytes]) -> None:
+    def add_repo(self, repo_id: str, files: dict[str, bytes | Path]) -> None:
         self.repos[repo_id] = dict(files)
+        self._blobs.update({(repo_id, path): Blob(data) for path, data in files.items()})
 
-    def add_folder(self, repo_id: str, folder: Path, extra: dict[str, bytes] | None = None) -> None:
-        files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    def add_folder(self, repo_id: str, folder: Path, extra: dict[str, bytes] | None = None,
+                   on_disk: bool = False) -> None:
+        """Serve the files under `folder` (read now, or from disk when asked with `on_disk`)."""
+        files = {p.relative_to(folder).as_posix(): p if on_disk else p.read_bytes()
+                 for p in sorted(folder.rglob("*")) if p.is_file()}
         self.add_repo(repo_id, {**files, **(extra or {})})
+
+    def blob(self, repo_id: str, path: str) -> Blob:
+        return self._blobs[(repo_id, path)]
 
     def commit(self, repo_id: str) -> str:
         digest = hashlib.sha1()
-        for path, data in sorted(self.repos[repo_id].items()):
-            digest.update(path.encode() + b"\0" + hashlib.sha256(data).digest())
+        for path in sorted(self.repos[repo_id]):
+            digest.update(path.encode() + b"\0" + bytes.fromhex(self.blob(repo_id, path).sha256))
         return digest.hexdigest()
 
     def break_file(self, path: str) -> None:
@@ -89,7 +124,7 @@ class FakeHub:
 
     def fetched(self, repo_id: str) -> set[str]:
         """The files of `repo_id` whose bytes were requested (resolve GETs and CDN GETs)."""
-        by_sha = {hashlib.sha256(d).hexdigest(): p for p, d in self.repos.get(repo_id, {}).items()}
+        by_sha = {self.blob(repo_id, p).sha256: p for p in self.repos.get(repo_id, {})}
         out = set()
         for method, path in self.requests:
             if method != "GET":
@@ -136,7 +171,7 @@ def _handler(hub: FakeHub):
                 return self._cdn(m.group(1), head)
             self._send(404, b"not found")
 
-        def _repo(self, repo_id: str) -> dict[str, bytes] | None:
+        def _repo(self, repo_id: str) -> dict[str, bytes | Path] | None:
             if repo_id not in hub.repos:
                 self._send(404, b"Repository not found", {"X-Error-Code": "RepoNotFound",
                                                           "X-Error-Message": "Repository not found"})
@@ -157,11 +192,11 @@ def _handler(hub: FakeHub):
                         "siblings": [{"rfilename": p} for p in sorted(files)]}
             else:
                 body = []
-                for p, data in sorted(files.items()):
-                    entry = {"type": "file", "path": p, "size": len(data), "oid": git_blob_id(data)}
+                for p in sorted(files):
+                    blob = hub.blob(repo_id, p)
+                    entry = {"type": "file", "path": p, "size": blob.size, "oid": blob.oid}
                     if hub.is_lfs(p):
-                        entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data),
-                                        "pointerSize": 134}
+                        entry["lfs"] = {"oid": blob.sha256, "size": blob.size, "pointerSize": 134}
                     body.append(entry)
             self._send(200, json.dumps(body).encode(), {"Content-Type": "application/json"})
 
@@ -173,40 +208,39 @@ def _handler(hub: FakeHub):
             if path not in files:
                 self._send(404, b"Entry not found", {**commit, "X-Error-Code": "EntryNotFound"})
                 return
-            data = files[path]
+            blob = hub.blob(repo_id, path)
             if hub.is_lfs(path):
-                sha = hashlib.sha256(data).hexdigest()
-                self._send(302, b"", {**commit, "Location": f"{hub.cdn}/cdn/{sha}", "X-Linked-Etag": f'"{sha}"',
-                                      "X-Linked-Size": str(len(data)), "ETag": f'"{git_blob_id(data)}"'})
+                self._send(302, b"", {**commit, "Location": f"{hub.cdn}/cdn/{blob.sha256}",
+                                      "X-Linked-Etag": f'"{blob.sha256}"', "X-Linked-Size": str(blob.size),
+                                      "ETag": f'"{blob.oid}"'})
                 return
-            self._send(200, b"" if head else data, {**commit, "ETag": f'"{git_blob_id(data)}"'},
-                       length=len(data))
+            self._send(200, b"" if head else blob.data, {**commit, "ETag": f'"{blob.oid}"'}, length=blob.size)
 
         def _cdn(self, sha: str, head: bool) -> None:
-            found = [(p, d) for files in hub.repos.values() for p, d in files.items()
-                     if hashlib.sha256(d).hexdigest() == sha]
+            found = [(p, blob) for (_, p), blob in hub._blobs.items() if blob.sha256 == sha]
             if not found:
                 self._send(404, b"no such object")
                 return
-            path, data = found[0]
+            path, blob = found[0]
             start = 0
             m = re.match(r"bytes=(\d+)-", self.headers.get("Range", ""))
             if m:
                 start = int(m.group(1))
             status = 206 if start else 200
-            headers = {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"} if start else {}
-            body = data[start:]
+            headers = {"Content-Range": f"bytes {start}-{blob.size - 1}/{blob.size}"} if start else {}
+            length = blob.size - start
             if head:
-                self._send(status, b"", headers, length=len(body))
+                self._send(status, b"", headers, length=length)
                 return
             if path in hub.broken:                  # stop halfway: the client sees a short body
-                half = len(data) // 2
-                self._send(status, body[: max(0, half - start)], headers, length=len(body), cut=True)
+                half = blob.size // 2
+                self._send(status, blob.data, headers, length=length, cut=True, span=(start, max(start, half)))
                 return
-            self._send(status, body, headers)
+            self._send(status, blob.data, headers, length=length, span=(start, blob.size))
 
-        def _send(self, status: int, body: bytes, headers: dict | None = None, length: int | None = None,
-                  cut: bool = False) -> None:
+        def _send(self, status: int, body: bytes | Path, headers: dict | None = None, length: int | None = None,
+                  cut: bool = False, span: tuple[int, int] | None = None) -> None:
+            """Send `body` (bytes [span) of it when given), announcing `length` bytes."""
             self.send_response(status)
             for k, v in (headers or {}).items():
                 self.send_header(k, v)
@@ -214,8 +248,9 @@ def _handler(hub: FakeHub):
             if cut:
                 self.send_header("Connection", "close")
             self.end_headers()
-            if self.command != "HEAD" and body:
-                self.wfile.write(body)
+            if self.command != "HEAD":
+                for piece in pieces(body, *(span or (0, None))):
+                    self.wfile.write(piece)
             if cut:
                 self.wfile.flush()
                 self.close_connection = True

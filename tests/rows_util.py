@@ -11,18 +11,15 @@ import math
 import torch
 
 import scd_core
+from scd_core import testing
 from scd_core.protocols import can_resize
 from scd_core.serve import Scheduler
 
 
 def assert_close_logits(got: torch.Tensor, want: torch.Tensor, what: str, rel: float = 1e-4) -> None:
-    """Equal to `rel` times the logits' scale (float32 rounding of a reordered attention);
-    -inf (a token a model rules out) where and only where it is expected."""
-    finite = torch.isfinite(want)
-    assert torch.equal(finite, torch.isfinite(got)), f"{what}: -inf at other tokens"
-    assert torch.equal(got[~finite], want[~finite]), f"{what}: other infinities"
-    scale = max(1.0, float(want[finite].abs().max())) if bool(finite.any()) else 1.0
-    torch.testing.assert_close(got[finite], want[finite], atol=rel * scale, rtol=0, msg=lambda m: f"{what}: {m}")
+    """`scd_core.testing.assert_close_logits` at 1e-4 of the logits' scale (float32 rounding of
+    a reordered attention)."""
+    testing.assert_close_logits(got, want, what, rel)
 
 
 def _starts(fed: torch.Tensor, back: list[int], W: int, N: int) -> torch.Tensor:

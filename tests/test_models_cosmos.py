@@ -15,7 +15,7 @@ from scd_core.models import cosmos
 from scd_core.models.cosmos import tokenizer as dv
 from fakehub import empty_hub_cache  # noqa: F401  (fixture: offline, empty Hugging Face cache)
 import rows_util
-import tree_util
+from scd_core import testing
 
 LEVELS = [3, 4, 5]                       # tiny FSQ: 60 codes
 TINY = cosmos.CosmosConfig(dim=48, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=12,
@@ -191,7 +191,8 @@ class TinyEncoder(nn.Module):
     def forward(self, x: torch.Tensor):
         b, c, t, h, w = x.shape
         rest = x[:, :, 1:].reshape(b, c, (t - 1) // 8, 8, h, w).mean(3)
-        z = F.avg_pool3d(torch.cat([x[:, :, :1], rest], 2), (1, 16, 16))
+        z = torch.cat([x[:, :, :1], rest], 2)                 # 16 x 16 mean pooling (any dtype)
+        z = z.reshape(b, c, z.shape[2], h // 16, 16, w // 16, 16).mean((4, 6))
         z = torch.tanh(self.proj(z))
         lv = self.levels.view(1, -1, 1, 1, 1)
         half = torch.floor(lv / 2)
@@ -592,8 +593,7 @@ def test_kept_rows_equal_an_untouched_session(video_model, clips):
         s.add_rows(["/no/such/clip.mp4"])
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_video2world_rows_join_with_their_text_states(device):
     model = cosmos.CosmosVideoModel(cosmos.random_model(TINY_V2W, device=device, std=0.2), device=device)
     g = torch.Generator().manual_seed(9)
@@ -680,11 +680,11 @@ def test_a_runs_images_follow_its_own_clip_whatever_ran_since(video_model, clips
 
 
 def test_tree_of_drafts_equals_its_paths_fed_as_chains(video_model, clips, tmp_path, tiny_folder):
-    """The tree contract (tests/tree_util.py): 3-D RoPE at each node's depth; Video2World also
+    """The tree contract (scd_core.testing): 3-D RoPE at each node's depth; Video2World also
     with its absolute position embeddings and text cross-attention."""
-    tree_util.check_tree_session(video_model, clips[:2], 1.0)
+    testing.check_tree_session(video_model, clips[:2], 1.0)
     from transformers import T5Config, T5EncoderModel
     t5 = T5EncoderModel(T5Config(vocab_size=32, d_model=16, d_kv=4, num_heads=2, num_layers=1, d_ff=32)).eval()
     v2w = cosmos.CosmosVideoModel(cosmos.random_model(TINY_V2W, std=0.2), tokenizer=video_model.tokenizer,
                                   text_encoder=(FakeT5Tokenizer(), t5))
-    tree_util.check_tree_session(v2w, [clips[0] + "|a red car", clips[1] + "|a blue boat at night"], 1.0)
+    testing.check_tree_session(v2w, [clips[0] + "|a red car", clips[1] + "|a blue boat at night"], 1.0)

@@ -9,7 +9,7 @@ from scd_core.models.checkpoints import WeightsNotFoundError  # noqa: E402
 from scd_core.models import model_status  # noqa: E402
 from fakehub import empty_hub_cache  # noqa: E402,F401  (fixture: offline, empty Hugging Face cache)
 import rows_util  # noqa: E402
-import tree_util  # noqa: E402
+from scd_core import testing  # noqa: E402
 
 K = 64                       # visual codes
 H, W = 3, 4                  # grid: rows of 4 codes, each closed by an end-of-line token
@@ -247,7 +247,7 @@ def test_bad_grid_arguments():
         emu3_mod.Emu3TokenModel(model, None, encode=encode)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_cuda_bf16_step_and_run():
     """GPU check: the adapter on CUDA in bfloat16 (device moves, masks, float32 logits)."""
     import scd_core
@@ -293,7 +293,7 @@ def test_scheduler_rows_join_and_leave_with_greedy_tokens_of_ar_alone(tm):
     rows_util.check_scheduler_greedy(tm, joins, cfg_scale=3.0, window=4)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_cuda_rows_join_and_leave():
     """GPU check: rows join and leave a session on CUDA (float32, so the logits compare exactly)."""
     gpu = emu3_mod.Emu3TokenModel(tiny_emu3().to("cuda"), encode=encode, grid=(H, W), negative_prompt=NEG,
@@ -304,6 +304,6 @@ def test_cuda_rows_join_and_leave():
 
 @pytest.mark.parametrize("cfg_scale", [1.0, 3.0])
 def test_tree_of_drafts_equals_its_paths_fed_as_chains(tm, cfg_scale):
-    """The tree contract (tests/tree_util.py) with rows of 4 codes: trees cross row ends, so
+    """The tree contract (scd_core.testing) with rows of 4 codes: trees cross row ends, so
     end-of-line entries sit between a node and its children."""
-    tree_util.check_tree_session(tm, PROMPTS, cfg_scale)
+    testing.check_tree_session(tm, PROMPTS, cfg_scale)

@@ -8,7 +8,7 @@ from scd_core.models import janus as janus_mod  # noqa: E402
 from scd_core.models.checkpoints import WeightsNotFoundError  # noqa: E402
 from fakehub import empty_hub_cache  # noqa: E402,F401  (fixture: offline, empty Hugging Face cache)
 import rows_util  # noqa: E402
-import tree_util  # noqa: E402
+from scd_core import testing  # noqa: E402
 
 BOS, EOS, PAD, BOI = 1, 2, 0, 298
 V_IMG = 128
@@ -277,7 +277,7 @@ def test_pixels_to_pil_maps_minus_one_to_one_onto_0_255():
     assert np.asarray(janus_mod._to_pil(image)).tolist() == [[[0, 127, 255], [0, 191, 255]]]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_cuda_bf16_step_and_run():
     """GPU check: the adapter on CUDA in bfloat16 (device moves, masks, float32 logits)."""
     import scd_core
@@ -335,7 +335,7 @@ def test_scheduler_rows_join_and_leave_with_greedy_tokens_of_ar_alone(tm):
     rows_util.check_scheduler_greedy(tm, joins, cfg_scale=5.0, window=4)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_cuda_rows_join_and_leave():
     """GPU check: rows join and leave a session on CUDA (float32, so the logits compare exactly)."""
     gpu = janus_mod.JanusTokenModel(tiny_janus().to("cuda"), encode=encode, bos_token_id=BOS,
@@ -346,15 +346,15 @@ def test_cuda_rows_join_and_leave():
 
 @pytest.mark.parametrize("cfg_scale", [1.0, 5.0])
 def test_tree_of_drafts_equals_its_paths_fed_as_chains(tm, cfg_scale):
-    """The tree contract (tests/tree_util.py) through public inputs: a 4-D mask, position ids
+    """The tree contract (scd_core.testing) through public inputs: a 4-D mask, position ids
     at each node's depth, the kept path gathered in the DynamicCache and the rest cropped."""
-    tree_util.check_tree_session(tm, PROMPTS, cfg_scale)
+    testing.check_tree_session(tm, PROMPTS, cfg_scale)
 
 
 def test_keep_path_leaves_a_cache_as_long_as_the_sequence(tm):
     """For a batch of one, the cache after keep_path holds the prompt and the kept path only."""
     s = tm.start(PROMPTS[:1], 1.0)
     tokens = torch.randint(0, V_IMG, (1, 8), generator=torch.Generator().manual_seed(3))
-    s.step_tree(tokens, torch.tensor([tree_util.BREADTH_FIRST]), torch.tensor([0]))
+    s.step_tree(tokens, torch.tensor([testing.BREADTH_FIRST]), torch.tensor([0]))
     s.keep_path(torch.tensor([[0, 1, 3, -1]]))
     assert s.cache.get_seq_length() == len(encode(PROMPTS[0])) + 3

@@ -11,7 +11,7 @@ from scd_core.models import llamagen as lg
 from scd_core.models.llamagen import GPTConfig, LlamaGenTokenModel, Transformer, VQModel
 from fakehub import empty_hub_cache  # noqa: F401  (fixture: offline, empty Hugging Face cache)
 import rows_util
-import tree_util
+from scd_core import testing
 
 V = 24
 GRID = 4
@@ -289,7 +289,7 @@ def test_generate_runs_on_the_tiny_model(c2i, t2i):
         assert len(run.images) == 2
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["c2i", "t2i"])
 def test_cuda_bf16_matches_cpu_float32(c2i, t2i, kind):
     import copy
@@ -339,6 +339,7 @@ def spread(tm: LlamaGenTokenModel, std: float = 0.15) -> LlamaGenTokenModel:
     context, so greedy runs do not collapse onto one repeated token (a weak comparison)."""
     g = torch.Generator().manual_seed(5)
     gpt = Transformer(tm.cfg)
+    gpt.load_state_dict(tm.gpt.state_dict())    # buffers too (t2i's uncond_embedding): none from the global RNG
     with torch.no_grad():
         for p in gpt.parameters():
             if p.ndim >= 2:
@@ -354,7 +355,7 @@ def test_scheduler_rows_join_and_leave_with_greedy_tokens_of_ar_alone(c2i, t2i, 
                                      pixels=False)   # the tiny config has no VQ decoder
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_cuda_rows_join_and_leave(t2i):
     """GPU check: rows join and leave a session on CUDA (float32, so the logits compare exactly)."""
     import copy
@@ -366,6 +367,41 @@ def test_cuda_rows_join_and_leave(t2i):
 
 @pytest.mark.parametrize("kind,cfg", [("c2i", 4.0), ("t2i", 1.0), ("t2i", 7.5)])
 def test_tree_of_drafts_equals_its_paths_fed_as_chains(c2i, t2i, kind, cfg):
-    """The tree contract (tests/tree_util.py): 2-D RoPE at each node's depth, the text mask kept."""
+    """The tree contract (scd_core.testing): 2-D RoPE at each node's depth, the text mask kept."""
     tm = c2i if kind == "c2i" else t2i
-    tree_util.check_tree_session(tm, ["3", "7"] if kind == "c2i" else ["a red apple", "two cats"], cfg)
+    testing.check_tree_session(tm, ["3", "7"] if kind == "c2i" else ["a red apple", "two cats"], cfg)
+
+
+def test_text_encoders_read_the_encoder_of_a_t5_checkpoint(tmp_path):
+    """LlamaGen's FLAN-T5 and Cosmos' T5 encoders come from an encoder-decoder checkpoint
+    (`checkpoints.pretrained_converted`): the same states as transformers' own loading of
+    the encoder, in the dtype asked for, the embedding tied."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from transformers import PreTrainedTokenizerFast, T5Config, T5EncoderModel, T5ForConditionalGeneration
+
+    from scd_core.models import cosmos
+
+    config = T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                      feed_forward_proj="gated-gelu", tie_word_embeddings=False)
+    torch.manual_seed(0)
+    T5ForConditionalGeneration(config).save_pretrained(tmp_path)
+    tok = Tokenizer(WordLevel({"<pad>": 0, "</s>": 1, "<unk>": 2, **{f"w{i}": 3 + i for i in range(50)}},
+                              unk_token="<unk>"))
+    tok.pre_tokenizer = Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>",
+                            unk_token="<unk>").save_pretrained(tmp_path)
+    reference = T5EncoderModel.from_pretrained(tmp_path).eval()
+    ids = torch.tensor([[3, 9, 4, 1]])
+    want = reference(input_ids=ids).last_hidden_state
+    _, enc = cosmos.load_t5(str(tmp_path), torch.device("cpu"), torch.float32)
+    assert torch.equal(enc(input_ids=ids).last_hidden_state, want)
+    assert enc.encoder.embed_tokens.weight.data_ptr() == enc.shared.weight.data_ptr()
+    encode = lg.t5_text_encoder(str(tmp_path), "cpu", torch.bfloat16, max_length=6)
+    states, mask = encode(["w0 w6", "w1"])
+    assert states.dtype == torch.bfloat16 and states.shape == (2, 6, 32) and mask.tolist()[1] == [1, 0, 0, 0, 0, 0]
+    bf16 = T5EncoderModel.from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+    with torch.no_grad():
+        assert torch.equal(states[:1], bf16(input_ids=torch.tensor([[3, 9, 0, 0, 0, 0]]),
+                                             attention_mask=torch.tensor([[1, 1, 0, 0, 0, 0]])).last_hidden_state)

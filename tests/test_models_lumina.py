@@ -14,7 +14,7 @@ from scd_core.models import lumina  # noqa: E402
 from scd_core.models.lumina import LuminaLayout, LuminaTokenModel  # noqa: E402
 from fakehub import empty_hub_cache  # noqa: E402,F401  (fixture: offline, empty Hugging Face cache)
 import rows_util  # noqa: E402
-import tree_util  # noqa: E402
+from scd_core import testing  # noqa: E402
 
 N_CODES = 16
 LAYOUT = LuminaLayout(bos=0, sep=93, image_start=92, eoi=91, eol=90, grid_token_base=60, pad=1)
@@ -360,7 +360,7 @@ def test_generate_runs_on_the_tiny_model(tm):
     assert int(run.tokens.max()) < N_CODES
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_cuda_bf16_matches_cpu_float32(tm):
     import copy
     gpu = LuminaTokenModel(copy.deepcopy(tm.model).to("cuda", torch.bfloat16), encode, GRID,
@@ -400,7 +400,7 @@ def test_scheduler_rows_join_and_leave_with_greedy_tokens_of_ar_alone(tm):
     rows_util.check_scheduler_greedy(tm, joins, cfg_scale=3.0, window=4, pixels=False)   # no VQGAN here
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_cuda_rows_join_and_leave(tm):
     """GPU check: rows join and leave a session on CUDA (float32, so the logits compare exactly)."""
     import copy
@@ -411,6 +411,6 @@ def test_cuda_rows_join_and_leave(tm):
 
 @pytest.mark.parametrize("cfg_scale", [1.0, 3.0])
 def test_tree_of_drafts_equals_its_paths_fed_as_chains(tm, cfg_scale):
-    """The tree contract (tests/tree_util.py) with rows of 4 codes: trees cross row ends, so
+    """The tree contract (scd_core.testing) with rows of 4 codes: trees cross row ends, so
     end-of-row entries sit between a node and its children; prompts of different lengths."""
-    tree_util.check_tree_session(tm, ["a red apple", "two cats on a long sofa"], cfg_scale)
+    testing.check_tree_session(tm, ["a red apple", "two cats on a long sofa"], cfg_scale)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import tree_util
+from scd_core import testing
 from scd_core.models import tree as tr
 
 TREES = torch.tensor([[-1, 0, 0, 1, 1, 1, 2, 3],          # breadth first
@@ -109,4 +109,4 @@ def test_the_documented_example_model_passes_the_tree_checker():
     block = next(b for b in re.findall(r"^```python\n(.*?)^```", text, re.S | re.M) if "class Trigram" in b)
     space: dict = {}
     exec(compile(block, "docs/models.md", "exec"), space)
-    tree_util.check_tree_session(space["Trigram"](), ["a", "b"], 1.0)
+    testing.check_tree_session(space["Trigram"](), ["a", "b"], 1.0)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import scd_core
-import tree_util
+from scd_core import testing
 from scd_core import race
 from scd_core.models.texture import PALETTES, TextureModel
 from scd_core.sampling import SamplingConfig, processed_probs
@@ -96,6 +96,6 @@ def test_scd_needs_about_half_of_sjds_passes():
 
 
 def test_tree_nodes_see_their_own_path_only():
-    """The tree contract (tests/tree_util.py) on a grid of 3 columns: the token above a node's
+    """The tree contract (scd_core.testing) on a grid of 3 columns: the token above a node's
     next position lies on its own path, at different depths per row."""
-    tree_util.check_tree_session(TextureModel(shades=16, grid=(4, 3)), ["lava rings", "ice waves"], 2.0)
+    testing.check_tree_session(TextureModel(shades=16, grid=(4, 3)), ["lava rings", "ice waves"], 2.0)

@@ -15,7 +15,7 @@ import torch
 from scipy import stats
 
 import scd_core
-import tree_util
+from scd_core import testing
 from scd_core.models import tiny
 from scd_core.models.tiny import GPTConfig, TinyGPT, TinyModel, VQConfig, VQLite, WordVocab
 
@@ -127,9 +127,9 @@ def test_window_step_equals_sequential_steps(cfg_scale):
 
 @pytest.mark.parametrize("cfg_scale", [1.0, 3.0])
 def test_tree_of_drafts_equals_its_paths_fed_as_chains(image_model, video_model, cfg_scale):
-    """The tree contract (tests/tree_util.py) on the shipped image and clip models."""
-    tree_util.check_tree_session(image_model, ["red heart", "cat face"], cfg_scale)
-    tree_util.check_tree_session(video_model, ["red heart zooming in", "basketball moving down"], cfg_scale)
+    """The tree contract (scd_core.testing) on the shipped image and clip models."""
+    testing.check_tree_session(image_model, ["red heart", "cat face"], cfg_scale)
+    testing.check_tree_session(video_model, ["red heart zooming in", "basketball moving down"], cfg_scale)
 
 
 def test_step_forgets_positions_at_and_after_start():

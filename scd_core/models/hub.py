@@ -257,6 +257,14 @@ def is_trusted(path: str, trust_pickle: str | Iterable[str] | None = None) -> bo
     return False
 
 
+def mappable(path: str) -> bool:
+    """Whether `read_checkpoint(path, mmap=True)` maps the file rather than reading it:
+    safetensors (always mapped) and `torch.save`'s zip format."""
+    import zipfile
+
+    return path.endswith(".safetensors") or zipfile.is_zipfile(path)
+
+
 def read_checkpoint(path: str, *, trust_pickle: str | Iterable[str] | None = None,
                     safe_globals: Sequence = (), mmap: bool = False, what: str = "checkpoint"):
     """Load a checkpoint file: safetensors, or `torch.load(weights_only=True)`.
@@ -265,6 +273,8 @@ def read_checkpoint(path: str, *, trust_pickle: str | Iterable[str] | None = Non
     optimiser classes, custom configs) is refused with the globals it holds and how to trust
     it; only when `path` is named in `trust_pickle` / $SCD_TRUST_PICKLE is it loaded with
     full pickle. `safe_globals` are extra classes known to be harmless (argparse.Namespace).
+    With `mmap` (and always for safetensors) the tensors are views of the mapped file, read
+    when first used; an old pickle-format file, which cannot be mapped, is read whole.
     """
     import torch
 
@@ -273,6 +283,7 @@ def read_checkpoint(path: str, *, trust_pickle: str | Iterable[str] | None = Non
     if path.endswith(".safetensors"):
         from safetensors.torch import load_file
         return load_file(path, device="cpu")
+    mmap = mmap and mappable(path)
     try:
         with torch.serialization.safe_globals(list(safe_globals)):
             return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)

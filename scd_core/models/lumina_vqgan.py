@@ -146,7 +146,8 @@ def convert_taming_vqgan_state_dict(state_dict: Mapping[str, torch.Tensor],
 
 
 def read_vqgan_checkpoint(path: str, trust_pickle=None) -> dict[str, torch.Tensor]:
-    """Read `vqgan.ckpt` (a Lightning checkpoint with 'state_dict') or a .safetensors file.
+    """Map `vqgan.ckpt` (a Lightning checkpoint with 'state_dict') or a .safetensors file (a
+    tensor is read when first used).
 
     `torch.load(weights_only=True)` unless `trust_pickle` names this file (see `hub.read_checkpoint`).
     """
@@ -154,7 +155,7 @@ def read_vqgan_checkpoint(path: str, trust_pickle=None) -> dict[str, torch.Tenso
 
     if not os.path.isfile(path):
         raise FileNotFoundError(f"VQGAN checkpoint not found: {path}")
-    ckpt = read_checkpoint(path, trust_pickle=trust_pickle, what="vqgan_path")
+    ckpt = read_checkpoint(path, trust_pickle=trust_pickle, mmap=True, what="vqgan_path")
     if isinstance(ckpt, dict) and "state_dict" in ckpt:
         ckpt = ckpt["state_dict"]
     if not isinstance(ckpt, dict):
@@ -177,13 +178,17 @@ def read_vqgan_yaml(path: str) -> dict[str, Any]:
 def load_chameleon_vqgan(ckpt_path: str, yaml_path: str | None = None,
                          device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                          trust_pickle=None):
-    """Build the VQModel and load `vqgan.ckpt` into it strictly."""
+    """Build the VQModel on the meta device and give it `vqgan.ckpt`'s tensors strictly, in
+    `dtype` on `device` (`checkpoints.load_on_meta`: no random initialisation)."""
+    from .checkpoints import load_on_meta, state_opener
+
     cfg = read_vqgan_yaml(yaml_path) if yaml_path and os.path.isfile(yaml_path) else CHAMELEON_VQGAN_CONFIG
-    model = build_vqmodel(cfg)
-    sd = convert_taming_vqgan_state_dict(read_vqgan_checkpoint(ckpt_path, trust_pickle),
-                                         len(cfg["ch_mult"]))
-    model.load_state_dict(sd, strict=True)
-    return model.to(device=device, dtype=dtype).eval()
+    levels = len(cfg["ch_mult"])
+    mapped = state_opener(ckpt_path, lambda p: convert_taming_vqgan_state_dict(read_vqgan_checkpoint(p, trust_pickle),
+                                                                                levels))
+    return load_on_meta(lambda: build_vqmodel(cfg), mapped,
+                        lambda model, sd: model.load_state_dict(sd, strict=True, assign=True),
+                        device=torch.device(device), dtype=dtype, what="vqgan_path")
 
 
 @torch.no_grad()

@@ -26,6 +26,7 @@ import torch
 from scd_core.prompts import unknown_pieces
 from PIL import Image
 
+from .checkpoints import as_dtype
 from .tree import Tree, check_path, check_tree, path_tokens
 
 PALETTES: dict[str, list[tuple[int, int, int]]] = {
@@ -111,14 +112,15 @@ class TextureModel:
     prompt_kind = "text"
 
     def __init__(self, shades: int = 256, grid: tuple[int, int] = (24, 24), sigma: float = 8.0,
-                 gamma: float = 1.0, seed: int = 0, device: str | torch.device = "cpu"):
+                 gamma: float = 1.0, seed: int = 0, device: str | torch.device = "cpu",
+                 dtype: torch.dtype | str = torch.float32):
         if shades < 2 or len(grid) != 2 or min(grid) < 1:
             raise ValueError(f"shades/grid: need at least 2 shades and a grid (H, W), got {shades}, {grid}")
         self.shades, self.grid = int(shades), (int(grid[0]), int(grid[1]))
         self.vocab_size = len(PALETTES) * self.shades
         self.N = self.grid[0] * self.grid[1]
         self.sigma, self.gamma = float(sigma), float(gamma)
-        self.device = torch.device(device)
+        self.device, self.dtype = torch.device(device), as_dtype(dtype)   # the logits' dtype
         self.vocab = TextureWords()
         g = torch.Generator().manual_seed(seed)
         # R[a, s]: the neighbour term over shades; row S stands for "no neighbour" (the border)
@@ -183,9 +185,9 @@ class TextureSession:
         centre = self.centre.gather(1, pos).unsqueeze(-1)                              # [B, W, 1]
         bump = -((m.levels - centre) ** 2) / (2 * m.sigma ** 2)                        # [B, W, S]
         shade_logits = self.cfg_scale * bump + m.neighbour[left] + m.neighbour[up]     # guide(u + bump, u, s) in closed form: c - u = bump
-        out = torch.full((*pos.shape, m.vocab_size), float("-inf"), device=pos.device)
+        out = torch.full((*pos.shape, m.vocab_size), float("-inf"), device=pos.device, dtype=m.dtype)
         cols = self.offset.view(-1, 1, 1) + m.levels.long()                            # [B, 1, S]
-        return out.scatter_(-1, cols.expand(*pos.shape, S), shade_logits)
+        return out.scatter_(-1, cols.expand(*pos.shape, S), shade_logits.to(m.dtype))
 
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
         self.tree = None
@@ -219,5 +221,5 @@ class TextureSession:
 
 
 def load_texture(name: str = "texture", device: str | torch.device | None = None, **kwargs) -> TextureModel:
-    kwargs.pop("dtype", None)                 # a closed-form model: float32 throughout
+    """The texture model; `dtype` is that of its logits (computed in float32: a closed form)."""
     return TextureModel(device=device or "cpu", **kwargs)

@@ -8,6 +8,10 @@
 - `ToyGridModel`: a fast synthetic image-grid model with tunable entropy and spatial
   correlation (the token to the left and above raise their own logits), with a small MLP
   whose width sets the cost of a forward pass, for unit tests and the benchmark.
+- `RandomLogitsModel`: seeded random logits at no model cost (the engine's own cost).
+
+Each takes a `dtype` (float32 by default): its tables or weights are held, and its logits
+returned, in that dtype, as a model running in bfloat16 returns them.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from PIL import Image
 from scd_core.sampling import SamplingConfig, guide, processed_probs
 
 from . import tree
+from .checkpoints import as_dtype
 from .rows import GuidedRows
 
 
@@ -34,10 +39,12 @@ def _prompt_seed(prompt: str, salt: int) -> int:
 class ToyModel:
     """V^N sequences, logits ~ N(0, scale^2) per (prompt, prefix), seeded."""
 
-    def __init__(self, vocab_size: int = 3, grid: tuple[int, ...] = (2, 3), scale: float = 1.5, seed: int = 0):
+    def __init__(self, vocab_size: int = 3, grid: tuple[int, ...] = (2, 3), scale: float = 1.5, seed: int = 0,
+                 dtype: torch.dtype | str = torch.float32):
         if vocab_size < 2 or vocab_size ** _prod(grid) > 5_000_000:
             raise ValueError("vocab_size/grid: need V >= 2 and V**N small enough to enumerate")
         self.vocab_size, self.grid, self.scale, self.seed = vocab_size, tuple(grid), scale, seed
+        self.dtype = as_dtype(dtype)
         self.N = _prod(grid)
         V, N = vocab_size, self.N
         # prefix of length l with rank r (base-V number) has node id offset[l] + r
@@ -50,7 +57,8 @@ class ToyModel:
         key = "\x00uncond" if prompt is None else prompt
         if key not in self._tables:
             g = torch.Generator().manual_seed(_prompt_seed(key, self.seed))
-            self._tables[key] = torch.randn(self.num_nodes, self.vocab_size, generator=g) * self.scale
+            table = torch.randn(self.num_nodes, self.vocab_size, generator=g) * self.scale
+            self._tables[key] = table.to(self.dtype)
         return self._tables[key]
 
     def guided_table(self, prompt: str, cfg_scale: float) -> torch.Tensor:
@@ -138,8 +146,8 @@ class ToySession(GuidedRows):
 
 
 def load_toy(name: str = "toy", vocab_size: int = 3, grid: tuple[int, ...] = (2, 3), scale: float = 1.5,
-             seed: int = 0, **_: object) -> ToyModel:
-    return ToyModel(vocab_size=vocab_size, grid=grid, scale=scale, seed=seed)
+             seed: int = 0, dtype: torch.dtype | str = torch.float32, **_: object) -> ToyModel:
+    return ToyModel(vocab_size=vocab_size, grid=grid, scale=scale, seed=seed, dtype=dtype)
 
 
 # ---------------------------------------------------------------------------------------
@@ -158,12 +166,13 @@ class ToyGridModel:
 
     def __init__(self, vocab_size: int = 512, grid: tuple[int, int] = (16, 16), dim: int = 128,
                  hidden: int = 2048, tau: float = 0.3, corr: float = 1.0, context: float = 6.0, seed: int = 0,
-                 device: str | torch.device = "cpu"):
+                 device: str | torch.device = "cpu", dtype: torch.dtype | str = torch.float32):
         self.vocab_size, self.grid = vocab_size, tuple(grid)
         self.N = _prod(grid)
         self.tau, self.corr, self.context = tau, corr, context
+        self.dtype = as_dtype(dtype)
         g = torch.Generator().manual_seed(seed)
-        init = lambda *shape: (torch.randn(*shape, generator=g) / shape[0] ** 0.5).to(device)  # noqa: E731
+        init = lambda *shape: (torch.randn(*shape, generator=g) / shape[0] ** 0.5).to(device, self.dtype)  # noqa: E731
         self.embed_left = init(vocab_size + 1, dim)     # last row: "no neighbour"
         self.embed_up = init(vocab_size + 1, dim)
         self.embed_pos = init(self.N, dim)
@@ -173,7 +182,7 @@ class ToyGridModel:
 
     def prompt_embedding(self, prompt: str) -> torch.Tensor:
         g = torch.Generator().manual_seed(_prompt_seed(prompt, 7))
-        return (torch.randn(self.embed_pos.shape[1], generator=g) * 0.5).to(self.device)
+        return (torch.randn(self.embed_pos.shape[1], generator=g) * 0.5).to(self.device, self.dtype)
 
     def logits(self, history: torch.Tensor, positions: torch.Tensor, prompt_emb: torch.Tensor) -> torch.Tensor:
         """history [B, N+1] tokens, positions [B, W] to predict -> logits [B, W, V]."""
@@ -189,8 +198,8 @@ class ToyGridModel:
         h = torch.relu(h @ self.w2)
         out = (h @ self.w3) / self.tau
         bonus = torch.zeros_like(out)
-        bonus.scatter_add_(-1, left.clamp(max=V - 1).unsqueeze(-1), (left < V).float().unsqueeze(-1) * self.corr)
-        bonus.scatter_add_(-1, up.clamp(max=V - 1).unsqueeze(-1), (up < V).float().unsqueeze(-1) * self.corr)
+        bonus.scatter_add_(-1, left.clamp(max=V - 1).unsqueeze(-1), (left < V).to(out.dtype).unsqueeze(-1) * self.corr)
+        bonus.scatter_add_(-1, up.clamp(max=V - 1).unsqueeze(-1), (up < V).to(out.dtype).unsqueeze(-1) * self.corr)
         return out + bonus
 
     def start(self, prompts: Sequence[str], cfg_scale: float) -> "ToyGridSession":
@@ -283,9 +292,9 @@ class RandomLogitsModel:
     (e.g. Janus-Pro: vocab_size=16384, grid=(24, 24), window 32 or 64)."""
 
     def __init__(self, vocab_size: int = 16384, grid: tuple[int, ...] = (24, 24), scale: float = 3.0,
-                 device: str | torch.device = "cpu"):
+                 device: str | torch.device = "cpu", dtype: torch.dtype | str = torch.float32):
         self.vocab_size, self.grid, self.scale = vocab_size, tuple(grid), scale
-        self.device = torch.device(device)
+        self.device, self.dtype = torch.device(device), as_dtype(dtype)
 
     def start(self, prompts: Sequence[str], cfg_scale: float) -> "RandomLogitsSession":
         return RandomLogitsSession(self, len(prompts))
@@ -302,7 +311,8 @@ class RandomLogitsSession:
 
     def _logits(self, batch: int, width: int) -> torch.Tensor:
         shape = (batch, width, self.model.vocab_size)
-        return torch.randn(shape, generator=self.generator, device=self.model.device) * self.model.scale
+        logits = torch.randn(shape, generator=self.generator, device=self.model.device) * self.model.scale
+        return logits.to(self.model.dtype)
 
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
         return self._logits(*tokens.shape)

@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import torch
 
+from ..checkpoints import load_on_meta, state_opener
 from ..hub import read_checkpoint as read_file
 from .config import CosmosConfig
 from .network import CosmosTransformer
@@ -46,19 +47,19 @@ def config_from_state(state: dict[str, torch.Tensor], base: CosmosConfig) -> Cos
 
 
 def read_checkpoint(path: str, trust_pickle=None) -> dict:
-    """Load a checkpoint file without unrestricted pickle (safetensors or weights_only), unless
-    `trust_pickle` names this file (see `hub.read_checkpoint`)."""
-    return read_file(path, trust_pickle=trust_pickle, mmap=not path.endswith(".safetensors"),
-                     what="checkpoint")
+    """Map a checkpoint file (a tensor is read when first used) without unrestricted pickle
+    (safetensors or weights_only), unless `trust_pickle` names this file (see
+    `hub.read_checkpoint`)."""
+    return read_file(path, trust_pickle=trust_pickle, mmap=True, what="checkpoint")
 
 
 def load_network(path: str, cfg: CosmosConfig | None = None, device: str | torch.device = "cpu",
                  dtype: torch.dtype = torch.float32, trust_pickle=None) -> CosmosTransformer:
-    """Build the network from a checkpoint file and load it strictly."""
-    state = map_checkpoint(read_checkpoint(path, trust_pickle))
-    cfg = config_from_state(state, cfg or CosmosConfig())
-    state = split_fused_qkv(state, cfg)
-    with torch.device("meta"):
-        net = CosmosTransformer(cfg)
-    net.load_state_dict(state, strict=True, assign=True)
-    return net.to(device=device, dtype=dtype).eval()
+    """Build the network of a checkpoint file on the meta device and give it the file's
+    tensors in `dtype` on `device`, a chunk of the file at a time, strictly
+    (`checkpoints.load_on_meta`): no random initialisation, no second copy of the weights."""
+    mapped = state_opener(path, lambda p: map_checkpoint(read_checkpoint(p, trust_pickle)))
+    cfg = config_from_state(mapped(), cfg or CosmosConfig())       # from the tensors' shapes
+    return load_on_meta(lambda: CosmosTransformer(cfg), lambda: split_fused_qkv(dict(mapped()), cfg),
+                        lambda net, state: net.load_state_dict(state, strict=True, assign=True),
+                        device=torch.device(device), dtype=dtype, what="checkpoint")

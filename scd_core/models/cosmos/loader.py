@@ -7,6 +7,7 @@ import os
 
 import torch
 
+from ..checkpoints import pretrained_converted
 from ..hub import ProgressFn, fetch
 from . import tokenizer as dv
 from .adapter import CosmosVideoModel
@@ -38,16 +39,18 @@ def load_t5(path: str | None, device: torch.device, dtype: torch.dtype = torch.f
     Hub (downloaded on first use).
 
     NVIDIA runs T5-11B in float32 (about 44 GB); pass t5_dtype=torch.bfloat16 or
-    t5_device="cpu" to load_cosmos on a smaller GPU (embeddings then differ slightly)."""
+    t5_device="cpu" to load_cosmos on a smaller GPU (embeddings then differ slightly). The
+    encoder's tensors are read into `dtype` a chunk at a time (`checkpoints.pretrained_converted`);
+    the decoder's are never read."""
     from transformers import AutoTokenizer, T5EncoderModel
     source = path or fetch(T5_FILES, local_files_only=local_files_only, progress=progress,
                            needed_by="Cosmos Video2World")
     try:
         tok = AutoTokenizer.from_pretrained(source, local_files_only=True)
-        enc = T5EncoderModel.from_pretrained(source, local_files_only=True, dtype=dtype)
+        enc = pretrained_converted(T5EncoderModel, source, device, dtype)     # the encoder's tensors only
     except (OSError, ValueError) as exc:
         raise FileNotFoundError(f"t5_path: no T5 text encoder in {source!r} ({exc})") from exc
-    return tok, enc.to(device).eval()
+    return tok, enc
 
 
 def load_cosmos(name_or_path: str, device: str | torch.device | None = None,

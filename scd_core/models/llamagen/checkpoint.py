@@ -15,24 +15,33 @@ from .config import GPT_SIZES, HEADS_BY_DIM, GPTConfig
 def read_checkpoint(path: str, trust_pickle=None) -> dict[str, torch.Tensor]:
     """A published LlamaGen checkpoint -> its model state dict (safetensors, or torch.load with
     weights_only=True: the stored training `args` Namespace is allowed; anything else only when
-    `trust_pickle` names the file, see `hub.read_checkpoint`)."""
-    ckpt = read_file(path, trust_pickle=trust_pickle, safe_globals=[argparse.Namespace], what="checkpoint")
+    `trust_pickle` names the file, see `hub.read_checkpoint`). The file is memory-mapped: a
+    tensor is read when it is first used. Inference-only buffers a checkpoint may hold
+    (`freqs_cis`, `causal_mask`, KV caches) are left out, and a `torch.compile` prefix removed."""
+    ckpt = read_file(path, trust_pickle=trust_pickle, safe_globals=[argparse.Namespace], mmap=True,
+                     what="checkpoint")
     for key in ("model", "module", "state_dict", "ema"):
         if isinstance(ckpt, dict) and isinstance(ckpt.get(key), dict):
-            return ckpt[key]
+            return _weights(ckpt[key])
     if isinstance(ckpt, dict) and all(isinstance(v, torch.Tensor) for v in ckpt.values()):
-        return ckpt
+        return _weights(ckpt)
     raise ValueError(f"checkpoint: {path} holds no model state dict")
 
 
 _IGNORED = re.compile(r"(^|\.)(freqs_cis|causal_mask|kv_cache\.[kv]_cache)$")
 
 
-def load_strict(module: nn.Module, state_dict: Mapping[str, torch.Tensor], what: str) -> None:
-    """load_state_dict(strict=True) after dropping inference-only buffers a checkpoint may hold."""
-    sd = {k.removeprefix("_orig_mod."): v for k, v in state_dict.items() if not _IGNORED.search(k)}
+def _weights(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k.removeprefix("_orig_mod."): v for k, v in state_dict.items() if not _IGNORED.search(k)}
+
+
+def load_strict(module: nn.Module, state_dict: Mapping[str, torch.Tensor], what: str, *,
+                assign: bool = False) -> None:
+    """load_state_dict(strict=True) after dropping inference-only buffers a checkpoint may hold;
+    with `assign`, the tensors themselves become the module's (a module built on the meta device)."""
+    sd = _weights(state_dict)
     try:
-        missing, unexpected = module.load_state_dict(sd, strict=False)
+        missing, unexpected = module.load_state_dict(sd, strict=False, assign=assign)
     except RuntimeError as exc:      # shape mismatches
         raise ValueError(f"{what}: checkpoint does not match the architecture: {str(exc)[:400]}") from None
     if missing or unexpected:

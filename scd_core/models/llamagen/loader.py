@@ -6,7 +6,7 @@ import re
 
 import torch
 
-from ..checkpoints import WeightsNotFoundError, pick_device_dtype
+from ..checkpoints import WeightsNotFoundError, load_on_meta, pick_device_dtype, pretrained_converted, state_opener
 from .adapter import LlamaGenTokenModel, TextEncoder
 from .checkpoint import gpt_config_from_state_dict, load_strict, read_checkpoint, vq_config_from_state_dict
 from .files import HUB_FILES, T5_REPO, _size_from_filename, find_t5, locate_files
@@ -16,7 +16,9 @@ from ..hub import ProgressFn
 
 
 def t5_text_encoder(folder: str, device, dtype, max_length: int = 120) -> TextEncoder:
-    """FLAN-T5-XL states as LlamaGen's T5Embedder (max 120 tokens, padded to max_length).
+    """FLAN-T5-XL states as LlamaGen's T5Embedder (max 120 tokens, padded to max_length). The
+    encoder's tensors are read from the published float32 files into `dtype` a chunk at a time
+    (`checkpoints.pretrained_converted`); the decoder's are never read.
 
     LlamaGen also runs PixArt's `clean_caption` (ftfy/bs4); here only lower-case + strip +
     whitespace collapse, which is what that cleaning does to ordinary prompts.
@@ -24,7 +26,7 @@ def t5_text_encoder(folder: str, device, dtype, max_length: int = 120) -> TextEn
     from transformers import AutoTokenizer, T5EncoderModel
 
     tok = AutoTokenizer.from_pretrained(folder)
-    enc = T5EncoderModel.from_pretrained(folder, dtype=dtype).to(device).eval()
+    enc = pretrained_converted(T5EncoderModel, folder, device, dtype)      # the encoder's tensors only
 
     @torch.no_grad()
     def encode(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,14 +67,22 @@ def load_llamagen(name_or_path: str, *, gpt_ckpt: str | None = None, vq_ckpt: st
                 "t5_path: LlamaGen t2i conditions on FLAN-T5-XL text states, and no local copy was found "
                 f"(looked for <folder>/t5-ckpt/flan-t5-xl and the HF cache of {T5_REPO}); pass t5_path=")
         text_encoder = t5_text_encoder(t5, device, dtype)
-    sd = read_checkpoint(gpt_path, trust_pickle)
-    gpt = Transformer(gpt_config_from_state_dict(sd, size, gpt_model, n_head=n_head))
-    load_strict(gpt, sd, "gpt_ckpt")
-    gpt.to(device=device, dtype=dtype)
+    gpt_config = lambda sd: gpt_config_from_state_dict(sd, size, gpt_model, n_head=n_head)  # noqa: E731
+    gpt = load_network(gpt_path, gpt_config, Transformer, device, dtype, "gpt_ckpt", trust_pickle)
     vq = None
-    if vq_path is not None:
-        vq_sd = read_checkpoint(vq_path, trust_pickle)
-        vq = VQModel(**vq_config_from_state_dict(vq_sd))
-        load_strict(vq, vq_sd, "vq_ckpt")
-        vq.to(device)
+    if vq_path is not None:       # the pixel decoder runs in float32 whatever the GPT's dtype
+        vq = load_network(vq_path, vq_config_from_state_dict, lambda kw: VQModel(**kw), device, torch.float32,
+                          "vq_ckpt", trust_pickle)
     return LlamaGenTokenModel(gpt, vq, text_encoder)
+
+
+def load_network(path: str, config_of, build, device: torch.device, dtype: torch.dtype, what: str,
+                 trust_pickle=None):
+    """`build(config_of(state_dict))` for a checkpoint file, built on the meta device and given
+    the checkpoint's tensors in `dtype` (`checkpoints.load_on_meta`): no random initialisation,
+    and a float32 file read into bfloat16 a chunk at a time."""
+    open_state = state_opener(path, lambda p: read_checkpoint(p, trust_pickle))
+    config = config_of(open_state())             # from the tensors' shapes: nothing read yet
+    return load_on_meta(lambda: build(config), open_state,
+                        lambda module, sd: load_strict(module, sd, what, assign=True),
+                        device=device, dtype=dtype, what=what)

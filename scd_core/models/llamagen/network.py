@@ -32,15 +32,20 @@ def apply_rotary(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
 
 
 def rope_2d_table(grid_size: int, head_dim: int, base: float, cls_token_num: int) -> torch.Tensor:
-    """LlamaGen's 2-D RoPE table [cls + grid^2, head_dim/2, 2]; condition rows are zeros."""
+    """LlamaGen's 2-D RoPE table [cls + grid^2, head_dim/2, 2]; condition rows are zeros.
+
+    Computed, never loaded: made on the CPU whatever the default device (a network is built
+    on the meta device before its weights are loaded) and moved to the activations' device at
+    first use."""
     half = head_dim // 2
-    freqs = 1.0 / (base ** (torch.arange(0, half, 2)[: half // 2].float() / half))
-    t = torch.arange(grid_size)
+    cpu = torch.device("cpu")
+    freqs = 1.0 / (base ** (torch.arange(0, half, 2, device=cpu)[: half // 2].float() / half))
+    t = torch.arange(grid_size, device=cpu)
     freqs = torch.outer(t, freqs)
     grid = torch.cat([freqs[:, None, :].expand(-1, grid_size, -1),
                       freqs[None, :, :].expand(grid_size, -1, -1)], dim=-1)
     table = torch.stack([torch.cos(grid), torch.sin(grid)], dim=-1).flatten(0, 1)
-    return torch.cat([torch.zeros(cls_token_num, head_dim // 2, 2), table])
+    return torch.cat([torch.zeros(cls_token_num, head_dim // 2, 2, device=cpu), table])
 
 
 class Attention(nn.Module):

@@ -1,0 +1,212 @@
+"""Check a model of your own against the contract the engine relies on (`scd_core.protocols`,
+docs/models.md "Bring your own model"): the checks every shipped model and adapter passes.
+
+    from scd_core.testing import check_model, check_tree_session
+
+    check_model(model, ["a prompt", "another prompt"], cfg_scale=3.0)         # TokenModel, Session
+    check_tree_session(model, ["a prompt", "another prompt"], cfg_scale=3.0)  # TreeSession (tree=)
+
+Each call raises an AssertionError saying what differs, and returns None when the model
+follows the contract: call them from a test of yours, or from a script. Both compare a
+session fed in pieces (rows at different starts, re-fed after a rejection, fed a tree)
+with sessions of each prompt alone fed the same tokens as one chain by `step`, to float32
+rounding relative to the logits' scale (`rel`; a model computing in bfloat16 needs a larger
+one, e.g. 0.05). They need two prompts, and a grid of at least 12 tokens for the trees.
+Nothing here needs pytest.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+
+from scd_core.protocols import can_resize, can_tree, row_decoder
+
+REL = 1e-5
+# Two trees of 8 nodes, parents before children: a root with 2 children, 4 grandchildren
+# under them (3 + 1 or 2 + 2) and a chain tail at depth 3; the two rows' shapes differ.
+BREADTH_FIRST = [-1, 0, 0, 1, 1, 1, 2, 3]
+INTERLEAVED = [-1, 0, 1, 0, 1, 3, 2, 2]
+# A root-to-node path of each shape (padded with -1): the deepest one, and root + one child.
+DEEP = {tuple(BREADTH_FIRST): [0, 1, 3, 7], tuple(INTERLEAVED): [0, 1, 2, 6]}
+SHORT = {tuple(BREADTH_FIRST): [0, 2, -1, -1], tuple(INTERLEAVED): [0, 3, -1, -1]}
+
+
+def assert_close_logits(got: torch.Tensor, want: torch.Tensor, what: str, rel: float = REL) -> None:
+    """Equal to `rel` times the scale of the finite logits; -inf (a token the model rules
+    out) and any other infinity at the same places."""
+    finite = torch.isfinite(want)
+    assert torch.equal(finite, torch.isfinite(got)), f"{what}: infinite logits (ruled-out tokens) at other places"
+    assert torch.equal(got[~finite], want[~finite]), f"{what}: other infinities"
+    scale = max(1.0, float(want[finite].abs().max())) if bool(finite.any()) else 1.0
+    torch.testing.assert_close(got[finite].float(), want[finite].float(), atol=rel * scale, rtol=0,
+                               msg=lambda m: f"{what}: {m}")
+
+
+def chain_logits(model, prompt: str, cfg_scale: float, fed: Sequence[int]) -> torch.Tensor:
+    """[len(fed), V]: a session of `prompt` alone fed `fed` by one `step` from position 0."""
+    session = model.start([prompt], cfg_scale)
+    return session.step(torch.tensor([list(fed)]), torch.zeros(1, dtype=torch.long))[0]
+
+
+# ------------------------------------------------------------------------------ chains
+
+@torch.no_grad()
+def check_model(model, prompts: Sequence[str], cfg_scale: float, *, seed: int = 0, rel: float = REL,
+                deterministic: bool = True) -> None:
+    """The TokenModel and Session contract, fed as the engine feeds chains:
+
+    - `vocab_size` is an int V > 1 and `grid` (H, W) or (T, H, W) of positive ints;
+    - `start(prompts, cfg_scale)` gives `first_logits` [B, V], equal for each row to those of
+      its prompt started alone (a row does not depend on its batch-mates);
+    - `step(tokens [B, 4], start 0)` returns [B, 4, V]; a second `step` at starts 1 and 2
+      (rows rejected at different places) first forgets what was fed at and after them: row
+      b's logits equal those of its prompt alone fed the same prefix in one `step`, so
+      `logits[b, j]` predicts position `start[b] + j + 1`;
+    - `decode` (or the session's `row_decoder`) turns [B, N] tokens into one output per row.
+
+    `deterministic=False` checks only the shapes (a model whose logits are drawn at random).
+    """
+    V, grid = model.vocab_size, tuple(model.grid)
+    assert isinstance(V, int) and V > 1, f"vocab_size: expected an int > 1, got {V!r}"
+    assert len(grid) in (2, 3) and all(isinstance(g, int) and g > 0 for g in grid), \
+        f"grid: expected (H, W) or (T, H, W) of positive ints, got {grid!r}"
+    N, B = math.prod(grid), len(prompts)
+    assert N >= 6, f"grid: the check feeds 6 positions, the grid has {N}"
+    g = torch.Generator().manual_seed(seed)
+    session = model.start(list(prompts), cfg_scale)
+    assert tuple(session.first_logits.shape) == (B, V), \
+        f"first_logits: expected [{B}, {V}], got {list(session.first_logits.shape)}"
+    fed = torch.randint(0, V, (B, 4), generator=g)
+    out = session.step(fed, torch.zeros(B, dtype=torch.long))
+    assert tuple(out.shape) == (B, 4, V), f"step: expected logits [{B}, 4, {V}], got {list(out.shape)}"
+    start = 1 + torch.arange(B) % 2                            # rows rejected at different places
+    refeed = torch.randint(0, V, (B, 2), generator=g)
+    out = session.step(refeed, start)
+    assert tuple(out.shape) == (B, 2, V), f"step: expected logits [{B}, 2, {V}], got {list(out.shape)}"
+    if deterministic:
+        for b in range(B):
+            alone = model.start([prompts[b]], cfg_scale)
+            assert_close_logits(session.first_logits[b], alone.first_logits[0],
+                                f"first_logits of row {b} against its prompt started alone", rel)
+            s = int(start[b])
+            ref = chain_logits(model, prompts[b], cfg_scale, fed[b, :s].tolist() + refeed[b].tolist())
+            assert_close_logits(out[b], ref[s:], f"row {b} re-fed at start {s} against its prefix fed alone "
+                                "(does step forget what was fed at positions >= start?)", rel)
+    tokens = torch.randint(0, V, (B, N), generator=g)
+    decoders = [row_decoder(model, session, b) for b in range(B)]
+    decoded = [out for b, d in enumerate(decoders) for out in d(tokens[b:b + 1])]
+    assert len(decoded) == B, f"decode: expected one output per row ({B}), got {len(decoded)}"
+
+
+# ------------------------------------------------------------------------------ trees
+
+def node_paths(parents: Sequence[int]) -> list[list[int]]:
+    """Each node's root-to-node path (node indices)."""
+    paths: list[list[int]] = []
+    for j, p in enumerate(parents):
+        paths.append([j] if p < 0 else paths[p] + [j])
+    return paths
+
+
+def check_nodes(model, prompts, cfg_scale, history: list[list[int]], tokens: torch.Tensor,
+                parents: torch.Tensor, start: torch.Tensor, out: torch.Tensor, what: str,
+                rel: float = REL) -> None:
+    """Node j's logits equal the chain logits at the end of history[:start] + its path,
+    checked once per leaf (a leaf's chain covers every node on its path)."""
+    B, T = tokens.shape
+    assert tuple(out.shape) == (B, T, model.vocab_size), f"{what}: logits of shape {tuple(out.shape)}"
+    for b in range(B):
+        par = parents[b].tolist()
+        paths = node_paths(par)
+        s = int(start[b])
+        for leaf in [j for j in range(T) if j not in par]:
+            path = paths[leaf]
+            ref = chain_logits(model, prompts[b], cfg_scale, history[b][:s] + tokens[b, path].tolist())
+            for depth, node in enumerate(path):
+                assert_close_logits(out[b, node], ref[s + depth], f"{what}: row {b}, node {node} (depth {depth}) "
+                                    "against its root-to-node path fed as a chain", rel)
+
+
+def _keep(session, history, tokens, start, paths) -> None:
+    session.keep_path(torch.tensor(paths))
+    for b, path in enumerate(paths):
+        kept = [n for n in path if n >= 0]
+        history[b] = history[b][:int(start[b])] + tokens[b, kept].tolist()
+
+
+def _check_steps(model, session, prompts, cfg_scale, history, start, window, what, rel) -> None:
+    out = session.step(window, start)
+    for b in range(len(history)):
+        history[b] = history[b][:int(start[b])] + window[b].tolist()
+        ref = chain_logits(model, prompts[b], cfg_scale, history[b])
+        assert_close_logits(out[b], ref[int(start[b]):], f"{what}, row {b}", rel)
+
+
+@torch.no_grad()
+def check_tree_session(model, prompts: Sequence[str], cfg_scale: float, *, seed: int = 0,
+                       rel: float = REL) -> None:
+    """The whole tree contract (`protocols.TreeSession`) with two prompts, positions inside a
+    grid of 12 tokens; every check against sessions of each prompt alone fed chains by `step`:
+
+    (a) every node's logits equal the chain logits at the end of its root-to-node path, for
+        two rows at different starts with trees of different shapes (guidance as asked);
+    (b) after `keep_path`, a `step` gives the logits of a session fed that path by `step` (also
+        when it forgets part of the kept path), a second tree on top of it passes (a) again,
+        and rows joining and leaving afterwards (a `ResizableSession`) keep giving them;
+    (c) a chain (`parents[b, j] == j - 1`) gives what `step` gives.
+    """
+    assert len(prompts) == 2, "check_tree_session takes two prompts"
+    prompts = list(prompts)
+    V = model.vocab_size
+    g = torch.Generator().manual_seed(seed)
+    session = model.start(prompts, cfg_scale)
+    assert can_tree(session), f"{type(session).__name__} has no step_tree / keep_path"
+
+    # (c) a chain is `step`, on two sessions fed the same prefix
+    chain, stepped = model.start(prompts, cfg_scale), model.start(prompts, cfg_scale)
+    prefix = torch.randint(0, V, (2, 3), generator=g)
+    zeros = torch.zeros(2, dtype=torch.long)
+    chain.step(prefix, zeros), stepped.step(prefix, zeros)
+    toks = torch.randint(0, V, (2, 5), generator=g)
+    start = torch.tensor([1, 3])
+    line = torch.arange(-1, 4).expand(2, -1)
+    assert_close_logits(chain.step_tree(toks, line, start), stepped.step(toks, start), "a chain as a tree", rel)
+    chain.keep_path(torch.arange(5).expand(2, -1))
+    again = torch.randint(0, V, (2, 2), generator=g)
+    assert_close_logits(chain.step(again, start + 5), stepped.step(again, start + 5), "a step after a chain kept",
+                        rel)
+
+    # (a) trees at different starts, after a prefix fed by `step` (the tree forgets its tail)
+    fed = torch.randint(0, V, (2, 4), generator=g)
+    session.step(fed, zeros)
+    history = fed.tolist()
+    shapes = torch.tensor([BREADTH_FIRST, INTERLEAVED])
+    tokens = torch.randint(0, V, (2, 8), generator=g)
+    start = torch.tensor([1, 2])
+    out = session.step_tree(tokens, shapes, start)
+    check_nodes(model, prompts, cfg_scale, history, tokens, shapes, start, out, "first tree", rel)
+
+    # (b) keep a deep path and a short one; a step then forgets the last kept node
+    _keep(session, history, tokens, start, [DEEP[tuple(BREADTH_FIRST)], SHORT[tuple(INTERLEAVED)]])
+    start = torch.tensor([len(h) - 1 for h in history])
+    _check_steps(model, session, prompts, cfg_scale, history, start, torch.randint(0, V, (2, 2), generator=g),
+                 "a step after keep_path", rel)
+
+    # a second tree on top of the kept path, shapes swapped between the rows
+    shapes = shapes.flip(0)
+    tokens = torch.randint(0, V, (2, 8), generator=g)
+    start = torch.tensor([len(h) for h in history])
+    out = session.step_tree(tokens, shapes, start)
+    check_nodes(model, prompts, cfg_scale, history, tokens, shapes, start, out, "second tree", rel)
+    _keep(session, history, tokens, start, [SHORT[tuple(INTERLEAVED)], DEEP[tuple(BREADTH_FIRST)]])
+
+    if can_resize(session):                     # rows leave and join after keep_path
+        session.keep_rows(torch.tensor([1, 0]))
+        prompts, history = [prompts[1], prompts[0]], [history[1], history[0]]
+        session.add_rows([prompts[0]])
+        prompts, history = prompts + [prompts[0]], history + [[]]
+    start = torch.tensor([len(h) for h in history])
+    _check_steps(model, session, prompts, cfg_scale, history, start,
+                 torch.randint(0, V, (len(history), 2), generator=g), "a step after the second keep_path", rel)

@@ -1,0 +1,87 @@
+"""Every shipped model and adapter, built small for the tests, in a given dtype: the embedded
+models as shipped (`load_model(name, dtype=...)`), the real-model adapters on tiny random
+configs of their classes, built as their own tests build them (offline, CPU), with weights
+large enough that logits depend on the context (greedy runs that vary).
+
+`build(name, dtype, tmp_path_factory) -> (model, prompts, cfg_scale)`: two prompts the model
+knows (one for the 512-token clip model, the slowest to decode).
+"""
+from __future__ import annotations
+
+import torch
+
+from scd_core.models import load_model
+
+PROMPTS = ["a red apple", "two cats on a long sofa"]
+EMBEDDED = ["texture", "tiny", "tiny-video", "toy", "toy-grid", "random-logits"]
+ADAPTERS = ["llamagen", "cosmos", "janus-pro", "emu3", "lumina-mgpt"]
+NAMES = EMBEDDED + ADAPTERS
+CFG = {"texture": 2.0, "tiny": 3.0, "tiny-video": 3.0, "toy": 2.0, "toy-grid": 2.0, "random-logits": 1.0}
+EMBEDDED_PROMPTS = {"texture": ["lava rings", "ice waves"], "tiny": ["red heart", "cat face"],
+                    "tiny-video": ["red heart zooming in"]}
+
+
+def spread(module: torch.nn.Module, std: float = 0.15, seed: int = 0) -> None:
+    """Random weights of `std` for every matrix of `module` (in its dtype)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            if p.ndim >= 2:
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+
+
+def _janus(dtype):
+    import test_models_janus as tj
+    from scd_core.models.janus import JanusTokenModel
+    return JanusTokenModel(tj.tiny_janus().to(dtype), encode=tj.encode, bos_token_id=tj.BOS, boi_token_id=tj.BOI,
+                           pad_token_id=tj.PAD, name="tiny-janus"), PROMPTS, 3.0
+
+
+def _emu3(dtype):
+    import test_models_emu3 as te
+    from scd_core.models.emu3 import Emu3TokenModel
+    return Emu3TokenModel(te.tiny_emu3().to(dtype), encode=te.encode, grid=(te.H, te.W), negative_prompt=te.NEG,
+                          positive_suffix="", pad_token_id=te.PAD, name="tiny-emu3"), PROMPTS, 3.0
+
+
+def _lumina(dtype):
+    import test_models_lumina as tl
+    from scd_core.models.lumina_vqgan import build_vqmodel
+    from transformers import ChameleonForConditionalGeneration
+    torch.manual_seed(0)
+    model = ChameleonForConditionalGeneration(tl.tiny_config()).eval()
+    spread(model.model.layers)
+    vqgan = build_vqmodel(tl.VQ_CFG).eval()                 # a random pixel decoder of the same class
+    return (tl.LuminaTokenModel(model.to(dtype), tl.encode, tl.GRID, layout=tl.LAYOUT, prompt_template="{prompt}",
+                                vqgan=vqgan), PROMPTS, 3.0)
+
+
+def _llamagen(dtype):
+    import test_models_llamagen as tg
+    from scd_core.models.llamagen import LlamaGenTokenModel
+    tm = tg.spread(tg.make(tg.C2I))
+    return LlamaGenTokenModel(tm.gpt.to(dtype), tg.make(tg.C2I).vq, None), ["3", "7"], 4.0
+
+
+def _cosmos(dtype, tmp_path_factory):
+    import test_models_cosmos as tc
+    from scd_core.models import cosmos
+    root = tmp_path_factory.mktemp("cosmos")
+    folder = root / "Cosmos-1.0-Autoregressive-Tiny"
+    folder.mkdir()
+    torch.save(tc.synthetic_checkpoint(tc.TINY), folder / "model.pt")
+    tc.save_tokenizer(root / cosmos.TOKENIZER_FOLDER)
+    clips = [tc.write_clip(root / f"clip{i}.mp4") for i in range(2)]
+    model = cosmos.load_cosmos(str(folder), device="cpu", dtype=dtype, config=tc.TINY)
+    spread(model.net, std=0.2)                              # larger weights: context-dependent logits
+    return model, clips, 1.0
+
+
+def build(name: str, dtype: torch.dtype = torch.float32, tmp_path_factory=None, **kwargs):
+    """(model, prompts, cfg_scale) of a shipped model or adapter in `dtype` (`kwargs`: the
+    embedded model's own options, e.g. a smaller grid)."""
+    if name in EMBEDDED:
+        return load_model(name, dtype=dtype, **kwargs), EMBEDDED_PROMPTS.get(name, PROMPTS), CFG[name]
+    if name == "cosmos":
+        return _cosmos(dtype, tmp_path_factory)
+    return {"llamagen": _llamagen, "janus-pro": _janus, "emu3": _emu3, "lumina-mgpt": _lumina}[name](dtype)
