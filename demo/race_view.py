@@ -274,7 +274,7 @@ STOPPED_TIMING = ("**Stopped while timing**; every method had finished decoding:
 
 def timing_round(r: int, rounds: int, method: str) -> str:
     """While the race times the methods again."""
-    return (f"Timing round {r} of {rounds}: **{METHOD_LABELS[method]}**, one image alone, then the "
+    return (f"Timing round {r} (of up to {rounds}): **{METHOD_LABELS[method]}**, one image alone, then the "
             f"batch (one timing alone says little on a shared machine)…")
 
 

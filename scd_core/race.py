@@ -11,8 +11,9 @@ Time is reported twice, per method, because the two differ on a CPU: `Timing.lat
 seconds of ONE image decoded alone (what a visitor waits for one picture; `bench --seeds 1`),
 and `Timing.throughput`, the images per second of the K rows decoded together on shared
 passes (`bench --seeds 1 --batch K`). A batched AR pass costs little more than a single one,
-so AR's throughput gains most from the batch. A race times each method in TIMING_ROUNDS
-rounds, interleaved (`time_method`): `Timing.of_rounds` gives the medians with every round's
+so AR's throughput gains most from the batch. A race times each method in up to TIMING_ROUNDS
+rounds, interleaved (`time_method`; two at least, more while they take at most TIMING_BUDGET_S
+seconds): `Timing.of_rounds` gives the medians with every round's
 figure, and two methods' times count as different only where their ranges do not overlap
 (`apart`). Passes (NFE) need no repeat: they are the same for the same seeds on any machine.
 `decode_rows` decodes on a decode client (`scd_core.client`, wherever it decodes), `decode`
@@ -231,7 +232,8 @@ class MethodRun:
                 for r, d in zip(self.row_records, decoders) if r]
 
 
-TIMING_ROUNDS = 3       # a race times each method this many times, the rounds interleaved
+TIMING_ROUNDS = 3       # a race times each method up to this many times, the rounds interleaved
+TIMING_BUDGET_S = 30.0  # ... the rounds after the first taking about this long at most (two rounds at least)
 
 
 @dataclass(frozen=True)
@@ -436,14 +438,17 @@ class Step:
 
 
 def decode_race(client, model: str, race: Race, samples: int, stop: Callable[[], bool] | None = None,
-                rounds: int = TIMING_ROUNDS) -> Iterator[Step]:
+                rounds: int = TIMING_ROUNDS, budget: float = TIMING_BUDGET_S) -> Iterator[Step]:
     """A race on a decode client: a few untimed passes of each method first (`warm_up`), then
     per method ONE image alone (its latency) and `samples` rows together (the batch's
     throughput and every per-sample figure), each yielded as its records arrive; then the
-    methods timed again, taking turns (`time_method`), up to `rounds` timings each. It ends
+    methods timed again, taking turns (`time_method`), up to `rounds` timings each: the second
+    round always, each later one only if the rounds after the first, that one included, would
+    take at most `budget` seconds as the last round did (a slow model gets two). It ends
     early when `stop()` turns true: the last step's run is then marked stopped, or its timing
     round did not finish (the step's round has no Timing)."""
     warm_up(client, model, race)                       # untimed: a fresh worker's first passes
+    began = time.perf_counter()
     runs: dict[str, MethodRun] = {}
     timings: dict[str, list[Timing]] = {}
     phases = (("one image alone", [race.seed]),) + ((   # K = 1: the one image is the batch
@@ -457,13 +462,19 @@ def decode_race(client, model: str, race: Race, samples: int, stop: Callable[[],
                 return
             one = one or run
         runs[method], timings[method] = run, [timing_of(one, run)]
+    last_round, extra = time.perf_counter() - began, 0.0
     for r in range(2, rounds + 1):
+        if r > 2 and extra + last_round > budget:
+            return
+        began = time.perf_counter()
         for method in METHOD_ORDER:
             yield Step(method, "timing", None, runs, timings, r)
             again = time_method(client, model, race, method, samples, stop)
             if again is None:
                 return
             timings[method].append(again)
+        last_round = time.perf_counter() - began
+        extra += last_round
 
 
 def warm_up(client, model: str, race: Race, passes: int = 8) -> None:

@@ -273,6 +273,18 @@ def test_time_method_times_the_same_rows_again(client):
     assert race.time_method(client, "texture", settings, "ar", 2, lambda: next(calls) >= 3) is None
 
 
+def test_a_race_times_two_rounds_at_least_and_more_only_within_its_budget(client):
+    """Passes are the same in every round; the third round runs only while the rounds after
+    the first stay within the budget."""
+    settings = race.Race("ocean waves", scd_core.Settings(window=16))
+    for budget, rounds in ((0.0, 2), (1e9, 3)):
+        steps = list(race.decode_race(client, "texture", settings, 2, rounds=3, budget=budget))
+        timings = steps[-1].timings
+        assert {m: len(t) for m, t in timings.items()} == dict.fromkeys(race.METHOD_ORDER, rounds), budget
+        assert all(len({t.latency_nfe for t in ts}) == 1 for ts in timings.values())    # deterministic passes
+        assert [s.method for s in steps if s.run is None][:4] == list(race.METHOD_ORDER)  # turns, in order
+
+
 def test_summarise_divides_by_ars_times(toy_grid):
     settings = race.Race("fox", scd_core.Settings(window=8))
     runs = {m: decoded(toy_grid, settings, m, 2) for m in ("ar", "sjd")}
