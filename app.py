@@ -9,7 +9,9 @@ from that client too (`demo.models`). Every event that decodes or draws is one Z
 from __future__ import annotations
 
 import logging
+import math
 import os
+import time
 
 import gradio as gr
 import torch
@@ -18,8 +20,8 @@ from scd_core import lossless as lossless_stats, race
 from scd_core.client import DecodeError
 from scd_core.models import cache
 
-from demo import (backend, charts, checks, export, labels, lossless, models, pictures, race_view, run_view,
-                  servers, streaming, texts, tree_view, uploads, zerogpu)
+from demo import (backend, charts, checks, export, generate_view, labels, lossless, models, pictures, race_view,
+                  run_view, servers, streaming, texts, uploads, zerogpu)
 from demo.clips import example_clips
 
 
@@ -80,52 +82,62 @@ def validator(*values):
         [gr.validate(True, "")] * (len(values) - len(checks.INPUTS))
 
 
-def input_message(*values) -> str:
-    """Beside the buttons: what the validator marked on the fields (on a phone the fields may
-    be out of sight), or nothing."""
-    return checks.not_started(problems(*values[:len(checks.INPUTS)]))
+def checked_click(go, values, marked: list | None, race_all: bool = False) -> dict:
+    """A Generate or Race click, checked before anything starts (outside the queue): each
+    field refused gets its message beside it and the buttons' message says them all; a field
+    marked before and right now loses its mark. When nothing is refused, `go` is set, which
+    starts the run. The race runs every method: its fields are checked as a speculative one."""
+    values = list(values[:len(checks.INPUTS)])
+    if race_all:
+        values[checks.INPUTS.index("method")] = "scd-mc"
+    found = problems(*values)
+    marks = {name: gr.update(info=found.get(name, field_info.get(name, "")),
+                             elem_classes=["invalid"] if name in found else [])
+             for name in field_views if name in found or name in (marked or [])}
+    if found:
+        log.info("input refused: %s", "; ".join(found.values()))
+    return {input_md: checks.not_started(found), marked_state: sorted(found)} | \
+        {field_views[name]: update for name, update in marks.items()} | \
+        ({} if found else {go: time.time()})
 
 
-def prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt, clip,
-            clip_text, tree=None):
-    """The model as the page uses it (`Models.for_page`) and the checked run (prompt,
-    Settings, seed): the widget values become a Settings here, once; ValueError with the
-    message otherwise."""
-    (clip,), refused = checked_clip([clip], at=0)
+def check_generate(*values):
+    return checked_click(go_generate, values[:-1], values[-1])
+
+
+def check_race(*values):
+    return checked_click(go_race, values[:-1], values[-1], race_all=True)
+
+
+def prepare(values: dict, method: str | None = None):
+    """The model as the page uses it (`Models.for_page`) and the checked run of a decoding
+    event's widget values (`checks.values_of`; `method` in place of the chosen one): the clip's
+    path checked before anything opens it, the model loaded, then `checks.read`, the one
+    conversion of the widget values. ValueError with the message otherwise."""
+    values = values | ({"method": method} if method else {})
+    (values["clip"],), refused = checked_clip([values["clip"]], at=0)
     if refused:
         raise ValueError(refused)
-    model, text = checks.load_for(name, prompt, clip, clip_text, MODELS.for_page,
-                                  loaded=MODELS.loaded(name) is not None)
-    settings = checks.settings_of(method, window, init, temperature, top_k, top_p, cfg_scale, tree)
-    return model, checks.race_of(model, text, settings, seed)
+    model, _ = checks.load_for(values["model"], values["prompt"], values["clip"], values["clip_text"],
+                               MODELS.for_page, loaded=MODELS.loaded(values["model"]) is not None)
+    return model, checks.read(values, model)
 
 
 def session_key(request: gr.Request | None) -> str:
     return getattr(request, "session_hash", None) or ""
 
 
+def refused(exc: Exception, started: bool = False) -> str:
+    """A run that could not start, or a row lost on the way, in the status's words."""
+    log.info("not decoded: %s", exc)
+    return f"**{'Not finished' if started else 'Not started'}:** {uploads.without_paths(exc)}"
+
+
 # ----------------------------------------------------------------------------- generate
 
-def run_charts(stats: run_view.TraceStats, history: dict, method: str, live: bool = False) -> dict:
-    views = (chart_committed, chart_flicker) + (() if live else (chart_length, chart_rate))
-    return dict(zip(views, charts.run_figures(stats, history, method, live)))
-
-
-def final_outputs(model, name: str, method: str, prompt: str, stats: run_view.TraceStats, shared: int,
-                  decode, history: dict, tree: tuple[int, int]) -> dict:
-    wall = stats.records[-1].wall_time
-    out = {summary: texts.prompt_note(model, prompt) + run_view.run_summary(
-               LABELS[method], stats.sample(), wall, history.get("ar", {}).get("wall"),
-               models.decoding_device(REQUESTS.client, name), shared, stats.done, tree, stats.counts),
-           heat_committed: charts.committed_at_figure(stats), heat_unchanged: charts.unchanged_figure(stats),
-           film: pictures.filmstrip_image(stats.film), history_state: history,
-           last_run: {"model": name, "method": method, "iterations": stats.records, "decode": decode},
-           replay_slider: gr.Slider(minimum=0, maximum=max(1, len(stats.records) - 1),   # 0 < max
-                                    value=len(stats.records) - 1, step=1, interactive=True)}
-    if models.is_video(name):
-        mp4, gif = export.export_run_clip(model, stats.records[-1], f"{name}-{method}", decode)
-        out |= {clip_video: mp4, clip_files: [mp4, gif]}
-    return out
+def shown(update: dict) -> dict:
+    """A Generate view update (`demo.generate_view`, by view name) for the page's components."""
+    return {gen_views[name]: value for name, value in update.items()}
 
 
 @zerogpu.on_gpu(zerogpu.generate_seconds, lambda: demo.blocks)
@@ -136,89 +148,53 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
     """Decode one sample as a row on the decode client (visitors' rows share passes) and
     stream its passes to the page (every pass in slow motion, else a few pictures a second);
     Stop cancels it at once, keeping what is shown, and its row leaves the batch. An input the
-    model refuses (a clip too short for it...) or a lost row is said in the status, nothing lost."""
-    key, browser, ticket = session_key(request), ticket is not None, STOPS.stamp(ticket)
-    stopped = lambda: STOPS.stopped(key, ticket)  # noqa: E731
-    # the replay and export belong to the last run: a failed run on another model clears them
-    stale = {} if (history or {}).get("_model") in (None, name) else dict(REPLAY_CLEARED)
-    row, picture_shown, first_shown = None, None, None
+    model refuses (a clip too short for it...) or a lost row is said in the status, nothing lost;
+    a refused run on another model clears the replay and export, which belong to the last run."""
+    key, stamp = session_key(request), STOPS.stamp(ticket)
+    stopped = lambda: STOPS.stopped(key, stamp)  # noqa: E731
+    stale = {} if (history or {}).get("_model") in (None, name) else generate_view.REPLAY_CLEARED
+    row = view = None
     try:
-        model, s = prepare(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
-                           prompt, clip, clip_text, tree)
-        pace = checks.check_pace(pace)
-        zerogpu.check_fits(zerogpu.generate_estimate(name, method, s.settings.window, pace), "This run",
-                           "lower the slow motion or pick a smaller model")
-        raised = run_view.pace_note(pace, servers.shown_pace(pace))
+        model, page = prepare(checks.values_of(name, method, window, init, temperature, top_k, top_p,
+                                               cfg_scale, seed, prompt, pace, samples, clip, clip_text, tree))
+        zerogpu.check_fits(zerogpu.generate_estimate(name, page.settings.method, page.settings.window, page.pace),
+                           "This run", "lower the slow motion or pick a smaller model")
         if stopped():                                     # stopped while waiting in the queue
-            yield {status: texts.STOPPED_EARLY}
+            yield shown({"status": texts.STOPPED_EARLY})
             return
-        settings = s.of(method)
-        row = backend.Row(REQUESTS, REQUESTS.submit(key, name, s.prompt, s.seed, settings), name)
-        stats, history = run_view.TraceStats(tuple(model.grid)), streaming.history_of(history, name)
-        blank = dict.fromkeys(run_views, None) | REPLAY_CLEARED   # clears the last run's views
+        view = generate_view.GenerateView(model, page, history, models.decoding_device(REQUESTS.client, name))
+        row = backend.Row(REQUESTS, REQUESTS.submit(key, name, page.race.prompt, page.race.seed, page.settings),
+                          name)
         waiting = SERVERS.timing_alone.is_set if KIND == "local" else lambda: False
         records = servers.follow(row.client, row.rid, stopped, waiting=waiting)
-        for it, picture, charts_due in servers.shown(records, pace, stopped, row.share):
-            if it is None:                                # slow motion paces the display only
-                yield blank | {status: texts.WAITING}
-                continue
-            stats.add(it)
-            if picture and not stats.done:
-                picture_shown = pictures.render_iteration(model, it, decode=row.decode())
-                first_shown = first_shown or servers.now()
-                yield blank | {live_image: picture_shown, tree_now: tree_view.tree_html(it, settings.tree),
-                               status: run_view.run_status(LABELS[method], stats, it.wall_time, "running",
-                                                           row.shared(len(stats.records)),
-                                                           pace_raised=raised)} | \
-                    (run_charts(stats, history, method, live=True) if charts_due or blank else {})
-                blank = {}                                # charts come when due, and with the first picture
+        for it, picture_due, charts_due in servers.shown(records, page.pace, stopped, row.share):
+            update = view.shown(it, picture_due, charts_due, row)
+            if update:                                    # nothing when no picture is due
+                yield shown(update)
     except ValueError as exc:
-        log.info("refused: %s", exc)
-        yield stale | {status: f"**Not started:** {uploads.without_paths(exc)}"}
+        yield shown(stale | {"status": refused(exc)})
         return
     except DecodeError as exc:                            # the row was lost: said, what is shown stays
-        log.info("not decoded: %s", exc)
-        started = row is not None and stats.records
-        yield stale | {status: f"**{'Not finished' if started else 'Not started'}:** "
-                               f"{uploads.without_paths(exc)}"}
+        yield shown(stale | {"status": refused(exc, started=bool(view and view.stats.records))})
         return
     finally:
         if row is not None:
             decode, _ = row.decode(), row.end()
-    if not stats.records:
-        yield {status: texts.STOPPED_EARLY}
+    if not view.stats.records:
+        yield shown({"status": texts.STOPPED_EARLY})
         return
-    it, shared, end = stats.records[-1], row.shared(len(stats.records)), "done" if stats.done else "stopped"
-    final_picture = picture_shown if end == "stopped" and picture_shown is not None else \
-        pictures.render_iteration(model, it, decode=decode)      # a stop keeps the picture shown
-    shown_for = servers.now() - first_shown if pace and first_shown is not None else None
-    sibling = tree_view.last_sibling(stats.records)       # the tree shown at the end
-    yield blank | {live_image: final_picture,
-                   tree_now: tree_view.tree_html(sibling or it, settings.tree, last=sibling is not None),
-                   status: run_view.run_status(LABELS[method], stats, it.wall_time, end, shared,
-                                               shown_for=shown_for, pace_raised=raised,
-                                               tree=settings.tree)}
-    if browser:                                           # first (drawing the charts delays it)
+    shared = row.shared(len(view.stats.records))
+    yield shown(view.ending(decode, shared))
+    if ticket is not None:                                # a browser: the picture first (the charts delay it)
         servers.sleep_until(servers.now() + servers.FIRST_PAINT)
-    if end == "done":
-        history[method] = {"nfe": stats.nfe, "committed": stats.committed,
-                           "wall": None if shared else it.wall_time}
-    yield run_charts(stats, history, method) | final_outputs(model, name, method, s.prompt, stats,
-                                                              shared, decode, history, settings.tree)
+    yield shown(view.ended(decode, shared))
 
 
 # ------------------------------------------------------------------------------- race
 
-def race_panels(panels: race_view.RacePanels, runs: dict, tick: int | None = None) -> dict:
-    return {race_images[m]: pic for m, pic in panels.at(runs, tick).items()}
-
-
-def race_results(model, name: str, s: race.Race, runs: dict, samples: int, timings: dict) -> dict:
-    table, why, note, figures = race_view.race_report(name, s, runs, samples,
-                                                      models.decoding_device(REQUESTS.client, name),
-                                                      race.gap_probe(model, name, s, runs), timings)
-    return {race_table: table, race_why: why, race_note: note} | \
-        dict(zip((race_chart, race_hist, race_flicker), figures))
+def raced(update: dict) -> dict:
+    """A race view update (`demo.race_view.RaceView`, by view name) for the page's components."""
+    return {race_views[name]: value for name, value in update.items()}
 
 
 @zerogpu.on_gpu(zerogpu.race_seconds, lambda: demo.blocks)
@@ -228,67 +204,45 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
                 request: gr.Request = None):
     """Per method, decode ONE image alone (its latency) and then K samples together (the
     batch's throughput, and every per-sample figure) on the page's decode client, the same
-    as Generate, showing the pictures as they form; then replay the recorded passes in
-    lockstep by NFE (at the slow-motion pace) and report the figures."""
-    key, ticket = session_key(request), STOPS.stamp(ticket)
-    stopped = lambda: STOPS.stopped(key, ticket)  # noqa: E731
+    as Generate, showing the pictures as they form; time each method again, in turns; then
+    replay the recorded passes in lockstep by NFE (at the slow-motion pace) and report."""
+    key, stamp = session_key(request), STOPS.stamp(ticket)
+    stopped = lambda: STOPS.stopped(key, stamp)  # noqa: E731
     try:
-        model, s = prepare(name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale, seed,
-                           prompt, clip, clip_text, tree)
-        pace, samples = checks.check_pace(pace), checks.check_samples(samples)
-        zerogpu.check_fits(zerogpu.race_estimate(name, s.settings.window, samples, pace), "This race",
-                           "lower the race samples K (or the slow motion), or pick a smaller model")
-        runs, timings = {}, {}
-        status_due, picture_due = servers.Pacer(servers.STATUS_EVERY), servers.Pacer(servers.FULL_SPEED_EVERY)
-        panels = race_view.RacePanels(model, 0 if models.is_video(name) else None)
-        yield dict.fromkeys([*race_images.values(), race_table, race_note, race_why, race_chart,
-                             race_hist, race_flicker], None) | {race_status: "Decoding…"}
-        yield {race_status: "Warming up: a few untimed passes of each method…"}
-        race.warm_up(REQUESTS.client, name, s)          # untimed: a fresh worker's first passes
-        phases = (("one image alone", [s.seed]),) + ((   # K = 1: the one image is the batch
-            (f"{samples} samples together", range(s.seed, s.seed + samples)),) if samples > 1 else ())
-        for m in race.METHOD_ORDER:
-            one = None
-            for phase, seeds in phases:
-                for run in race.decode_rows(REQUESTS.client, name, s, m, seeds, stopped):
-                    out = {race_status: race_view.race_decoding(run, phase)} if status_due() else {}
-                    if picture_due():
-                        out |= race_panels(panels, runs | {m: run})
-                    if out:
-                        yield out
-                if run.stopped:
-                    done = {k: r for k, r in runs.items() if r.done}
-                    yield race_panels(panels, runs | {m: run}) | {
-                        race_status: race_view.race_decoding(run, phase),
-                        race_table: race_view.race_table_html(race.summarise(done, False, timings), False)}
-                    return
-                one = one or run
-            runs[m], timings[m] = run, race.timing_of(one, run)
+        model, page = prepare(checks.values_of(name, method, window, init, temperature, top_k, top_p,
+                                               cfg_scale, seed, prompt, pace, samples, clip, clip_text, tree),
+                              method="scd-mc")      # the race runs every method: checked as one with drafts
+        rounds = zerogpu.race_rounds(name, page.settings.window, page.samples, page.pace)   # timing rounds
+        zerogpu.check_fits(zerogpu.race_estimate(name, page.settings.window, page.samples, page.pace, rounds),
+                           "This race", "lower the race samples K (or the slow motion), or pick a smaller model")
+        view = race_view.RaceView(model, page, models.decoding_device(REQUESTS.client, name),
+                                  lambda runs: race.gap_probe(model, name, page.race, runs), models.is_video(name),
+                                  rounds)
+        yield raced(view.started())
+        for step in race.decode_race(REQUESTS.client, name, page.race, page.samples, stopped, rounds):
+            update = view.step(step)
+            if update:                                    # nothing when no status or picture is due
+                yield raced(update)
+            if step.run is not None and step.run.stopped:
+                return
     except ValueError as exc:
-        log.info("refused: %s", exc)
-        yield {race_status: f"**Not started:** {uploads.without_paths(exc)}"}
+        yield raced({"status": refused(exc)})
         return
     except DecodeError as exc:                            # a row was lost: said, what is shown stays
-        log.info("not decoded: %s", exc)
-        yield {race_status: f"**Not finished:** {uploads.without_paths(exc)}"}
+        yield raced({"status": refused(exc, started=True)})
         return
-    plot_due, tick, last = servers.Pacer(servers.PLOT_EVERY, wait_first=True), 0, race.lockstep(runs)
-    for tick in servers.replay_ticks(last, pace, servers.IMAGE_EVERY, stopped) if pace else ():
-        out = race_panels(panels, runs, tick) | {race_status: race_view.race_progress(runs, tick)}
-        if plot_due():
-            out[race_chart] = charts.race_progress_figure(
-                {m: r.committed_curves() for m, r in runs.items()}, runs["ar"].num_tokens, tick)
-        yield out
+    view.finished(step)
+    if stopped():                                         # while timing: what was timed stays
+        yield raced(view.panels.at(view.runs) | view.report(race_view.STOPPED_TIMING))
+        return
+    tick, last = 0, race.lockstep(view.runs)
+    for tick in servers.replay_ticks(last, page.pace, servers.IMAGE_EVERY, stopped) if page.pace else ():
+        yield raced(view.replay(tick))
     if stopped() and tick < last:
-        yield race_results(model, name, s, runs, samples, timings) | {race_status: race_view.race_progress(
-            runs, tick, f"**Replay stopped at NFE {tick}**; every method had finished decoding: "
-                        "the figures below are complete.")}
+        yield raced(view.report(f"**Replay stopped at NFE {tick}**; every method had finished decoding: "
+                                "the figures below are complete.", tick))
         return
-    yield race_panels(panels, runs) | race_results(model, name, s, runs, samples, timings) | {
-        race_status: race_view.race_progress(runs, None, "**Done.**"),
-        race_state: {"model": name, "runs": {m: r.final() for m, r in runs.items()}},
-        race_sample: gr.Slider(maximum=max(samples, 2), value=1,     # a slider needs min < max
-                               visible=panels.sample is not None and samples > 1)}
+    yield raced(view.done())
 
 
 def shipped_ratios():
@@ -304,14 +258,15 @@ def lossless_run(name, method, window, init, temperature, top_k, top_p, cfg_scal
     """Many samples of AR and of the method (the one picked; SCD-MC when AR is), which token
     each put at four positions with the chi-square test's p-value, and greedy mode's tokens."""
     key, ticket = session_key(request), STOPS.stamp(ticket)
-    outputs = (loss_summary, loss_chart, loss_ar, loss_method, loss_greedy)
+    outputs = (loss_summary, loss_chart, loss_ar, loss_method, loss_greedy, loss_diff)
     try:
         lossless.check_model(name)
         samples = lossless.check_samples(samples)
-        model, s = prepare(name, "scd-mc", window, init, temperature, top_k, top_p, cfg_scale, seed,
-                           prompt, None, "")
+        model, page = prepare(checks.values_of(name, method, window, init, temperature, top_k, top_p,
+                                               cfg_scale, seed, prompt), method="scd-mc")
+        s = page.race
     except ValueError as exc:
-        yield {loss_status: f"**Not started:** {uploads.without_paths(exc)}"}
+        yield {loss_status: refused(exc)}
         return
     other = lossless.method_of(method)
     yield dict.fromkeys(outputs, None) | {loss_status: f"Decoding {samples} samples of AR and {samples} "
@@ -322,11 +277,12 @@ def lossless_run(name, method, window, init, temperature, top_k, top_p, cfg_scal
     if c is None:
         yield {loss_status: "**Stopped** before the samples were complete: nothing to compare."}
         return
-    yield {loss_status: f"**Done** in {c.seconds:.0f} s.", loss_summary: lossless.summary_markdown(model, c),
+    yield {loss_status: f"**Done** on **{name}** in {c.seconds:.0f} s.", loss_summary: lossless.summary_markdown(model, c),
            loss_chart: lossless.histogram_figure(model, c),
            loss_ar: lossless.samples_picture(model, c.ar_tokens),
            loss_method: lossless.samples_picture(model, c.method_tokens),
            loss_greedy: lossless.greedy_picture(model, c),
+           loss_diff: lossless.diff_picture(model, c), loss_diff_title: lossless.diff_title(c),
            loss_method_title: f"{LABELS[other]}: its first {lossless.SHOWN_SAMPLES} samples"}
 
 
@@ -335,7 +291,7 @@ def show_race_sample(index, state):
     if not state:
         return {}
     panels = race_view.RacePanels(MODELS.for_page(state["model"]), max(0, int(index) - 1))
-    return race_panels(panels, state["runs"])
+    return raced(panels.at(state["runs"]))
 
 
 # ----------------------------------------------------------------------------- replay
@@ -343,13 +299,10 @@ def show_race_sample(index, state):
 @zerogpu.on_gpu(zerogpu.short_seconds, lambda: demo.blocks)
 def replay_view(index, run):
     if not run or not run.get("iterations"):
-        return gr.skip(), "Nothing to replay yet: generate an image first.", gr.skip()
-    its = run["iterations"]
-    i = int(min(max(checks.as_int(index) or 0, 0), len(its) - 1))
-    model = MODELS.for_page(run["model"])
-    return (pictures.render_iteration(model, its[i], decode=run.get("decode")),
-            run_view.replay_caption(its, i),
-            charts.accept_prob_figure(its[i], tuple(model.grid)))
+        return gr.skip(), run_view.REPLAY_WAITING, gr.skip()
+    i = int(min(max(checks.as_int(index) or 0, 0), len(run["iterations"]) - 1))
+    out = generate_view.replay(MODELS.for_page(run["model"]), run, i)
+    return out["replay_image"], out["replay_text"], out["replay_probs"]
 
 
 @zerogpu.on_gpu(zerogpu.export_seconds, lambda: demo.blocks)
@@ -390,23 +343,56 @@ def runnable(name: str) -> dict:
     return {gen_btn: gr.Button(interactive=ok), race_btn: gr.Button(interactive=ok)}
 
 
-def on_model_change(name: str, gen_status: str | None = None, race_said: str | None = None):
-    """What the model is (or why it cannot run here), its defaults; Generate and Race are
-    disabled for a model that cannot run; an error the last model left in a status goes."""
-    d, sd, ok = MODELS.defaults(name)
+def defaults(name: str) -> tuple[dict, bool]:
+    """The model's defaults by their name in `checks.SETTINGS` (its first example prompt, if it
+    reads text), and whether it can run here."""
+    page, sampling, ok = MODELS.defaults(name)
+    prompts = MODELS.examples(name) if ok and not models.takes_clip(name) else []
+    return checks.defaults_of(page, sampling, prompts[0] if prompts else None), ok
+
+
+def cleared_views(name: str) -> dict:
+    """Every view of a run, a race and a comparison, as before any: the last ones were another
+    model's. The pictures are the new model's empty grid where it is at hand."""
+    model = MODELS.at_hand(name) if models.unavailable(name, MODELS.loaded(name) is not None) is None else None
+    grid = tuple(model.grid) if model is not None else None
+    blank = pictures.blank_picture(grid) if grid else None
+    run = generate_view.waiting(grid, math.prod(grid) if grid else models.REGISTRY[name].tokens) | \
+        generate_view.REPLAY_CLEARED | {"status": texts.hint(texts.GENERATE_HINT, name)}
+    return shown(run) | {replay_slider: gr.Slider(value=0)} | raced(race_waiting(name, blank)) | lossless_waiting()
+
+
+def race_waiting(name: str, blank) -> dict:
+    """The Race tab before a race of `name`, by view name."""
+    return dict.fromkeys(race.METHOD_ORDER, blank) | dict.fromkeys(("table", "note", "why"), "") | {
+        "status": texts.hint(texts.RACE_HINT, name), "bench": race_view.BENCH_WAITING, "state": None,
+        "sample": gr.Slider(visible=False)} | dict(zip(("chart", "hist", "flicker"), charts.RACE_WAITING))
+
+
+def lossless_waiting() -> dict:
+    return {loss_status: "", loss_summary: "", loss_chart: lossless.WAITING_FIGURE, loss_ar: None,
+            loss_method: None, loss_diff: None, loss_greedy: None, loss_diff_title: lossless.DIFF_TITLE}
+
+
+def on_model_change(name: str, applied: dict | None = None, *current):
+    """What the model is (or why it cannot run here); the visitor's settings kept where they
+    chose them and the model can take them, the rest its defaults, in one line (`checks.switched`);
+    the last model's views cleared; Generate and Race disabled for a model that cannot run."""
+    new, ok = defaults(name)
+    values, said = checks.switched(name, dict(zip(checks.SETTINGS, current)), applied, new,
+                                   MODELS.loaded(name) or MODELS.at_hand(name) if ok else None,
+                                   models.is_video(name))
     clip, prompts = models.takes_clip(name), MODELS.examples(name) if ok else []
-    prompt = prompts[0] if prompts and not clip else None
-    return {status: texts.GENERATE_HINT if texts.is_error(gen_status) else gr.skip(),
-            race_status: texts.RACE_HINT if texts.is_error(race_said) else gr.skip(),
-            prompt_words_md: texts.prompt_words_note(MODELS.at_hand(name) if ok else None, name, prompt or ""),
-            model_md: models.model_note(name, MODELS.loaded(name) is not None), window_nb: d["window"],
-            init_dd: d["init"], temp_nb: sd["temperature"], topk_nb: sd["top_k"], topp_nb: sd["top_p"],
-            cfg_nb: sd["cfg_scale"], pace_nb: d["pace"], samples_nb: d["samples"],
-            greedy_cb: sd["temperature"] == 0, clip_row: gr.Row(visible=models.is_video(name)),
-            examples.dataset: gr.Dataset(samples=[] if clip else [[p] for p in prompts]),
-            prompt_tb: prompt if prompt is not None else gr.skip(),
-            text_box: gr.Column(visible=not clip), clip_box: gr.Column(visible=clip),
-            gen_btn: gr.Button(interactive=ok), race_btn: gr.Button(interactive=ok)}
+    return {setting_views[k]: values[k] for k in checks.SETTINGS} | cleared_views(name) | {
+        applied_state: new, switch_md: said, greedy_cb: values["temperature"] == 0,
+        prompt_words_md: texts.prompt_words_note(MODELS.at_hand(name) if ok else None, name,
+                                                 values["prompt"] or "") if not clip else "",
+        model_md: models.model_note(name, MODELS.loaded(name) is not None),
+        clip_row: gr.Row(visible=models.is_video(name)),
+        examples.dataset: gr.Dataset(samples=[] if clip else [[p] for p in prompts]),
+        text_box: gr.Column(visible=not clip), clip_box: gr.Column(visible=clip),
+        examples_box: gr.Column(visible=bool(prompts) and not clip),     # no heading over nothing
+        gen_btn: gr.Button(interactive=ok), race_btn: gr.Button(interactive=ok)}
 
 
 # ----------------------------------------------------------------------------- layout
@@ -414,15 +400,17 @@ def on_model_change(name: str, gen_status: str | None = None, race_said: str | N
 D0 = models.listed_models()[0]
 
 
-def image(elem_id: str) -> gr.Image:
+def image(elem_id: str, value=None) -> gr.Image:
     """A picture with no label or toolbar over it (they would cover the first token row)."""
-    return gr.Image(show_label=False, buttons=[], format="png", type="numpy", interactive=False,
+    return gr.Image(value, show_label=False, buttons=[], format="png", type="numpy", interactive=False,
                     elem_id=elem_id, container=False, elem_classes="bare")
 
 
-def number(value, label: str, elem_id: str, info: str | None = None) -> gr.Number:
-    """A number field; whole numbers are checked, never rounded (1.5 is refused, not 2)."""
-    return gr.Number(value, label=label, elem_id=elem_id, info=info, min_width=100)
+def number(value, elem_id: str, field: checks.Field | None = None, info: str | None = None) -> gr.Number:
+    """A number field, labelled by its `checks.Field` (by default the one of `checks.FIELDS`
+    named like its id); whole numbers are checked, never rounded (1.5 is refused, not 2)."""
+    field = field or checks.FIELDS[elem_id.replace("-", "_")]
+    return gr.Number(value, label=field.widget_label, elem_id=elem_id, info=info, min_width=100)
 
 
 def plot(elem_id: str, value=None) -> gr.Plot:
@@ -433,128 +421,139 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     history_state, last_run = gr.State({}, time_to_live=3600), gr.State(None, time_to_live=3600)
     race_state = gr.State(None, time_to_live=1800)
     ticket = gr.Number(None, visible=False)       # the click's time stamp, set by the browser
-    gr.Markdown(texts.HEADER + models.device_note(), elem_id="header")
+    gr.Markdown(texts.HEADER + models.device_note(REQUESTS.client), elem_id="header")
+    # Desktop: the controls on the left (model, prompt, buttons, then examples, method and
+    # settings), the results on the right. A phone shows the controls in the order a visitor
+    # fills them in, model to Settings (closed there), then the buttons and the example prompts,
+    # then the results (demo/static/page.css orders the boxes, demo/static/load.js closes
+    # Settings, page.js brings the results into sight when a run starts).
     with gr.Row(equal_height=False, elem_id="main"):
-        with gr.Column(scale=1, min_width=300, elem_id="controls"):
-            with gr.Column(elem_id="top-controls"):
+        with gr.Column(scale=1, min_width=340, elem_id="controls"):
+            with gr.Column(elem_id="model-box"):
                 model_dd = gr.Dropdown([(models.model_label(n), n) for n in models.listed_models()],
                                        value=D0, label="Model", elem_id="model")
                 model_md = gr.Markdown(models.model_note(D0), elem_id="model-info")
-                with gr.Column(visible=not models.takes_clip(D0)) as text_box:
-                    prompt_tb = gr.Textbox(MODELS.examples(D0)[0], label="Prompt", lines=1,
-                                           max_lines=3, elem_id="prompt")
-                    prompt_words_md = gr.Markdown(prompt_words(D0, MODELS.examples(D0)[0]),
-                                                  elem_id="prompt-words")
-                with gr.Column(visible=models.takes_clip(D0)) as clip_box:
-                    clip_in = gr.Video(label="Prompt clip: the model continues it", sources=["upload"],
-                                       format=None, elem_id="prompt-clip", height=160)
-                    # What the decoding events take instead of the Video: its upload's path,
-                    # copied in the browser, checked by the app before any read (demo.uploads).
-                    clip_path = gr.Textbox("", visible=False, elem_id="clip-path")
-                    clip_text_tb = gr.Textbox("", label="Clip text (Video2World only)", lines=1,
-                                              elem_id="clip-text")
-                    gr.Examples([[p] for p in example_clips()], inputs=clip_in, label="Example clips",
-                                example_labels=["red ball", "blue ring"])
+                switch_md = gr.Markdown(elem_id="settings-changed")      # what a model switch changed
+            with gr.Column(visible=not models.takes_clip(D0), elem_id="prompt-box") as text_box:
+                prompt_tb = gr.Textbox(MODELS.examples(D0)[0], label="Prompt", lines=1,
+                                       max_lines=3, elem_id="prompt")
+                prompt_words_md = gr.Markdown(prompt_words(D0, MODELS.examples(D0)[0]),
+                                              elem_id="prompt-words")
+            with gr.Column(visible=models.takes_clip(D0), elem_id="clip-box") as clip_box:
+                clip_in = gr.Video(label="Prompt clip: the model continues it", sources=["upload"],
+                                   format=None, elem_id="prompt-clip", height=200)
+                # What the decoding events take instead of the Video: its upload's path,
+                # copied in the browser, checked by the app before any read (demo.uploads).
+                clip_path = gr.Textbox("", visible=False, elem_id="clip-path")
+                clip_text_tb = gr.Textbox("", label="Clip text (Video2World only)", lines=1,
+                                          elem_id="clip-text")
+                gr.Examples([[p] for p in example_clips()], inputs=clip_in, label="Example clips",
+                            example_labels=["red ball", "blue ring"])
+            with gr.Column(elem_id="run-box"):
                 with gr.Row():
                     gen_btn = gr.Button("Generate", variant="primary", elem_id="generate", min_width=80)
                     race_btn = gr.Button("Race all methods", elem_id="race", min_width=80)
                     stop_btn = gr.Button("Stop", variant="stop", elem_id="stop", min_width=60)
                 input_md = gr.Markdown(elem_id="input-message")
-            with gr.Column(elem_id="more-controls"):
+            with gr.Column(visible=not models.takes_clip(D0), elem_id="examples-box") as examples_box:
                 examples = gr.Examples([[p] for p in MODELS.examples(D0)], inputs=prompt_tb, label="Example prompts")
+            with gr.Column(elem_id="method-box"):
                 method_rd = gr.Radio([(LABELS[m], m) for m in race.METHOD_ORDER], value="scd-mc",
                                      label="Method (Generate)", elem_id="method")
-                d0, s0, _ = MODELS.defaults(D0)
-                with gr.Accordion("Settings", open=True):
-                    init_dd = gr.Dropdown([(v, k) for k, v in labels.INIT_LABELS.items()], value=d0["init"],
-                                          label="Draft init", elem_id="init")
-                    tree_dd = gr.Dropdown(labels.TREE_CHOICES, value=labels.TREE_CHOICES[0], label="Draft tree",
-                                          info="k candidates at each of the first d draft positions "
-                                               "(AR has no drafts: it runs the chain)", elem_id="tree")
-                    with gr.Row():
-                        window_nb = number(d0["window"], "Window L", "window")
-                        seed_nb = number(0, "Seed", "seed")
-                    with gr.Row():
-                        temp_nb = number(s0["temperature"], "Temperature", "temperature")
-                        greedy_cb = gr.Checkbox(s0["temperature"] == 0, label="Greedy (temperature 0)",
-                                                elem_id="greedy", min_width=100)
-                    with gr.Row():
-                        topk_nb = number(s0["top_k"], "Top-k (0: off)", "top-k")
-                        topp_nb = number(s0["top_p"], "Top-p (1: off)", "top-p")
-                    with gr.Row():
-                        cfg_nb = number(s0["cfg_scale"], "CFG scale", "cfg")
-                        samples_nb = number(d0["samples"], "Race samples K", "samples")
-                    pace_nb = number(d0["pace"], "Slow motion: seconds per pass on screen (0: full "
-                                     "speed)", "pace", info=texts.pace_info(servers.IMAGE_EVERY))
+            d0, s0, _ = MODELS.defaults(D0)
+            with gr.Accordion("Settings", open=True, elem_id="settings"):
+                init_dd = gr.Dropdown([(v, k) for k, v in labels.INIT_LABELS.items()], value=d0["init"],
+                                      label="Draft init", elem_id="init")
+                tree_dd = gr.Dropdown(labels.TREE_CHOICES, value=labels.TREE_CHOICES[0], label="Draft tree",
+                                      info=labels.TREE_INFO, elem_id="tree")
+                with gr.Row():
+                    window_nb = number(d0["window"], "window")
+                    seed_nb = number(0, "seed")
+                with gr.Row():
+                    temp_nb = number(s0["temperature"], "temperature")
+                    greedy_cb = gr.Checkbox(s0["temperature"] == 0, label="Greedy (temperature 0)",
+                                            elem_id="greedy", min_width=100)
+                with gr.Row():
+                    topk_nb = number(s0["top_k"], "top-k")
+                    topp_nb = number(s0["top_p"], "top-p")
+                with gr.Row():
+                    cfg_nb = number(s0["cfg_scale"], "cfg")
+                    samples_nb = number(d0["samples"], "samples")
+                pace_nb = number(d0["pace"], "pace", info=texts.pace_info(servers.IMAGE_EVERY))
         with gr.Column(scale=3, elem_id="results"):
+            grid0 = tuple(MODELS.at_hand(D0).grid)
+            waiting0 = charts.waiting_figures(math.prod(grid0))          # what each chart says before a run
             with gr.Tabs() as tabs:
                 with gr.Tab("Generate", id="tab-generate"):
                     with gr.Row():
                         with gr.Column(scale=2, min_width=300):
                             gr.Markdown("Committed tokens + current drafts", elem_classes="panel-title")
-                            live_image = image("live-image")
+                            live_image = image("live-image", pictures.blank_picture(grid0))
                             gr.HTML(pictures.legend_html())
-                            status = gr.Markdown(texts.GENERATE_HINT, elem_id="status")
+                            status = gr.Markdown(texts.hint(texts.GENERATE_HINT, D0), elem_id="status")
                             tree_now = gr.HTML("", elem_id="tree-view")
                         with gr.Column(scale=3, min_width=300):
-                            chart_committed = plot("chart-committed", charts.waiting_figure())
+                            chart_committed = plot("chart-committed", waiting0["committed"])
                     with gr.Row():
-                        chart_length = plot("chart-length")
-                        chart_flicker = plot("chart-flicker")
-                    gr.Markdown("Drafts after each pass: one column per pass, one row per window "
-                                "slot (top: the next position to decide)", elem_classes="panel-title")
+                        chart_length = plot("chart-length", waiting0["length"])
+                        chart_flicker = plot("chart-flicker", waiting0["flicker"])
+                    film_title = gr.Markdown(run_view.film_title(None), elem_classes="panel-title", elem_id="film-title")
                     film = image("film")
-                    gr.HTML(pictures.film_legend_html())
-                    summary = gr.Markdown(elem_id="summary")
+                    gr.HTML(pictures.film_legend_html(), elem_id="film-legend")
+                    summary = gr.Markdown(run_view.SUMMARY_WAITING, elem_id="summary")
                     with gr.Row():
-                        chart_rate = plot("chart-rate")
-                        heat_committed = plot("heat-committed")
-                        heat_unchanged = plot("heat-unchanged")
+                        chart_rate = plot("chart-rate", waiting0["rate"])
+                        heat_committed = plot("heat-committed", waiting0["committed_at"])
+                        heat_unchanged = plot("heat-unchanged", waiting0["unchanged"])
                     with gr.Row(visible=models.is_video(D0)) as clip_row:
                         clip_video = gr.Video(label="Finished clip (MP4)", elem_id="clip-video",
                                               interactive=False, height=260)
                         clip_files = gr.File(label="Download the clip (MP4, GIF)", file_count="multiple",
                                              interactive=False, elem_id="clip-files", height=260)
-                    with gr.Accordion("Replay and export the last run", open=False):
+                    with gr.Accordion("Replay and export the last run", open=False, elem_id="replay"):
                         replay_slider = gr.Slider(0, 1, value=0, step=1, label="Pass",
                                                   elem_id="replay-slider")
                         with gr.Row():
                             replay_image = image("replay-image")
                             replay_probs = plot("replay-probs")
-                        replay_text = gr.Markdown(elem_id="replay-text")
+                        replay_text = gr.Markdown(run_view.REPLAY_WAITING, elem_id="replay-text")
                         with gr.Row():
                             export_btn = gr.Button("Export the decoding as GIF + MP4", elem_id="export")
-                            export_files = gr.File(label="Downloads", file_count="multiple")
-                        export_video = gr.Video(label="Decoding", interactive=False, height=300)
+                            export_files = gr.File(label="Downloads", file_count="multiple",
+                                                   elem_id="export-files")
+                        export_video = gr.Video(label="Decoding", interactive=False, height=300,
+                                                elem_id="export-video")
                 with gr.Tab("Race", id="tab-race"):
-                    race_status = gr.Markdown(texts.RACE_HINT, elem_id="race-status")
+                    race_status = gr.Markdown(texts.hint(texts.RACE_HINT, D0), elem_id="race-status")
                     race_images = {}
                     for pair in (race.METHOD_ORDER[:2], race.METHOD_ORDER[2:]):
                         with gr.Row():
                             for m in pair:
                                 with gr.Column(min_width=240):
                                     gr.Markdown(LABELS[m], elem_classes="panel-title")
-                                    race_images[m] = image(f"race-{m}")
+                                    race_images[m] = image(f"race-{m}", pictures.blank_picture(grid0))
                     race_sample = gr.Slider(1, 8, value=1, step=1, label="Sample shown", visible=False,
                                             elem_id="race-sample")
                     gr.HTML(pictures.legend_html().replace('id="scd-legend"', 'id="race-legend"'))
                     race_table = gr.HTML(elem_id="race-summary")
                     race_note = gr.Markdown(elem_id="race-note")
                     race_why = gr.Markdown(elem_id="race-why")
-                    race_chart = plot("race-chart")
+                    race_chart = plot("race-chart", charts.RACE_WAITING[0])
                     with gr.Row():
-                        race_hist = plot("race-hist")
-                        race_flicker = plot("race-flicker")
+                        race_hist = plot("race-hist", charts.RACE_WAITING[1])
+                        race_flicker = plot("race-flicker", charts.RACE_WAITING[2])
+                    with gr.Accordion("The same figures from the benchmark", open=False, elem_id="race-bench-box"):
+                        race_bench = gr.Markdown(race_view.BENCH_WAITING, elem_id="race-bench")
                     ratios_btn = gr.Button("Why texture and tiny differ: SJD vs SCD passes per image",
                                            elem_id="ratios", size="sm")
                     ratios_md = gr.Markdown(elem_id="ratios-table")
                 with gr.Tab("Lossless", id="tab-lossless"):
                     gr.Markdown(lossless.HINT, elem_id="lossless-hint")
                     with gr.Row():
-                        loss_samples = number(lossless.DEFAULT_SAMPLES, "Samples per method", "loss-samples")
+                        loss_samples = number(lossless.DEFAULT_SAMPLES, "loss-samples", lossless.SAMPLES_FIELD)
                         loss_btn = gr.Button("Compare AR with the method", elem_id="lossless", min_width=120)
                     loss_status = gr.Markdown(elem_id="lossless-status")
-                    loss_chart = plot("lossless-chart")
+                    loss_chart = plot("lossless-chart", lossless.WAITING_FIGURE)
                     loss_summary = gr.Markdown(elem_id="lossless-summary")
                     with gr.Row():
                         with gr.Column(min_width=240):
@@ -565,41 +564,60 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                             loss_method_title = gr.Markdown("The method: its first samples",
                                                             elem_classes="panel-title")
                             loss_method = image("lossless-method")
+                    loss_diff_title = gr.Markdown(lossless.DIFF_TITLE, elem_classes="panel-title",
+                                                  elem_id="lossless-diff-title")
+                    loss_diff = image("lossless-diff")
                     gr.Markdown("Greedy (temperature 0): AR, then the method", elem_classes="panel-title")
                     loss_greedy = image("lossless-greedy")
                 with gr.Tab("How it works", id="tab-explain"):
-                    gr.Markdown(texts.HOW_IT_WORKS)
+                    gr.Markdown(texts.HOW_IT_WORKS, elem_id="how-it-works")
+    go_generate, go_race = (gr.Number(None, visible=False) for _ in range(2))   # set by a passed check
+    marked_state = gr.State([])                        # the fields marked with a message now
+    applied_state = gr.State(defaults(D0)[0])           # the settings the page set last (a model's defaults)
 
-    inputs = [model_dd, method_rd, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, seed_nb,
-              prompt_tb, pace_nb, samples_nb, clip_path, clip_text_tb, tree_dd, history_state, ticket]
-    gen_outputs = [live_image, status, tree_now, chart_committed, chart_length, chart_flicker, chart_rate,
-                   heat_committed, heat_unchanged, film, summary, history_state, last_run,
-                   replay_slider, clip_video, clip_files, replay_image, replay_text, replay_probs,
-                   export_files, export_video]
-    # The slider is left as it is (a value here, then the final update's Slider, left a copy
-    # of the Slider in the visitor's session at every run); with no last run it replays nothing.
-    REPLAY_CLEARED = {last_run: None, replay_image: None, replay_text: "", replay_probs: None,
-                      export_files: None, export_video: None}
-    run_views = [chart_committed, chart_flicker, chart_length, chart_rate, heat_committed,
-                 heat_unchanged, film, summary, clip_video, clip_files, tree_now]   # a new run clears them
-    race_outputs = [*race_images.values(), race_status, race_table, race_note, race_why, race_chart,
-                    race_hist, race_flicker, race_state, race_sample]
+    # The decoding events' inputs, by their name in checks.INPUTS (one list: the widgets' values
+    # become a run in one place, checks.read), then the session's history and the click's stamp.
+    input_views = {"model": model_dd, "method": method_rd, "window": window_nb, "init": init_dd,
+                   "temperature": temp_nb, "top_k": topk_nb, "top_p": topp_nb, "cfg": cfg_nb, "seed": seed_nb,
+                   "prompt": prompt_tb, "pace": pace_nb, "samples": samples_nb, "clip": clip_path,
+                   "clip_text": clip_text_tb, "tree": tree_dd}
+    if list(input_views) != checks.INPUTS:
+        raise RuntimeError("app: the decoding events' inputs are not checks.INPUTS")
+    inputs = [*input_views.values(), history_state, ticket]
+    field_views = {k: v for k, v in input_views.items() if k not in ("method", "clip")}   # marked when refused
+    field_info = {"pace": texts.pace_info(servers.IMAGE_EVERY), "tree": labels.TREE_INFO}
+    setting_views = {k: input_views[k] for k in checks.SETTINGS}          # what a model switch sets
+    gen_views = dict(zip(generate_view.VIEWS, (
+        live_image, status, tree_now, chart_committed, chart_length, chart_flicker, chart_rate, heat_committed,
+        heat_unchanged, film, film_title, summary, history_state, last_run, replay_slider, clip_video,
+        clip_files, replay_image, replay_text, replay_probs, export_files, export_video), strict=True))
+    gen_outputs = list(gen_views.values())
+    race_views = dict(zip(race_view.VIEWS, (race_status, race_table, race_note, race_why, race_chart,
+                                            race_hist, race_flicker, race_bench, race_state, race_sample,
+                                            *(race_images[m] for m in race.METHOD_ORDER)), strict=True))
+    race_outputs = list(race_views.values())
+    lossless_outputs = [loss_status, loss_summary, loss_chart, loss_ar, loss_method, loss_greedy, loss_method_title,
+                        loss_diff, loss_diff_title]
     clip_in.change(None, clip_in, clip_path, js="(v) => (v && v.path) || ''",
                    api_visibility="private")     # in the browser only: Gradio never sees a file
-    for button in (gen_btn, race_btn):       # first: the click's js below switches tabs
-        button.click(input_message, inputs, input_md, queue=False, api_visibility="private",
-                     show_progress="hidden")
-    gen_btn.click(generate_stream, inputs, gen_outputs, validator=validator, api_name="generate",
-                  show_progress_on=[status], time_limit=600, js=texts.click_js("Generate"),
-                  trigger_mode="always_last", **GENERATE)   # a click while busy runs once more, after
-    race_btn.click(race_stream, inputs, race_outputs, validator=validator, api_name="race",
+    # A click (or Enter in the prompt) is checked first, at once and outside the queue: a field
+    # the page refuses gets its message beside it and nothing starts; else the run starts.
+    checked = dict(inputs=[*inputs, marked_state], queue=False, api_visibility="private", show_progress="hidden")
+    gr.on([gen_btn.click, prompt_tb.submit], check_generate,
+          outputs=[input_md, marked_state, go_generate, *field_views.values()], **checked)
+    race_btn.click(check_race, outputs=[input_md, marked_state, go_race, *field_views.values()], **checked)
+    go_generate.change(generate_stream, inputs, gen_outputs, validator=validator, api_name="generate",
+                       show_progress_on=[status], time_limit=600, js=texts.click_js("Generate"),
+                       trigger_mode="always_last", **GENERATE)   # a click while busy runs once more, after
+    go_race.change(race_stream, inputs, race_outputs, validator=validator, api_name="race",
                    show_progress_on=[race_status], time_limit=900, js=texts.click_js("Race"),
                    trigger_mode="always_last", **DECODE)
     stop_btn.click(stop, ticket, None, queue=False, api_name="stop", js="() => [Date.now()]")
-    model_dd.change(on_model_change, [model_dd, status, race_status],
-                    [model_md, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb, pace_nb,
-                     samples_nb, greedy_cb, clip_row, examples.dataset, prompt_tb, text_box, clip_box,
-                     gen_btn, race_btn, status, race_status, prompt_words_md], api_visibility="private").then(
+    switch_outputs = [*setting_views.values(), *gen_outputs, *race_outputs, *lossless_outputs, applied_state,
+                      switch_md, greedy_cb, prompt_words_md, model_md, clip_row, examples.dataset, text_box,
+                      clip_box, examples_box, gen_btn, race_btn]              # every view a switch sets
+    model_dd.change(on_model_change, [model_dd, applied_state, *setting_views.values()],
+                    list(dict.fromkeys(switch_outputs)), api_visibility="private").then(
         load_selected, model_dd, [model_md, gen_btn, race_btn], api_visibility="private",
         show_progress_on=[model_md], **DECODE)
     prompt_tb.change(prompt_words, [model_dd, prompt_tb], prompt_words_md, queue=False,
@@ -611,7 +629,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     ratios_btn.click(shipped_ratios, None, ratios_md, api_name="ratios", queue=False)
     loss_btn.click(lossless_run, [model_dd, method_rd, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb,
                                   seed_nb, prompt_tb, loss_samples, ticket],
-                   [loss_status, loss_summary, loss_chart, loss_ar, loss_method, loss_greedy, loss_method_title],
+                   lossless_outputs,
                    api_name="lossless", show_progress_on=[loss_status], time_limit=900,
                    js=texts.click_js("Lossless"), **DECODE)
     race_sample.release(show_race_sample, [race_sample, race_state], list(race_images.values()),
@@ -623,7 +641,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     demo.unload(forget)
 
 demo.queue(**QUEUE)
-LAUNCH = dict(css=texts.CSS, theme=gr.themes.Soft(), max_file_size=uploads.MAX_UPLOAD_BYTES,   # tests launch with these too
+LAUNCH = dict(css=texts.CSS, js=texts.LOAD_JS, theme=gr.themes.Soft(), max_file_size=uploads.MAX_UPLOAD_BYTES,   # tests launch with these too
               max_threads=THREADS, state_session_capacity=SESSIONS)
 
 

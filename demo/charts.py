@@ -64,27 +64,68 @@ def _figure(data: list[dict], title: str, x: str, y: str, height: int = 300, **l
     return plot_of(dict(data=data, layout=base))
 
 
-def waiting_figure():
-    """The tokens-vs-NFE chart before any run, axes only. Shown on the first visit, it has the
-    browser load its chart library while the visitor reads the page: loaded on the first
-    run's first update instead, it held that run's updates (and a Stop) up for seconds."""
-    return _figure([], title("Tokens committed vs NFE", "press Generate"), "NFE (forward passes)",
-                   "tokens committed", height=320)
+def note_figure(title_text: str, words: str, height: int = 300) -> PlotData:
+    """A chart that has nothing to plot (yet, or ever for this run), saying why in words: no
+    axes, no empty placeholder."""
+    hidden = dict(visible=False)
+    return plot_of(dict(data=[], layout=dict(
+        title=dict(text=title_text, font=dict(size=14)), height=height, margin=dict(l=20, r=20, t=56, b=20),
+        plot_bgcolor="white", paper_bgcolor="white", xaxis=hidden, yaxis=hidden,
+        annotations=[dict(text=words, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                          font=dict(size=13, color="#475569"), align="center")])))
 
 
-def run_figures(stats: TraceStats, history: dict, method: str, live: bool = False) -> tuple:
-    """A Generate run's charts: tokens vs NFE (with this session's earlier runs of other
-    methods, `history`), drafts changed per pass, then, once it has ended, tokens per pass and
-    the acceptance rate. While it runs only the first two, which move most: a chart costs the
-    browser far more to draw than the server to make."""
-    curves = {m: (h["nfe"], h["committed"]) for m, h in history.items() if m != "_model"}
+WHEN_DONE = "drawn when the run ends"
+AR_NO_DRAFTS = "AR feeds no drafts: each pass<br>samples one token from p"
+
+
+def waiting_figure(num_tokens: int):
+    """The tokens-vs-NFE chart before any run: AR's one-token-per-pass line for the model's
+    `num_tokens`. Shown on the first visit, it has the browser load its chart library while
+    the visitor reads the page: loaded on the first run's first update instead, it held that
+    run's updates (and a Stop) up for seconds."""
+    return committed_vs_nfe_figure({}, num_tokens, note="press Generate to draw the method's curve")
+
+
+def waiting_figures(num_tokens: int) -> dict[str, PlotData]:
+    """Every Generate chart before a run (or while one starts), by its name in RUN_CHARTS."""
+    return {"committed": waiting_figure(num_tokens),
+            "length": note_figure("Tokens committed per pass", WHEN_DONE),
+            "flicker": note_figure("Drafts changed since the last pass", "drawn as the run goes"),
+            "rate": note_figure("Acceptance rate", "drawn as the run goes"),
+            "committed_at": note_figure("Committed by pass k", WHEN_DONE),
+            "unchanged": note_figure("Longest run a draft stayed unchanged", WHEN_DONE)}
+
+
+RACE_WAITING = tuple(note_figure(t, "drawn when the race ends") for t in (
+    "Tokens committed vs NFE", "Tokens committed per pass", "Drafts changed since the last pass"))
+RUN_CHARTS = ("committed", "length", "flicker", "rate", "committed_at", "unchanged")
+LIVE_CHARTS = ("committed", "flicker", "rate")
+
+
+def run_figures(stats: TraceStats, history: dict, method: str, live: bool = False) -> dict[str, PlotData]:
+    """A Generate run's charts by their name in RUN_CHARTS: tokens vs NFE (against AR's line,
+    with this session's earlier runs of other methods, `history`), drafts changed per pass and
+    the acceptance rate so far, pass by pass; once it has ended, also tokens per pass and the
+    two token maps. While it runs only the LIVE_CHARTS: a chart costs the browser far more to
+    draw than the server to make. AR has no drafts: its draft charts say so in words."""
+    curves = {m: (h["nfe"], h["committed"]) for m, h in history.items() if not m.startswith("_")}
     curves[method] = (stats.nfe, stats.committed)
-    live_ones = (committed_vs_nfe_figure(curves, stats.num_tokens, method), flicker_figure(stats))
-    return live_ones if live else live_ones + (accepted_length_figure(stats), acceptance_figure(stats))
+    ar = method == "ar"
+    out = {"committed": committed_vs_nfe_figure(curves, stats.num_tokens, method),
+           "flicker": note_figure("Drafts changed since the last pass", AR_NO_DRAFTS) if ar
+           else flicker_figure(stats),
+           "rate": note_figure("Acceptance rate", AR_NO_DRAFTS + ":<br>nothing to accept") if ar
+           else acceptance_figure(stats)}
+    if not live:
+        out |= {"length": accepted_length_figure(stats), "committed_at": committed_at_figure(stats),
+                "unchanged": note_figure("Longest run a draft stayed unchanged", AR_NO_DRAFTS) if ar
+                else unchanged_figure(stats)}
+    return out
 
 
 def committed_vs_nfe_figure(curves: dict[str, tuple[list[int], list[int]]], num_tokens: int,
-                            current: str | None = None):
+                            current: str | None = None, note: str = "forward passes, the prefill included"):
     """Tokens committed against forward passes: the AR diagonal, then one curve per run."""
     data = [dict(type="scatter", x=[0, num_tokens], y=[0, num_tokens], mode="lines",
                  name="one token per pass (AR)", line=dict(color="#94a3b8", dash="dash"),
@@ -98,7 +139,7 @@ def committed_vs_nfe_figure(curves: dict[str, tuple[list[int], list[int]]], num_
                       shape="hv"),
             hovertemplate=(f"{label}<br>NFE %{{x}} (forward passes, prefill included)"
                            "<br>%{y} tokens committed<extra></extra>")))
-    return _figure(data, title("Tokens committed vs NFE", "forward passes, the prefill included"), "NFE",
+    return _figure(data, title("Tokens committed vs NFE", note), "NFE",
                    "tokens committed",
                    height=320, xaxis=dict(range=[0, num_tokens * 1.02]),
                    yaxis=dict(range=[0, num_tokens * 1.05]))
@@ -153,9 +194,17 @@ def accepted_length_figure(stats: TraceStats):
                          y=np.clip(steps[mask], 0, None).tolist(), name=name,
                          marker=dict(color=_css(colour)),
                          hovertemplate=f"pass %{{x}}: +%{{y}} {name}<extra></extra>"))
-    mean_len = stats.sample().mean_accepted_length if stats.records else 0.0
-    return _figure(data, title("Tokens committed per pass", f"mean accepted length {mean_len:.2f}"),
-                   "pass", "tokens", barmode="stack", bargap=0.1)
+    data = [d for d in data if sum(d["y"]) > 0]          # a kind this run never had is not in the legend
+    if stats.method == "ar":
+        detail = "AR: one token per pass, no drafts"
+    else:
+        mean_len = stats.sample().mean_accepted_length if stats.records else 0.0
+        detail = f"mean accepted length {mean_len:.2f}; AR commits 1 per pass"
+        data.append(dict(type="scatter", x=[stats.index[0], stats.index[-1]] if stats.index else [0, 1],
+                         y=[1, 1], mode="lines", name="AR: 1 token per pass",
+                         line=dict(color=METHOD_COLOURS["ar"], dash="dash", width=1.5), hoverinfo="skip"))
+    return _figure(data, title("Tokens committed per pass", detail), "pass", "tokens", barmode="stack",
+                   bargap=0.1, showlegend=True)            # its colours named, one kind or several
 
 
 def flicker_figure(stats: TraceStats):
@@ -183,8 +232,8 @@ def acceptance_figure(stats: TraceStats):
                  hovertemplate="pass %{x}: acceptance rate %{y:.3f}<br>= accepted drafts / "
                                "verified drafts so far (≤ 1)<extra></extra>")]
     rate_now = stats.sample().acceptance_rate if stats.records else 0.0
-    return _figure(data, title("Acceptance rate", f"{rate_now:.3f} so far"), "pass", "accepted / verified",
-                   yaxis=dict(range=[0, 1.02]))
+    return _figure(data, title("Acceptance rate", f"{rate_now:.3f} so far; AR verifies no drafts"), "pass",
+                   "accepted / verified", yaxis=dict(range=[0, 1.02]), xaxis=dict(rangemode="tozero"))
 
 
 def histogram_figure(histograms: dict[str, list[float]], samples: int | None = None):

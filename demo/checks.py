@@ -1,9 +1,12 @@
 """The page's checks of a decoding request's inputs.
 
-The arguments of a decode are checked by the library (`scd_core.settings.Settings` and
-`scd_core.decoding.validate`, a ValueError naming the argument); the page only turns widget
-values into numbers first, once (`settings_of`), and adds its own limits (prompt length,
-slow-motion pace, race samples).
+Every field a visitor types into is described once here (`FIELDS`: its label on the page and
+the values it allows); the same description makes the widget's label, the check and the
+message, which names the field as the page does and the range it allows ("Window L: a whole
+number from 2 to 1,024, got 0."). The library checks the same values again
+(`scd_core.settings.Settings`, `scd_core.decoding.validate`, whose limits the ranges here
+use); its message is the page's last resort, for what no field here describes. Widget values
+become numbers once, here (`settings_of`).
 """
 from __future__ import annotations
 
@@ -15,13 +18,86 @@ from typing import Callable
 from demo.clips import clip_prompt
 from demo.labels import TREE_CHOICES, TREE_LABELS
 from demo.models import is_video, listed_models, load_failure, takes_clip, unavailable
-from scd_core.decoding import validate
+from demo.labels import INIT_LABELS
+from scd_core.decoding import MAX_SEED, validate
 from scd_core.prompts import MAX_PROMPT_CHARS
 from scd_core.race import Race
-from scd_core.settings import CHAIN, Settings
+from scd_core.settings import CHAIN, MAX_CFG_SCALE, MAX_WINDOW, Settings, tree_nodes
 
 MAX_PACE = 2.0                       # seconds per forward pass on screen
 MAX_SAMPLES = 16                     # race samples per method
+MIN_WINDOW = 2                       # the least window of a speculative method (scd_core.Settings)
+
+
+# ------------------------------------------------------------------------------ fields
+
+def _number_text(value) -> str:
+    """A number as the page writes it: 1,024; 0.5; 9,223,372,036,854,775,792."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        value = int(value)
+    return f"{value:,}" if isinstance(value, int) else f"{value:g}"
+
+
+def _given(value) -> str:
+    """What the visitor gave, for a message."""
+    if value is None or value == "":
+        return "nothing"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _number_text(value) if math.isfinite(value) else str(value)
+    return repr(value)
+
+
+@dataclass(frozen=True)
+class Field:
+    """A number field of the page: its label, the values it allows and what its ends mean,
+    read by the widget (its label), the check and the message alike."""
+
+    label: str                        # the field's name on the page
+    low: float                        # the least value allowed
+    high: float | None = None         # the largest (None: no end, or the model's, given to `check`)
+    whole: bool = False               # a whole number (1.5 is refused, never rounded)
+    above_low: bool = False           # `low` itself is not allowed (top-p > 0)
+    meaning: str = ""                 # what its values mean ("0: off")
+    high_is: str = ""                 # what `high` is when the model gives it ("the model's vocabulary")
+
+    @property
+    def widget_label(self) -> str:
+        return f"{self.label} ({self.meaning})" if self.meaning else self.label
+
+    def allowed(self, high: float | None = None) -> str:
+        """The values allowed, in words: "a whole number from 2 to 1,024"."""
+        high = self.high if high is None else high
+        kind = "a whole number" if self.whole else "a number"
+        low = _number_text(self.low)
+        if high is None:
+            span = f"above {low}" if self.above_low else f"of {low} or more"
+        else:
+            top = _number_text(high) + (f", {self.high_is}" if self.high_is and self.high is None else "")
+            span = f"above {low} and at most {top}" if self.above_low else f"from {low} to {top}"
+        return f"{kind} {span}" + (f" ({self.meaning})" if self.meaning else "")
+
+    def check(self, value, high: float | None = None):
+        """The value as a number (an int for a whole number); ValueError with the message."""
+        high = self.high if high is None else high
+        number = as_int(value) if self.whole else as_float(value)
+        ok = isinstance(number, int if self.whole else float) and not isinstance(number, bool) \
+            and math.isfinite(number) and (number > self.low if self.above_low else number >= self.low) \
+            and (high is None or number <= high)
+        if not ok:
+            raise ValueError(f"{self.label}: {self.allowed(high)}, got {_given(value)}.")
+        return number
+
+
+FIELDS = {
+    "window": Field("Window L", MIN_WINDOW, MAX_WINDOW, whole=True),
+    "seed": Field("Seed", 0, MAX_SEED - MAX_SAMPLES, whole=True),        # race row b uses seed + b
+    "temperature": Field("Temperature", 0.0, meaning="0: greedy"),
+    "top_k": Field("Top-k", 0, whole=True, meaning="0: off", high_is="the model's vocabulary"),
+    "top_p": Field("Top-p", 0.0, 1.0, above_low=True, meaning="1: off"),
+    "cfg": Field("CFG scale", 0.0, MAX_CFG_SCALE, meaning="1: no guidance"),
+    "samples": Field("Race samples K", 1, MAX_SAMPLES, whole=True),
+    "pace": Field("Slow motion", 0.0, MAX_PACE, meaning="seconds per pass on screen; 0: full speed"),
+}
 
 
 # ------------------------------------------------------------------------------ values
@@ -50,38 +126,31 @@ def as_float(value):
 
 def check_prompt(prompt, clip_model: bool = False) -> str:
     if not isinstance(prompt, str) and prompt is not None:
-        raise ValueError("prompt must be text")
+        raise ValueError("Prompt: please type it as text.")
     prompt = (prompt or "").strip()
     if not prompt:
-        raise ValueError("prompt: please type a prompt (or click one of the examples)")
+        raise ValueError("Prompt: please type a prompt (or click one of the examples).")
     if len(prompt) > MAX_PROMPT_CHARS and not clip_model:     # the library's limit, said here first
-        raise ValueError(f"prompt: {len(prompt):,} characters long; the limit is "
+        raise ValueError(f"Prompt: {len(prompt):,} characters long; the limit is "
                          f"{MAX_PROMPT_CHARS}. Please shorten it.")
     return prompt
 
 
 def check_pace(pace) -> float:
-    pace = as_float(pace)
-    if not isinstance(pace, float) or not 0 <= pace <= MAX_PACE:
-        raise ValueError(f"slow motion must be between 0 (full speed) and {MAX_PACE} seconds per "
-                         f"forward pass, got {pace!r}")
-    return pace
+    return FIELDS["pace"].check(pace)
 
 
-def check_samples(samples, low: int = 1, high: int = MAX_SAMPLES, what: str = "samples") -> int:
-    """A whole number of samples in [low, high] (the race's K, the lossless view's count)."""
-    samples = as_int(samples)
-    if isinstance(samples, bool) or not isinstance(samples, int) or not low <= samples <= high:
-        raise ValueError(f"{what} must be a whole number from {low} to {high}, got {samples!r}")
-    return samples
+def check_samples(samples) -> int:
+    """The race's K."""
+    return FIELDS["samples"].check(samples)
 
 
 def check_model(name, loaded: bool = False) -> str:
     if not isinstance(name, str) or name not in listed_models():
-        raise ValueError(f"model: unknown model {name!r}; choose one of {', '.join(listed_models())}")
+        raise ValueError(f"Model: unknown model {name!r}; choose one of {', '.join(listed_models())}.")
     reason = unavailable(name, loaded)
     if reason is not None:
-        raise ValueError(f"model: {name} cannot run here: {reason}")
+        raise ValueError(f"Model: {name} cannot run here: {reason}")
     return name
 
 
@@ -90,7 +159,7 @@ def check_tree(label) -> tuple[int, int]:
     if label is None or label == "":
         return CHAIN
     if not isinstance(label, str) or label not in TREE_LABELS:
-        raise ValueError(f"tree: unknown draft tree {label!r}; choose one of {', '.join(TREE_CHOICES)}")
+        raise ValueError(f"Draft tree: unknown draft tree {label!r}; choose one of {', '.join(TREE_CHOICES)}.")
     return TREE_LABELS[label]
 
 
@@ -99,9 +168,43 @@ def tree_for(method, tree: tuple[int, int]) -> tuple[int, int]:
     return CHAIN if method == "ar" else tree
 
 
-def settings_of(method, window, init, temperature, top_k, top_p, cfg_scale, tree=None) -> Settings:
+def setting_problems(method, window, init, temperature, top_k, top_p, cfg_scale, tree=None,
+                     model=None) -> dict[str, str]:
+    """The settings fields a page check refuses, by their name in INPUTS, with the message.
+    `model`: the loaded model (its vocabulary bounds top-k), or a `Shape`, or None."""
+    out = {}
+    vocab = None if model is None or isinstance(model, Shape) else getattr(model, "vocab_size", None)
+    for key, value in (("window", window), ("temperature", temperature), ("top_k", top_k),
+                       ("top_p", top_p), ("cfg", cfg_scale)):
+        try:
+            FIELDS[key].check(value, vocab if key == "top_k" else None)
+        except ValueError as exc:
+            out[key] = str(exc)
+    grid = tuple(getattr(model, "grid", ()))
+    if init == "repeat-frame" and len(grid) == 2:
+        out["init"] = (f"Draft init: \u201c{INIT_LABELS['repeat-frame']}\u201d needs a video model; "
+                       "this one makes single images.")
+    try:
+        k, depth = tree_for(method, check_tree(tree))
+    except ValueError as exc:
+        out["tree"] = str(exc)
+    else:
+        needs = 1 + tree_nodes((k, depth))
+        if "window" not in out and method != "ar" and needs > as_int(window):
+            out["tree"] = (f"Draft tree: {k} x {depth} feeds {needs} tokens per pass (the last token "
+                           f"and {needs - 1} candidates), more than Window L ({as_int(window)}); choose a "
+                           f"smaller tree or a window of at least {needs}.")
+    return out
+
+
+def settings_of(method, window, init, temperature, top_k, top_p, cfg_scale, tree=None,
+                model=None) -> Settings:
     """Widget values -> the run's Settings, the one place they are converted (gr.Number gives
-    floats, the tree dropdown a label), checked by the library (its ValueError names the argument)."""
+    floats, the tree dropdown a label): the page's checks first (`setting_problems`, its
+    message names the field), then the library's (its ValueError names the argument)."""
+    found = setting_problems(method, window, init, temperature, top_k, top_p, cfg_scale, tree, model)
+    if found:
+        raise ValueError(next(iter(found.values())))
     return Settings(method=method, window=as_int(window), init=init, temperature=as_float(temperature),
                     top_k=as_int(top_k), top_p=as_float(top_p), cfg_scale=as_float(cfg_scale),
                     tree=tree_for(method, check_tree(tree)))
@@ -109,9 +212,9 @@ def settings_of(method, window, init, temperature, top_k, top_p, cfg_scale, tree
 
 def race_of(model, prompt: str, settings: Settings, seed) -> Race:
     """The run's prompt, Settings and seed, checked against the model by the library (its
-    ValueError names the argument). `model` is the loaded model or, before loading, anything
-    with `grid` and `vocab_size`."""
-    _, seeds = validate(model, [prompt], settings, as_int(seed))
+    ValueError names the argument), the seed by the page first. `model` is the loaded model
+    or, before loading, anything with `grid` and `vocab_size`."""
+    _, seeds = validate(model, [prompt], settings, FIELDS["seed"].check(seed))
     return Race(prompt, settings, seeds[0])
 
 
@@ -135,15 +238,128 @@ def shape_of(name: str) -> Shape:
 
 def not_started(found: dict[str, str]) -> str:
     """Beside the buttons: the inputs `problems` found, or nothing."""
-    text = "; ".join(found.values())
-    return "" if not found else "**Not started:** " + text + ("" if text.endswith(".") else ".")
+    said = [m if m.endswith((".", "`")) else m + "." for m in found.values()]
+    return "" if not found else "**Not started:** " + " ".join(said)
 
 
-# ------------------------------------------------------------------------ whole inputs
+# ------------------------------------------------------------------- a decoding event
 
 INPUTS = ["model", "method", "window", "init", "temperature", "top_k", "top_p", "cfg", "seed",
           "prompt", "pace", "samples", "clip", "clip_text", "tree"]      # the decoding events' inputs
+LEFT_OUT = {"pace": 0.0, "samples": 1, "clip": None, "clip_text": "", "tree": None}   # when not given
 
+
+def values_of(*values) -> dict:
+    """A decoding event's widget values (in INPUTS order; the last ones may be left out) by name."""
+    return LEFT_OUT | dict(zip(INPUTS, values))
+
+
+@dataclass(frozen=True)
+class PageRun:
+    """A decoding event's inputs, checked and converted once (`read`): the model's name, the run
+    the engine decodes (prompt, Settings with the method, seed) and what the page does around
+    it (the slow-motion pace, the race's K)."""
+
+    name: str
+    race: Race
+    pace: float = 0.0            # seconds per pass shown (0: full speed)
+    samples: int = 1             # the race's K
+
+    @property
+    def settings(self) -> Settings:
+        return self.race.settings
+
+
+def read(values: dict, model) -> PageRun:
+    """The one way from a decoding event's widget values (`values_of`) to its run: every field
+    checked by the page, then by the library (`problems`; the first message is raised as a
+    ValueError), then converted, once. `model` is the loaded model."""
+    found = problems(model, *(values[k] for k in INPUTS))
+    if found:
+        raise ValueError(next(iter(found.values())))
+    v = values
+    settings = settings_of(v["method"], v["window"], v["init"], v["temperature"], v["top_k"], v["top_p"],
+                           v["cfg"], v["tree"], model)
+    prompt = engine_prompt(v["model"], v["prompt"], v["clip"], v["clip_text"])
+    return PageRun(v["model"], race_of(model, prompt, settings, v["seed"]), FIELDS["pace"].check(v["pace"]),
+                   FIELDS["samples"].check(v["samples"]))
+
+
+# ------------------------------------------------------------------- switching models
+
+SETTINGS = ("prompt", "init", "window", "temperature", "top_k", "top_p", "cfg", "samples", "pace")
+
+
+def defaults_of(page: dict, sampling: dict, prompt: str | None) -> dict:
+    """A model's defaults (`demo.models`: the page's and its sampling ones, its first example
+    prompt) by their name in SETTINGS."""
+    return {"prompt": prompt, "init": page["init"], "window": page["window"],
+            "temperature": sampling["temperature"], "top_k": sampling["top_k"], "top_p": sampling["top_p"],
+            "cfg": sampling["cfg_scale"], "samples": page["samples"], "pace": page["pace"]}
+
+
+def _label(key: str) -> str:
+    return FIELDS[key].label if key in FIELDS else {"init": "Draft init", "prompt": "Prompt"}[key]
+
+
+def _value(key: str, value) -> str:
+    if key == "init":
+        return INIT_LABELS.get(value, str(value))
+    if key == "prompt":
+        return f"\u201c{value}\u201d"
+    return _given(value)
+
+
+def _same(a, b) -> bool:
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    return float(a) == float(b) if numbers else a == b
+
+
+def _allowed_on(key: str, value, model, video: bool) -> str | None:
+    """Why a setting the visitor chose cannot stay on the model switched to (None: it can)."""
+    if key == "init":
+        return "needs a video model" if value == "repeat-frame" and not video else None
+    if key in FIELDS:
+        vocab = None if model is None or isinstance(model, Shape) else getattr(model, "vocab_size", None)
+        try:
+            FIELDS[key].check(value, vocab if key == "top_k" else None)
+        except ValueError:
+            return f"more than its {vocab:,} tokens" if key == "top_k" and vocab else "out of range"
+    return None
+
+
+def switched(name: str, current: dict, applied: dict | None, new: dict, model=None,
+             video: bool = False) -> tuple[dict, str]:
+    """The settings after switching to model `name`: each still at the value the page set last
+    (`applied`: the last model's defaults) takes the new model's default (`new`); each the
+    visitor changed stays, unless the new model cannot take it (`model`, loaded or a `Shape`;
+    `video`: its grid has frames), when its default takes its place. Returns the values by
+    their name in SETTINGS and one line saying what changed and why ("" when nothing did);
+    a prompt is changed only for one of the new model's examples."""
+    values, followed, kept, refused = {}, [], [], []
+    for key in SETTINGS:
+        now, default = current.get(key), new.get(key)
+        if key not in current or key == "prompt" and default is None:   # not given, or no text prompt
+            values[key] = default if key not in current else now
+            continue
+        if applied is None or _same(now, applied.get(key)):
+            values[key] = default
+            if not _same(now, default):
+                followed.append(f"{_label(key)} {_value(key, now)} \u2192 {_value(key, default)}")
+            continue
+        why = _allowed_on(key, now, model, video)
+        values[key] = now if why is None else default
+        if why is None:
+            kept.append(f"{_label(key)} {_value(key, now)}")
+        else:
+            refused.append(f"{_label(key)} {_value(key, now)} \u2192 {_value(key, default)} ({why})")
+    parts = ([f"its defaults: {', '.join(followed)}"] if followed else []) + \
+        ([f"kept as you set them: {', '.join(kept)}"] if kept else []) + \
+        ([f"changed, {name} cannot take them: {', '.join(refused)}"] if refused else [])
+    return values, (f"**Settings for {name}:** " + "; ".join(parts) + ".") if parts else ""
+
+
+# ------------------------------------------------------------------------ whole inputs
 
 def engine_prompt(name: str, prompt, clip=None, clip_text="") -> str:
     """The prompt the engine gets: the text, or for a clip model the clip (and its text)."""
@@ -162,6 +378,11 @@ def load_for(name, prompt, clip, clip_text, load: Callable[[str], object], loade
     return model, text
 
 
+def in_page_order(found: dict[str, str]) -> dict[str, str]:
+    """Messages by field, in the order the fields come on the page."""
+    return {k: found[k] for k in sorted(found, key=lambda k: INPUTS.index(k) if k in INPUTS else len(INPUTS))}
+
+
 def problems(model, name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
              prompt, pace, samples, clip=None, clip_text="", tree=None) -> dict[str, str]:
     """Every input the page or the library rejects, by its name in INPUTS, with the message.
@@ -176,14 +397,19 @@ def problems(model, name, method, window, init, temperature, top_k, top_p, cfg_s
     except ValueError as exc:
         out["clip" if takes_clip(name) else "prompt"] = str(exc)
         prompt = ""
-    for key, check, value in (("pace", check_pace, pace), ("samples", check_samples, samples)):
+    for key, value in (("pace", pace), ("samples", samples), ("seed", seed)):
         try:
-            check(value)
+            FIELDS[key].check(value)
         except ValueError as exc:
             out[key] = str(exc)
-    try:
-        race_of(model or shape_of(name), prompt,
-                settings_of(method, window, init, temperature, top_k, top_p, cfg_scale, tree), seed)
+    out = in_page_order(out)
+    shape = model or shape_of(name)
+    found = setting_problems(method, window, init, temperature, top_k, top_p, cfg_scale, tree, shape)
+    if found or "seed" in out:
+        return in_page_order(out | found)
+    try:                                # what no field describes: the library's message
+        race_of(shape, prompt, settings_of(method, window, init, temperature, top_k, top_p, cfg_scale,
+                                           tree, shape), seed)
     except ValueError as exc:           # the library's message starts with the argument's name
         arg = str(exc).split(" ", 1)[0].strip("':")
         out[{"cfg_scale": "cfg", "prompts": "prompt"}.get(arg, arg)] = str(exc)

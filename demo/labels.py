@@ -3,8 +3,8 @@ from scd_core.decoding import INITS, METHODS
 
 METHOD_LABELS = {"ar": "AR", "sjd": "SJD", "scd-mc": "SCD maximal coupling",
                  "scd-gumbel": "SCD Gumbel coupling"}
-INIT_LABELS = {"random": "random (uniform)", "repeat-above": "repeat the token above",
-               "repeat-frame": "repeat the previous frame (video)"}
+INIT_LABELS = {"random": "random (uniform)", "repeat-above": "the token above",
+               "repeat-frame": "previous frame (video)"}
 if set(METHOD_LABELS) != set(METHODS) or set(INIT_LABELS) != set(INITS):
     raise RuntimeError("demo.labels: a method or init of scd_core has no label (or a label no method)")
 
@@ -13,3 +13,4 @@ if set(METHOD_LABELS) != set(METHODS) or set(INIT_LABELS) != set(INITS):
 TREE_LABELS = {"chain (no tree)": (1, 0), "2 x 1": (2, 1), "2 x 2": (2, 2), "3 x 1": (3, 1),
                "4 x 1": (4, 1)}
 TREE_CHOICES = list(TREE_LABELS)
+TREE_INFO = "k candidates at each of the first d draft positions (AR has no drafts: it runs the chain)"

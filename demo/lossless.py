@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from demo import checks
-from demo.charts import METHOD_COLOURS, plot_of, title
+from demo.charts import METHOD_COLOURS, note_figure, plot_of, title
 from demo.labels import METHOD_LABELS
 from demo.pictures import tile_frames, to_rgb
 from scd_core.lossless import ChiSquare, Comparison
@@ -17,20 +17,24 @@ from scd_core.models import REGISTRY
 DEFAULT_SAMPLES, MIN_SAMPLES, MAX_SAMPLES = 256, 16, 1024
 SHOWN_SAMPLES = 8            # samples of each method drawn as pictures
 SHOWN_TOKENS = 10            # bars per position: the most frequent tokens, then "others"
+WAITING_FIGURE = note_figure("Which token each sample put at a position", "drawn when a comparison ends")
 HINT = (Path(__file__).parent / "texts" / "lossless_hint.md").read_text(encoding="utf-8").rstrip("\n")
+
+
+SAMPLES_FIELD = checks.Field("Samples per method", MIN_SAMPLES, MAX_SAMPLES, whole=True)
 
 
 def check_samples(samples) -> int:
     """The samples per method of the lossless view (a whole number in its range)."""
-    return checks.check_samples(samples, MIN_SAMPLES, MAX_SAMPLES, "samples per method")
+    return SAMPLES_FIELD.check(samples)
 
 
 def check_model(name: str) -> str:
     """Only the embedded models: hundreds of samples of a downloaded model take far too long."""
     entry = REGISTRY.get(name)
     if entry is None or entry.needs_weights:
-        raise ValueError(f"model: the lossless view runs on the embedded models (texture, tiny, ...), "
-                         f"not {name!r}: it decodes hundreds of samples")
+        raise ValueError(f"Model: the Lossless tab runs on the embedded models (texture, tiny, "
+                         f"tiny-video), not {name}: it decodes hundreds of samples.")
     return name
 
 
@@ -61,9 +65,9 @@ def reading(test: ChiSquare) -> str:
 def summary_markdown(model, c: Comparison) -> str:
     """What the comparison shows, in plain words, with its table of positions."""
     label, N = METHOD_LABELS[c.method], c.greedy_ar.numel()
-    rows = "\n".join(
-        f"| {p} ({_where(model, p)}) | {len(t.bins)} | {t.p_value:.2f} | {reading(t)} |"
-        for p, t in zip(c.positions, c.tests))
+    rows = "\n".join(          # a list, not a table: it reads the same on a phone
+        f"- **Position {p}** ({_where(model, p)}): **p = {t.p_value:.2f}**, {reading(t)} "
+        f"({len(t.bins)} token groups compared)" for p, t in zip(c.positions, c.tests))
     greedy = ("**identical**" if c.greedy_equal == N else f"**different at {N - c.greedy_equal} positions**")
     return (f"**{c.samples} samples of AR and {c.samples} of {label}** ({c.seconds:.0f} s to decode "
             f"here), from different seeds. {c.different_images} of the {c.samples} pairs of images "
@@ -74,7 +78,7 @@ def summary_markdown(model, c: Comparison) -> str:
             f"often would their counts differ at least this much? Near 0 means they almost surely "
             f"differ; for equal distributions it is spread evenly between 0 and 1 (below 0.05 one "
             f"time in twenty).\n\n"
-            f"| position | token groups compared | p-value | reading |\n|---|---|---|---|\n{rows}\n\n"
+            f"{rows}\n\n"
             f"**Greedy** (temperature 0, no randomness): {label}'s {N} tokens and AR's are {greedy} "
             f"({c.greedy_equal}/{N} equal), though {label} needed fewer passes to find them.")
 
@@ -111,8 +115,9 @@ def histogram_figure(model, c: Comparison):
         layout[f"yaxis{axis}"] = dict(domain=[bottom, top], tickformat=".0%", anchor=f"x{axis}",
                                       title="share of samples" if col == 0 else None)
         layout.setdefault("annotations", []).append(dict(
-            text=f"position {p}<br><b>p = {t.p_value:.2f}</b>", x=(lo + hi) / 2, y=top + 0.02, xref="paper",
-            yref="paper", showarrow=False, yanchor="bottom", font=dict(size=12)))
+            text=f"position {p}<br><b>p = {t.p_value:.2f}</b>", x=lo, y=top + 0.02, xref="paper",
+            yref="paper", showarrow=False, xanchor="left", yanchor="bottom", align="left",
+            font=dict(size=12)))        # from its panel's left edge: never over its neighbour's on a phone
     height = 150 + 280 * ((positions + 1) // 2)
     layout |= dict(title=dict(text=title("Which token each sample put at a position",
                                          "bars: share of the samples; p: the chance test")),
@@ -129,6 +134,33 @@ def samples_picture(model, tokens, count: int = SHOWN_SAMPLES) -> np.ndarray:
         frame = out[0] if isinstance(out, (list, tuple)) else out
         pic = to_rgb(frame)
         scale = max(1, 96 // max(pic.shape[:2]))
+        pics.append(pic.repeat(scale, 0).repeat(scale, 1))
+    return tile_frames(pics, cols=min(4, len(pics)), gap=4)
+
+
+DIFF_TITLE = "Where each pair differs (after a comparison): AR's sample k against the method's sample k"
+SAME, DIFFERENT = (241, 245, 249), (220, 38, 38)
+
+
+def diff_title(c: Comparison) -> str:
+    """The difference maps' title, with the share of tokens that differ."""
+    shown = min(SHOWN_SAMPLES, c.samples)
+    share = float((c.ar_tokens[:shown] != c.method_tokens[:shown]).float().mean())
+    return (f"Where each pair differs: AR's sample k against {METHOD_LABELS[c.method]}'s sample k, red where "
+            f"their tokens differ ({share:.0%} of the tokens in these {shown} pairs)")
+
+
+def diff_picture(model, c: Comparison, count: int = SHOWN_SAMPLES) -> np.ndarray:
+    """For the first `count` pairs of samples, each token position in red where the two
+    samples differ, pale where they agree (a video sample: its first frame's tokens): the
+    pictures above can look alike while their tokens are not."""
+    grid = tuple(int(g) for g in model.grid)
+    h, w = grid[-2], grid[-1]
+    pics = []
+    for a, b in zip(c.ar_tokens[:count], c.method_tokens[:count]):
+        differs = (a != b).reshape(-1)[:h * w].reshape(h, w).numpy()
+        pic = np.where(differs[..., None], np.array(DIFFERENT, np.uint8), np.array(SAME, np.uint8))
+        scale = max(1, 96 // max(h, w))
         pics.append(pic.repeat(scale, 0).repeat(scale, 1))
     return tile_frames(pics, cols=min(4, len(pics)), gap=4)
 

@@ -9,8 +9,12 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import socket
 import threading
+import time
+import urllib.request
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 import torch
 
@@ -80,10 +84,13 @@ def download_commands(name: str) -> list[str]:
     return [f.prefetch_command() for f in files if hub.cached(f) is None]
 
 
+NO_NETWORK = "no network here"
+
+
 def no_network_reason(name: str) -> str:
     """A visitor's words for a model whose weights are not here and cannot be downloaded."""
     commands = " and ".join(f"`{c}`" for c in download_commands(name)) or "`hf download`"
-    return f"no network here: download it beforehand with {commands}"
+    return f"{NO_NETWORK}: download it beforehand with {commands}"
 
 
 def is_network_failure(exc: BaseException) -> bool:
@@ -121,22 +128,56 @@ def unavailable(name: str, loaded: bool = False) -> str | None:
         with _NO_NETWORK_LOCK:
             _NO_NETWORK.pop(name, None)
         return None
-    if status.state == "unavailable" and status.repos and hub_offline():
-        return no_network_reason(name)            # HF_HUB_OFFLINE: said as a visitor would
+    if status.state in ("unavailable", "downloadable") and status.repos and hub_offline():
+        return no_network_reason(name)            # HF_HUB_OFFLINE, or no network: said as a visitor would
     return _NO_NETWORK.get(name) or (None if status.usable else status.reason)
 
 
 def hub_offline() -> bool:
     from scd_core.models.hub import offline
-    return offline()
+    return offline() or not hub_reachable()
+
+
+PROBE_TIMEOUT_S = 1.5          # connecting to the Hub (or the proxy that reaches it)
+PROBE_EVERY_S = 60.0           # how long an answer holds
+_PROBED: dict[str, tuple[float, bool]] = {}
+
+
+def hub_reachable() -> bool:
+    """Whether the Hub's endpoint (HF_ENDPOINT), or the proxy that reaches it, accepts a
+    connection: a model still to download can only be fetched then. Asked at most once a
+    minute; nothing is sent."""
+    from scd_core.models.hub import endpoint
+
+    url = urlparse(endpoint())
+    proxy = urllib.request.getproxies().get(url.scheme)
+    if proxy and not urllib.request.proxy_bypass(url.hostname or ""):
+        url = urlparse(proxy if "://" in proxy else f"http://{proxy}")
+    key = f"{url.hostname}:{url.port}"
+    seen = _PROBED.get(key)
+    if seen is None or time.monotonic() - seen[0] > PROBE_EVERY_S:
+        try:
+            socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
+                                     timeout=PROBE_TIMEOUT_S).close()
+            seen = (time.monotonic(), True)
+        except (OSError, ValueError):
+            seen = (time.monotonic(), False)
+        _PROBED[key] = seen
+    return seen[1]
 
 
 def model_label(name: str) -> str:
-    """For the model list: the name and where the model stands here (embedded, cached,
-    downloadable with its size, needs GPU, unavailable)."""
+    """For the model list, short enough to show whole: the name and where the model stands
+    here (embedded, cached, its download's size, needs GPU, no network here, cannot run)."""
     status = model_status(name)
-    size = f", {status.download_gb:.1f} GB" if status.state == "downloadable" and status.download_gb else ""
-    return f"{name} · {status.state}{size}"
+    reason = unavailable(name)
+    if reason is None:
+        state = f"{status.download_gb:.1f} GB download" if status.state == "downloadable" and \
+            status.download_gb else status.state
+    else:
+        state = "no network here" if reason.startswith(NO_NETWORK) else \
+            status.state if status.state == "needs GPU" else "cannot run here"
+    return f"{name} · {state}"
 
 
 def model_note(name: str, loaded: bool = False) -> str:
@@ -164,12 +205,15 @@ def page_defaults(name: str) -> dict:
 
 
 def sampling_defaults(name: str, model=None) -> dict:
-    """Temperature, top-k, top-p, CFG: the model's `default_settings` when it is loaded."""
+    """Temperature, top-k, top-p, CFG: the model's `default_settings` when it is loaded; a
+    top-k no smaller than its vocabulary is off (0), as the page's check wants it."""
     base = CLIP_SAMPLING if takes_clip(name) else REAL_SAMPLING if \
         REGISTRY.get(name) is not None and REGISTRY[name].needs_weights else \
         dict(temperature=1.0, top_k=0, top_p=1.0, cfg_scale=1.0)
     own = optional(model, "default_settings") or {}
-    return {**base, **{k: v for k, v in own.items() if k in base}}
+    out = {**base, **{k: v for k, v in own.items() if k in base}}
+    vocab = getattr(model, "vocab_size", None)
+    return out | ({"top_k": 0} if isinstance(vocab, int) and out["top_k"] >= vocab else {})
 
 
 def load_kwargs(name: str, device: str) -> dict:
@@ -328,24 +372,29 @@ class Models:
         return self.loaded(name) or (self.get(name) if is_embedded(name) else None)
 
 
-def device_name() -> str:
+def device_name(threads: int | None = None) -> str:
+    """The engine's device in words; on a CPU with `threads` torch threads (this process's
+    when None)."""
     if torch.cuda.is_available():
         return f"CUDA ({torch.cuda.get_device_name(0)})"
-    threads = torch.get_num_threads()
+    threads = torch.get_num_threads() if threads is None else threads
     return f"CPU ({threads} thread{'s' if threads != 1 else ''})"
 
 
-def decoding_device(client, name: str) -> str:
+def decoding_device(client, name: str | None = None) -> str:
     """Where a model's rows decode on this decode client: a worker process's own torch
-    threads where the client says them (`ProcessClient.worker_threads`), else this process's."""
-    threads = getattr(client, "worker_threads", lambda _: None)(name)
-    if threads is None or torch.cuda.is_available():
-        return device_name()
-    return f"CPU ({threads} thread{'s' if threads != 1 else ''})"
+    threads where the client says them (`ProcessClient.worker_threads`, or before a worker
+    is ready the threads it will get, `ProcessClient.threads`), else this process's."""
+    threads = getattr(client, "worker_threads", lambda _: None)(name) if name is not None else None
+    if threads is None:
+        threads = getattr(client, "threads", None)
+    return device_name(threads if isinstance(threads, int) and threads > 0 else None)
 
 
-def device_note() -> str:
-    if device_name().startswith("CUDA"):
-        return f"Engine: **{device_name()}**; large models in bfloat16."
-    return (f"Engine: **{device_name()}**, no GPU: the embedded models run here, the large ones "
+def device_note(client=None) -> str:
+    """The header's line: where the page's decode client decodes."""
+    device = decoding_device(client)
+    if device.startswith("CUDA"):
+        return f"Engine: **{device}**; large models in bfloat16."
+    return (f"Engine: **{device}**, no GPU: the embedded models run here, the large ones "
             "need a GPU.")

@@ -184,6 +184,17 @@ def _draw(model, decoded: list[np.ndarray], states: np.ndarray, target: int, ove
     return tile_frames(drawn)
 
 
+def blank_picture(grid: Sequence[int], target: int = 320) -> np.ndarray:
+    """The token grid with nothing there yet (every cell grey, "empty" in the legend), its
+    frames tiled as a decoded run's are: what a picture shows before a run."""
+    T, H, W = grid3(grid)
+    frame_target = target if T == 1 else max(96, target // 2)
+    scale = max(1, scale_for(H, W, frame_target))
+    states = np.full((H, W), EMPTY, np.int8)
+    frame = np.zeros((H, W, 3), np.uint8)
+    return tile_frames([overlay_frame(frame, states, scale)] * T)
+
+
 def upscale(frame: np.ndarray, target: int = 320) -> np.ndarray:
     s = scale_for(*frame.shape[:2], target=target)
     return np.repeat(np.repeat(frame, s, axis=0), s, axis=1)

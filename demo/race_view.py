@@ -9,10 +9,14 @@ from typing import Sequence
 
 import numpy as np
 
-from demo.charts import race_figures
+import gradio as gr
+
+from demo.charts import RACE_WAITING, race_figures, race_progress_figure
 from demo.labels import METHOD_LABELS
-from demo.pictures import render_iteration, tile_frames
-from scd_core.race import MethodSummary, Race, Sensitivity, Spread, Timing, summarise
+from demo.pictures import blank_picture, render_iteration, tile_frames
+from demo.servers import FULL_SPEED_EVERY, PLOT_EVERY, STATUS_EVERY, Pacer
+from scd_core.race import (METHOD_ORDER, TIMING_ROUNDS, MethodSummary, Race, Sensitivity, Spread, Timing, apart,
+                           summarise)
 
 
 def bench_command(model_name: str, race: Race, samples: int, seeds: int | None = None,
@@ -49,14 +53,15 @@ def explain_gap(summary: Sequence[MethodSummary], probe: Sensitivity | None) -> 
             f"{mc.draft_stability.mean:.0%} of the carried-over drafts unchanged from one pass to the "
             f"next, against {sjd.draft_stability.mean:.0%} for SJD's fresh draws.")
     if probe is not None:
-        text += (f" Redrawing one token moves {probe.tv_next:.0%} of the model's probability to other "
-                 f"tokens at the next position, and {probe.tv_further:.0%} on average further along the "
-                 f"window; ")
-        text += ("p further along barely moves, so coupled drafts there stay valid and are accepted "
-                 "once the window reaches them." if probe.tv_further < 0.02 else
-                 "because p further along moves too, coupled drafts there go stale and are redrawn, "
-                 f"while two independent draws already agree {probe.collision:.0%} of the time, "
-                 "so SJD loses less to flicker.")
+        text += (f" Why, measured on this model: when one token changes, the model's guess for the very "
+                 f"next token changes by {probe.tv_next:.0%}, and for the tokens further along the window "
+                 f"by {probe.tv_further:.0%} on average. ")
+        text += ("So the guesses further along barely move: the drafts coupling keeps there stay right "
+                 "and are accepted once the window reaches them, while SJD throws them away." if
+                 probe.tv_further < 0.02 else
+                 "So the guesses further along move too, and the drafts coupling keeps there go stale; "
+                 f"and two fresh guesses already agree {probe.collision:.0%} of the time, so SJD loses "
+                 "less by drawing new ones.")
     return text
 
 
@@ -73,26 +78,37 @@ def _spread(s: Spread, fmt: str = "{:.2f}", ends: str | None = None) -> str:
 RACE_HEADERS = ["method", "same tokens as AR", "NFE: mean (min–max)", "step compression",
                 "one image: seconds (vs AR)", "batch of K: images/s (vs AR)", "mean accepted length",
                 "acceptance rate", "draft stability"]
+SAME_AS_AR = RACE_HEADERS[1]            # shown in greedy mode only, where it can say yes or no
+
+
+def _range(value: str, low: str, high: str) -> str:
+    return value if low == high else f"{value} ({low}–{high})"
 
 
 def _timed(value: str, speedup: float | None) -> str:
-    return value + (f" ({speedup:.2f}x)" if speedup is not None else "")
+    return value + (f" · {speedup:.2f}x" if speedup is not None else "")
+
+
+def race_headers(greedy: bool) -> list[str]:
+    return [h for h in RACE_HEADERS if greedy or h != SAME_AS_AR]
 
 
 def race_rows(summaries: Sequence[MethodSummary], greedy: bool) -> list[list[str]]:
+    """The table's rows, columns as `race_headers(greedy)`: the times are medians over the
+    timing rounds with their range, the rest means over the K samples with theirs."""
     rows = []
     for s in summaries:
-        if s.method == "ar":
-            same = "— (reference)"
-        elif not greedy:
-            same = "n/a (sampling)"
-        else:
-            same = "—" if s.same_as_ar is None else "yes" if s.same_as_ar else "NO"
+        same = "— (reference)" if s.method == "ar" else \
+            "—" if s.same_as_ar is None else "yes" if s.same_as_ar else "NO"
         spec, t = s.method != "ar", s.timing
-        rows.append([METHOD_LABELS.get(s.method, s.method), same, _spread(s.nfe, "{:.1f}", "{:.0f}"),
-                     f"{s.step_compression.mean:.2f}x",
-                     _timed(f"{t.latency:.2f} s", s.latency_speedup) if t else "—",
-                     _timed(f"{t.throughput:.1f}/s", s.throughput_speedup) if t else "—",
+        if t:
+            lat, tp = t.latency_range, t.throughput_range
+            one = _timed(_range(f"{t.latency:.2f} s", f"{lat[0]:.2f}", f"{lat[1]:.2f}"), s.latency_speedup)
+            many = _timed(_range(f"{t.throughput:.1f}/s", f"{tp[0]:.1f}", f"{tp[1]:.1f}"), s.throughput_speedup)
+        else:
+            one = many = "—"
+        rows.append([METHOD_LABELS.get(s.method, s.method), *([same] if greedy else []),
+                     _spread(s.nfe, "{:.1f}", "{:.0f}"), f"{s.step_compression.mean:.2f}x", one, many,
                      _spread(s.mean_accepted_length) if spec else "—",
                      _spread(s.acceptance_rate) if spec else "—",
                      _spread(s.draft_stability) if spec else "—"])
@@ -100,11 +116,13 @@ def race_rows(summaries: Sequence[MethodSummary], greedy: bool) -> list[list[str
 
 
 def race_table_html(summaries: Sequence[MethodSummary], greedy: bool) -> str:
-    """The race summary as a compact HTML table that wraps instead of scrolling."""
+    """The race summary as a compact HTML table that wraps instead of scrolling (each cell
+    carries its column's name: on a phone the rows become cards that say it)."""
     if not summaries:
         return ""
-    head = "".join(f"<th>{h}</th>" for h in RACE_HEADERS)
-    body = "".join("<tr>" + "".join(f"<td>{v}</td>" for v in r) + "</tr>"
+    headers = race_headers(greedy)
+    head = "".join(f"<th>{h}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f'<td data-label="{h}">{v}</td>' for h, v in zip(headers, r)) + "</tr>"
                    for r in race_rows(summaries, greedy))
     return (f'<table id="race-table" style="width:100%;table-layout:fixed;font-size:0.9em;'
             f'border-collapse:collapse"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
@@ -123,18 +141,72 @@ def race_progress(runs: dict, tick: int | None, note: str = "") -> str:
     return ("" if tick is None else f"NFE {tick}: ") + " · ".join(parts) + (f"  \n{note}" if note else "")
 
 
+def passes_sentence(summaries: Sequence[MethodSummary]) -> str:
+    """Which method needs the fewest forward passes per image: the same for these seeds on
+    any machine, so the race leads with it."""
+    if not summaries:
+        return ""
+    best = min(s.nfe.mean for s in summaries)
+    fewest = [s for s in summaries if s.nfe.mean - best < 0.05]
+    others = [s for s in summaries if s not in fewest]
+    names = _names(fewest)
+    text = (f"**Passes** (the same for these seeds on any machine): {names} "
+            f"need{'s' if len(fewest) == 1 else ''} the fewest, {best:.1f} per image on average")
+    if others:
+        text += ", against " + ", ".join(f"{s.nfe.mean:.1f} for {METHOD_LABELS[s.method]} "
+                                         f"({s.nfe.mean / best:.2f}x more)" for s in others)
+    return text + "."
+
+
+def _seconds(t: Timing) -> str:
+    low, high = t.latency_range
+    return f"{t.latency:.2f} s" + ("" if t.rounds < 2 else f" ({low:.2f}–{high:.2f})")
+
+
+def _rate(t: Timing) -> str:
+    low, high = t.throughput_range
+    return f"{t.throughput:.1f}/s" + ("" if t.rounds < 2 else f" ({low:.1f}–{high:.1f})")
+
+
+def _names(summaries: Sequence[MethodSummary], shown=None) -> str:
+    """Methods in words ("AR, SJD and SCD Gumbel coupling"), each with `shown(timing)` if given."""
+    parts = [METHOD_LABELS[s.method] + (f" ({shown(s.timing)})" if shown else "") for s in summaries]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _ranked(timed: Sequence[MethodSummary], what: str, value, spread, shown, best_is: str) -> str:
+    """One time in words: the method best by median is named the winner only where its range
+    overlaps no other's; where it overlaps some, they are said to be within noise of it and no
+    method is called the fastest, though it is said to be ahead of those it is apart from."""
+    best = min(timed, key=value)
+    clear = [s for s in timed if s is not best and apart(spread(best.timing), spread(s.timing))]
+    close = [s for s in timed if s is not best and s not in clear]
+    name = METHOD_LABELS[best.method]
+    if not close:
+        return f"{what}: {name} {best_is}, {shown(best.timing)}, clearly ahead of {_names(clear, shown)}."
+    return (f"{what}: {name} has the best median, {shown(best.timing)}, but is within noise of "
+            f"{_names(close, shown)}: no method is clearly the best here"
+            + (f"; {name} is clearly ahead of {_names(clear, shown)}" if clear else "") + ".")
+
+
 def timing_sentence(summaries: Sequence[MethodSummary], device: str) -> str:
-    """The two times in words: which method gives one image soonest, which the most images
-    per second, and whether any row from outside the race shared its passes."""
+    """The two times in words, after the passes: medians over the timing rounds with their
+    range; a method is named faster only where the ranges do not overlap (`race.apart`), else
+    the times are within noise. Says whether a row from outside the race shared its passes."""
     timed = [s for s in summaries if s.timing is not None]
     if not timed:
         return ""
-    fast = min(timed, key=lambda s: s.timing.latency)
-    many = max(timed, key=lambda s: s.timing.throughput)
-    text = (f"**One image** (one row decoded alone on {device}): {METHOD_LABELS[fast.method]} is done "
-            f"soonest, in {fast.timing.latency:.2f} s. **A batch of {fast.timing.batch}** (rows sharing "
-            f"passes): {METHOD_LABELS[many.method]} gives the most images per second, "
-            f"{many.timing.throughput:.1f}.")
+    rounds, batch = min(s.timing.rounds for s in timed), timed[0].timing.batch
+    if rounds < 2:                      # one timing each: no spread to tell a lead from noise
+        text = (f"**Time** on {device}, timed once each, so no method is called faster (the same decode "
+                f"can take twice as long from one run to the next): **one image** {_names(timed, _seconds)}; "
+                f"**a batch of {batch}** {_names(timed, _rate)}.")
+    else:
+        text = (f"**Time** on {device}, median of {rounds} rounds (range in brackets). "
+                + _ranked(timed, "**One image**", lambda s: s.timing.latency, lambda t: t.latency_range,
+                          _seconds, "is done soonest")
+                + " " + _ranked(timed, f"**A batch of {batch}**", lambda s: -s.timing.throughput,
+                                lambda t: t.throughput_range, _rate, "gives the most images per second"))
     if device.startswith("CPU"):
         text += (" On a CPU a batched AR pass costs little more than a single one, so AR gains most "
                  "from the batch, while a pass over a window of L tokens costs more than a one-token pass.")
@@ -143,19 +215,46 @@ def timing_sentence(summaries: Sequence[MethodSummary], device: str) -> str:
     return text
 
 
-def race_note(samples: int, seed: int, greedy: bool, device: str, bench: str, batch_bench: str) -> str:
-    """How the race was run and timed, and the benchmark commands that give the same figures."""
+def race_note(samples: int, seed: int, greedy: bool, device: str, rounds: int = 1) -> str:
+    """How the race was run and timed."""
     return (f"{samples} samples per method (seeds {seed}–{seed + samples - 1}) for the figures; each "
             f"method first decodes one image alone (seed {seed}: its seconds are the engine's, timed "
             f"where it decodes, on **{device}**), then the {samples} rows together (images/s: K over the "
-            f"batch's engine seconds, timed there too).  \n"
+            f"batch's engine seconds)"
+            + (f"; both timed in {rounds} rounds, the methods taking turns, and given as the median "
+               f"with the range" if rounds > 1 else "") + ".  \n"
             + ("**Greedy**: every method must return exactly AR's tokens; the second column checks it."
                if greedy else "**Sampling**: the methods draw different samples from the same "
-               "distribution; tick *Greedy* to see identical tokens.")
-            + f"  \nThe same NFE, step compression, mean accepted length, acceptance rate and draft "
-            f"stability from the benchmark: `{bench}`" + (" (it numbers seeds from 0)" if seed else "")
-            + f". One image's seconds: the same with `--seeds 1` (column wall_s); the batch's: "
-            f"`{batch_bench}` ({samples} / wall_s images per second).")
+               "distribution; tick *Greedy* to see identical tokens."))
+
+
+def differ_sentence(runs: dict, greedy: bool) -> str:
+    """Sampling: how far each method's samples are from AR's, seed for seed (the pictures can
+    look alike; their tokens are not the same). Greedy: nothing to add to the table's check."""
+    ar = runs.get("ar")
+    if greedy or ar is None or not ar.done:
+        return ""
+    ar_tokens = ar.tokens()
+    parts = [f"{METHOD_LABELS[m]} {float((r.tokens() != ar_tokens).float().mean()):.0%}"
+             for m, r in runs.items() if m != "ar" and r.done and r.rows == ar.rows]
+    if not parts:
+        return ""
+    return ("Same seeds, different pictures: each method's samples differ from AR's, seed for seed, at "
+            + ", ".join(parts) + " of the tokens.")
+
+
+def bench_markdown(name: str, race: Race, samples: int) -> str:
+    """The benchmark commands that give a race's figures, for whoever wants to repeat them."""
+    seed = race.seed
+    return ("The same NFE, step compression, mean accepted length, acceptance rate and draft "
+            "stability from the benchmark" + (" (it numbers seeds from 0)" if seed else "") + ":\n\n"
+            f"```\n{bench_command(name, race, samples)}\n```\n\n"
+            f"One image's seconds: the same with `--seeds 1` (column wall_s); the batch's "
+            f"({samples} / wall_s images per second):\n\n"
+            f"```\n{bench_command(name, race, samples, seeds=1, batch=samples)}\n```")
+
+
+BENCH_WAITING = "After a race: the benchmark commands that give its figures."
 
 
 def race_decoding(run, phase: str = "") -> str:
@@ -167,6 +266,16 @@ def race_decoding(run, phase: str = "") -> str:
         return (f"**Stopped at NFE {run.nfe}, {n}/{N} tokens** (the slowest of {run.rows} samples) "
                 f"while decoding {label}; the methods before it finished.")
     return f"Decoding **{label}**: {what} · NFE {run.nfe} · {n}/{N} tokens in the slowest sample"
+
+
+STOPPED_TIMING = ("**Stopped while timing**; every method had finished decoding: the times below are "
+                  "those of the rounds that ended.")
+
+
+def timing_round(r: int, rounds: int, method: str) -> str:
+    """While the race times the methods again."""
+    return (f"Timing round {r} (of up to {rounds}): **{METHOD_LABELS[method]}**, one image alone, then the "
+            f"batch (one timing alone says little on a shared machine)…")
 
 
 class RacePanels:
@@ -196,16 +305,95 @@ class RacePanels:
 
 def race_report(name: str, race, runs: dict, samples: int, device: str, probe=None,
                 timings: dict[str, Timing] | None = None) -> tuple:
-    """A finished race as shown: its table (HTML), why SCD's lead over SJD is what it is (with
-    `probe`, `race.gap_probe`'s measure of how far p moves), how it was run and timed with
-    the benchmark commands that give the same figures, and its three charts."""
+    """A finished race as shown: its table (HTML); the passes, then the times in words, and how
+    it was run; why SCD's lead over SJD is what it is (with `probe`, `race.gap_probe`'s measure
+    of how far p moves); the benchmark commands that give the same figures; its three charts."""
     greedy = race.settings.greedy
     table = summarise(runs, greedy, timings)
-    timing = timing_sentence(table, device)
-    note = race_note(samples, race.seed, greedy, device, bench_command(name, race, samples),
-                     bench_command(name, race, samples, seeds=1, batch=samples))
-    return (race_table_html(table, greedy), explain_gap(table, probe),
-            (timing + "  \n" if timing else "") + note, race_figures(runs, samples))
+    rounds = max((t.rounds for t in (timings or {}).values()), default=1)
+    lead = "\n\n".join(x for x in (passes_sentence(table), timing_sentence(table, device),
+                                    race_note(samples, race.seed, greedy, device, rounds),
+                                    differ_sentence(runs, greedy)) if x)
+    return (race_table_html(table, greedy), explain_gap(table, probe), lead,
+            bench_markdown(name, race, samples), race_figures(runs, samples))
+
+
+# ------------------------------------------------------------------ the race as shown
+
+VIEWS = ("status", "table", "note", "why", "chart", "hist", "flicker", "bench", "state", "sample",
+         *METHOD_ORDER)        # the race's views by name; each method's name is its panel
+WARMING = "Warming up: a few untimed passes of each method…"
+
+
+class RaceView:
+    """What one race shows, view by view (names in VIEWS; the page maps each to its component):
+    its steps as `scd_core.race.decode_race` yields them (the status and the pictures at most
+    a few times a second), the lockstep replay, and its report. `probe(runs)`: why SCD leads
+    SJD here (`race.gap_probe`), asked once the methods have finished; `rounds`: its timing
+    rounds (`scd_core.race.decode_race`)."""
+
+    def __init__(self, model, page, device: str, probe=lambda runs: None, video: bool = False,
+                 rounds: int = TIMING_ROUNDS) -> None:
+        self.model, self.page, self.device, self.probe, self.rounds = model, page, device, probe, rounds
+        self.panels = RacePanels(model, 0 if video else None)
+        self.status_due, self.picture_due = Pacer(STATUS_EVERY), Pacer(FULL_SPEED_EVERY)
+        self.plot_due = Pacer(PLOT_EVERY, wait_first=True)
+        self.runs: dict = {}
+        self.timings: dict[str, Timing] = {}
+
+    def started(self) -> dict:
+        """The last race's views cleared: every panel the model's empty grid, the charts
+        saying when they come."""
+        blank = blank_picture(tuple(self.model.grid))
+        return dict.fromkeys(METHOD_ORDER, blank) | dict.fromkeys(("table", "note", "why"), None) | \
+            dict(zip(("chart", "hist", "flicker"), RACE_WAITING)) | {"status": WARMING, "bench": BENCH_WAITING}
+
+    def step(self, step) -> dict:
+        """A step of the race: the status and the pictures as they come; the finished
+        methods' figures kept; a stopped method's rows said, with the table of those done."""
+        self.runs = {**step.runs}
+        if step.run is None:                                 # a timing round starts
+            return {"status": timing_round(step.round, self.rounds, step.method)}
+        out = {"status": race_decoding(step.run, step.phase)} if self.status_due() or step.run.stopped else {}
+        if self.picture_due() or step.run.stopped:
+            out |= self.panels.at(step.runs | {step.method: step.run})
+        if step.run.stopped:
+            done = {m: r for m, r in step.runs.items() if r.done}
+            timed = {m: Timing.of_rounds(t) for m, t in step.timings.items() if m in done}
+            out["table"] = race_table_html(summarise(done, False, timed), False)
+        return out
+
+    def finished(self, step) -> None:
+        """The race's last step: every method's run and its timings over the rounds that ended
+        (the step's dicts, which the race filled after yielding it)."""
+        self.runs = dict(step.runs)
+        self.timings = {m: Timing.of_rounds(t) for m, t in step.timings.items()}
+
+    def replay(self, tick: int) -> dict:
+        """The recorded passes in lockstep at NFE `tick`: the pictures, the progress, and the
+        tokens-vs-NFE chart now and then."""
+        out = self.panels.at(self.runs, tick) | {"status": race_progress(self.runs, tick)}
+        if self.plot_due():
+            out["chart"] = race_progress_figure({m: r.committed_curves() for m, r in self.runs.items()},
+                                                self.runs["ar"].num_tokens, tick)
+        return out
+
+    def report(self, said: str, tick: int | None = None) -> dict:
+        """The finished race: its table, the passes and times in words, why, the benchmark's
+        commands, its charts, and `said` under the progress line (at NFE `tick`: the end when None)."""
+        table, why, note, bench, figures = race_report(self.page.name, self.page.race, self.runs,
+                                                       self.page.samples, self.device, self.probe(self.runs),
+                                                       self.timings)
+        return {"table": table, "why": why, "note": note, "bench": bench,
+                "status": race_progress(self.runs, tick, said)} | dict(zip(("chart", "hist", "flicker"), figures))
+
+    def done(self) -> dict:
+        """The end: the last pictures and the report; the runs kept to show another sample of a
+        video race (its slider)."""
+        samples, video = self.page.samples, self.panels.sample is not None
+        return self.panels.at(self.runs) | self.report(f"**Done** on **{self.page.name}**.") | {
+            "state": {"model": self.page.name, "runs": {m: r.final() for m, r in self.runs.items()}},
+            "sample": gr.Slider(maximum=max(samples, 2), value=1, visible=video and samples > 1)}   # min < max
 
 
 # ------------------------------------------------- texture against tiny, from the benchmark

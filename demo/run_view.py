@@ -10,8 +10,10 @@ import numpy as np
 
 from demo.labels import METHOD_LABELS
 from demo.pictures import F_CHANGED, F_EMPTY, F_FRESH, F_KEPT
+from demo.texts import FILM_TITLE
 from scd_core import trace
 from scd_core.race import Sample, sample_of
+from scd_core.settings import tree_nodes
 from scd_core.trace import Iteration
 
 METRIC_HELP = {
@@ -132,6 +134,19 @@ class TraceStats:
 
 # --------------------------------------------------------------------------- text
 
+SUMMARY_WAITING = "*The run's metrics, each with its definition, come here when it ends.*"
+REPLAY_WAITING = "Nothing to replay yet: generate an image first."
+
+
+def film_title(method: str | None) -> str:
+    """The drafts strip's title: what it shows, that it comes at the end (`method` None: no
+    run has ended), or why there is none (AR)."""
+    if method is None:
+        return f"{FILM_TITLE} (drawn when the run ends)"
+    if method == "ar":
+        return "Drafts after each pass: none, AR feeds no drafts (each pass samples one token from p)"
+    return FILM_TITLE
+
 def shared_note(others: int) -> str:
     """How many other samples shared a run's forward passes, in words ("" when none)."""
     return f"passes shared with up to {others} other sample{'s' if others != 1 else ''}" if others else ""
@@ -152,19 +167,38 @@ def tree_note(tree: tuple[int, int], counts: trace.DraftCounts) -> str:
             f"({counts.sibling_share:.0%})")
 
 
+def tree_vs_chain(tree: tuple[int, int], window: int, nfe: int, chain_nfe: int | None) -> str:
+    """What a draft tree cost against the chain, in words ("" on the chain): its passes against
+    `chain_nfe` (this session's chain run of the same method, seed and window) when there is
+    one, and the window slots its siblings take from the chain of drafts."""
+    k, depth = tree
+    if k == 1 or depth == 0:
+        return ""
+    siblings = tree_nodes(tree) - depth
+    slots = (f"its {siblings} sibling candidates take {siblings} of the window's {window} slots, so a pass "
+             f"can commit at most {window - siblings} tokens where the chain commits up to {window}")
+    if chain_nfe is None:
+        return f"{slots}; run the chain with the same seed and window to see whether the tree saves passes"
+    verdict = "fewer" if nfe < chain_nfe else "more" if nfe > chain_nfe else "as many"
+    return (f"NFE {nfe} against {chain_nfe} for this session's chain run (same method, seed and window): "
+            f"{verdict} passes with the tree; {slots}")
+
+
 def run_status(label: str, stats: TraceStats, wall: float, state: str, shared: int = 0,
                shown_for: float | None = None, pace_raised: str = "",
-               tree: tuple[int, int] = (1, 0)) -> str:
+               tree: tuple[int, int] = (1, 0), chain_nfe: int | None = None, model: str = "") -> str:
     """One line: method, tokens, NFE; `state` is "running", "done" or "stopped"; `shared`: the
     most other samples (other visitors' rows) that one of its passes decoded with it;
     `shown_for`: seconds slow motion took to show the run (None at full speed); `pace_raised`:
-    `pace_note`'s words; `tree`: the run's (k, depth). AR has no drafts: nothing is said about
-    acceptance."""
+    `pace_note`'s words; `tree`: the run's (k, depth), `chain_nfe` the NFE of this session's chain
+    run to compare it with (None: none); `model`: the model's name, said after the method's.
+    AR has no drafts: nothing is said about acceptance."""
     n, total, nfe = stats.committed[-1], stats.num_tokens, stats.nfe[-1]
     raised = f" · {pace_raised}" if pace_raised else ""
+    who = f"**{label}**" + (f" on **{model}**" if model else "")
     if state == "stopped":
-        return f"**{label}** · **stopped at NFE {nfe}, {n}/{total} tokens**" + raised
-    head = f"**{label}** · {n}/{total} tokens · NFE {nfe}"
+        return f"{who} · **stopped at NFE {nfe}, {n}/{total} tokens**" + raised
+    head = f"{who} · {n}/{total} tokens · NFE {nfe}"
     if state != "done":
         return head + (f" · decoding, {shared_note(shared)}…" if shared else " · decoding…") + raised
     sample = stats.sample()
@@ -175,23 +209,28 @@ def run_status(label: str, stats: TraceStats, wall: float, state: str, shared: i
               f"{sample.mean_accepted_length:.2f}")
     tree_done = tree_note(tree, stats.counts)
     tree_done = f" · {tree_done}" if tree_done else ""
+    if tree_done and chain_nfe is not None:
+        tree_done += f"; NFE {nfe} against {chain_nfe} on the chain"
     return (head + f" · **done** · {timing}" + (f" ({shared_note(shared)})" if shared else "")
             + f" · step compression {sample.step_compression:.2f}x" + drafts + tree_done + raised)
 
 
 def run_summary(label: str, sample: Sample, wall: float, ar_wall: float | None, device: str,
                 shared: int = 0, complete: bool = True, tree: tuple[int, int] = (1, 0),
-                counts: trace.DraftCounts | None = None) -> str:
+                counts: trace.DraftCounts | None = None, window: int = 0, chain_nfe: int | None = None) -> str:
     """The ended run's metrics as a markdown table, each with its definition. `ar_wall`: this
     session's last AR run that ran alone; `shared` as for `run_status`: a run that shared its
     passes has no latency of its own (the race times each method alone); a stopped run
-    (`complete` False) has neither a step compression nor a latency speed-up."""
+    (`complete` False) has neither a step compression nor a latency speed-up. `window` and
+    `chain_nfe` say what a draft tree cost against the chain (`tree_vs_chain`)."""
     stopped = f"not measured: stopped after {sample.committed} tokens"
     if not complete:
         speedup = stopped
     elif shared:
         speedup = f"not measured: this run's {shared_note(shared)} (the Race times each method alone)"
-    elif ar_wall and label != METHOD_LABELS["ar"] and wall > 0:
+    elif label == METHOD_LABELS["ar"]:
+        speedup = "1.00x: AR is the reference"
+    elif ar_wall and wall > 0:
         speedup = (f"{trace.latency_speedup(ar_wall, wall):.2f}x (against this session's AR run, "
                    f"{ar_wall:.2f} s)")
     else:
@@ -201,6 +240,8 @@ def run_summary(label: str, sample: Sample, wall: float, ar_wall: float | None, 
     ar = label == METHOD_LABELS["ar"]
     no_drafts = "no drafts (AR)"
     tree_row = tree_note(tree, counts) if counts is not None else ""
+    if tree_row and complete:
+        tree_row += "; " + tree_vs_chain(tree, window, sample.nfe, chain_nfe)
     rows = [("NFE", sample.nfe, METRIC_HELP["nfe"]),
             ("step compression", f"{sample.step_compression:.2f}x" if complete else stopped,
              METRIC_HELP["compression"]),

@@ -27,8 +27,25 @@ def in_full(updates: Iterable[dict], outputs: Sequence) -> Iterator[dict]:
 
 
 def history_of(history: dict | None, name: str) -> dict:
-    """This session's earlier runs (by method) on model `name`; another model's are dropped."""
+    """This session's earlier runs on model `name`, by method (keys starting with "_" are the
+    model's name and the chain runs, `chain_nfe`); another model's are dropped."""
     return dict(history or {}) if (history or {}).get("_model") == name else {"_model": name}
+
+
+def remember(history: dict, method: str, nfe: list[int], committed: list[int], wall: float | None,
+             tree: tuple[int, int], seed: int, window: int) -> None:
+    """Keep a finished run in the session's history: its curve for the tokens chart and its
+    seconds (`wall`, None when it shared its passes), and a chain run's NFE for `chain_nfe`."""
+    history[method] = {"nfe": nfe, "committed": committed, "wall": wall}
+    if tree[0] == 1 or tree[1] == 0:
+        history["_chain"] = {**history.get("_chain", {}), method: (nfe[-1], seed, window)}
+
+
+def chain_nfe(history: dict, method: str, seed: int, window: int) -> int | None:
+    """The NFE of this session's last chain run of `method` with this seed and window (None:
+    there is none), to set a draft tree's passes against."""
+    nfe, *same = history.get("_chain", {}).get(method, (None, None, None))
+    return nfe if same == [seed, window] else None
 
 
 def streams_in_full(outputs: Callable[[], Sequence]):

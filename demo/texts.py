@@ -26,20 +26,23 @@ GENERATE_HINT = _text("generate_hint")
 RACE_HINT = _text("race_hint")
 WAITING = _text("waiting")
 STOPPED_EARLY = "**Stopped** before its first pass."     # in the queue, or before its row got one
-ERROR_HEADS = ("**Not started:**", "**Not finished:**")   # how a status line says a run failed
 
 
-def is_error(said) -> bool:
-    """Whether a status line says that a run failed (it goes when the model changes)."""
-    return isinstance(said, str) and said.strip().startswith(ERROR_HEADS)
+def hint(text: str, name: str) -> str:
+    """A tab's hint before a run, naming the model it will run."""
+    return f"**{name}** · {text}"
 
 
 def pace_info(fastest: float) -> str:
     return (f"Generate shows at most one pass every {fastest:g} s: a faster pace is raised to "
             "that, and the status says so; a race replays at the pace itself, skipping ahead")
-HOW_IT_WORKS = "\n" + _read("texts/how_it_works.md")
+# The drafts strip's layout, said the same in its panel's title and in "How it works"
+FILM_LAYOUT = "one column per pass, one row per window slot, the top row the next position to decide"
+FILM_TITLE = f"Drafts after each pass: {FILM_LAYOUT}"
+HOW_IT_WORKS = "\n" + _read("texts/how_it_works.md").replace("FILM_LAYOUT", FILM_LAYOUT)
 CSS = "\n" + _read("static/page.css")
 CLICK_JS = _read("static/page.js").strip()
+LOAD_JS = _read("static/load.js").strip()           # run once when the page loads
 
 
 def click_js(tab: str) -> str:

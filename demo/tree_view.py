@@ -70,7 +70,7 @@ def _box(token: int, verdict: str) -> str:
     return (f'<span class="tree-cand" style="display:inline-block;margin:2px 6px 2px 0;padding:1px 6px;'
             f'border:2px {"dashed" if verdict == UNTESTED else "solid"} rgb{colour};'
             f'background:rgba({fill[0]},{fill[1]},{fill[2]},{alpha});white-space:nowrap">'
-            f'#{token} <small>{verdict}</small></span>')
+            f'token {token} <small>{verdict}</small></span>')
 
 
 def tree_html(it: Iteration | None, tree: tuple[int, int], row: int = 0, last: bool = False) -> str:
@@ -80,13 +80,14 @@ def tree_html(it: Iteration | None, tree: tuple[int, int], row: int = 0, last: b
     if depth == 0 or k == 1:
         return ""
     head = (f"<b>Draft tree {k} x {depth}</b>: {k} candidates at each of the first {depth} draft "
-            f"positions, tested in order; the first accepted is taken.")
+            f"positions, tested in order; the first accepted is taken (each box: a candidate's token "
+            f"id in the model's vocabulary).")
     levels = tree_levels(it, row) if it is not None else []
     if not levels:
         return f'<div id="tree-now" style="font-size:0.9em">{head}</div>'
     lines = []
     for lv in levels:
-        end = f" → none accepted: the residual drew <b>#{lv.residual}</b>" if lv.residual is not None else ""
+        end = f" → none accepted: the residual drew <b>token {lv.residual}</b>" if lv.residual is not None else ""
         lines.append(f'<div>position {lv.position}: {"".join(_box(t, v) for t, v in lv.candidates)}{end}</div>')
     which = f"Pass {it.index}" + (", the run's last that took a sibling" if last else "")
     note = (": a sibling was taken, where a chain would have stopped at its first rejection"

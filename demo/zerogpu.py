@@ -21,8 +21,8 @@ side maps them back.
 
 Durations (`*_seconds`) follow `scd_core.models.gpu_seconds` (the model's tokens and cost
 per forward pass, a margin) for everything the call does: a race decodes every method
-twice (one image alone, then K together) after a short warm-up, then replays the passes in
-slow motion; a Generate in slow motion shows each pass for its pace. A run whose estimate
+(one image alone, then K together) in each of its timing rounds after a short warm-up, then
+replays the passes in slow motion; a Generate in slow motion shows each pass for its pace. A run whose estimate
 exceeds what ZeroGPU grants one call is refused before it starts (`check_fits`).
 """
 from __future__ import annotations
@@ -125,13 +125,24 @@ def generate_estimate(name: str, method: str, window: int, pace: float) -> int:
     return math.ceil(GPU_OVERHEAD_S + _decoding(name, window, 1, method, shown_pace(pace)))
 
 
-def race_estimate(name: str, window: int, samples: int, pace: float) -> int:
+def race_estimate(name: str, window: int, samples: int, pace: float, rounds: int = race.TIMING_ROUNDS) -> int:
     """Seconds one race holds the GPU: a warm-up, each method's one image alone and its K
-    samples together, then the replay of the slowest method's passes at the slow motion's pace."""
+    samples together in each of its `rounds` timing rounds, then the replay of the slowest
+    method's passes at the slow motion's pace."""
     tokens = REGISTRY[name].tokens
-    decodes = sum(_decoding(name, window, 1, m) + (_decoding(name, window, samples, m) if samples > 1 else 0.0)
+    decodes = sum(rounds * (_decoding(name, window, 1, m) + (_decoding(name, window, samples, m)
+                                                             if samples > 1 else 0.0))
                   + _decoding(name, window, 1, m) * WARM_UP_PASSES / tokens for m in METHODS)
     return math.ceil(GPU_OVERHEAD_S + decodes + tokens * shown_pace(pace))
+
+
+def race_rounds(name: str, window: int, samples: int, pace: float) -> int:
+    """The timing rounds of a race: `race.TIMING_ROUNDS` where they fit in what ZeroGPU grants
+    one call (the embedded models' always do), else as many as fit, at least one (the race
+    then calls no method faster: one timing each says too little)."""
+    fits = [r for r in range(race.TIMING_ROUNDS, 0, -1)
+            if race_estimate(name, window, samples, pace, r) <= MAX_GPU_SECONDS]
+    return fits[0] if fits else 1
 
 
 def lossless_estimate(name: str, method: str, window: int, samples: int) -> int:
@@ -169,7 +180,10 @@ def generate_seconds(name, method, window, init, temperature, top_k, top_p, cfg_
 def race_seconds(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
                  pace=0.0, samples=8, *rest, **named) -> int:
     """`@spaces.GPU` duration of a race, from the event's inputs."""
-    return _bounded(lambda: race_estimate(name, _whole(window), check_samples(samples), check_pace(pace)))
+    def estimate() -> int:
+        w, k, p = _whole(window), check_samples(samples), check_pace(pace)
+        return race_estimate(name, w, k, p, race_rounds(name, w, k, p))
+    return _bounded(estimate)
 
 
 def lossless_seconds(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,

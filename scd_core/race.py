@@ -11,8 +11,13 @@ Time is reported twice, per method, because the two differ on a CPU: `Timing.lat
 seconds of ONE image decoded alone (what a visitor waits for one picture; `bench --seeds 1`),
 and `Timing.throughput`, the images per second of the K rows decoded together on shared
 passes (`bench --seeds 1 --batch K`). A batched AR pass costs little more than a single one,
-so AR's throughput gains most from the batch. `decode_rows` decodes on a decode client
-(`scd_core.client`, wherever it decodes), `decode` as one batch in this process.
+so AR's throughput gains most from the batch. A race times each method in up to TIMING_ROUNDS
+rounds, interleaved (`time_method`; two at least, more while they take at most TIMING_BUDGET_S
+seconds): `Timing.of_rounds` gives the medians with every round's
+figure, and two methods' times count as different only where their ranges do not overlap
+(`apart`). Passes (NFE) need no repeat: they are the same for the same seeds on any machine.
+`decode_rows` decodes on a decode client (`scd_core.client`, wherever it decodes), `decode`
+as one batch in this process.
 
 `context_sensitivity` measures the property that decides how much coupling helps: how far
 p moves at a position when one earlier token changes.
@@ -227,6 +232,10 @@ class MethodRun:
                 for r, d in zip(self.row_records, decoders) if r]
 
 
+TIMING_ROUNDS = 3       # a race times each method up to this many times, the rounds interleaved
+TIMING_BUDGET_S = 30.0  # ... the rounds after the first taking about this long at most (two rounds at least)
+
+
 @dataclass(frozen=True)
 class Timing:
     """How fast a method ran, measured where it decodes. `latency`: seconds for ONE image,
@@ -234,17 +243,54 @@ class Timing:
     second of the batch of K rows sharing passes (K over the batch's engine seconds: its rows
     start in one pass and share every pass, so that is its longest row's clock, the time the
     benchmark measures; records on their way to a page do not count). `alone`: no row from
-    outside the race shared a pass with them."""
+    outside the race shared a pass with them.
+
+    Timed over several rounds (`of_rounds`), `latency` and `batch_seconds` are the medians and
+    `latencies` and `batch_times` every round's figure: one timing alone says little on a
+    shared machine, where the same decode varies by 2x or more from one run to the next."""
 
     latency: float
     latency_nfe: int
     batch: int
     batch_seconds: float
     alone: bool = True
+    latencies: tuple[float, ...] = ()        # every round's one-image seconds (empty: `latency` alone)
+    batch_times: tuple[float, ...] = ()      # every round's batch seconds (empty: `batch_seconds` alone)
 
     @property
     def throughput(self) -> float:
         return self.batch / self.batch_seconds if self.batch_seconds > 0 else float("inf")
+
+    @property
+    def rounds(self) -> int:
+        return max(1, len(self.latencies))
+
+    @property
+    def latency_range(self) -> tuple[float, float]:
+        """The fastest and slowest round's one-image seconds."""
+        values = self.latencies or (self.latency,)
+        return min(values), max(values)
+
+    @property
+    def throughput_range(self) -> tuple[float, float]:
+        """The lowest and highest round's images per second."""
+        values = [self.batch / t if t > 0 else float("inf") for t in self.batch_times or (self.batch_seconds,)]
+        return min(values), max(values)
+
+    @classmethod
+    def of_rounds(cls, rounds: Sequence["Timing"]) -> "Timing":
+        """One Timing from the same method timed in several rounds: medians and every figure."""
+        latencies = tuple(t for r in rounds for t in (r.latencies or (r.latency,)))
+        batches = tuple(t for r in rounds for t in (r.batch_times or (r.batch_seconds,)))
+        return cls(latency=statistics.median(latencies), latency_nfe=rounds[0].latency_nfe,
+                   batch=rounds[0].batch, batch_seconds=statistics.median(batches),
+                   alone=all(r.alone for r in rounds), latencies=latencies, batch_times=batches)
+
+
+def apart(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether two measured ranges (low, high) do not overlap: only then is one method's time
+    told apart from the other's; overlapping ones are within noise."""
+    return a[1] < b[0] or b[1] < a[0]
 
 
 @dataclass
@@ -360,6 +406,75 @@ def decode_rows(client, model: str, race: Race, method: str, seeds: Sequence[int
     for rid in rids:
         getattr(client, "release", lambda rid: None)(rid)
     yield _snapshot(method, rows, num_tokens, stopped and not complete, seconds, largest, decoders)
+
+
+def time_method(client, model: str, race: Race, method: str, samples: int,
+                stop: Callable[[], bool] | None = None) -> "Timing | None":
+    """One more timing of a method, nothing kept but its clocks: one row alone (seed s), then
+    `samples` rows together (seeds s .. s + samples - 1), as the race decodes them. None when
+    `stop()` ended it."""
+    runs = []
+    for seeds in ([race.seed], range(race.seed, race.seed + samples)) if samples > 1 else ([race.seed],):
+        *_, run = decode_rows(client, model, race, method, seeds, stop)
+        if run.stopped:
+            return None
+        runs.append(run)
+    return timing_of(runs[0], runs[-1])
+
+
+@dataclass(frozen=True)
+class Step:
+    """Where a race stands (`decode_race`): `method`'s rows decoding in `phase` ("one image
+    alone", then "K samples together"; `run` so far), or its timing round `round` about to
+    start (`run` None). `runs` and `timings` hold the methods finished so far: their runs and
+    every round's Timing."""
+
+    method: str
+    phase: str
+    run: MethodRun | None
+    runs: dict[str, MethodRun]
+    timings: dict[str, list[Timing]]
+    round: int = 1
+
+
+def decode_race(client, model: str, race: Race, samples: int, stop: Callable[[], bool] | None = None,
+                rounds: int = TIMING_ROUNDS, budget: float = TIMING_BUDGET_S) -> Iterator[Step]:
+    """A race on a decode client: a few untimed passes of each method first (`warm_up`), then
+    per method ONE image alone (its latency) and `samples` rows together (the batch's
+    throughput and every per-sample figure), each yielded as its records arrive; then the
+    methods timed again, taking turns (`time_method`), up to `rounds` timings each: the second
+    round always, each later one only if the rounds after the first, that one included, would
+    take at most `budget` seconds as the last round did (a slow model gets two). It ends
+    early when `stop()` turns true: the last step's run is then marked stopped, or its timing
+    round did not finish (the step's round has no Timing)."""
+    warm_up(client, model, race)                       # untimed: a fresh worker's first passes
+    began = time.perf_counter()
+    runs: dict[str, MethodRun] = {}
+    timings: dict[str, list[Timing]] = {}
+    phases = (("one image alone", [race.seed]),) + ((   # K = 1: the one image is the batch
+        (f"{samples} samples together", range(race.seed, race.seed + samples)),) if samples > 1 else ())
+    for method in METHOD_ORDER:
+        one = run = None
+        for phase, seeds in phases:
+            for run in decode_rows(client, model, race, method, seeds, stop):
+                yield Step(method, phase, run, runs, timings)
+            if run.stopped:
+                return
+            one = one or run
+        runs[method], timings[method] = run, [timing_of(one, run)]
+    last_round, extra = time.perf_counter() - began, 0.0
+    for r in range(2, rounds + 1):
+        if r > 2 and extra + last_round > budget:
+            return
+        began = time.perf_counter()
+        for method in METHOD_ORDER:
+            yield Step(method, "timing", None, runs, timings, r)
+            again = time_method(client, model, race, method, samples, stop)
+            if again is None:
+                return
+            timings[method].append(again)
+        last_round = time.perf_counter() - began
+        extra += last_round
 
 
 def warm_up(client, model: str, race: Race, passes: int = 8) -> None:

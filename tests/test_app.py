@@ -140,26 +140,47 @@ def test_a_model_that_fails_to_load_is_a_message_not_an_error(monkeypatch):
 
 # ----------------------------------------------------------------------------- race
 
+def race_rows(html: str) -> list[dict[str, str]]:
+    """The race table's rows, each cell by its column's name."""
+    import re
+    return [dict(re.findall(r'<td data-label="([^"]*)">(.*?)</td>', row)) for row in html.split("<tr>")[2:]]
+
+
 def test_race_reports_k_samples_per_method_with_spread():
     updates = list(app.race_stream(*args(samples=3), request=visitor("racer")))
-    html = final(updates, app.race_table)
-    rows = html.split("<tr>")[2:]
-    assert [r.split("<td>")[1].split("</td>")[0] for r in rows] == \
-        ["AR", "SJD", "SCD maximal coupling", "SCD Gumbel coupling"]
-    assert all("n/a (sampling)" in r for r in rows[1:])
-    assert all("–" in r.split("<td>")[3] for r in rows[1:])            # NFE mean (min–max)
-    assert "3 samples per method" in final(updates, app.race_note)
+    rows = race_rows(final(updates, app.race_table))
+    assert [r["method"] for r in rows] == ["AR", "SJD", "SCD maximal coupling", "SCD Gumbel coupling"]
+    assert all("same tokens as AR" not in r for r in rows)            # sampling: nothing to check
+    assert all("–" in r["NFE: mean (min–max)"] for r in rows[1:])      # NFE mean (min–max)
+    rounds = app.race.TIMING_ROUNDS
+    assert all("–" in r["one image: seconds (vs AR)"] for r in rows)  # median (fastest–slowest round)
+    note = final(updates, app.race_note)
+    assert note.startswith("**Passes** (the same for these seeds on any machine)")
+    assert f"median of {rounds} rounds" in note and "3 samples per method" in note
+    assert "printf" not in note and "python -m scd_core.bench" in final(updates, app.race_bench)
     assert "fewer passes" in final(updates, app.race_why)
     runs = final(updates, app.race_state)["runs"]
     assert {m: r.rows for m, r in runs.items()} == dict.fromkeys(app.race.METHOD_ORDER, 3)
     assert all(final(updates, app.race_images[m]).shape[0] >= 96 for m in runs)
     assert "Done" in final(updates, app.race_status)
+    timing = [u[app.race_status] for u in updates if "Timing round" in str(u.get(app.race_status, ""))]
+    assert timing and timing[-1].startswith(f"Timing round {rounds} (of up to {rounds}): **SCD Gumbel coupling**")
+
+
+def test_a_race_timed_once_reports_every_method_and_calls_none_faster(monkeypatch):
+    """A large model's race may have room for one timing round only (`zerogpu.race_rounds`)."""
+    monkeypatch.setattr(app.zerogpu, "race_rounds", lambda *inputs: 1)
+    updates = list(app.race_stream(*args(samples=2)))
+    assert [r["method"] for r in race_rows(final(updates, app.race_table))] == \
+        ["AR", "SJD", "SCD maximal coupling", "SCD Gumbel coupling"]
+    assert "timed once each, so no method is called faster" in final(updates, app.race_note)
+    assert not any("Timing round" in str(u.get(app.race_status, "")) for u in updates)
 
 
 def test_greedy_race_gives_every_method_ars_tokens():
     updates = list(app.race_stream(*args(temperature=0.0, samples=2)))
-    rows = final(updates, app.race_table).split("<tr>")[3:]
-    assert all(r.split("<td>")[2].startswith("yes") for r in rows)
+    rows = race_rows(final(updates, app.race_table))
+    assert [r["same tokens as AR"] for r in rows] == ["— (reference)", "yes", "yes", "yes"]
     names = [t.name for t in figure(final(updates, app.race_chart)).data if t.showlegend is not False]
     assert sum("AR" in (n or "") for n in names) == 1 and len(names) == 4    # AR drawn once, its own curve
 
@@ -186,35 +207,51 @@ def test_race_stopped_while_decoding_keeps_what_finished():
 # --------------------------------------------------------------------------- inputs
 
 @pytest.mark.parametrize("override, field, words", [
-    (dict(prompt=""), "prompt", "please type a prompt"),
-    (dict(prompt="   "), "prompt", "please type a prompt"),
+    (dict(prompt=""), "prompt", "prompt: please type a prompt"),
+    (dict(prompt="   "), "prompt", "prompt: please type a prompt"),
     (dict(prompt="x" * 10_000), "prompt", "10,000 characters"),
-    (dict(window=0), "window", "window must be"),
-    (dict(window=100_000), "window", "window must be"),
-    (dict(window=2.5), "window", "window must be an integer"),
-    (dict(top_p=0), "top_p", "top_p must be"),
-    (dict(temperature=-1), "temperature", "temperature must be"),
-    (dict(temperature=None), "temperature", "temperature must be"),
-    (dict(top_k=-3), "top_k", "top_k must be"),
-    (dict(cfg_scale=-1), "cfg", "cfg_scale must be"),
-    (dict(seed=-1), "seed", "seed must be"),
-    (dict(seed=1.5), "seed", "seed must be an integer"),      # refused, never rounded
-    (dict(seed=True), "seed", "seed must be an integer"),
-    (dict(samples=2.5), "samples", "samples must be a whole number"),
+    (dict(window=0), "window", "window l: a whole number from 2 to 1,024, got 0."),
+    (dict(window=100_000), "window", "window l: a whole number from 2 to 1,024, got 100,000."),
+    (dict(window=2.5), "window", "window l: a whole number from 2 to 1,024, got 2.5."),
+    (dict(top_p=0), "top_p", "top-p: a number above 0 and at most 1 (1: off), got 0."),
+    (dict(temperature=-1), "temperature", "temperature: a number of 0 or more (0: greedy), got -1."),
+    (dict(temperature=None), "temperature", "temperature: a number of 0 or more (0: greedy), got nothing."),
+    (dict(top_k=-3), "top_k", "top-k: a whole number from 0 to "),
+    (dict(cfg_scale=-1), "cfg", "cfg scale: a number from 0 to 100 (1: no guidance), got -1."),
+    (dict(seed=-1), "seed", "seed: a whole number from 0 to 9,223,372,036,854,775,792, got -1."),
+    (dict(seed=1.5), "seed", "seed: a whole number"),      # refused, never rounded
+    (dict(seed=True), "seed", "seed: a whole number"),
+    (dict(samples=2.5), "samples", "race samples k: a whole number from 1 to 16, got 2.5."),
     (dict(model="no-such-model"), "model", "unknown model"),
     (dict(method="beam"), "method", "method must be one of"),
-    (dict(init="repeat-frame"), "init", "video"),
+    (dict(init="repeat-frame"), "init", "draft init: \u201cprevious frame (video)\u201d needs a video model"),
     (dict(init="zeros"), "init", "init must be one of"),
-    (dict(pace=-1), "pace", "slow motion"),
-    (dict(pace=60), "pace", "slow motion"),
-    (dict(samples=0), "samples", "samples must be"),
+    (dict(pace=-1), "pace", "slow motion: a number from 0 to 2"),
+    (dict(pace=60), "pace", "slow motion: a number from 0 to 2"),
+    (dict(samples=0), "samples", "race samples k: a whole number from 1 to 16, got 0."),
 ])
-def test_bad_input_names_its_field_with_the_librarys_message(override, field, words):
+def test_bad_input_names_its_field_and_range_as_the_page_does(override, field, words):
     found = app.problems(*args(**override))
     assert list(found) == [field] and words in found[field].lower()
     checks = app.validator(*args(**override), {}, None)       # + the states and the stamp
     assert [c["is_valid"] for c in checks].count(False) == 1
     assert checks[app.checks.INPUTS.index(field)]["message"] == found[field]
+
+
+def test_a_click_with_a_bad_field_marks_it_and_starts_nothing_then_a_good_one_clears_it():
+    """The page's check before a run: the field gets its message beside it, red; nothing
+    starts (the run's trigger is left alone); the next good click clears the mark and starts."""
+    out = app.check_generate(*args(window=0), {}, None, [])
+    assert app.go_generate not in out and out[app.marked_state] == ["window"]
+    mark = out[app.window_nb]
+    assert mark["info"].startswith("Window L: a whole number from 2 to 1,024") and mark["elem_classes"] == ["invalid"]
+    assert out[app.input_md].startswith("**Not started:** Window L:")
+    out = app.check_generate(*args(), {}, None, ["window"])
+    assert out[app.go_generate] > 0 and out[app.marked_state] == [] and out[app.input_md] == ""
+    assert out[app.window_nb]["info"] == "" and out[app.window_nb]["elem_classes"] == []
+    assert app.seed_nb not in out                            # a field never marked is left alone
+    race_out = app.check_race(*args(method="ar", window=1), {}, None, [])   # the race runs every method
+    assert app.go_race not in race_out and "Window L" in race_out[app.window_nb]["info"]
 
 
 def test_good_input_passes_the_validator():
@@ -237,9 +274,11 @@ def test_unavailable_model_shows_its_full_reason_and_cannot_start():
     if not missing:
         pytest.skip("every listed model can run here")
     name = missing[0]
-    assert app.models.model_label(name).endswith(model_status(name).state)
-    assert app.model_dd.choices and (app.models.model_label(name), name) in app.model_dd.choices
+    state = model_status(name).state
     reason = app.models.unavailable(name)
+    assert app.models.model_label(name).endswith("no network here" if reason.startswith("no network")
+                                                 else state if state == "needs GPU" else "cannot run here")
+    assert app.model_dd.choices and (app.models.model_label(name), name) in app.model_dd.choices
     out = app.on_model_change(name)
     assert reason in out[app.model_md]
     assert not out[app.gen_btn].interactive and not out[app.race_btn].interactive
@@ -302,6 +341,7 @@ def test_a_model_the_hub_cannot_be_reached_for_says_how_to_download_it_and_canno
     said = f"no network here: download it beforehand with `{command}`"
     assert said in out["note"] and not out["generate"] and not out["race"]
     assert said in out["problems"]["model"] and list(out["problems"]) == ["model"]
+    assert out["label"] == "llamagen-c2i · no network here"       # the list says it before it is picked
 
 
 def test_a_model_with_downloads_off_says_how_to_download_it(empty_hub_cache):
@@ -318,6 +358,7 @@ def test_ar_status_says_nothing_of_acceptance():
     said = final(updates, app.status)
     assert "done" in said and "no drafts (AR)" in said and "acceptance" not in said
     assert "| acceptance rate | no drafts (AR) |" in final(updates, app.summary)
+    assert "| latency speed-up | 1.00x: AR is the reference |" in final(updates, app.summary)
     sjd = final(list(app.generate_stream(*args(model="tiny", prompt="red heart", method="sjd"))), app.status)
     assert "acceptance" in sjd and "no drafts" not in sjd
 
@@ -342,10 +383,14 @@ def test_replay_and_export_belong_to_the_last_run():
     history = final(tiny, app.history_state)
     texture = list(app.generate_stream(*args(), history=history))
     assert texture[0][app.last_run] is None and texture[0][app.replay_image] is None   # cleared at once
-    assert texture[0][app.export_files] is None and texture[0][app.replay_text] == ""
+    assert texture[0][app.export_files] is None and texture[0][app.replay_text] == app.run_view.REPLAY_WAITING
     run = final(texture, app.last_run)
     assert run["model"] == "texture"
     assert app.replay_view(0, run)[0].shape == (384, 384, 3)                # texture's picture
+    last = len(run["iterations"]) - 1                  # the replay opens on the last pass, drawn
+    assert final(texture, app.replay_text) == app.run_view.replay_caption(run["iterations"], last)
+    assert (final(texture, app.replay_image) == picture(app.replay_view(last, run)[0])).all()
+    assert figure(final(texture, app.replay_probs)).layout.title.text.endswith(f"pass {last}</sub>")
     history = final(texture, app.history_state)
     refused = list(app.generate_stream(*args(model="tiny", prompt="red heart", window=10 ** 6),
                                        history=history))
@@ -354,12 +399,38 @@ def test_replay_and_export_belong_to_the_last_run():
     assert again == [{app.status: final(again, app.status)}]
 
 
-def test_an_error_leaves_the_status_when_the_model_changes():
-    out = app.on_model_change("tiny", "**Not started:** model: llamagen-c2i cannot run here: no network",
-                              "**Not started:** no network")
-    assert out[app.status] == app.texts.GENERATE_HINT and out[app.race_status] == app.texts.RACE_HINT
-    kept = app.on_model_change("tiny", "**SJD** · 64/64 tokens · NFE 20 · **done**", app.texts.RACE_HINT)
-    assert kept[app.status] == app.gr.skip() and kept[app.race_status] == app.gr.skip()
+def test_a_model_switch_clears_the_last_models_views_and_names_the_new_one():
+    texture = list(app.generate_stream(*args()))
+    assert "on **texture**" in final(texture, app.status)                 # the status names its model
+    out = app.on_model_change("tiny", app.defaults("texture")[0], *app.defaults("texture")[0].values())
+    assert out[app.status].startswith("**tiny** · ") and out[app.race_status].startswith("**tiny** · ")
+    tiny = app.MODELS.get("tiny")
+    assert picture(out[app.live_image]).shape == app.pictures.blank_picture(tuple(tiny.grid)).shape
+    assert list(figure(out[app.chart_committed]).data[0].x) == [0, 64]    # tiny's AR line
+    assert out[app.last_run] is None and out[app.race_state] is None and out[app.film] is None
+    assert all(picture(out[app.race_images[m]]).shape == picture(out[app.live_image]).shape
+               for m in app.race.METHOD_ORDER)
+
+
+def test_a_model_switch_keeps_what_the_visitor_set_and_says_what_changed():
+    texture = app.defaults("texture")[0]
+    mine = texture | {"window": 8, "pace": 0.0, "top_k": 10}
+    out = app.on_model_change("tiny", texture, *mine.values())
+    kept = {k: out[app.setting_views[k]] for k in ("window", "pace", "top_k")}
+    assert kept == {"window": 8, "pace": 0.0, "top_k": 10}
+    tiny = app.defaults("tiny")[0]
+    assert out[app.cfg_nb] == tiny["cfg"] and out[app.prompt_tb] == tiny["prompt"]   # left as they were: tiny's
+    said = out[app.switch_md]
+    assert said.startswith("**Settings for tiny:** its defaults: ") and "CFG scale 1 → 3" in said
+    assert "kept as you set them: Window L 8, Top-k 10, Slow motion 0." in said
+    back = app.on_model_change("texture", out[app.applied_state], *[out[app.setting_views[k]]
+                                                                    for k in app.checks.SETTINGS])
+    assert {k: back[app.setting_views[k]] for k in ("window", "pace", "top_k")} == kept   # still yours
+    assert back[app.cfg_nb] == texture["cfg"]
+    video = app.on_model_change("tiny-video", texture, *(texture | {"top_k": 10 ** 6}).values())
+    assert video[app.topk_nb] == app.defaults("tiny-video")[0]["top_k"]
+    assert "tiny-video cannot take them: Top-k 1,000,000 → " in video[app.switch_md]
+    assert app.on_model_change("texture", texture, *texture.values())[app.switch_md] == ""   # nothing changed
 
 
 def test_unknown_prompt_words_are_marked_before_a_run_and_said_after():
@@ -440,7 +511,7 @@ def test_served_bad_input_is_refused_before_the_queue_and_the_next_is_served(url
     client = Client(url, verbose=False)
     with pytest.raises(Exception, match="please type a prompt"):
         client.predict(*args(prompt=""), api_name="/generate")
-    with pytest.raises(Exception, match="top_p must be"):
+    with pytest.raises(Exception, match="Top-p: a number above 0"):
         client.predict(*args(top_p=0), api_name="/generate")
     job = client.submit(*args(), api_name="/generate")
     job.result(timeout=60)
@@ -448,10 +519,14 @@ def test_served_bad_input_is_refused_before_the_queue_and_the_next_is_served(url
 
 
 def test_the_message_beside_the_buttons_repeats_what_the_fields_say():
-    assert app.input_message(*args()) == ""
-    assert app.input_message(*args(window=0)).startswith("**Not started:** window must be in")
-    long = app.input_message(*args(prompt="x" * 600))
+    def said(**override):
+        return app.check_generate(*args(**override), {}, None, [])[app.input_md]
+    assert said() == ""
+    assert said(window=0).startswith("**Not started:** Window L: a whole number")
+    long = said(prompt="x" * 600)
     assert long.endswith("Please shorten it.") and ".." not in long
+    both = said(window=0, seed=-1)                        # each field once, in the page's order
+    assert both.index("Window L:") < both.index("Seed:") and both.count("Not started") == 1
 
 
 def test_whole_number_fields_pass_what_was_typed_to_the_checks():

@@ -12,7 +12,7 @@ from gradio_client import Client
 
 import scd_core
 from demo import race_view
-from scd_core import bench
+from scd_core import bench, race
 from test_app import args
 
 HEADS = ("one image: seconds (vs AR)", "batch of K: images/s (vs AR)")
@@ -25,7 +25,7 @@ def client(url):
 
 def cells(html: str) -> list[list[str]]:
     rows = re.findall(r"<tr>(.*?)</tr>", html)
-    return [re.findall(r"<t[hd]>(.*?)</t[hd]>", r) for r in rows]
+    return [re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r) for r in rows]
 
 
 def test_the_race_on_texture_gives_both_times_labelled_and_the_benchs_nfe(client):
@@ -39,16 +39,17 @@ def test_the_race_on_texture_gives_both_times_labelled_and_the_benchs_nfe(client
     assert all(h in head for h in HEADS)
     one, batch = head.index(HEADS[0]), head.index(HEADS[1])
     assert set(body) == {"AR", "SJD", "SCD maximal coupling", "SCD Gumbel coupling"}
-    for row in body.values():
-        assert re.fullmatch(r"\d+\.\d\d s \(\d+\.\d\dx\)", row[one]), row[one]
-        assert re.fullmatch(r"\d+\.\d/s \(\d+\.\d\dx\)", row[batch]), row[batch]
-    note = next(v for v in final if isinstance(v, str) and "One image" in v)
-    assert "one row decoded alone on CPU" in note and "--seeds 1 --batch 3" in note
-    assert any("Done." in str(v) for v in final)                     # the table comes with Done.
+    for row in body.values():                       # the median over the rounds, its range, vs AR
+        assert re.fullmatch(r"\d+\.\d\d s( \(\d+\.\d\d–\d+\.\d\d\))? · \d+\.\d\dx", row[one]), row[one]
+        assert re.fullmatch(r"\d+\.\d/s( \(\d+\.\d–\d+\.\d\))? · \d+\.\d\dx", row[batch]), row[batch]
+    note = next(v for v in final if isinstance(v, str) and "**One image**" in v)
+    assert "on CPU" in note and f"median of {race.TIMING_ROUNDS} rounds" in note
+    assert any("--seeds 1 --batch 3" in str(v) for v in final)        # the benchmark's commands apart
+    assert any("**Done** on **texture**." in str(v) for v in final)   # the table comes with Done.
     texture = scd_core.load_model("texture")                         # the bench, same settings
     for label, method in (("AR", "ar"), ("SJD", "sjd"), ("SCD maximal coupling", "scd-mc")):
         runs = bench.run_case(texture, ["ocean waves"], 3, 1, scd_core.Settings(method, 16))
-        shown = body[label][2]
+        shown = body[label][head.index("NFE: mean (min–max)")]
         assert float(shown.split()[0]) == pytest.approx(statistics.fmean(r.nfe for r in runs), abs=0.05)
 
 
@@ -56,7 +57,7 @@ def test_the_race_shows_pictures_while_a_method_decodes(client):
     job = client.submit(*args(samples=2), api_name="/race")
     job.result(timeout=600)
     updates = job.outputs()
-    done_at = next(i for i, u in enumerate(updates) if any("Done." in str(v) for v in u))
+    done_at = next(i for i, u in enumerate(updates) if any("**Done** on" in str(v) for v in u))
     decoding = [u for u in updates[:done_at] if any("Decoding **" in str(v) for v in u)]
     assert decoding and any(u[0] is not None for u in decoding)      # AR's panel before Done.
 

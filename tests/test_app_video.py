@@ -22,7 +22,7 @@ from demo.clips import CLIP_FRAMES
 from scd_core.models.cache import ModelCache
 from scd_core.models import cosmos
 from scd_core.models.cosmos import tokenizer as dv
-from test_app import final, shown
+from test_app import final, race_rows, shown
 from test_models_cosmos import LEVELS, TINY, save_tokenizer, write_clip
 
 NAME = "cosmos-1-ar-4b"
@@ -117,8 +117,8 @@ def test_every_method_continues_an_example_clip(served_model, method):
 def test_race_on_a_clip_in_greedy_mode_gives_identical_tokens(served_model):
     _, clip, _ = served_model
     updates = list(app.race_stream(*args(clip, temperature=0.0)))
-    rows = final(updates, app.race_table).split("<tr>")[3:]
-    assert len(rows) == 3 and all(r.split("<td>")[2].startswith("yes") for r in rows)
+    rows = race_rows(final(updates, app.race_table))[1:]
+    assert len(rows) == 3 and all(r["same tokens as AR"] == "yes" for r in rows)
     assert final(updates, app.race_images["sjd"]).shape[1] >= 3 * 96     # frames >= 96 px
     other = app.show_race_sample(2, final(updates, app.race_state))       # the second sample
     assert set(other) == set(app.race_images.values())

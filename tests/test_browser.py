@@ -74,8 +74,66 @@ def page(browser):
 
 def fill(pg, elem_id: str, value) -> None:
     box = pg.locator(f"#{elem_id} input")
+    if not box.is_visible() and pg.locator("#settings button.label-wrap").count():
+        pg.locator("#settings button.label-wrap").click()          # a phone starts with Settings closed
     box.fill(str(value))
     box.press("Tab")
+
+
+def pick_model(pg, name: str, wait: int = 1500) -> None:
+    pg.locator("#model input").click()
+    pg.get_by_role("option", name=re.compile(rf"^{re.escape(name)} ")).click()
+    pg.wait_for_timeout(wait)
+
+
+PLACEHOLDERS = """() => [...document.querySelectorAll('[aria-label="Empty value"]')]
+    .filter(e => e.offsetParent !== null).map(e => e.closest('[id]')?.id || '?')"""   # Gradio's empty icon
+
+
+STRAYS = """() => [...document.querySelectorAll('.gradio-container .block')]    // outside the page's layout
+    .filter(b => b.offsetParent !== null && !b.closest('#header, #main')).map(b => b.innerText.slice(0, 30))"""
+
+
+def placeholders(pg) -> list[str]:
+    """The views showing Gradio's empty placeholder icon where a person can see them."""
+    return pg.evaluate(PLACEHOLDERS)
+
+
+REACHABLE = """el => {   // scroll the page (not the element's boxes) to it, swipe the boxes a person can
+  const rect = () => el.getBoundingClientRect();
+  window.scrollBy(0, rect().top - innerHeight / 2 + rect().height / 2);
+  for (let box = el.parentElement; box && box !== document.body; box = box.parentElement) {
+    const b = box.getBoundingClientRect(), r = rect(), style = getComputedStyle(box);
+    if (r.left >= b.left - 1 && r.right <= b.right + 1) continue;           // not clipped by it
+    if (style.overflowX === 'visible') continue;
+    if (style.overflowX !== 'auto' && style.overflowX !== 'scroll') return 'clipped, no swipe';
+    box.scrollLeft += r.left < b.left ? r.left - b.left : r.right - b.right;    // a sideways swipe
+  }
+  const r = rect(), hit = document.elementFromPoint((r.left + r.right) / 2, (r.top + r.bottom) / 2);
+  if (r.width === 0 || r.left < -1 || r.right > innerWidth + 1) return 'off the page';
+  return hit && (hit === el || el.contains(hit)) ? 'ok' : 'covered';
+}"""
+
+
+def unreachable_cells(pg, selector: str) -> list[tuple[str, str]]:
+    """The cells under `selector` a person cannot bring into sight and read (scrolling the
+    page, swiping only boxes that scroll), or whose words break in two, with why."""
+    out = []
+    cells = pg.locator(selector)
+    for i in range(cells.count()):
+        cell = cells.nth(i)
+        said = cell.evaluate(REACHABLE)
+        broken = cell.evaluate(BROKEN_WORDS)
+        if said != "ok" or broken:
+            out.append((cell.inner_text()[:40], said if said != "ok" else f"broken: {broken}"))
+    return out
+
+
+def tab_bar(pg) -> list[str]:
+    """The tabs a person sees in the tab bar (not behind a "more" menu)."""
+    return [t.strip() for t in pg.locator("button[role=tab]").all_inner_texts()
+            if t.strip()] if not pg.locator("button[aria-label='More tabs']").is_visible() else \
+        ["(some behind a menu)"]
 
 
 def text(pg, elem_id: str) -> str:
@@ -98,13 +156,55 @@ def error_badges(pg) -> int:
 
 
 @pytest.mark.parametrize("size", [(1400, 1000), (390, 844)])
-def test_first_visit_shows_generate_race_and_stop_without_scrolling(browser, size):
+def test_first_visit_shows_the_controls_first_every_tab_and_no_placeholder(browser, size):
+    """Generate, Race and Stop without scrolling; on a phone, model, prompt, method and
+    Settings (one tap away) before them and the results after; every tab in the tab bar;
+    every view of the Generate tab says what it will show, none is an empty placeholder; the
+    strip's layout said the same in its title and in "How it works"; the model list's labels
+    whole and honest; a clip model shows no empty heading."""
     pg = open_page(browser, *size)
     try:
         for button in ("generate", "race", "stop"):
             box = pg.locator(f"#{button}").bounding_box()
             assert box["y"] + box["height"] <= size[1], button
         pg.screenshot(path=os.path.join(SHOTS, f"scd_first_visit_{size[0]}.png"))
+        assert tab_bar(pg) == ["Generate", "Race", "Lossless", "How it works"]
+        assert placeholders(pg) == []
+        assert pg.evaluate(STRAYS) == []
+        ys = [pg.locator(f"#{e}").bounding_box()["y"] for e in
+              ("model", "prompt", "method", "settings", "generate", "live-image")]
+        if size[0] < 720:                         # a phone: the controls, then the results
+            assert ys == sorted(ys), ys
+            assert pg.locator("#settings button.label-wrap").is_visible()
+        layout = app.texts.FILM_LAYOUT
+        assert layout in text(pg, "film-title")
+        pg.get_by_role("tab", name="How it works").click()
+        assert layout in text(pg, "how-it-works") and "one line per pass" not in text(pg, "how-it-works")
+        pg.get_by_role("tab", name="Generate").click()
+        pg.locator("#model input").click()                            # the list as a person reads it
+        options = [o.split("\n")[-1] for o in pg.get_by_role("option").all_inner_texts()]   # no tick
+        pg.keyboard.press("Escape")
+        pg.locator("#header").click()
+        for label in options:
+            name = label.split(" · ")[0].strip()
+            if "download" in label:                  # a download offered is one that can happen
+                assert app.models.unavailable(name) is None, label
+        longest = max(app.models.listed_models(), key=lambda n: len(app.models.model_label(n)))
+        picks = dict.fromkeys([longest, "cosmos-1-ar-5b-video2world", "tiny-video"])   # in order, once
+        for name in picks:
+            init = "previous frame (video)" if name == "tiny-video" else None
+            pick_model(pg, name)
+            for elem in ("model", "init"):                            # the chosen text is not cut
+                if not pg.locator(f"#{elem} input").is_visible():
+                    pg.locator("#settings button.label-wrap").click()
+                box = pg.locator(f"#{elem} input")
+                assert box.evaluate("el => el.scrollWidth <= el.clientWidth"), (elem, box.input_value())
+            if init:
+                assert pg.locator("#init input").input_value() == init
+            if app.models.takes_clip(name):          # no "Example prompts" over nothing; words whole
+                assert not pg.get_by_text("Example prompts").is_visible()
+                upload = pg.locator("#prompt-clip").get_by_text("Click to Upload")
+                assert upload.evaluate("el => el.scrollWidth <= el.clientWidth + 1")
     finally:
         pg.close()
 
@@ -185,35 +285,86 @@ def test_stop_in_slow_motion_ends_the_run_within_half_a_second_keeping_the_pictu
 
 
 def test_an_input_error_after_a_good_run_keeps_the_picture(page):
+    """A refused field gets its message beside it in the page's words, naming the field and
+    its range (on Race too, which runs every method); nothing starts, the last picture stays,
+    and the browser's console has no error; once right, Enter in the prompt starts Generate."""
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.locator("#generate").click()
     wait_text(page, "status", "done")
     before, status = image_src(page, "live-image"), text(page, "status")
     fill(page, "window", 0)
-    page.locator("#generate").click()
-    page.get_by_text("window must be in").first.wait_for(timeout=20_000)
-    wait_text(page, "input-message", "window must be in", timeout=10_000)    # beside the buttons too
+    fill(page, "top-k", 10 ** 9)
+    for button in ("generate", "race"):
+        page.locator(f"#{button}").click()
+        wait_text(page, "window", "Window L: a whole number from 2 to 1,024, got 0.", timeout=20_000)
+        wait_text(page, "top-k", "Top-k: a whole number from 0 to ", timeout=10_000)    # beside the field
+        said = text(page, "input-message")                                       # and by the buttons
+        assert "Window L: a whole number from 2 to 1,024, got 0." in said and "1,000,000,000" in said
+        assert "method" not in said and "scd-mc" not in said and "[" not in said, said
     page.wait_for_timeout(800)
     assert image_src(page, "live-image") == before and text(page, "status") == status
-    assert error_badges(page) == 0
+    assert error_badges(page) == 0 and errors == []
     fill(page, "window", 16)
-    page.locator("#generate").click()
+    fill(page, "top-k", 0)
+    page.locator("#prompt textarea").fill("lava marble")
+    page.locator("#prompt textarea").press("Enter")                    # Enter starts Generate
     page.wait_for_function("() => !document.querySelector('#input-message').innerText.trim()",
                            timeout=10_000)                                 # and gone once right
+    page.wait_for_function(f"() => document.querySelector('#live-image img')?.src !== {before!r}",
+                           timeout=60_000)
+    wait_text(page, "status", "done")
+    assert "Window L:" not in text(page, "window")
+    page.locator("#prompt textarea").fill("ocean waves")
+
+
+TIME = re.compile(r"(\d+\.\d+) s(?: \((\d+\.\d+)–(\d+\.\d+)\))?")
+
+
+def seconds_range(cell: str) -> tuple[float, float]:
+    """A time cell's range over the rounds ("0.35 s (0.33–0.53) · 4.36x"; all rounds alike: "0.12 s")."""
+    median, low, high = TIME.search(cell).groups()
+    return (float(low), float(high)) if low else (float(median), float(median))
+
+
+def race_cells(pg) -> dict[str, dict[str, str]]:
+    """The race table as a person reads it: each method's figures by their column's name."""
+    return {row[0]: dict(zip(heads, row)) for heads in [pg.locator("#race-table th").all_inner_texts()]
+            for row in (r.locator("td").all_inner_texts() for r in pg.locator("#race-table tbody tr").all())}
 
 
 def test_race_opens_its_tab_and_reports_k_samples_with_spread(page):
+    """The race leads with passes; its times are medians of rounds with their range, and a
+    method is called faster than another only where the table's ranges do not overlap; the
+    check against AR only in greedy mode; the benchmark's commands out of the way; every cell
+    in reach."""
     fill(page, "samples", 3)
     page.locator("#race").click()
     page.wait_for_function("() => document.querySelector('#race-status')?.offsetParent !== null",
                            timeout=10_000)                    # the Race tab is showing
-    wait_text(page, "race-status", "Done")
+    wait_text(page, "race-status", "Done", timeout=300_000)
     wait_text(page, "race-summary", "Gumbel")
-    rows = page.locator("#race-table tbody tr")
-    assert rows.count() == 4
-    for i in range(1, 4):
-        nfe = rows.nth(i).locator("td").nth(2).inner_text()
+    rows = race_cells(page)
+    assert list(rows) == ["AR", "SJD", "SCD maximal coupling", "SCD Gumbel coupling"]
+    for row in list(rows.values())[1:]:
+        nfe = row["NFE: mean (min–max)"]
         assert "(" in nfe and "–" in nfe                      # mean (min–max)
-    assert "3 samples per method" in text(page, "race-note")
+    assert "same tokens as AR" not in rows["AR"] and "n/a" not in text(page, "race-summary")   # sampling
+    note = text(page, "race-note")
+    assert note.startswith("Passes (the same for these seeds on any machine)") and "3 samples per method" in note
+    rounds = app.race.TIMING_ROUNDS
+    assert f"median of {rounds} rounds" in note and "printf" not in note
+    spans = {m: seconds_range(r["one image: seconds (vs AR)"]) for m, r in rows.items()}
+    said = note.split("One image:")[1].split("A batch of")[0]   # a method ahead only where apart
+    best = said.split(" is done soonest" if "soonest" in said else " has the best median")[0].strip()
+    ahead = said.split("clearly ahead of ")[1].rstrip(". ") if "clearly ahead of" in said else ""
+    for other in (m for m in rows if m != best):
+        apart = spans[best][1] < spans[other][0]
+        assert (f"{other} (" in ahead) == apart, (best, other, spans, said)
+    assert not page.locator("#race-bench").is_visible()       # the commands, one click away
+    page.get_by_text("The same figures from the benchmark").click()
+    wait_text(page, "race-bench", "python -m scd_core.bench")
+    assert unreachable_cells(page, "#race-table td") == []
     page.screenshot(path=os.path.join(SHOTS, "scd_race_1400.png"), full_page=True)
 
 
@@ -221,7 +372,7 @@ def test_every_race_table_column_is_visible_at_1400px(page):
     table = page.locator("#race-table")
     assert table.evaluate("el => el.scrollWidth <= el.parentElement.clientWidth + 1")
     heads = page.locator("#race-table th")
-    assert heads.nth(1).inner_text() == "same tokens as AR"
+    assert heads.nth(0).inner_text() == "method"
     for i in range(heads.count()):
         box = heads.nth(i).bounding_box()
         assert box["x"] >= 0 and box["x"] + box["width"] <= 1400
@@ -264,21 +415,29 @@ def test_video_race_frames_are_at_least_96px(page):
 
 
 def test_every_method_generates_without_an_error_on_every_embedded_model(browser):
-    """In the page, AR too (AR once crashed encoding its empty drafts strip)."""
+    """In the page, AR too (AR once crashed encoding its empty drafts strip): no view of a
+    finished run is an empty placeholder, AR's draft views say it has none, and the metrics
+    name the device the header names."""
     page = open_page(browser, 1400, 1000)
+    device = re.search(r"Engine: (\S+ \(\d+ threads?\))", text(page, "header")).group(1)
     for name in [n for n in app.models.listed_models() if not REGISTRY[n].needs_weights]:
-        page.locator("#model input").click()
-        page.get_by_role("option", name=re.compile(rf"^{re.escape(name)} ")).click()
-        page.wait_for_timeout(1200)
+        pick_model(page, name, wait=1200)
         fill(page, "pace", 0)
         for label in ("AR", "SJD", "SCD maximal coupling", "SCD Gumbel coupling"):
             page.locator("#method").get_by_text(label, exact=True).click()
             page.locator("#generate").click()
             page.wait_for_function(f"() => {{ const s = document.querySelector('#status').innerText; "   # this one's
                                    f"return s.startsWith({label!r}) && s.includes('done'); }}", timeout=180_000)
+            wait_text(page, "summary", "wall time")                           # the final views are in
             said = text(page, "status")
             assert said.startswith(label) and error_badges(page) == 0, (name, label, said)
             assert ("no drafts (AR)" in said) == (label == "AR") and ("acceptance" in said) != (label == "AR")
+            assert placeholders(page) == [], (name, label)
+            assert f"on {device}" in text(page, "summary"), (device, name)
+            if label == "AR":
+                for elem in ("chart-flicker", "chart-rate", "heat-unchanged", "film-title"):
+                    assert "AR feeds no drafts" in text(page, elem), elem
+                assert "0.00" not in text(page, "chart-flicker") + text(page, "chart-length")
     page.close()
 
 
@@ -313,6 +472,8 @@ BROKEN_WORDS = """el => {   // words (between spaces and dashes) of the element'
 
 
 def test_phone_race_keeps_the_page_width_every_panel_reachable_and_words_whole(browser):
+    """On a phone every figure of the race table can be brought into sight and read (the page
+    scrolled, only boxes that scroll swiped), words whole."""
     pg = open_page(browser, 390, 844)
     try:
         fill(pg, "pace", 0)
@@ -324,35 +485,36 @@ def test_phone_race_keeps_the_page_width_every_panel_reachable_and_words_whole(b
         for m in ("ar", "sjd", "scd-mc", "scd-gumbel"):              # each panel on the page, whole
             box = pg.locator(f"#race-{m}").bounding_box()
             assert box["x"] >= 0 and box["x"] + box["width"] <= 390 and box["width"] > 200, m
-        summary = pg.locator("#race-summary")
-        assert summary.evaluate("el => el.getBoundingClientRect().right") <= 390   # scrolls in its box
-        assert summary.evaluate(BROKEN_WORDS) == []
+        assert len(race_cells(pg)) == 4
+        assert unreachable_cells(pg, "#race-table td") == []
         for elem in ("race-status", "race-note", "race-why"):
             assert pg.locator(f"#{elem}").evaluate(BROKEN_WORDS) == [], elem
         pg.screenshot(path=os.path.join(SHOTS, "scd_race_390.png"), full_page=True)
-        for name, init in ((max(app.models.listed_models(), key=lambda n: len(app.models.model_label(n))),
-                            None), ("tiny-video", "repeat the previous frame (video)")):
-            pg.locator("#model input").click()
-            pg.get_by_role("option", name=re.compile(rf"^{re.escape(name)} ")).click()
-            pg.wait_for_timeout(1500)
-            for elem in ("model", "init"):                           # the chosen text is not cut
-                box = pg.locator(f"#{elem} input")
-                assert box.evaluate("el => el.scrollWidth <= el.clientWidth"), (elem, box.input_value())
-            if init:
-                assert pg.locator("#init input").input_value() == init
     finally:
         pg.close()
 
 
-def test_phone_shows_the_picture_right_after_the_buttons(browser):
+def test_phone_run_brings_stop_and_the_picture_into_sight_and_every_view_in_reach(browser):
+    """On a phone a run brings Stop and the picture into sight; after it, nothing is an
+    empty placeholder, every metric can be read whole, and the replay opens on the last pass
+    drawn; a typo's message shows where one looks."""
     pg = open_page(browser, 390, 844)
     try:
         fill(pg, "pace", 0)
         pg.locator("#generate").click()
         wait_text(pg, "status", "done")
+        wait_text(pg, "summary", "wall time")
         picture = pg.locator("#live-image").bounding_box()["y"]
-        assert pg.locator("#stop").bounding_box()["y"] < picture < \
-            pg.locator("#method").bounding_box()["y"]
+        assert pg.locator("#stop").bounding_box()["y"] < picture
+        stop = pg.locator("#stop").evaluate("el => el.getBoundingClientRect().top")
+        assert 0 <= stop < 844                                  # Stop still in sight
+        assert placeholders(pg) == []
+        assert unreachable_cells(pg, "#summary td") == []
+        pg.get_by_text("Replay and export the last run").click()
+        pg.wait_for_timeout(800)
+        last = re.search(r"NFE (\d+)", text(pg, "status")).group(1)
+        assert f"pass {int(last) - 1} of {int(last) - 1}" in text(pg, "replay-text")
+        assert placeholders(pg) == [] and image_src(pg, "replay-image")
         pg.screenshot(path=os.path.join(SHOTS, "scd_generate_390.png"), full_page=True)
         pg.evaluate("window.scrollTo(0, 0)")
         pg.locator("#prompt textarea").fill("")                # a typo: the message where one looks
@@ -360,5 +522,114 @@ def test_phone_shows_the_picture_right_after_the_buttons(browser):
         wait_text(pg, "input-message", "please type a prompt", timeout=10_000)
         box = pg.locator("#input-message").bounding_box()
         assert 0 <= box["y"] and box["y"] + box["height"] <= 844
+    finally:
+        pg.close()
+
+
+def test_the_acceptance_rate_is_drawn_live_and_no_view_is_a_placeholder_while_running(page):
+    """In slow motion the acceptance rate is drawn pass by pass, before the run ends, next to
+    the tokens-vs-NFE chart's AR line; the other views say in words what they will show."""
+    page.get_by_role("tab", name="Generate").click()
+    page.locator("#method").get_by_text("SCD maximal coupling", exact=True).click()
+    fill(page, "pace", 0.1)
+    page.locator("#generate").click()
+    wait_text(page, "status", "decoding")
+    page.wait_for_function("""() => { const el = document.querySelector('#chart-rate .js-plotly-plot');
+        return el && el.data && el.data.some(t => (t.y || []).filter(v => v !== null).length > 2); }""",
+                           timeout=30_000)
+    assert "decoding" in text(page, "status")                    # drawn while the run goes
+    names = page.locator("#chart-committed .js-plotly-plot").evaluate("el => el.data.map(t => t.name)")
+    assert "one token per pass (AR)" in names
+    assert placeholders(page) == [] and text(page, "summary").strip()   # the metrics' place says when
+    page.locator("#stop").click()
+    wait_text(page, "status", "stopped at NFE", timeout=10_000)
+    fill(page, "pace", 0)
+
+
+def test_a_draft_tree_says_token_ids_and_its_passes_against_the_chain(page):
+    page.get_by_role("tab", name="Generate").click()
+    fill(page, "pace", 0)
+    page.locator("#tree input").click()
+    page.get_by_role("option", name="chain (no tree)").click()
+    page.locator("#generate").click()
+    wait_text(page, "status", "done")
+    chain = re.search(r"NFE (\d+)", text(page, "status")).group(1)
+    page.locator("#tree input").click()
+    page.get_by_role("option", name="2 x 2").click()
+    page.locator("#generate").click()
+    wait_text(page, "status", "tree 2 x 2: a sibling taken")
+    said = text(page, "status")
+    assert f"against {chain} on the chain" in said
+    assert "token id" in text(page, "tree-view") and "#" not in text(page, "tree-view")
+    wait_text(page, "summary", "for this session's chain run")
+    page.locator("#tree input").click()
+    page.get_by_role("option", name="chain (no tree)").click()
+
+
+def test_lossless_on_a_phone_reads_whole_and_shows_where_the_pictures_differ(browser):
+    pg = open_page(browser, 390, 844)
+    try:
+        pg.get_by_role("tab", name="Lossless").click()
+        fill(pg, "loss-samples", 16)
+        pg.locator("#lossless").click()
+        wait_text(pg, "lossless-status", "Done", timeout=300_000)
+        pg.wait_for_function("() => document.querySelectorAll('#lossless-chart .annotation-text').length === 4",
+                             timeout=20_000)
+        titles = pg.locator("#lossless-chart .annotation-text").all()
+        boxes = [t.bounding_box() for t in titles]
+        assert len(boxes) == 4
+        for i, a in enumerate(boxes):                      # no panel's title over another's
+            for b in boxes[i + 1:]:
+                apart = a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"] or \
+                    a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"]
+                assert apart, (a, b)
+        assert pg.locator("#lossless-summary").evaluate(BROKEN_WORDS) == []
+        assert unreachable_cells(pg, "#lossless-summary li") == []
+        assert "red where their tokens differ" in text(pg, "lossless-diff-title")
+        assert pg.locator("#lossless-diff img").evaluate("el => el.getBoundingClientRect().width") > 200
+        pg.screenshot(path=os.path.join(SHOTS, "scd_lossless_390.png"), full_page=True)
+    finally:
+        pg.close()
+
+
+@pytest.mark.parametrize("size", [(1400, 1000), (390, 844)])
+def test_a_model_switch_keeps_the_visitors_settings_and_leaves_no_view_of_the_last_model(browser, size):
+    """After a run on texture, switching to tiny: the status, the picture and the tokens chart
+    are tiny's (nothing of texture's run stays under tiny's name), the settings the visitor
+    set stay and one line says which changed, also on the way back; a run then names its model."""
+    pg = open_page(browser, *size)
+    try:
+        fill(pg, "window", 8)
+        fill(pg, "pace", 0)
+        pg.locator("#generate").click()
+        wait_text(pg, "status", "done")
+        assert "on texture" in text(pg, "status")
+        texture_picture = image_src(pg, "live-image")
+        pick_model(pg, "tiny")
+        wait_text(pg, "settings-changed", "Settings for tiny")
+        said = text(pg, "settings-changed")
+        assert "kept as you set them: Window L 8, Slow motion 0." in said and "CFG scale 1 → 3" in said
+        assert text(pg, "status").startswith("tiny ·") and "texture" not in text(pg, "status")
+        assert image_src(pg, "live-image") != texture_picture
+        grid = pg.locator("#live-image img").evaluate("el => [el.naturalWidth, el.naturalHeight]")
+        assert grid == list(app.pictures.blank_picture(tuple(app.MODELS.get("tiny").grid)).shape[1::-1])
+        ar_line = pg.locator("#chart-committed .js-plotly-plot").evaluate("el => el.data[0].x")
+        assert ar_line == [0, 64] and placeholders(pg) == [] and pg.evaluate(STRAYS) == []
+        assert pg.locator("#window input").input_value() == "8"
+        pg.locator("#generate").click()
+        wait_text(pg, "status", "on tiny")
+        wait_text(pg, "status", "done")
+        assert "slow motion" not in text(pg, "status")          # full speed, as the visitor set
+        pick_model(pg, "texture")
+        wait_text(pg, "settings-changed", "Settings for texture")
+        assert pg.locator("#window input").input_value() == "8"
+        assert "kept as you set them: Window L 8" in text(pg, "settings-changed")
+        cannot = next((n for n in app.models.listed_models() if app.models.unavailable(n)), None)
+        if cannot:                                   # one that cannot run here (never a download)
+            pick_model(pg, cannot)
+            wait_text(pg, "status", cannot)
+            assert not pg.locator("#live-image img").is_visible() or \
+                image_src(pg, "live-image") != texture_picture
+            assert "texture" not in text(pg, "status") + text(pg, "chart-committed")
     finally:
         pg.close()

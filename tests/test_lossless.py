@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from scipy import stats
@@ -114,7 +115,14 @@ def test_the_view_says_it_in_plain_words(texture):
     assert len(fig.data) == 8 and all(f"p = {t.p_value:.2f}" in str(fig.layout.annotations) for t in c.tests)
     assert view.samples_picture(texture, c.ar_tokens).shape[2] == 3
     assert view.greedy_picture(texture, c).shape[1] > view.greedy_picture(texture, c).shape[0]
-    with pytest.raises(ValueError, match="samples per method"):
+    assert "- **Position" in text and "| position |" not in text        # a list: it reads on a phone
+    diff = view.diff_picture(texture, c)
+    shown = min(view.SHOWN_SAMPLES, c.samples)
+    differ = (c.ar_tokens[:shown] != c.method_tokens[:shown]).float().mean()
+    red = (diff == np.array(view.DIFFERENT, np.uint8)).all(-1).mean()
+    assert abs(red / ((diff != 255).any(-1).mean()) - float(differ)) < 0.05   # red where the tokens differ
+    assert f"({float(differ):.0%} of the tokens" in view.diff_title(c)
+    with pytest.raises(ValueError, match="^Samples per method: a whole number from 16 to 1,024, got 8."):
         view.check_samples(8)
     with pytest.raises(ValueError, match="embedded"):
         view.check_model("janus-pro-1b")

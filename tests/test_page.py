@@ -21,26 +21,61 @@ def test_widget_numbers_become_ints_only_when_whole():
     assert checks.as_float(3) == 3.0 and isinstance(checks.as_float(3), float)
 
 
-def test_settings_are_checked_by_the_library_which_names_the_argument():
+def test_settings_are_checked_by_the_page_naming_its_field_and_range_then_by_the_library():
     shape = checks.shape_of("texture")
     s = checks.race_of(shape, "ocean waves", checks.settings_of("scd-mc", 16.0, "random", 1, 0.0, 1, 1), 4.0)
     assert (s.settings.window, s.settings.top_k, s.seed, s.settings.temperature) == (16, 0, 4, 1.0)
-    for args, word in [((1.5,), "window"), ((0,), "window")]:
-        with pytest.raises(ValueError, match=f"^{word}"):
-            checks.race_of(shape, "x", checks.settings_of("sjd", *args, "random", 1, 0, 1, 1), 0)
-    with pytest.raises(ValueError, match="^init 'repeat-frame' needs a video"):
-        checks.race_of(shape, "x", checks.settings_of("sjd", 16, "repeat-frame", 1, 0, 1, 1), 0)
+    for window in (1.5, 0, 1):      # 1 is AR's least window, refused: the race runs every method
+        with pytest.raises(ValueError, match=r"^Window L: a whole number from 2 to 1,024, got "):
+            checks.settings_of("sjd", window, "random", 1, 0, 1, 1)
+    with pytest.raises(ValueError, match="^Draft init: .previous frame \\(video\\). needs a video model"):
+        checks.settings_of("sjd", 16, "repeat-frame", 1, 0, 1, 1, model=shape)
     checks.race_of(checks.shape_of("tiny-video"), "x",
-                   checks.settings_of("sjd", 16, "repeat-frame", 1, 0, 1, 1), 0)
+                   checks.settings_of("sjd", 16, "repeat-frame", 1, 0, 1, 1, model=checks.shape_of("tiny-video")), 0)
+    with pytest.raises(ValueError, match="^method must be one of"):    # no field: the library's words
+        checks.settings_of("beam", 16, "random", 1, 0, 1, 1)
+
+
+def test_each_field_range_is_defined_once_and_is_the_librarys():
+    """The page's ranges are the library's limits: a value at an end passes both checks, one
+    past it is refused by both."""
+    from scd_core.settings import Settings
+    window = checks.FIELDS["window"]
+    for value in (window.low, window.high):
+        Settings(method="sjd", window=window.check(value))
+    for value in (window.low - 1, window.high + 1):
+        with pytest.raises(ValueError):
+            Settings(method="sjd", window=value)
+        with pytest.raises(ValueError, match="^Window L: "):
+            window.check(value)
+    cfg = checks.FIELDS["cfg"]
+    Settings(cfg_scale=cfg.check(cfg.high))
+    with pytest.raises(ValueError):
+        Settings(cfg_scale=cfg.high + 1)
+    seed = checks.FIELDS["seed"]
+    scd_core.decoding.validate_seeds(seed.check(seed.high), checks.MAX_SAMPLES)   # the race's last row fits
+    with pytest.raises(ValueError, match="^Seed: a whole number from 0 to 9,223,372,036,854,775,792, got -1."):
+        seed.check(-1)
+
+
+def test_top_k_is_bounded_by_the_models_vocabulary_once_it_is_known():
+    texture = load_model("texture")
+    found = checks.setting_problems("scd-mc", 16, "random", 1.0, 10**9, 1.0, 1.0, None, texture)
+    assert found == {"top_k": f"Top-k: a whole number from 0 to {texture.vocab_size:,}, the model's "
+                              f"vocabulary (0: off), got 1,000,000,000."}
+    assert checks.setting_problems("scd-mc", 16, "random", 1.0, texture.vocab_size, 1.0, 1.0, None, texture) == {}
+    assert checks.setting_problems("scd-mc", 16, "random", 1.0, 10**9, 1.0, 1.0, None,
+                                   checks.shape_of("texture")) == {}          # not loaded yet: said at the run
 
 
 def test_page_limits_are_its_own():
     with pytest.raises(ValueError, match="please type a prompt"):
         checks.check_prompt("  ")
     assert checks.check_prompt(" red apple ") == "red apple"
-    with pytest.raises(ValueError, match="slow motion"):
+    with pytest.raises(ValueError, match=r"^Slow motion: a number from 0 to 2 \(seconds per pass on screen; "
+                                         r"0: full speed\), got 3."):
         checks.check_pace(checks.MAX_PACE + 1)
-    with pytest.raises(ValueError, match="samples must be"):
+    with pytest.raises(ValueError, match="^Race samples K: a whole number from 1 to 16, got 17."):
         checks.check_samples(checks.MAX_SAMPLES + 1)
     assert checks.check_samples(8.0) == 8
 
@@ -286,3 +321,36 @@ def test_times_name_the_threads_of_the_process_that_decodes(monkeypatch):
     assert models.decoding_device(worker, "texture") == "CPU (1 thread)"
     assert models.decoding_device(worker, "tiny") == "CPU (2 threads)"        # no worker yet: this process
     assert models.decoding_device(SimpleNamespace(), "texture") == "CPU (2 threads)"   # decodes here
+
+
+def test_the_model_list_says_a_download_only_where_the_hub_can_be_reached(monkeypatch):
+    """A model still to download is listed with its size where the Hub answers; where it
+    cannot be reached, the list says so, as the model's note does once picked."""
+    from scd_core.models.status import model_status
+    name = next((n for n in models.listed_models() if model_status(n).state == "downloadable"), None)
+    if name is None:
+        pytest.skip("no listed model is still to download here")
+    monkeypatch.setattr(models, "hub_reachable", lambda: True)
+    assert models.model_label(name) == f"{name} · {model_status(name).download_gb:.1f} GB download"
+    assert models.unavailable(name) is None
+    monkeypatch.setattr(models, "hub_reachable", lambda: False)
+    assert models.model_label(name) == f"{name} · no network here"
+    assert models.unavailable(name).startswith("no network here: download it beforehand with `hf download ")
+    assert models.model_label("texture") == "texture · embedded"
+
+
+def test_the_hub_probe_asks_the_endpoint_once_a_minute(monkeypatch):
+    calls = []
+
+    def connect(address, timeout):
+        calls.append(address)
+        raise OSError("refused")
+
+    monkeypatch.setattr(models.socket, "create_connection", connect)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(models, "_PROBED", {})
+    for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    assert not models.hub_reachable() and not models.hub_reachable()
+    assert calls == [("127.0.0.1", 9)]

@@ -28,7 +28,7 @@ def test_the_page_never_loads_a_downloaded_model_its_worker_loads_it_once(publis
     janus = [int(pid) for pid, name in seen["loads"] if name == "janus-pro-1b"]
     assert janus == [seen["worker"]] and seen["worker"] != seen["page"]        # once, in the worker only
     assert seen["heard"] > 0 and "Loaded." in seen["note"]                    # picked: the page downloaded it
-    assert "**done**" in seen["status"] and "**Done.**" in seen["race"], seen
+    assert "**done**" in seen["status"] and "**Done** on **janus-pro-1b**." in seen["race"], seen
     assert seen["same_picture"]                         # the worker's picture is the one a page copy draws
     assert seen["replay"][0] >= 96 and all(size > 0 for size in seen["export"])
     assert len(seen["sample"]) == 4

@@ -24,14 +24,20 @@ def test_ar_with_a_tree_runs_the_chain():
     assert s.tree == CHAIN
 
 
-def test_a_tree_too_big_for_the_window_is_refused_with_the_library_message():
-    with pytest.raises(ValueError, match=r"^tree .*window 4"):
+def test_a_tree_too_big_for_the_window_is_refused_naming_both_fields():
+    with pytest.raises(ValueError, match=r"^Draft tree: 2 x 2 feeds 7 tokens per pass .* more than Window L "
+                                         r"\(4\); choose a smaller tree or a window of at least 7\.$"):
         checks.settings_of("scd-mc", 4, tree="2 x 2", **ARGS)
+    from scd_core.settings import Settings
+    with pytest.raises(ValueError, match="window 4"):               # the library draws the same line
+        Settings(method="scd-mc", window=4, tree=(2, 2))
+    Settings(method="scd-mc", window=7, tree=(2, 2))
+    checks.settings_of("scd-mc", 7, tree="2 x 2", **ARGS)
 
 
 @pytest.mark.parametrize("bad", ["5 x 5", "2x2", 3, ["2 x 2"]])
 def test_an_unknown_tree_is_refused(bad):
-    with pytest.raises(ValueError, match=r"^tree: unknown draft tree"):
+    with pytest.raises(ValueError, match=r"^Draft tree: unknown draft tree"):
         checks.settings_of("scd-mc", 16, tree=bad, **ARGS)
 
 
@@ -72,7 +78,7 @@ def test_generate_ar_with_a_tree_runs_the_chain():
 
 def test_a_too_big_tree_or_an_unknown_tree_is_refused_beside_the_field():
     found = app.problems(*page_args("texture", "ocean waves", "scd-mc", 4, "2 x 2"))
-    assert set(found) == {"tree"} and "window 4" in found["tree"]
+    assert set(found) == {"tree"} and "more than Window L (4)" in found["tree"]
     found = app.problems(*page_args("texture", "ocean waves", "scd-mc", 16, "9 x 9"))
     assert set(found) == {"tree"} and "unknown draft tree" in found["tree"]
 

@@ -248,9 +248,41 @@ def test_summary_gives_latency_and_throughput_against_ars():
     summary = race.MethodSummary("sjd", 1, spread, spread, spread, spread, spread, None, timings["sjd"],
                                  2.0, 0.25)
     html = race_view.race_table_html([summary], greedy=False)
-    assert "0.25 s (2.00x)" in html and "2.0/s (0.25x)" in html
+    assert "0.25 s · 2.00x" in html and "2.0/s · 0.25x" in html
     assert "one image: seconds (vs AR)" in html and "batch of K: images/s (vs AR)" in html
     assert race.summarise(runs, False, timings) == []        # nothing decoded: no rows
+
+
+def test_timings_of_several_rounds_give_medians_and_ranges():
+    rounds = [race.Timing(t, 135, 8, b) for t, b in ((0.54, 2.0), (0.83, 4.0), (0.25, 1.0))]
+    t = race.Timing.of_rounds(rounds)
+    assert (t.latency, t.latency_range, t.rounds) == (0.54, (0.25, 0.83), 3)
+    assert t.batch_seconds == 2.0 and t.throughput == 4.0 and t.throughput_range == (2.0, 8.0)
+    assert race.apart((0.1, 0.2), (0.3, 0.4)) and race.apart((0.3, 0.4), (0.1, 0.2))
+    assert not race.apart((0.1, 0.3), (0.25, 0.4))
+    assert race.Timing(0.5, 1, 8, 1.0).latency_range == (0.5, 0.5)        # one round: no spread
+
+
+def test_time_method_times_the_same_rows_again(client):
+    """A timing round decodes what the race decodes (NFE equal: passes are deterministic)."""
+    settings = race.Race("ocean waves", scd_core.Settings(window=16))
+    one = list(race.decode_rows(client, "texture", settings, "scd-mc", [0]))[-1]
+    again = race.time_method(client, "texture", settings, "scd-mc", 2)
+    assert again.latency_nfe == one.nfe and again.batch == 2 and again.latency > 0
+    calls = iter(range(10_000))
+    assert race.time_method(client, "texture", settings, "ar", 2, lambda: next(calls) >= 3) is None
+
+
+def test_a_race_times_two_rounds_at_least_and_more_only_within_its_budget(client):
+    """Passes are the same in every round; the third round runs only while the rounds after
+    the first stay within the budget."""
+    settings = race.Race("ocean waves", scd_core.Settings(window=16))
+    for budget, rounds in ((0.0, 2), (1e9, 3)):
+        steps = list(race.decode_race(client, "texture", settings, 2, rounds=3, budget=budget))
+        timings = steps[-1].timings
+        assert {m: len(t) for m, t in timings.items()} == dict.fromkeys(race.METHOD_ORDER, rounds), budget
+        assert all(len({t.latency_nfe for t in ts}) == 1 for ts in timings.values())    # deterministic passes
+        assert [s.method for s in steps if s.run is None][:4] == list(race.METHOD_ORDER)  # turns, in order
 
 
 def test_summarise_divides_by_ars_times(toy_grid):

@@ -89,7 +89,7 @@ def test_generate_race_replay_export_and_lossless_all_come_back_whole(emulated):
     seen, _ = emulated
     for name, got in seen["models"].items():
         assert got["problems"] == {}, name
-        assert "**done**" in got["status"] and "**Done.**" in got["race"], (name, got)
+        assert "**done**" in got["status"] and f"**Done** on **{name}**." in got["race"], (name, got)
         assert isinstance(got["decode"], str) and len(got["decode"]) == 32     # a request id, never a decoder
         assert got["replay"][0] >= 96 and all(size > 0 for size in got["export"])
         assert len(got["sample"]) == 4 and all(shape[0] >= 96 for shape in got["sample"])
@@ -139,9 +139,22 @@ def test_a_race_asks_for_both_phases_of_every_method_and_its_replay():
     assert zerogpu.generate_estimate("texture", "scd-mc", 16, 0.5) > zerogpu.generate_estimate("texture", "scd-mc", 16, 0.0)
 
 
+def test_a_race_times_as_many_rounds_as_one_call_holds():
+    """The embedded models' races time every method in all the rounds; a large model's in as
+    many as fit in one ZeroGPU call, at least one."""
+    from scd_core import race
+    assert zerogpu.race_rounds("texture", 16, 8, 0.1) == race.TIMING_ROUNDS
+    big = zerogpu.race_rounds("janus-pro-1b", 32, 2, 0.0)
+    assert 1 <= big < race.TIMING_ROUNDS and zerogpu.race_estimate("janus-pro-1b", 32, 2, 0.0, big) <= MAX_GPU_SECONDS
+    assert zerogpu.race_estimate("janus-pro-1b", 32, 2, 0.0, big + 1) > MAX_GPU_SECONDS
+    assert zerogpu.race_rounds("lumina-mgpt-7b-512", 32, 2, 0.0) == 1          # none fits: one timing
+
+
 def test_event_durations_read_the_events_inputs_and_stay_in_zero_gpu_bounds():
     race = args(model="janus-pro-1b", window=32, samples=2, pace=0.0)
-    assert zerogpu.race_seconds(*race, None, None, request=None) == zerogpu.race_estimate("janus-pro-1b", 32, 2, 0.0)
+    rounds = zerogpu.race_rounds("janus-pro-1b", 32, 2, 0.0)
+    assert zerogpu.race_seconds(*race, None, None, request=None) == \
+        zerogpu.race_estimate("janus-pro-1b", 32, 2, 0.0, rounds) <= MAX_GPU_SECONDS
     assert zerogpu.race_seconds(*args(model="emu3-gen", samples=2)) == MAX_GPU_SECONDS
     assert zerogpu.generate_seconds(*args(window=1.5)) == MIN_GPU_SECONDS    # refused before decoding anyway
     assert zerogpu.lossless_seconds("tiny", "ar", 16.0, "random", 1.0, 0, 1.0, 1.0, 0, "x", 1024.0) > \

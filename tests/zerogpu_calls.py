@@ -198,7 +198,7 @@ def main(log_path: str) -> dict:
             "sample": [list(v.shape) for v in sample.values()]}
         app.on_model_change(name)
         app.prompt_words(name, prompt)
-        app.input_message(*values)
+        app.check_generate(*values, {}, None, [])     # the quick check of a click
 
     lossless = list(app.lossless_run("tiny", "scd-mc", 16, "random", 1.0, 100, 1.0, 3.0, 0, "red heart", 16,
                                      request=visitor))
