@@ -112,6 +112,21 @@ def env_count(name: str, default: int) -> int:
     return int(raw)
 
 
+def env_flag(name: str) -> bool:
+    """On or off from environment variable `name`: 1/true/yes, or 0/false/no (unset or empty: off)."""
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no"):
+        return False
+    if raw in ("1", "true", "yes"):
+        return True
+    raise ValueError(f"{name}: expected 1 or 0, got {raw!r}")
+
+
+# SCD_COMPILE=1: every run's pass is compiled (scd_core.compiled; the first run of each setting
+# pays its compile). Off by default: a cold compile takes 20-60 s per setting on a small CPU.
+COMPILE = env_flag("SCD_COMPILE")
+
+
 def as_int(value):
     """A widget number as an int when it is whole (gr.Number gives floats); else unchanged,
     so that the library names the argument in its message."""
@@ -207,7 +222,7 @@ def settings_of(method, window, init, temperature, top_k, top_p, cfg_scale, tree
         raise ValueError(next(iter(found.values())))
     return Settings(method=method, window=as_int(window), init=init, temperature=as_float(temperature),
                     top_k=as_int(top_k), top_p=as_float(top_p), cfg_scale=as_float(cfg_scale),
-                    tree=tree_for(method, check_tree(tree)))
+                    tree=tree_for(method, check_tree(tree)), compile=COMPILE)
 
 
 def race_of(model, prompt: str, settings: Settings, seed) -> Race:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import time
 import warnings
 from typing import Callable
 
@@ -105,14 +104,6 @@ def split_tree_pass(session: "decoding.TimedSession", state: State, plan: Plan) 
     state, verdict, path = _compiled(tree_pass.advance)(state, logits, start, plan, tree)
     session.keep_path(path)
     return state, verdict._replace(fed=fed, parents=parents)
-
-
-def warm_up(model, plan: Plan, batch: int = 1) -> float:
-    """Compile this plan's pass for a batch of `batch` rows now (one short run), so that the
-    first visitor does not wait for it; returns the seconds it took."""
-    t = time.perf_counter()
-    decoding.generate(model, [""] * batch, settings=plan.settings.replace(compile=True))
-    return time.perf_counter() - t
 
 
 @functools.cache

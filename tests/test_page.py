@@ -354,3 +354,16 @@ def test_the_hub_probe_asks_the_endpoint_once_a_minute(monkeypatch):
         monkeypatch.delenv(var, raising=False)
     assert not models.hub_reachable() and not models.hub_reachable()
     assert calls == [("127.0.0.1", 9)]
+
+
+def test_scd_compile_turns_the_pages_runs_compiled(monkeypatch):
+    """SCD_COMPILE (read once, at import) reaches every run's Settings; a bad value names it."""
+    assert checks.settings_of("sjd", 8, "random", 1, 0, 1, 1).compile is False
+    monkeypatch.setattr(checks, "COMPILE", True)
+    assert checks.settings_of("sjd", 8, "random", 1, 0, 1, 1).compile is True
+    for raw, want in (("1", True), ("yes", True), ("0", False), ("", False)):
+        monkeypatch.setenv("SCD_COMPILE", raw)
+        assert checks.env_flag("SCD_COMPILE") is want
+    monkeypatch.setenv("SCD_COMPILE", "maybe")
+    with pytest.raises(ValueError, match="SCD_COMPILE"):
+        checks.env_flag("SCD_COMPILE")
