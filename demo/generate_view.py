@@ -60,12 +60,12 @@ class GenerateView:
         self.picture, self.first_shown = None, None
         self.clear = waiting(None, math.prod(model.grid), pictured=False) | REPLAY_CLEARED
 
-    def cleared(self, update: dict, charts_too: bool = True) -> dict:
-        """`update` with the last run's views cleared, in the run's first update only; without
-        the charts (`charts_too` False) when the next update draws them all: redrawing six
-        charts delays the picture they come with by a tenth of a second."""
-        clear = self.clear if charts_too else {k: v for k, v in self.clear.items() if k not in charts.RUN_CHARTS}
-        self.clear = {}
+    def cleared(self, update: dict) -> dict:
+        """`update` with the last run's views cleared, in the run's first update only. The
+        charts are cleared there too, even when the next update draws them all: a chart that a
+        stream's first update leaves out and a later one sets stays in the visitor's session
+        as a copy of the component, one more at every run."""
+        clear, self.clear = self.clear, {}
         return clear | update
 
     def status(self, state: str, shared: int, **said) -> str:
@@ -98,7 +98,7 @@ class GenerateView:
         shown_for = servers.now() - self.first_shown if self.page.pace and self.first_shown is not None else None
         sibling = tree_view.last_sibling(stats.records)       # the tree shown at the end
         self.chain = streaming.chain_nfe(self.history, self.method, self.page.race.seed, settings.window)
-        return self.cleared(charts_too=False, update={      # the charts come with `ended`
+        return self.cleared({                              # the final charts come with `ended`
             "picture": self.picture if end == "stopped" and self.picture is not None else self.last_picture,
             "tree": tree_view.tree_html(sibling or it, settings.tree, last=sibling is not None),
             "status": self.status(end, shared, shown_for=shown_for, tree=settings.tree, chain_nfe=self.chain)})
