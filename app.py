@@ -354,18 +354,19 @@ def defaults(name: str) -> tuple[dict, bool]:
 def cleared_views(name: str) -> dict:
     """Every view of a run, a race and a comparison, as before any: the last ones were another
     model's. The pictures are the new model's empty grid where it is at hand."""
-    model = MODELS.at_hand(name) if models.unavailable(name, MODELS.loaded(name) is not None) is None else None
+    ok = models.unavailable(name, MODELS.loaded(name) is not None) is None
+    model = MODELS.at_hand(name) if ok else None
     grid = tuple(model.grid) if model is not None else None
     blank = pictures.blank_picture(grid) if grid else None
     run = generate_view.waiting(grid, math.prod(grid) if grid else models.REGISTRY[name].tokens) | \
-        generate_view.REPLAY_CLEARED | {"status": texts.hint(texts.GENERATE_HINT, name)}
-    return shown(run) | {replay_slider: gr.Slider(value=0)} | raced(race_waiting(name, blank)) | lossless_waiting()
+        generate_view.REPLAY_CLEARED | {"status": texts.hint(texts.GENERATE_HINT if ok else texts.CANNOT_RUN, name)}
+    return shown(run) | {replay_slider: gr.Slider(value=0)} | raced(race_waiting(name, blank, ok)) | lossless_waiting()
 
 
-def race_waiting(name: str, blank) -> dict:
-    """The Race tab before a race of `name`, by view name."""
+def race_waiting(name: str, blank, ok: bool = True) -> dict:
+    """The Race tab before a race of `name` (`ok`: it can run here), by view name."""
     return dict.fromkeys(race.METHOD_ORDER, blank) | dict.fromkeys(("table", "note", "why"), "") | {
-        "status": texts.hint(texts.RACE_HINT, name), "bench": race_view.BENCH_WAITING, "state": None,
+        "status": texts.hint(texts.RACE_HINT if ok else texts.CANNOT_RUN, name), "bench": race_view.BENCH_WAITING, "state": None,
         "sample": gr.Slider(visible=False)} | dict(zip(("chart", "hist", "flicker"), charts.RACE_WAITING))
 
 

@@ -25,6 +25,8 @@ HEADER = _text("header") + " "
 GENERATE_HINT = _text("generate_hint")
 RACE_HINT = _text("race_hint")
 WAITING = _text("waiting")
+CANNOT_RUN = ("cannot run here, so Generate and Race are off: the note under **Model** says why "
+              "and what would let it run. The embedded models run anywhere.")
 STOPPED_EARLY = "**Stopped** before its first pass."     # in the queue, or before its row got one
 
 

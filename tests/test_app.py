@@ -284,7 +284,10 @@ def test_unavailable_model_shows_its_full_reason_and_cannot_start():
     out = app.on_model_change(name)
     assert reason in out[app.model_md]
     assert not out[app.gen_btn].interactive and not out[app.race_btn].interactive
+    for said in (out[app.status], out[app.race_status]):          # no call to press what is off
+        assert "cannot run here" in said and "Press" not in said, said
     assert reason in app.problems(*args(model=name))["model"]
+    assert "Press" in app.on_model_change("texture")[app.status]
 
 
 def test_model_change_sets_each_models_defaults():
