@@ -2,22 +2,16 @@
 measure sees exactly the neighbours toy-grid's logits depend on (left and above)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 import scd_core
+from script_util import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "draft_profile.py"
 SETTINGS = dict(top_k=20, top_p=1.0, temperature=1.0, cfg_scale=3.0)
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("draft_profile", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("draft_profile")
 
 
 def test_slot_profile_counts_each_pass_once():

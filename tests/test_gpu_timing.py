@@ -2,29 +2,17 @@
 parameter counts (built on the meta device, no memory) against the published checkpoints."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 import transformers  # noqa: F401  (the script builds transformers configs)
+from script_util import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_timing.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("gpu_timing", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_timing"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gt = load_script()
+gt = load_script("gpu_timing")
 MODELS = list(gt.MODELS)
 # bf16 as on the GPU: the models are built under a bf16 default dtype there too.
 FAST = ["--tiny", "--device", "cpu", "--dtype", "bfloat16", "--windows", "1,4,8", "--repeats", "2",

@@ -7,10 +7,7 @@ loaded model keeps it in float32 (LlamaGen's VQ decoder). The real-size figures 
 docs/models.md."""
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,24 +15,16 @@ import torch
 import transformers  # noqa: F401  (the drills write transformers checkpoints)
 
 from scd_core.models.checkpoints import converted_state
+from script_util import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "real_size_drill.py"
 # One drill per family (LlamaGen: with and without its T5 text encoder).
 DRILLS = ["janus-pro-1b", "emu3-gen", "lumina-mgpt-7b-768", "llamagen-c2i-b", "llamagen-t2i-xl", "cosmos-1-ar-4b"]
 PASSES = 2
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("real_size_drill", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["real_size_drill"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict[str, dict]:
-    drill = load_script()
+    drill = load_script("real_size_drill")
     work = tmp_path_factory.mktemp("drill")
     return {name: drill.run_drill(drill.DRILLS[name], "ci", work, None, threads=1, passes=PASSES, timeout=300)
             for name in DRILLS}

@@ -2,7 +2,6 @@
 that loads and decodes (the probe behind the texture figures of docs/embedded-models.md)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,8 +9,8 @@ import pytest
 import torch
 
 import scd_core
+from script_util import load_script
 
-ROOT = Path(__file__).resolve().parent.parent
 FONT = Path("/usr/share/fonts/truetype/noto/NotoColorEmoji.ttf")
 EMOJI_TEST = Path("/usr/share/unicode/emoji/emoji-test.txt")
 needs_font = pytest.mark.skipif(not (FONT.exists() and EMOJI_TEST.exists()),
@@ -19,10 +18,7 @@ needs_font = pytest.mark.skipif(not (FONT.exists() and EMOJI_TEST.exists()),
 
 
 def load_probe():
-    spec = importlib.util.spec_from_file_location("texture_probe", ROOT / "scripts" / "texture_probe.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("texture_probe")
 
 
 @pytest.mark.parametrize("kind", ["waves", "fractal"])
