@@ -42,9 +42,12 @@ def pace_info(fastest: float) -> str:
 FILM_LAYOUT = "one column per pass, one row per window slot, the top row the next position to decide"
 FILM_TITLE = f"Drafts after each pass: {FILM_LAYOUT}"
 HOW_IT_WORKS = "\n" + _read("texts/how_it_works.md").replace("FILM_LAYOUT", FILM_LAYOUT)
-CSS = "\n" + _read("static/page.css")
-CLICK_JS = _read("static/page.js").strip()
-LOAD_JS = _read("static/load.js").strip()           # run once when the page loads
+# The widest window given one column (controls, then results) instead of two: below Gradio's
+# 1,024 px breakpoint two columns leave the results about 350 px, narrower than a phone's.
+NARROW_PX = 1023
+CSS = "\n" + _read("static/page.css").replace("NARROW_PX", str(NARROW_PX))
+CLICK_JS = _read("static/page.js").strip().replace("NARROW_PX", str(NARROW_PX))
+LOAD_JS = _read("static/load.js").strip().replace("NARROW_PX", str(NARROW_PX))   # run once when the page loads
 
 
 def click_js(tab: str) -> str:

@@ -155,10 +155,11 @@ def error_badges(pg) -> int:
     return pg.locator(".error").count() + pg.get_by_text("Error", exact=True).count()
 
 
-@pytest.mark.parametrize("size", [(1400, 1000), (390, 844)])
+@pytest.mark.parametrize("size", [(1400, 1000), (900, 1000), (390, 844)])
 def test_first_visit_shows_the_controls_first_every_tab_and_no_placeholder(browser, size):
-    """Generate, Race and Stop without scrolling; on a phone, model, prompt, method and
-    Settings (one tap away) before them and the results after; every tab in the tab bar;
+    """Generate, Race and Stop without scrolling; on a phone or a tablet, model, prompt, method
+    and Settings (one tap away) before them and the results after, as wide as the page allows
+    (two columns left a 900 px window's results 348 px wide); every tab in the tab bar;
     every view of the Generate tab says what it will show, none is an empty placeholder; the
     strip's layout said the same in its title and in "How it works"; the model list's labels
     whole and honest; a clip model shows no empty heading."""
@@ -173,8 +174,9 @@ def test_first_visit_shows_the_controls_first_every_tab_and_no_placeholder(brows
         assert pg.evaluate(STRAYS) == []
         ys = [pg.locator(f"#{e}").bounding_box()["y"] for e in
               ("model", "prompt", "method", "settings", "generate", "live-image")]
-        if size[0] < 720:                         # a phone: the controls, then the results
+        if size[0] <= app.texts.NARROW_PX:        # one column: the controls, then the results
             assert ys == sorted(ys), ys
+            assert pg.locator("#results").bounding_box()["width"] >= pg.locator("#main").bounding_box()["width"] - 24
             assert pg.locator("#settings button.label-wrap").is_visible()
         layout = app.texts.FILM_LAYOUT
         assert layout in text(pg, "film-title")

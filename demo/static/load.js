@@ -1,7 +1,7 @@
 () => {
-  // On a phone the Settings start closed, so that Generate and the results follow the
+  // On a phone or tablet (one column) the Settings start closed, so that Generate and the results follow the
   // model, prompt and method; one tap on "Settings" opens them.
-  if (window.innerWidth > 720) return;
+  if (window.innerWidth > NARROW_PX) return;
   let tries = 0;
   const close = () => {
     const header = document.querySelector('#settings button.label-wrap');

@@ -1,6 +1,6 @@
 (...args) => {
   [...document.querySelectorAll('button[role=tab]')].find(b => b.innerText.trim() === TAB)?.click();
-  if (window.innerWidth <= 720)        // a phone: Stop at the top, the results under it
+  if (window.innerWidth <= NARROW_PX)  // one column: Stop at the top, the results under it
     document.querySelector('#run-box')?.scrollIntoView({block: 'start'});
   args[args.length - 1] = Date.now();
   return args;
