@@ -398,6 +398,8 @@ def test_text_encoders_read_the_encoder_of_a_t5_checkpoint(tmp_path):
     _, enc = cosmos.load_t5(str(tmp_path), torch.device("cpu"), torch.float32)
     assert torch.equal(enc(input_ids=ids).last_hidden_state, want)
     assert enc.encoder.embed_tokens.weight.data_ptr() == enc.shared.weight.data_ptr()
+    _, elsewhere = cosmos.load_t5(str(tmp_path), torch.device("meta"), torch.bfloat16)   # the device asked for
+    assert {t.device.type for t in elsewhere.state_dict().values()} == {"meta"}
     encode = lg.t5_text_encoder(str(tmp_path), "cpu", torch.bfloat16, max_length=6)
     states, mask = encode(["w0 w6", "w1"])
     assert states.dtype == torch.bfloat16 and states.shape == (2, 6, 32) and mask.tolist()[1] == [1, 0, 0, 0, 0, 0]

@@ -164,10 +164,11 @@ def load_on_meta(build: Callable[[], nn.Module], open_state: Callable[[], Mappin
 
 
 def pretrained_converted(model_cls, folder: str, device: torch.device, dtype: torch.dtype):
-    """`model_cls` (a transformers class) from a local checkpoint folder, its tensors read by
-    `converted_state` into `dtype` on `device` and given to
+    """`model_cls` (a transformers class) from a local checkpoint folder, on `device` in eval
+    mode: its tensors read by `converted_state` into `dtype` on the CPU and given to
     `model_cls.from_pretrained(None, config=..., state_dict=..., dtype=dtype)` (which ties
-    weights and checks the names as usual); in eval mode.
+    weights and checks the names as usual, and places what it loads on the CPU: read onto the
+    GPU, the tensors would be copied back), then moved to `device`.
 
     `from_pretrained(folder, dtype=...)` alone maps every weight file and keeps the pages it
     read mapped until it returns: a float32 text encoder loaded in bfloat16 then holds its
@@ -190,5 +191,5 @@ def pretrained_converted(model_cls, folder: str, device: torch.device, dtype: to
             state.update({k: v for k, v in read_checkpoint(path, mmap=True).items() if k in wanted})
         return state
 
-    state = converted_state(open_state, torch.device(device), dtype)
-    return model_cls.from_pretrained(None, config=config, state_dict=state, dtype=dtype).eval()
+    state = converted_state(open_state, torch.device("cpu"), dtype)
+    return model_cls.from_pretrained(None, config=config, state_dict=state, dtype=dtype).to(device).eval()
