@@ -92,8 +92,7 @@ def check_greedy(model, prompts, cfg, tokens: torch.Tensor, reference: torch.Ten
 @pytest.mark.parametrize("name", models_util.NAMES)
 def test_greedy_runs_in_bfloat16_are_greedy_decoding(models, references, name, method, shape):
     model, prompts, cfg = models(name)
-    if shape == "tree" and not can_tree(model.start(prompts[:1], cfg)):
-        pytest.skip(f"{name}'s session feeds no trees")       # every shipped model does
+    assert can_tree(model.start(prompts[:1], cfg)), f"{name}'s session feeds no trees"   # every shipped model does
     run = scd_core.generate(model, prompts, method=method, window=WINDOW, tree=SHAPES[shape], temperature=0,
                             cfg_scale=cfg)
     assert run.tokens.shape == (len(prompts), run.tokens.shape[1]) and int(run.tokens.min()) >= 0
@@ -150,3 +149,14 @@ def test_models_follow_the_contract_in_bfloat16(models, name):
     testing.check_model(model, prompts[:2], cfg, rel=0.05, deterministic=name not in RANDOM)
     if name not in RANDOM and math.prod(model.grid) >= 12 and len(prompts) == 2:
         testing.check_tree_session(model, prompts, cfg, rel=0.05)
+
+
+@pytest.mark.parametrize("dtype", [None, "auto"])
+@pytest.mark.parametrize("name", ["texture", "toy", "toy-grid", "tiny"])
+def test_embedded_models_take_the_dtype_words_every_loader_takes(name, dtype):
+    """None and "auto" pick the model's own dtype, as they do for the downloaded models (float32
+    on the CPU)."""
+    model = scd_core.load_model(name, dtype=dtype)
+    logits = model.start(["red apple"], 1.0).first_logits
+    assert logits.dtype == torch.float32
+

@@ -48,13 +48,14 @@ def pick_device_dtype(device: str | torch.device | None = None,
         raise ValueError(f"device: cannot parse {device!r} ({exc})") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device: {device!r} asked for, but no CUDA GPU is available here")
+    return dev, as_dtype(dtype, default=torch.bfloat16 if dev.type == "cuda" else torch.float32)
+
+
+def as_dtype(dtype: str | torch.dtype | None, default: torch.dtype = torch.float32) -> torch.dtype:
+    """A floating torch dtype from its name ("bfloat16", "bf16", "float32", ...) or itself;
+    `default` for None or "auto"."""
     if dtype is None or dtype == "auto":
-        return dev, (torch.bfloat16 if dev.type == "cuda" else torch.float32)
-    return dev, as_dtype(dtype)
-
-
-def as_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    """A floating torch dtype from its name ("bfloat16", "bf16", "float32", ...) or itself."""
+        return default
     if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
         return dtype
     if isinstance(dtype, str) and dtype.lower() in _DTYPES:

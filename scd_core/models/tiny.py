@@ -31,6 +31,7 @@ from torch import nn
 from scd_core.prompts import unknown_pieces
 from scd_core.sampling import guide
 
+from .checkpoints import as_dtype
 from .rows import GuidedRows
 from .tree import Tree, check_path, check_tree, gather_nodes, tree_mask
 
@@ -539,10 +540,7 @@ def _load(kind: str, prior: str, name: str, folder: str | Path | None, device: s
     missing = [str(p) for p in asset_files(folder, prior) if not p.exists()]
     if missing:
         raise ValueError(f"model: the weights of {name!r} are missing ({', '.join(missing)})")
-    if isinstance(dtype, str):
-        if not hasattr(torch, dtype) or not isinstance(getattr(torch, dtype), torch.dtype):
-            raise ValueError(f"dtype: unknown torch dtype {dtype!r}")
-        dtype = getattr(torch, dtype)
+    dtype = as_dtype(dtype)
     if threads is not None:
         if not isinstance(threads, int) or threads < 1:
             raise ValueError(f"threads: expected a positive int, got {threads!r}")
