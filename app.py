@@ -331,15 +331,19 @@ def load_selected(name: str, progress=gr.Progress()):
     return {model_md: uploads.without_paths(note)} | runnable(name)
 
 
+def can_run(name: str) -> bool:
+    """Whether the model can run here (loaded, shipped, cached, or downloadable)."""
+    return models.unavailable(name, MODELS.loaded(name) is not None) is None
+
+
 def prompt_words(name: str, prompt: str) -> str:
     """Under the prompt box: the words the model will ignore (bag-of-words models)."""
-    ok = models.unavailable(name, MODELS.loaded(name) is not None) is None
-    return texts.prompt_words_note(MODELS.at_hand(name) if ok else None, name, prompt or "")
+    return texts.prompt_words_note(MODELS.at_hand(name) if can_run(name) else None, name, prompt or "")
 
 
 def runnable(name: str) -> dict:
     """Generate and Race, enabled only for a model that can run here."""
-    ok = models.unavailable(name, MODELS.loaded(name) is not None) is None
+    ok = can_run(name)
     return {gen_btn: gr.Button(interactive=ok), race_btn: gr.Button(interactive=ok)}
 
 
@@ -354,7 +358,7 @@ def defaults(name: str) -> tuple[dict, bool]:
 def cleared_views(name: str) -> dict:
     """Every view of a run, a race and a comparison, as before any: the last ones were another
     model's. The pictures are the new model's empty grid where it is at hand."""
-    ok = models.unavailable(name, MODELS.loaded(name) is not None) is None
+    ok = can_run(name)
     model = MODELS.at_hand(name) if ok else None
     grid = tuple(model.grid) if model is not None else None
     blank = pictures.blank_picture(grid) if grid else None
@@ -386,14 +390,13 @@ def on_model_change(name: str, applied: dict | None = None, *current):
     clip, prompts = models.takes_clip(name), MODELS.examples(name) if ok else []
     return {setting_views[k]: values[k] for k in checks.SETTINGS} | cleared_views(name) | {
         applied_state: new, switch_md: said, greedy_cb: values["temperature"] == 0,
-        prompt_words_md: texts.prompt_words_note(MODELS.at_hand(name) if ok else None, name,
-                                                 values["prompt"] or "") if not clip else "",
+        prompt_words_md: prompt_words(name, values["prompt"]) if not clip else "",
         model_md: models.model_note(name, MODELS.loaded(name) is not None),
         clip_row: gr.Row(visible=models.is_video(name)),
         examples.dataset: gr.Dataset(samples=[] if clip else [[p] for p in prompts]),
         text_box: gr.Column(visible=not clip), clip_box: gr.Column(visible=clip),
         examples_box: gr.Column(visible=bool(prompts) and not clip),     # no heading over nothing
-        gen_btn: gr.Button(interactive=ok), race_btn: gr.Button(interactive=ok)}
+    } | runnable(name)
 
 
 # ----------------------------------------------------------------------------- layout

@@ -100,15 +100,14 @@ def waiting_figures(num_tokens: int) -> dict[str, PlotData]:
 RACE_WAITING = tuple(note_figure(t, "drawn when the race ends") for t in (
     "Tokens committed vs NFE", "Tokens committed per pass", "Drafts changed since the last pass"))
 RUN_CHARTS = ("committed", "length", "flicker", "rate", "committed_at", "unchanged")
-LIVE_CHARTS = ("committed", "flicker", "rate")
 
 
 def run_figures(stats: TraceStats, history: dict, method: str, live: bool = False) -> dict[str, PlotData]:
     """A Generate run's charts by their name in RUN_CHARTS: tokens vs NFE (against AR's line,
     with this session's earlier runs of other methods, `history`), drafts changed per pass and
     the acceptance rate so far, pass by pass; once it has ended, also tokens per pass and the
-    two token maps. While it runs only the LIVE_CHARTS: a chart costs the browser far more to
-    draw than the server to make. AR has no drafts: its draft charts say so in words."""
+    two token maps. While it runs (`live`) only the first three: a chart costs the browser far
+    more to draw than the server to make. AR has no drafts: its draft charts say so in words."""
     curves = {m: (h["nfe"], h["committed"]) for m, h in history.items() if not m.startswith("_")}
     curves[method] = (stats.nfe, stats.committed)
     ar = method == "ar"

@@ -22,11 +22,10 @@ from demo.labels import INIT_LABELS
 from scd_core.decoding import MAX_SEED, validate
 from scd_core.prompts import MAX_PROMPT_CHARS
 from scd_core.race import Race
-from scd_core.settings import CHAIN, MAX_CFG_SCALE, MAX_WINDOW, Settings, tree_nodes
+from scd_core.settings import CHAIN, MAX_CFG_SCALE, MAX_WINDOW, MIN_WINDOW, Settings, tree_nodes
 
 MAX_PACE = 2.0                       # seconds per forward pass on screen
 MAX_SAMPLES = 16                     # race samples per method
-MIN_WINDOW = 2                       # the least window of a speculative method (scd_core.Settings)
 
 
 # ------------------------------------------------------------------------------ fields

@@ -41,8 +41,10 @@ PassFunction = Callable[["decoding.TimedSession", State, Plan], tuple[State, Ver
 RECOMPILE_LIMIT = 64      # graphs kept per function: the settings and batch sizes a server meets
 
 
+@functools.cache
 def problem(device: torch.device | str = "cpu") -> str | None:
-    """Why the pass cannot be compiled on this device, in one line; None when it can."""
+    """Why the pass cannot be compiled on this device, in one line; None when it can (asked
+    once per device and process: a server asks at every pass)."""
     device = torch.device(device)
     if device.type == "cuda":
         from torch.utils._triton import has_triton

@@ -19,6 +19,7 @@ from scd_core.sampling import SamplingConfig, validate_sampling
 METHODS = ("ar", "sjd", "scd-mc", "scd-gumbel")
 INITS = ("random", "repeat-above", "repeat-frame")
 MAX_WINDOW = 1024        # the largest window L accepted
+MIN_WINDOW = 2           # the least window of a speculative method (AR feeds one token: 1 allowed)
 MAX_CFG_SCALE = 100.0
 CHAIN = (1, 0)           # the draft "tree" of a plain chain: one candidate per position
 
@@ -53,7 +54,7 @@ class Settings:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
         if isinstance(self.window, bool) or not isinstance(self.window, int):
             raise ValueError(f"window must be an integer, got {self.window!r}")
-        low = 1 if self.method == "ar" else 2
+        low = 1 if self.method == "ar" else MIN_WINDOW
         if not low <= self.window <= MAX_WINDOW:
             raise ValueError(f"window must be in [{low}, {MAX_WINDOW}] for method {self.method!r}, "
                              f"got {self.window}")

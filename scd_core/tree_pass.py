@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from scd_core import coupling
 from scd_core.decoding import (STREAM_SLOTS, Plan, State, Verdict, carry_and_fill, commit, draw_line,
-                               pass_uniforms, rows_at, window)
+                               pass_uniforms, window)
 from scd_core.protocols import Session
 from scd_core.sampling import probs_and_support
 
@@ -106,7 +106,7 @@ def draft_tree(state: State, plan: Plan, shape: TreeShape, has_tree: torch.BoolT
     its stored law q without replacement (SCD-Gumbel: the next largest log q + G of the slot's
     noise; the others: fresh draws from the row's "sibling" stream), so that the k candidates
     are exactly a sample of k from q without replacement, as the verification assumes."""
-    B, k, depth = state.n.shape[0], shape.k, shape.depth
+    k, depth = shape.k, shape.depth
     first, q = state.drafts[:, :depth], state.q[:, :depth]                      # [B, depth], [B, depth, V]
     u = tree_uniforms(state, depth, k)
     if plan.method == "scd-gumbel":

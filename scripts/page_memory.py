@@ -246,7 +246,7 @@ def measure(home: Path, tree: Path, dtype: str | None, threads: int, run_for: fl
                 time.sleep(0.5)
             time.sleep(then)
             client.predict(None, api_name="/stop")
-        outputs = job.result(timeout=3600)
+        job.result(timeout=3600)
         timings[step] = time.perf_counter() - started
         report[step] = sampler.last
         said[step] = [t[:160] for t in texts(job)[-3:]]

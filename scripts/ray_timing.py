@@ -82,7 +82,7 @@ def _burst(client, clients: int, requests: int, settings) -> tuple[float, list[f
 
 def time_service(clients: int, requests: int) -> None:
     settings = scd_core.Settings(method="scd-mc", window=16)
-    print(f"| replicas | clients | requests | images/s | p50 s | p95 s |")
+    print("| replicas | clients | requests | images/s | p50 s | p95 s |")
     print("|---|---|---|---|---|---|")
     for replicas in (1, 2):
         client = RayClient("local", "tiny", replicas=replicas)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 from fakehub import REPO_ROOT, FakeHub, client_env
 from test_hub import JANUS_REPO, published, serve  # noqa: F401 (fixture)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import scd_core
-from scd_core import bench, decoding, tree_pass
+from scd_core import bench, tree_pass
 from scd_core.models import tree as tree_lib
 from scd_core.models.toy import RandomLogitsModel, ToyGridModel, ToyModel
 from scd_core.protocols import can_tree
