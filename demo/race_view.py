@@ -81,10 +81,6 @@ RACE_HEADERS = ["method", "same tokens as AR", "NFE: mean (min–max)", "step co
 SAME_AS_AR = RACE_HEADERS[1]            # shown in greedy mode only, where it can say yes or no
 
 
-def _range(value: str, low: str, high: str) -> str:
-    return value if low == high else f"{value} ({low}–{high})"
-
-
 def _timed(value: str, speedup: float | None) -> str:
     return value + (f" · {speedup:.2f}x" if speedup is not None else "")
 
@@ -102,9 +98,7 @@ def race_rows(summaries: Sequence[MethodSummary], greedy: bool) -> list[list[str
             "—" if s.same_as_ar is None else "yes" if s.same_as_ar else "NO"
         spec, t = s.method != "ar", s.timing
         if t:
-            lat, tp = t.latency_range, t.throughput_range
-            one = _timed(_range(f"{t.latency:.2f} s", f"{lat[0]:.2f}", f"{lat[1]:.2f}"), s.latency_speedup)
-            many = _timed(_range(f"{t.throughput:.1f}/s", f"{tp[0]:.1f}", f"{tp[1]:.1f}"), s.throughput_speedup)
+            one, many = _timed(_seconds(t), s.latency_speedup), _timed(_rate(t), s.throughput_speedup)
         else:
             one = many = "—"
         rows.append([METHOD_LABELS.get(s.method, s.method), *([same] if greedy else []),
@@ -159,19 +153,23 @@ def passes_sentence(summaries: Sequence[MethodSummary]) -> str:
 
 
 def _seconds(t: Timing) -> str:
-    low, high = t.latency_range
-    return f"{t.latency:.2f} s" + ("" if t.rounds < 2 else f" ({low:.2f}–{high:.2f})")
+    """A time as the race writes it: the median of its rounds, then their range where it has one."""
+    return _median_and_range("{:.2f}", " s", t.latency, t.latency_range)
 
 
 def _rate(t: Timing) -> str:
-    low, high = t.throughput_range
-    return f"{t.throughput:.1f}/s" + ("" if t.rounds < 2 else f" ({low:.1f}–{high:.1f})")
+    return _median_and_range("{:.1f}", "/s", t.throughput, t.throughput_range)
+
+
+def _median_and_range(form: str, unit: str, median: float, spread: tuple[float, float]) -> str:
+    low, high = (form.format(v) for v in spread)
+    return form.format(median) + unit + ("" if low == high else f" ({low}–{high})")
 
 
 def _names(summaries: Sequence[MethodSummary], shown=None) -> str:
     """Methods in words ("AR, SJD and SCD Gumbel coupling"), each with `shown(timing)` if given."""
     parts = [METHOD_LABELS[s.method] + (f" ({shown(s.timing)})" if shown else "") for s in summaries]
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else "".join(parts)
 
 
 def _ranked(timed: Sequence[MethodSummary], what: str, value, spread, shown, best_is: str) -> str:
