@@ -286,17 +286,13 @@ class PageRun:
 
 def read(values: dict, model) -> PageRun:
     """The one way from a decoding event's widget values (`values_of`) to its run: every field
-    checked by the page, then by the library (`problems`; the first message is raised as a
+    checked by the page, then by the library (`checked`; the first message is raised as a
     ValueError), then converted, once. `model` is the loaded model."""
-    found = problems(model, *(values[k] for k in INPUTS))
+    found, race = checked(model, *(values[k] for k in INPUTS))
     if found:
         raise ValueError(next(iter(found.values())))
-    v = values
-    settings = settings_of(v["method"], v["window"], v["init"], v["temperature"], v["top_k"], v["top_p"],
-                           v["cfg"], v["tree"], model)
-    prompt = engine_prompt(v["model"], v["prompt"], v["clip"], v["clip_text"])
-    return PageRun(v["model"], race_of(model, prompt, settings, v["seed"]), FIELDS["pace"].check(v["pace"]),
-                   FIELDS["samples"].check(v["samples"]))
+    return PageRun(values["model"], race, FIELDS["pace"].check(values["pace"]),
+                   FIELDS["samples"].check(values["samples"]))
 
 
 # ------------------------------------------------------------------- switching models
@@ -401,10 +397,17 @@ def problems(model, name, method, window, init, temperature, top_k, top_p, cfg_s
              prompt, pace, samples, clip=None, clip_text="", tree=None) -> dict[str, str]:
     """Every input the page or the library rejects, by its name in INPUTS, with the message.
     `model` is the loaded model, or None when it is not loaded yet."""
+    return checked(model, name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
+                   prompt, pace, samples, clip, clip_text, tree)[0]
+
+
+def checked(model, name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
+            prompt, pace, samples, clip=None, clip_text="", tree=None) -> tuple[dict[str, str], Race | None]:
+    """`problems`, and the run they allow (None where there are some): every check made once."""
     try:
         check_model(name, model is not None)
     except ValueError as exc:
-        return {"model": str(exc)}
+        return {"model": str(exc)}, None
     out = {}
     try:
         prompt = engine_prompt(name, prompt, clip, clip_text)
@@ -420,11 +423,12 @@ def problems(model, name, method, window, init, temperature, top_k, top_p, cfg_s
     shape = model or shape_of(name)
     found = setting_problems(method, window, init, temperature, top_k, top_p, cfg_scale, tree, shape)
     if found or "seed" in out:
-        return in_page_order(out | found)
+        return in_page_order(out | found), None
     try:                                # what no field describes: the library's message
-        race_of(shape, prompt, settings_of(method, window, init, temperature, top_k, top_p, cfg_scale,
-                                           tree, shape), seed)
+        race = race_of(shape, prompt, settings_of(method, window, init, temperature, top_k, top_p, cfg_scale,
+                                                  tree, shape), seed)
     except ValueError as exc:           # the library's message starts with the argument's name
         arg = str(exc).split(" ", 1)[0].strip("':")
         out[{"cfg_scale": "cfg", "prompts": "prompt"}.get(arg, arg)] = str(exc)
-    return out
+        return out, None
+    return out, (race if not out else None)
