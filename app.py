@@ -369,9 +369,8 @@ def cleared_views(name: str) -> dict:
 
 def race_waiting(name: str, blank, ok: bool = True) -> dict:
     """The Race tab before a race of `name` (`ok`: it can run here), by view name."""
-    return dict.fromkeys(race.METHOD_ORDER, blank) | dict.fromkeys(("table", "note", "why"), "") | {
-        "status": texts.hint(texts.RACE_HINT if ok else texts.CANNOT_RUN, name), "bench": race_view.BENCH_WAITING, "state": None,
-        "sample": gr.Slider(visible=False)} | dict(zip(("chart", "hist", "flicker"), charts.RACE_WAITING))
+    return race_view.waiting(blank, texts.hint(texts.RACE_HINT if ok else texts.CANNOT_RUN, name)) | {
+        "state": None, "sample": gr.Slider(visible=False)}
 
 
 def lossless_waiting() -> dict:

@@ -85,6 +85,13 @@ def _timed(value: str, speedup: float | None) -> str:
     return value + (f" · {speedup:.2f}x" if speedup is not None else "")
 
 
+def waiting(blank, status: str) -> dict:
+    """The Race tab's views before a race, by view name: every panel `blank` (a model's empty
+    grid, or None), no figures, each chart saying when it comes, and `status`."""
+    return dict.fromkeys(METHOD_ORDER, blank) | dict.fromkeys(("table", "note", "why"), "") | \
+        dict(zip(("chart", "hist", "flicker"), RACE_WAITING)) | {"status": status, "bench": BENCH_WAITING}
+
+
 def race_headers(greedy: bool) -> list[str]:
     return [h for h in RACE_HEADERS if greedy or h != SAME_AS_AR]
 
@@ -342,9 +349,7 @@ class RaceView:
     def started(self) -> dict:
         """The last race's views cleared: every panel the model's empty grid, the charts
         saying when they come."""
-        blank = blank_picture(tuple(self.model.grid))
-        return dict.fromkeys(METHOD_ORDER, blank) | dict.fromkeys(("table", "note", "why"), None) | \
-            dict(zip(("chart", "hist", "flicker"), RACE_WAITING)) | {"status": WARMING, "bench": BENCH_WAITING}
+        return waiting(blank_picture(tuple(self.model.grid)), WARMING)
 
     def step(self, step) -> dict:
         """A step of the race: the status and the pictures as they come; the finished
