@@ -136,11 +136,17 @@ def render_iteration(model, it: Iteration, row: int = 0, target: int = 320,
     return render_iterations(model, [it], row, target, overlay, decode)[0]
 
 
+def frame_size(target: int, frames: int) -> int:
+    """About how many px a side each frame of a picture `target` px a side is drawn: a video's
+    frames are tiled, each half as large, but no smaller than 96."""
+    return target if frames == 1 else max(96, target // 2)
+
+
 def render_iterations(model, its: Sequence[Iteration], row: int = 0, target: int = 320,
                       overlay: bool = True, decode=None) -> list[np.ndarray]:
     """`render_iteration` of several iterations of one row, their frames asked for at once."""
     T = grid3(model.grid)[0]
-    frame_target = target if T == 1 else max(96, target // 2)
+    frame_target = frame_size(target, T)
     canvases = torch.cat([it.canvas[row: row + 1] for it in its]) if its else torch.zeros(0, 0, dtype=torch.long)
     frames = shown_frames(model, canvases, frame_target, [decode] * len(its))
     return [_draw(model, f, token_states(it, row), target, overlay, frame_target) for f, it in zip(frames, its)]
@@ -169,7 +175,7 @@ def _draw(model, decoded: list[np.ndarray], states: np.ndarray, target: int, ove
     token states, tiled."""
     T, H, W = grid3(model.grid)
     if frame_target is None:
-        frame_target = target if T == 1 else max(96, target // 2)
+        frame_target = frame_size(target, T)
     if len(decoded) != T:   # a temporal tokenizer's pixel frames: one per token frame
         decoded = [decoded[i] for i in token_frame_picks(model, len(decoded), T, H * W)]
     frames = [shrink(f, frame_target) for f in decoded]
@@ -188,7 +194,7 @@ def blank_picture(grid: Sequence[int], target: int = 320) -> np.ndarray:
     """The token grid with nothing there yet (every cell grey, "empty" in the legend), its
     frames tiled as a decoded run's are: what a picture shows before a run."""
     T, H, W = grid3(grid)
-    frame_target = target if T == 1 else max(96, target // 2)
+    frame_target = frame_size(target, T)
     scale = max(1, scale_for(H, W, frame_target))
     states = np.full((H, W), EMPTY, np.int8)
     frame = np.zeros((H, W, 3), np.uint8)
