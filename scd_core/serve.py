@@ -30,9 +30,10 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from scd_core import compiled
-from scd_core.decoding import (Plan, State, TimedSession, generate, no_autograd, resize, settings_of, start_rows,
-                               validate)
+from scd_core import passes
+from scd_core.chain import Plan, State, resize, start_rows
+from scd_core.clocks import TimedSession
+from scd_core.decoding import generate, no_autograd, settings_of, validate
 from scd_core.protocols import can_resize, optional, row_decoder
 from scd_core.settings import CHAIN, Settings, tree_nodes
 from scd_core.trace import Iteration, Run
@@ -227,8 +228,8 @@ class Scheduler:
             entered, step_before = time.perf_counter(), self.session.seconds
             with no_autograd(plan):
                 before = self.state
-                self.state, verdict = compiled.pass_for(self.session, plan)(self.session, self.state, plan)
-                record = Iteration.of(0, plan.method, before, self.state, verdict, 0, 0.0, 0.0)
+                self.state, verdict = passes.pass_for(self.session, plan)(self.session, self.state, plan)
+                record = Iteration.of(0, plan.method, before, self.state, verdict, 0)
             self.passes += 1
             self._deliver(record, time.perf_counter() - entered, self.session.seconds - step_before)
             done = record.n_after >= self.plan.N
@@ -269,16 +270,17 @@ class Scheduler:
         entered, running, added = time.perf_counter(), len(self.rows), False
         try:
             with no_autograd(self.plan):
+                step_before = 0.0
                 if self.session is None:
                     self.session = TimedSession.start(self.model, prompts, self.plan.cfg_scale)
                     self.plan.check_session(self.session.session)
-                    first, step = self.session.first_logits, self.session.seconds
+                    first = self.session.first_logits
                 else:
-                    first, added = self.session.session.add_rows(prompts), True
-                    step = time.perf_counter() - entered
-                    self.session.seconds += step
+                    step_before = self.session.seconds
+                    first, added = self.session.timed(self.session.session.add_rows, prompts), True
                 state, verdict = start_rows(first, seeds, self.plan)
-                record = Iteration.of(0, self.plan.method, None, state, verdict, 0, 0.0, 0.0)
+                record = Iteration.of(0, self.plan.method, None, state, verdict, 0)   # on the host: the prefill ran
+                step = self.session.seconds - step_before
         except Exception as exc:
             if not running:
                 self.session = None
@@ -453,13 +455,3 @@ class Server:
                 with self.device_lock:
                     scheduler.step()
 
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m scd_core.serve ...`: the serving benchmark (`scd_core.bench_serve`)."""
-    from scd_core.bench_serve import main as bench_main
-
-    return bench_main(argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -27,7 +27,7 @@ from scd_core.workers import ProcessClient
 
 
 def bench_rows(model: str, prompt_file: str, settings: Settings, seeds: int, batch: int,
-               methods: list[str]) -> dict[str, bench.Row]:
+               methods: list[str]) -> dict[str, "bench.Row"]:
     argv = ["--model", model, "--prompts", prompt_file, "--seeds", str(seeds), "--batch", str(batch),
             "--methods", ",".join(methods), "--windows", str(settings.window), "--inits", settings.init,
             "--temperature", f"{settings.temperature:g}", "--top-k", str(settings.top_k),
