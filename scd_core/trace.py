@@ -314,6 +314,15 @@ def draft_stability(records: Sequence[Iteration], row: int | None = None) -> flo
     return DraftCounts.of(records, row).draft_stability
 
 
+def row_nfe(records: Sequence[Iteration], num_tokens: int) -> torch.LongTensor:
+    """[B] forward passes each row needed (prefill included) until its grid of `num_tokens` was
+    complete; every pass of the records for a row that never completed."""
+    done_at = torch.full(records[-1].n_after.shape, len(records), dtype=torch.long)
+    for it in reversed(records):
+        done_at = torch.where(it.n_after >= num_tokens, it.index + 1, done_at)
+    return done_at
+
+
 def committed_histogram(records: Sequence[Iteration], row: int | None = None) -> list[int]:
     """[j] = speculative passes (of unfinished rows) that committed j tokens, j = 0 .. L."""
     its = _rows(records, row)
@@ -375,10 +384,7 @@ class Run:
     @property
     def row_nfe(self) -> torch.LongTensor:
         """[B] forward passes each row needed (prefill included) until it was complete."""
-        done_at = torch.full((self.tokens.shape[0],), self.nfe, dtype=torch.long)
-        for it in reversed(self.iterations):
-            done_at = torch.where(it.n_after == self.num_tokens, it.index + 1, done_at)
-        return done_at
+        return row_nfe(self.iterations, self.num_tokens)
 
     @property
     def acceptance_rate(self) -> float:

@@ -6,6 +6,7 @@ import transformers
 
 from scd_core.models import janus as janus_mod  # noqa: E402
 from scd_core.models.checkpoints import WeightsNotFoundError  # noqa: E402
+from scd_core.models import standins  # noqa: E402
 from fakehub import empty_hub_cache  # noqa: E402,F401  (fixture: offline, empty Hugging Face cache)
 import rows_util  # noqa: E402
 from scd_core import testing  # noqa: E402
@@ -222,20 +223,8 @@ def test_claims_folder(tmp_path):
 
 def tiny_processor():
     """A JanusProcessor around a word-level tokenizer ("w0".."w99"), with a chat template."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import JanusImageProcessor, JanusProcessor, PreTrainedTokenizerFast
-    vocab = {"<pad>": PAD, "<bos>": BOS, "<eos>": EOS, "[UNK]": 3, "User:": 4, "Assistant:": 5}
-    vocab.update({f"w{i}": 10 + i for i in range(100)})
-    vocab.update({"<image_placeholder>": 299, "<begin_of_image>": BOI, "<end_of_image>": 297})
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=tk, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="[UNK]",
-        extra_special_tokens={"image_token": "<image_placeholder>", "boi_token": "<begin_of_image>",
-                              "eoi_token": "<end_of_image>"})
-    template = ("{% for m in messages %}User: {{ m['content'][0]['text'] }} {% endfor %}"
-                "{% if add_generation_prompt %}Assistant:{% endif %}")
-    return JanusProcessor(JanusImageProcessor(), tok, chat_template=template, num_image_tokens=16)
+    return standins.janus_processor([f"w{i}" for i in range(100)], pad=PAD, bos=BOS, eos=EOS, image=299, boi=BOI,
+                                    eoi=297, num_image_tokens=16)
 
 
 def save_tiny_checkpoint(folder) -> None:

@@ -70,9 +70,9 @@ def test_spread_gives_mean_range_and_a_95_percent_interval():
 
 def test_greedy_race_rows_all_equal_ar(toy_grid):
     settings = race.Race("fox", scd_core.Settings(window=8, temperature=0.0))
-    runs = {m: decoded(toy_grid, settings, m, 2) for m in race.METHOD_ORDER}
+    runs = {m: decoded(toy_grid, settings, m, 2) for m in scd_core.METHODS}
     table = race.summarise(runs, greedy=True)
-    assert [s.method for s in table] == list(race.METHOD_ORDER)
+    assert [s.method for s in table] == list(scd_core.METHODS)
     assert all(s.same_as_ar for s in table)
     assert table[0].latency_speedup is None and table[0].timing is None      # not timed: no claim
     assert all(s.samples == 2 for s in table)
@@ -280,9 +280,9 @@ def test_a_race_times_two_rounds_at_least_and_more_only_within_its_budget(client
     for budget, rounds in ((0.0, 2), (1e9, 3)):
         steps = list(race.decode_race(client, "texture", settings, 2, rounds=3, budget=budget))
         timings = steps[-1].timings
-        assert {m: len(t) for m, t in timings.items()} == dict.fromkeys(race.METHOD_ORDER, rounds), budget
+        assert {m: len(t) for m, t in timings.items()} == dict.fromkeys(scd_core.METHODS, rounds), budget
         assert all(len({t.latency_nfe for t in ts}) == 1 for ts in timings.values())    # deterministic passes
-        assert [s.method for s in steps if s.run is None][:4] == list(race.METHOD_ORDER)  # turns, in order
+        assert [s.method for s in steps if s.run is None][:4] == list(scd_core.METHODS)  # turns, in order
 
 
 def test_summarise_divides_by_ars_times(toy_grid):
