@@ -12,7 +12,7 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from scd_core import passes
+from scd_core import memory, passes
 from scd_core.chain import Plan, start_rows
 from scd_core.clocks import Stopwatch, TimedSession
 from scd_core.prompts import check_prompt_length, warn_unknown
@@ -40,7 +40,9 @@ def validate(model: TokenModel, prompts: Sequence[str], settings: Settings,
     if not isinstance(settings, Settings):
         raise ValueError(f"settings must be a scd_core.Settings, got {type(settings).__name__}")
     seeds = validate_seeds(seed, len(prompts))
-    return Plan.of(settings, model), seeds
+    plan = Plan.of(settings, model)
+    memory.check_rows(model, len(prompts), plan.method, settings.window)    # the pass's memory cap
+    return plan, seeds
 
 
 def settings_of(settings: Settings | None = None, **given) -> Settings:

@@ -6,7 +6,9 @@ it at the next pass boundary; a row leaves as soon as its grid is complete (its 
 records ends then, not when the batch ends) or when its request is cancelled. Rows draw
 from their own random streams, so a request's tokens for a seed are the same however many
 others share its passes. Joining and leaving need a `ResizableSession`; with a model whose
-session cannot change its batch, a scheduler decodes one batch at a time.
+session cannot change its batch, a scheduler decodes one batch at a time. A batch never holds
+more rows than one pass of its model may (`scd_core.memory`: rows x window x vocabulary under
+the model's cap); requests beyond them wait for rows to leave.
 
 A `Server` runs the schedulers of several groups on one worker thread, a pass of each in
 turn; or, made with `threaded=False`, on no thread of its own: its caller runs the passes
@@ -34,6 +36,7 @@ from scd_core import passes
 from scd_core.chain import Plan, State, resize, start_rows
 from scd_core.clocks import TimedSession
 from scd_core.decoding import generate, no_autograd, settings_of, validate
+from scd_core.memory import rows_per_pass
 from scd_core.protocols import can_resize, optional, row_decoder
 from scd_core.settings import CHAIN, Settings, tree_nodes
 from scd_core.trace import Iteration, Run
@@ -185,8 +188,9 @@ class Scheduler:
         `on_pass`: see `Server`."""
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
-        self.model, self.max_batch, self.policy, self.on_pass = model, max_batch, policy, on_pass
+        self.model, self.policy, self.on_pass = model, policy, on_pass
         self.plan, _ = validate(model, [""], settings_of(settings, **keywords))
+        self.max_batch = min(max_batch, rows_per_pass(model, self.plan.method, self.plan.settings.window))   # memory cap
         self._waiting: list[Request] = []
         self._lock = threading.Lock()
         self.session: TimedSession | None = None
@@ -221,7 +225,8 @@ class Scheduler:
             self._join()
             if self.batch_size == 0:
                 return
-            plan = self.plan if self.policy is None else _plan_with_window(self.plan, self.policy.window(self.batch_size))
+            plan = self.plan if self.policy is None else self._fitting(
+                _plan_with_window(self.plan, self.policy.window(self.batch_size)))
             if plan.D != self.state.drafts.shape[1]:
                 self.state = resize(self.state, plan)
             self.last_plan = plan                     # the plan of the running rows' drafts
@@ -236,6 +241,14 @@ class Scheduler:
             self._leave([b for b, r in enumerate(self.rows) if r is not None and bool(done[b])])
         except Exception as exc:                      # the batch is lost; every request in it hears why
             self._fail(exc)
+
+    def _fitting(self, plan: Plan) -> Plan:
+        """`plan` at the largest window, its own or less, whose pass holds the batch under the
+        model's memory cap (a policy may choose a window wider than the group's)."""
+        window = plan.settings.window
+        while window > 1 and rows_per_pass(self.model, plan.method, window) < self.batch_size:
+            window //= 2
+        return plan if window == plan.settings.window else _plan_with_window(plan, window)
 
     def _join(self) -> None:
         """Start the waiting requests: a new batch, or new rows of the running one."""
