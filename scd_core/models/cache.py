@@ -182,9 +182,12 @@ class Residency:
             return out
 
     def loaded(self, key: Hashable, device: str, nbytes: int | None = None, large: bool = True) -> None:
-        """`key` is resident on `device` (`nbytes`: measured, or None until it is, `measured`)."""
+        """`key` is resident on `device` (`nbytes`: measured; None until it is, `measured`,
+        meanwhile what its last load measured, if any)."""
         with self._lock:
             self._resident.pop(key, None)
+            if nbytes is None:
+                nbytes = self._measured.get(_name(key))
             self._resident[key] = _Entry(device, nbytes, large)
             self._unloaded.pop(_name(key), None)
             if nbytes is not None:
