@@ -164,6 +164,8 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
             yield shown({"status": texts.STOPPED_EARLY})
             return
         view = generate_view.GenerateView(model, page, history, models.decoding_device(REQUESTS.client, name))
+        if note := MODELS.swap_note(name):                # a model swap or load to wait for, said first
+            yield shown(view.cleared({"status": note}))
         row = backend.Row(REQUESTS, REQUESTS.submit(key, name, page.race.prompt, page.race.seed, page.settings),
                           name)
         waiting = SERVERS.timing_alone.is_set if KIND == "local" else lambda: False
@@ -220,6 +222,8 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
                                   lambda runs: race.gap_probe(model, name, page.race, runs), models.is_video(name),
                                   rounds)
         yield raced(view.started())
+        if note := MODELS.swap_note(name):                # a model swap or load to wait for, said first
+            yield raced({"status": note})
         for step in race.decode_race(REQUESTS.client, name, page.race, page.samples, stopped, rounds):
             update = view.step(step)
             if update:                                    # nothing when no status or picture is due
