@@ -3,10 +3,6 @@ vocabulary before it runs, capped per model; a run over the cap is refused with 
 server queues the rows over it, and the exactness of the rows is untouched."""
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -14,6 +10,7 @@ import scd_core
 from scd_core import memory
 from scd_core.models import REGISTRY
 from scd_core.serve import Scheduler
+from script_util import load_script
 
 
 @pytest.fixture(scope="module")
@@ -83,30 +80,13 @@ def test_the_registry_knows_each_shipped_models_vocabulary(name):
     assert REGISTRY[name].vocab == scd_core.load_model(name).vocab_size
 
 
-CHILD = r"""
-import json, resource, sys, torch, scd_core
-torch.set_num_threads(1)
-method, B, L, V = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-m = scd_core.load_model("random-logits", vocab_size=V, grid=(8, 8))
-rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-warm = scd_core.stream(m, ["x"], method=method, window=2, seed=0)
-for _ in range(3): next(warm)
-base = rss()
-run = scd_core.stream(m, ["x"] * B, method=method, window=L, seed=0)
-for _ in range(4): next(run)
-print(json.dumps({"bytes": rss() - base}))
-"""
-
-
 @pytest.mark.parametrize("method", ["sjd", "scd-mc", "scd-gumbel"])
 def test_a_pass_holds_no_more_than_the_formula_says(method):
-    """Measured in a process of its own (the growth of its peak resident set over a warm-up
-    run): the pass's peak, its state and the logits included, stays under `pass_bytes`, and
+    """Measured in a process of its own (`scripts/pass_memory.py`: the growth of its peak
+    resident set over a warm-up run): the pass's peak, its state and the logits included, stays under `pass_bytes`, and
     is more than two thirds of it (the formula is the pass's size, not a loose bound)."""
     rows, window, vocab = 4, 32, 64000
-    out = subprocess.run([sys.executable, "-c", CHILD, method, str(rows), str(window), str(vocab)],
-                         check=True, capture_output=True, text=True).stdout
-    peak = json.loads(out.splitlines()[-1])["bytes"]
+    peak = load_script("pass_memory").measure(method, rows, window, vocab)
     formula = memory.pass_bytes(rows, window, vocab)
     assert 2 / 3 * formula < peak <= formula, f"{method}: {peak / 2**20:.0f} MiB, formula {formula / 2**20:.0f} MiB"
 
