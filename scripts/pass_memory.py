@@ -6,8 +6,8 @@
 Each measurement runs in a process of its own: the model (`random-logits`: instant logits, so
 what is measured is the engine and the logits) is loaded and warmed up at one row, then a run
 of `--rows` rows at `--window` starts and four passes run; the growth of the process's peak
-resident set is the pass's peak, its state included (large tensors are their own mappings, so
-the resident set follows what is live). The table then gives, per model of the registry, what
+resident set is the pass's peak, its state included (every tensor over 128 KiB is its own
+mapping, so the resident set follows what is live). The table then gives, per model of the registry, what
 one pass needs at the page's largest settings (32 rows, the window at its most: 1,024 or the
 grid) by `scd_core.memory.pass_bytes`, and how many rows fit under the cap.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 
@@ -34,8 +35,12 @@ print(json.dumps({"bytes": rss() - base}))
 
 
 def measure(method: str, rows: int, window: int, vocab: int) -> int:
+    """Peak bytes of a pass (its state included) of `rows` rows at `window` over `vocab`. glibc
+    takes every allocation over 128 KiB from its own mapping (a fixed threshold, not the one it
+    raises as large blocks are freed), so freed tensors leave the resident set at once."""
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
     out = subprocess.run([sys.executable, "-c", CHILD, method, str(rows), str(window), str(vocab)],
-                         check=True, capture_output=True, text=True).stdout
+                         check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.splitlines()[-1])["bytes"]
 
 
