@@ -222,6 +222,7 @@ def test_trees_on_a_peaked_model_sample_the_exact_joint(method):
 DEEP = dict(vocab_size=3, grid=(2, 3), scale=2.0)          # tree 2x3 in L = 16: 2 tree slots carried after a rejection
 
 
+@pytest.mark.slow
 def test_a_deep_tree_samples_the_exact_joint():
     deep = ToyModel(**DEEP)
     assert _tree_pvalue(deep, "scd-mc", (2, 3), 16, rows=48_000) > ALPHA

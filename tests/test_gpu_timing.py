@@ -11,6 +11,8 @@ import torch
 
 import transformers  # noqa: F401  (the script builds transformers configs)
 from scd_core.measure import gpu_timing as gt
+
+pytestmark = pytest.mark.drill
 MODELS = list(gt.MODELS)
 # bf16 as on the GPU: the models are built under a bf16 default dtype there too.
 FAST = ["--tiny", "--device", "cpu", "--dtype", "bfloat16", "--windows", "1,4,8", "--repeats", "2",

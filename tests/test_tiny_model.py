@@ -251,6 +251,7 @@ def two_sample_pvalue(a: torch.Tensor, b: torch.Tensor, vocab: int) -> float:
     return float(stats.chi2_contingency(table.numpy(), correction=False)[1])
 
 
+@pytest.mark.slow
 def test_sjd_and_scd_match_ar_per_position_histograms(image_model):
     rows, positions = 192, list(range(0, 64, 3))
     settings = dict(window=8, top_k=8, cfg_scale=3.0, temperature=1.0)
