@@ -5,8 +5,9 @@
 
 Each measurement runs in a process of its own: the model (`random-logits`: instant logits, so
 what is measured is the engine and the logits) is loaded and warmed up at one row, then a run
-of `--rows` rows at `--window` starts and four passes run; the growth of the process's peak
-resident set is the pass's peak, its state included (every tensor over 128 KiB is its own
+of `--rows` rows at `--window` starts and four passes run; the process's peak resident set
+(reset to what is resident when the run starts, through /proc/self/clear_refs) less what was
+resident then is the pass's peak, its state included (every tensor over 128 KiB is its own
 mapping, so the resident set follows what is live). The table then gives, per model of the registry, what
 one pass needs at the page's largest settings (32 rows, the window at its most: 1,024 or the
 grid) by `scd_core.memory.pass_bytes`, and how many rows fit under the cap.
@@ -20,17 +21,20 @@ import subprocess
 import sys
 
 CHILD = r"""
-import json, resource, sys, torch, scd_core
+import json, re, sys, torch, scd_core
 torch.set_num_threads(1)
 method, B, L, V = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 m = scd_core.load_model("random-logits", vocab_size=V, grid=(16, 16))
-rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def status(field):                       # bytes, from the kernel's account of this process
+    return int(re.search(field + r":\s+(\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
 warm = scd_core.stream(m, ["x"], method=method, window=2, seed=0)
 for _ in range(3): next(warm)
-base = rss()
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")                         # the peak restarts from what is resident now
+base = status("VmRSS")
 run = scd_core.stream(m, ["x"] * B, method=method, window=L, seed=0)
 for _ in range(5): next(run)
-print(json.dumps({"bytes": rss() - base}))
+print(json.dumps({"bytes": status("VmHWM") - base}))
 """
 
 
