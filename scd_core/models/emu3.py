@@ -106,13 +106,13 @@ class Emu3TokenModel:
         self.vocab_size = len(img2bpe)
         if sorted(img2bpe) != list(range(self.vocab_size)):
             raise ValueError("model: visual token codes are not 0..K-1")
-        self.code_to_bpe = torch.tensor([img2bpe[i] for i in range(self.vocab_size)], dtype=torch.long,
-                                        device=self.device)
+        bpe = [img2bpe[i] for i in range(self.vocab_size)]
+        self.code_to_bpe = torch.tensor(bpe, dtype=torch.long, device=self.device)
         # The head's rows of the visual codes, taken once (a view where their BPE ids run in
         # order): a pass computes K logits, not the whole vocabulary's.
         head = model.lm_head
-        self.image_head = head_rows(head.weight, self.code_to_bpe)                      # [K, hidden]
-        self.image_bias = None if head.bias is None else head.bias.detach()[self.code_to_bpe]
+        self.image_head = head_rows(head.weight, bpe)                                    # [K, hidden]
+        self.image_bias = None if head.bias is None else head_rows(head.bias[:, None], bpe)[:, 0]
         text_pad = model.config.text_config.pad_token_id
         self.pad_token_id = int(pad_token_id if pad_token_id is not None else (text_pad or 0))
         self.layout = RowEnds(self.grid[1], self.eol_token_id, self.pad_token_id)

@@ -146,8 +146,9 @@ class LuminaTokenModel:
         if sorted(mapping) != list(range(self.vocab_size)):
             raise ValueError("model: its vocabulary_map does not name image codes 0..V-1")
         weight = model.lm_head.weight
-        self.code2bpe = torch.tensor([mapping[i] for i in range(self.vocab_size)], device=weight.device)
-        self.image_head = head_rows(weight, self.code2bpe)          # [V, hidden]
+        bpe = [mapping[i] for i in range(self.vocab_size)]
+        self.code2bpe = torch.tensor(bpe, device=weight.device)
+        self.image_head = head_rows(weight, bpe)                    # [V, hidden]
         self.rows = RowEnds(self.grid[1], layout.eol, layout.pad)
 
     @property

@@ -267,14 +267,14 @@ class RowEnds:
         return entries, valid, offsets.gather(1, entries)
 
 
-def head_rows(weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """The rows `ids` of a head's weight [vocab, hidden]: a view when they are consecutive
-    ids in order (no copy), else a copy made once."""
-    ids = ids.to(weight.device)
-    first = int(ids[0]) if ids.numel() else 0
-    if ids.numel() and torch.equal(ids, torch.arange(first, first + ids.numel(), device=ids.device)):
-        return weight.detach()[first: first + ids.numel()]
-    return weight.detach()[ids]
+def head_rows(weight: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
+    """The rows `ids` (a list, as the model's vocabulary mapping gives them) of a head's weight
+    [vocab, hidden]: a view when they are consecutive ids in order (no copy), else a copy
+    made once."""
+    ids = [int(i) for i in ids]
+    if ids and ids == list(range(ids[0], ids[0] + len(ids))):
+        return weight.detach()[ids[0]: ids[0] + len(ids)]
+    return weight.detach()[torch.tensor(ids, device=weight.device)]
 
 
 class ResizableRows(GuidedRows):
