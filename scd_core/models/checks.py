@@ -31,21 +31,25 @@ def check_cfg(cfg_scale: float) -> float:
     return value
 
 
-def device_check(ok: torch.Tensor, message: str) -> None:
-    """Fail with `message` unless the boolean tensor `ok` holds True, without reading it back.
+def device_check(ok: torch.Tensor, message: str, **values) -> None:
+    """Fail with `message` (a template: `message.format(**values)`) unless the boolean tensor
+    `ok` holds True everywhere, without reading it back.
 
     `torch._assert_async` checks it where it lives: an accelerator checks it on the device,
     in order with the work around it, and the host goes on; the CPU checks it at once, and
-    this raises the ValueError of `message` (a `RuntimeError` with it inside a compiled graph;
-    `device="meta"` checks nothing)."""
+    this raises the ValueError of the message (inside a compiled graph a `RuntimeError`
+    whose message names the values instead of giving them: a graph's message is a
+    constant, and a size it was compiled for may be symbolic; `device="meta"` checks
+    nothing)."""
     ok = ok.all() if ok.dim() else ok
     if torch.compiler.is_compiling():
-        torch._assert_async(ok, message)
+        torch._assert_async(ok, message.format(**{name: name for name in values}))
         return
+    text = message.format(**values)
     try:
-        torch._assert_async(ok, message)
+        torch._assert_async(ok, text)
     except RuntimeError:
-        raise ValueError(message) from None
+        raise ValueError(text) from None
 
 
 def check_token_tensor(tokens, name: str, rows: int | None = None) -> torch.Tensor:
@@ -93,7 +97,7 @@ def check_step(tokens, start, batch: int, vocab_size: int, device: torch.device 
     tokens = check_token_tensor(tokens, "tokens", batch)
     tokens = tokens.to(device) if device is not None else tokens
     start = check_start(start, batch, tokens.device)
-    device_check((tokens >= 0) & (tokens < vocab_size), f"tokens: values must lie in [0, {vocab_size})")
+    device_check((tokens >= 0) & (tokens < vocab_size), "tokens: values must lie in [0, {V})", V=vocab_size)
     check_positions(start, fed, None if length is None else (length, tokens.shape[1]))
     return tokens, start
 
@@ -107,9 +111,11 @@ def check_positions(start: torch.Tensor, fed: torch.Tensor | int | None = None,
         ok = ok & (start <= fed)
     if room is not None:
         ok = ok & (start + room[1] <= room[0])
-    limit = "" if fed is None else (f", at most {fed}" if isinstance(fed, int) else ", at most the positions fed so far")
-    device_check(ok, f"start: positions must be >= 0{limit}"
-                 + ("" if room is None else f", with start + W <= {room[0]}"))
+    limit = "" if fed is None else (", at most {most}" if not isinstance(fed, torch.Tensor)
+                                    else ", at most the positions fed so far")
+    device_check(ok, "start: positions must be >= 0" + limit + ("" if room is None else ", with start + W <= {length}"),
+                 **({} if isinstance(fed, torch.Tensor) or fed is None else {"most": fed}),
+                 **({} if room is None else {"length": room[0]}))
 
 
 def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:

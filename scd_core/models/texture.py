@@ -202,7 +202,7 @@ class TextureSession:
                   start: torch.LongTensor) -> torch.Tensor:
         tree = check_tree(tokens, parents, start, self.history.shape[0], self.model.vocab_size,
                           device=self.history.device)
-        device_check(tree.start <= self.model.N, f"start: positions must lie in [0, {self.model.N}]")
+        device_check(tree.start <= self.model.N, "start: positions must lie in [0, {N}]", N=self.model.N)
         path = path_tokens(tree.tokens, tree.parents)                                  # [B, T, T] by depth
         begin = tree.start.unsqueeze(1)
 

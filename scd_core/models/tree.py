@@ -113,7 +113,7 @@ def check_tree(tokens, parents, start, batch: int, vocab_size: int, device: torc
         raise ValueError(f"parents: expected an integer tensor of the tokens' shape {tuple(tokens.shape)}, got "
                          f"{getattr(parents, 'shape', type(parents).__name__)}")
     start = check_start(start, batch, tokens.device)
-    device_check((tokens >= 0) & (tokens < vocab_size), f"tokens: values must lie in [0, {vocab_size})")
+    device_check((tokens >= 0) & (tokens < vocab_size), "tokens: values must lie in [0, {V})", V=vocab_size)
     parents = parents.long().to(tokens.device)
     check_parents(parents)
     seen = ancestors(parents)
@@ -124,7 +124,8 @@ def check_tree(tokens, parents, start, batch: int, vocab_size: int, device: torc
     if length is not None:
         ok = ok & (start + depth.amax(1) < length)
     device_check(ok, "start: positions must be >= 0" + ("" if fed is None else ", at most the positions fed so far")
-                 + ("" if length is None else f", with every node's position start + depth < {length}"))
+                 + ("" if length is None else ", with every node's position start + depth < {length}"),
+                 **({} if length is None else {"length": length}))
     return Tree(tokens, parents, start, depth, seen)
 
 
@@ -141,7 +142,7 @@ def check_path(tree: Tree | None, nodes) -> tuple[torch.LongTensor, torch.BoolTe
                          f"{getattr(nodes, 'shape', type(nodes).__name__)}")
     nodes = nodes.long().to(tree.parents.device)
     kept = nodes >= 0
-    device_check((nodes < T) & (nodes >= -1), f"nodes: node indices must lie in [0, {T}) or be -1 (padding)")
+    device_check((nodes < T) & (nodes >= -1), "nodes: node indices must lie in [0, {T}) or be -1 (padding)", T=T)
     device_check((nodes[:, 0] == 0) & ~(kept[:, 1:] & ~kept[:, :-1]).any(1),
                  "nodes: each row must start at the root (0), padded with -1 at the end only")
     index = nodes.clamp(0, T - 1)

@@ -45,6 +45,7 @@ class CosmosSession(GuidedRows):
     row reads nothing that another session may change."""
 
     reps = 1                                                  # no guidance: one block of rows
+    compilable = True                                         # `step` is tensor code alone: it compiles with the pass
 
     def __init__(self, model: "CosmosVideoModel", prefix: torch.LongTensor,
                  context: torch.Tensor | None = None):

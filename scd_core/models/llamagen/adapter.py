@@ -118,6 +118,8 @@ class LlamaGenSession(GuidedRows):
     """Cond rows 0..B-1, uncond rows B..2B-1 (when cfg_scale != 1), one static cache; rows join
     with `add_rows` and leave with `keep_rows` (a `ResizableSession`)."""
 
+    compilable = True                                   # `step` is tensor code alone: it compiles with the pass
+
     def __init__(self, tm: LlamaGenTokenModel, prompts: list[str], cfg_scale: float) -> None:
         self.tm = tm
         self.batch = len(prompts)
