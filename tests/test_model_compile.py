@@ -56,3 +56,30 @@ def test_the_compiled_pass_is_one_graph_with_the_eager_tokens(built, name, metho
         [int(it.num_accepted.sum()) for it in eager.iterations]
     again = scd_core.generate(model, prompts, compile=True, **kw)      # the graph is reused, not rebuilt
     assert stats["unique_graphs"] - graphs == 1 and torch.equal(again.tokens, compiled.tokens)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODELS)
+def test_a_tree_step_and_its_kept_path_trace_as_one_graph(built, name):
+    """`step_tree` then `keep_path` compile whole (`fullgraph=True`: a graph break is an
+    error) and give the eager logits, and the session afterwards steps as the eager one."""
+    model, prompts, cfg = built(name)
+    B = len(prompts)
+    parents = torch.tensor([[-1, 0, 0, 1, 1, 2, 2]] * B)
+    tokens = torch.randint(0, model.vocab_size, (B, 7), generator=torch.Generator().manual_seed(0))
+    nodes = torch.tensor([[0, 1, 4]] * B)
+
+    def tree_pass(session, tokens, parents, start, nodes):
+        logits = session.step_tree(tokens, parents, start)
+        session.keep_path(nodes)
+        return logits
+
+    outs = []
+    for fn in (tree_pass, torch.compile(tree_pass, fullgraph=True)):
+        with torch.no_grad():
+            session = model.start(prompts, cfg)
+            session.step(tokens[:, :3], torch.zeros(B, dtype=torch.long))
+            logits = fn(session, tokens, parents, torch.full((B,), 2), nodes)
+            outs.append((logits, session.step(tokens[:, :2], torch.full((B,), 5))))
+    for got, want in zip(outs[1], outs[0]):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
