@@ -32,8 +32,8 @@ from scd_core.prompts import unknown_pieces
 from scd_core.sampling import guide
 
 from .checkpoints import as_dtype
-from .rows import GuidedRows
 from .checks import check_positions, check_step
+from .rows import GuidedRows
 from .tree import Tree, check_path, check_tree, gather_nodes, tree_mask
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets" / "tiny"
