@@ -6,10 +6,10 @@
 - eager: `chain.decode_pass`, or `tree_pass.decode_pass` when the plan feeds a draft tree;
 - compiled (`Settings.compile`: `generate(..., compile=True)`, `scd-bench --compile`,
   `scd-serve --compile`, the page's `SCD_COMPILE=1`), with `torch.compile(fullgraph=True)`:
-  when the session says its step can be traced (`Session.compilable`), a chain's whole pass,
-  the model's step included, is one graph (`fused_pass`); otherwise, and for a draft tree, the
-  pass's two halves are compiled around the model's own eager step (`split_pass`,
-  `split_tree_pass`).
+  when the session says its steps can be traced (`Session.compilable`), the whole pass, the
+  model's step included (a tree's `step_tree` and `keep_path`), is one graph (`fused_pass`);
+  otherwise the pass's two halves are compiled around the model's own eager step
+  (`split_pass`, `split_tree_pass`).
 
 On a GPU the graphs are compiled with `mode="reduce-overhead"`: each is captured as a CUDA
 graph and replayed, so a pass costs one launch instead of hundreds. A replay writes its
@@ -71,9 +71,10 @@ def eager_pass(plan: Plan) -> PassFunction:
 
 
 def fusable(session: Session, plan: Plan) -> bool:
-    """Whether the model's step compiles with the pass: a chain, on a session that says its
-    step can be traced (`Session.compilable`)."""
-    return not plan.uses_tree and bool(getattr(session, "compilable", False))
+    """Whether the model's step compiles with the pass (a chain's, or a tree's with
+    `step_tree` and `keep_path`): the session says its steps can be traced
+    (`Session.compilable`)."""
+    return bool(getattr(session, "compilable", False))
 
 
 @functools.cache

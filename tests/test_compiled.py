@@ -3,8 +3,8 @@ whose batch changes (never one per pass), and eager with one warning where nothi
 
 Compiling costs tens of seconds per graph on a small CPU, so these tests cover one case of
 each kind of graph: the pass fused with an embedded model's step (texture's closed form, tiny's
-KV cache), the split pass around a step that is not traced (toy-grid's: a draft tree here, a chain
-in the server test) and around a draft tree's step (texture's). Each checks that graphs were built, so a pass
+KV cache; a draft tree's pass with texture's `step_tree` and `keep_path`), and the split pass
+around a step that is not traced (toy-grid's: a draft tree here, a chain in the server test). Each checks that graphs were built, so a pass
 that fell back to eager fails. `scripts/compile_check.py` compares every golden case.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from scd_core.serve import Scheduler
 CASES = {   # name: (model, model kwargs, settings): one graph of each kind (the split chain: the server test)
     "texture fused, scd-gumbel, top-k": ("texture", dict(grid=(8, 8)), dict(method="scd-gumbel", window=8, top_k=100)),
     "tiny fused, scd-mc, guided": ("tiny", {}, dict(method="scd-mc", window=8, top_k=100, cfg_scale=3.0)),
-    "texture tree split, sjd": ("texture", dict(grid=(8, 8)), dict(method="sjd", window=8, tree=(2, 2))),
+    "texture tree fused, sjd": ("texture", dict(grid=(8, 8)), dict(method="sjd", window=8, tree=(2, 2))),
     "toy-grid tree split, scd-mc": ("toy-grid", dict(grid=(6, 6), vocab_size=64, hidden=32),
                                     dict(method="scd-mc", window=6, tree=(2, 1))),
 }
