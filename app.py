@@ -102,10 +102,17 @@ def checked_click(go, values: dict, marked: list | None, race_all: bool = False)
         ({} if found else {go: time.time()})
 
 
+BUSY_WAIT_S = 1.0       # a click while a run goes waits this long for it to end (its final charts) before refusing
+
+
 def busy(request, message=lambda text: {input_md: text}) -> dict:
     """A click while the visitor's run goes: refused with a word (`message(text)`: where it
-    is said), nothing starts; {} when no run goes."""
+    is said), nothing starts; {} when no run goes. A run that ends within BUSY_WAIT_S (a
+    finished run drawing its final charts, after its status said "done") lets it through; one
+    stopped from elsewhere meanwhile (a model picked) does not."""
     run = RUNS.going(session_key(request))
+    if run is not None and run.quiet.wait(BUSY_WAIT_S) and not run.why:
+        run = RUNS.going(session_key(request))
     return message(runs.busy_message(run)) if run is not None else {}
 
 
@@ -517,6 +524,8 @@ def on_model_change(name: str, applied: dict | None = None, stopped: dict | None
                                    MODELS.loaded(name) or MODELS.at_hand(name) if ok else None,
                                    models.is_video(name))
     clip, prompts = models.takes_clip(name), MODELS.examples(name) if ok else []
+    if stopped:                                   # said under the model too, where a phone's visitor looks
+        said = f"**Stopped:** {stopped['named']} ended when you picked **{name}**.  \n{said}"
     return {setting_views[k]: values[k] for k in checks.SETTINGS} | switched_views(name, stopped) | {
         stopped_state: None,
         applied_state: new, switch_md: said, greedy_cb: values["temperature"] == 0,

@@ -13,6 +13,7 @@ import scd_core
 from demo import backend, checks, models, run_view, servers, streaming
 from scd_core.models import load_model
 from scd_core.race import Race
+from scd_core.settings import Settings
 from fakehub import empty_hub_cache  # noqa: F401  (a fixture)
 
 
@@ -387,3 +388,21 @@ def test_the_hub_probe_answers_within_its_timeout_when_finding_the_hub_hangs(mon
     started = time.monotonic()
     assert models.hub_reachable() is False
     assert time.monotonic() - started < 1.0
+
+
+def test_lossless_progress_counts_the_batches_compare_asks_about():
+    """`scd_core.lossless.compare` asks its `stop` once before each batch, AR's then the
+    method's: the progress the Lossless tab shows counts on it, and tells each method's time
+    left from that method's own batches."""
+    from demo import lossless as view
+    from scd_core import lossless as stats
+    clock = iter(range(1000))
+    progress = view.Progress(8, 4, "scd-mc", clock=lambda: float(next(clock)))
+    texture = load_model("texture")
+    stats.compare(texture, "ocean waves", Settings(method="scd-mc", window=8), "scd-mc", 8, batch=4,
+                  stop=lambda: progress.ask() or False)
+    assert len(progress.asks) == 4 and progress.done() == (8, 4)   # the last batch ends after the last ask
+    said = progress.said()
+    assert "**AR** 8 of 8 samples · **SCD maximal coupling** 4 of 8" in said and "s left" in said
+    fresh = view.Progress(8, 4, "scd-mc", clock=lambda: 0.0)
+    assert "the time left comes with AR's first 4" in fresh.said()
