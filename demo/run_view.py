@@ -230,7 +230,8 @@ def run_status(label: str, stats: TraceStats, wall: float, state: str, shared: i
     if tree_done and chain_nfe is not None:
         tree_done += f"; NFE {nfe} against {chain_nfe} on the chain"
     return (head + f" · **done** · {timing}" + (f" ({shared_note(shared)})" if shared else "")
-            + f" · {sample.step_compression:.2f}x fewer passes than AR (step compression)" + drafts + tree_done
+            + (" · one pass per token (step compression 1.00x)" if stats.method == "ar" else
+               f" · {sample.step_compression:.2f}x fewer passes than AR (step compression)") + drafts + tree_done
             + raised)
 
 
