@@ -8,10 +8,14 @@ from that client too (`demo.models`). Every event that decodes or draws is one Z
 (`demo.zerogpu`). What the page calls lives in `demo/`, one module per job (docs/app.md)."""
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
+import queue
+import threading
 import time
+from typing import Callable
 
 import gradio as gr
 import torch
@@ -22,7 +26,7 @@ from scd_core.models import cache
 from scd_core.settings import METHODS
 
 from demo import (backend, charts, checks, export, generate_view, labels, lossless, models, pictures, race_view,
-                  run_view, servers, streaming, texts, uploads, zerogpu)
+                  run_view, runs, servers, streaming, texts, uploads, zerogpu)
 from demo.clips import example_clips
 
 
@@ -42,6 +46,8 @@ QUEUE = dict(max_size=64, default_concurrency_limit=1)
 SESSIONS = checks.env_count("SCD_SESSIONS", 128)
 THREADS = 2 * SERVERS.max_batch
 STOPS = servers.Stops(shared=backend.on_zero_gpu())   # a ZeroGPU call runs in a process of its own
+RUNS = runs.Runs()            # each visitor's run in progress: one at a time
+SWITCH_QUIET_S = 1.5          # a model switch waits this long at most for the run it stops to show nothing more
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 MODELS = models.Models(cache, DEVICE, SERVERS)   # one large model resident at a time
 REQUESTS = backend.Requests(backend.make_client(
@@ -53,48 +59,43 @@ LABELS = labels.METHOD_LABELS
 
 # ------------------------------------------------------------------------------ checks
 
-def checked_clip(values, at: int = checks.INPUTS.index("clip")) -> tuple[list, str | None]:
-    """The decoding inputs with the clip's path checked before anything opens it (an upload
-    of this page or an example clip, `demo.uploads`; on every model, even those that ignore
-    it), and the refusal message; a refused clip is replaced by None."""
-    values = list(values)
-    if not -len(values) <= at < len(values):          # a caller without the clip inputs
+def checked_clip(values: dict) -> tuple[dict, str | None]:
+    """A decoding event's values by name with the clip's path checked before anything opens it
+    (an upload of this page or an example clip, `demo.uploads`; on every model, even those
+    that ignore it), and the refusal message; a refused clip is replaced by None."""
+    if "clip" not in values:                          # a caller without the clip inputs
         return values, None
     try:
-        values[at] = uploads.clip_file(values[at], example_clips())
-        return values, None
+        return values | {"clip": uploads.clip_file(values["clip"], example_clips())}, None
     except ValueError as exc:
-        values[at] = None
-        return values, str(exc)
+        return values | {"clip": None}, str(exc)
 
 
-def problems(name, *values) -> dict[str, str]:
-    values, refused = checked_clip((name, *values))
-    found = checks.problems(MODELS.loaded(name), *values) | ({"clip": refused} if refused else {})
+def problems(values: dict) -> dict[str, str]:
+    """Every input of a decoding event (its values by name) the page or the library refuses,
+    by name, with the message."""
+    values, refused = checked_clip(checks.values_of(values))
+    found = checks.problems(MODELS.loaded(values["model"]), values) | ({"clip": refused} if refused else {})
     return {k: uploads.without_paths(v) for k, v in found.items()}
 
 
-def validator(*values):
-    """Runs before a request joins the queue: each rejected input gets its message."""
-    found = problems(*values[:len(checks.INPUTS)])
+def validator(**values):
+    """Runs before a request joins the queue: each rejected input gets its message (the
+    event's inputs by name, in their order)."""
+    found = problems(values)
     if found:
         log.info("input rejected: %s", "; ".join(found.values()))
-    return [gr.validate(n not in found, found.get(n, "")) for n in checks.INPUTS] + \
-        [gr.validate(True, "")] * (len(values) - len(checks.INPUTS))
+    return [gr.validate(n not in found, found.get(n, "")) for n in values]
 
 
-def checked_click(go, values, marked: list | None, race_all: bool = False) -> dict:
+def checked_click(go, values: dict, marked: list | None, race_all: bool = False) -> dict:
     """A Generate or Race click, checked before anything starts (outside the queue): each
     field refused gets its message beside it and the buttons' message says them all; a field
     marked before and right now loses its mark. When nothing is refused, `go` is set, which
     starts the run. The race runs every method: its fields are checked as a speculative one."""
-    values = list(values[:len(checks.INPUTS)])
-    if race_all:
-        values[checks.INPUTS.index("method")] = "scd-mc"
-    found = problems(*values)
-    marks = {name: gr.update(info=found.get(name, field_info.get(name, "")),
-                             elem_classes=["invalid"] if name in found else [])
-             for name in field_views if name in found or name in (marked or [])}
+    found = problems(values | ({"method": "scd-mc"} if race_all else {}))
+    marks = {name: gr.update(info=found.get(name, view.info or ""), elem_classes=["invalid"] if name in found else [])
+             for name, view in field_views.items() if name in found or name in (marked or [])}
     if found:
         log.info("input refused: %s", "; ".join(found.values()))
     return {input_md: checks.not_started(found), marked_state: sorted(found)} | \
@@ -102,21 +103,39 @@ def checked_click(go, values, marked: list | None, race_all: bool = False) -> di
         ({} if found else {go: time.time()})
 
 
-def check_generate(*values):
-    return checked_click(go_generate, values[:-1], values[-1])
+BUSY_WAIT_S = 1.0       # a click while a run goes waits this long for it to end (its final charts) before refusing
 
 
-def check_race(*values):
-    return checked_click(go_race, values[:-1], values[-1], race_all=True)
+def busy(request, message=lambda text: {input_md: text}) -> dict:
+    """A click while the visitor's run goes: refused with a word (`message(text)`: where it
+    is said), nothing starts; {} when no run goes. A run that ends within BUSY_WAIT_S (a
+    finished run drawing its final charts, after its status said "done") lets it through; one
+    stopped from elsewhere meanwhile (a model picked) does not."""
+    run = RUNS.going(session_key(request))
+    if run is not None and run.quiet.wait(BUSY_WAIT_S) and not run.why:
+        run = RUNS.going(session_key(request))
+    return message(runs.busy_message(run)) if run is not None else {}
+
+
+def check_generate(request: gr.Request = None, *, marked=None, **values):
+    return busy(request) or checked_click(go_generate, values, marked)
+
+
+def check_race(request: gr.Request = None, *, marked=None, **values):
+    return busy(request) or checked_click(go_race, values, marked, race_all=True)
+
+
+def check_lossless(request: gr.Request = None):
+    """A click on Compare: refused with a word while the visitor's run goes, else it starts."""
+    return busy(request, lambda text: {loss_message: text}) or {loss_message: "", go_lossless: time.time()}
 
 
 def prepare(values: dict, method: str | None = None):
     """The model as the page uses it (`Models.for_page`) and the checked run of a decoding
-    event's widget values (`checks.values_of`; `method` in place of the chosen one): the clip's
-    path checked before anything opens it, the model loaded, then `checks.read`, the one
+    event's widget values by name (`method` in place of the chosen one): the clip's path
+    checked before anything opens it, the model loaded, then `checks.read`, the one
     conversion of the widget values. ValueError with the message otherwise."""
-    values = values | ({"method": method} if method else {})
-    (values["clip"],), refused = checked_clip([values["clip"]], at=0)
+    values, refused = checked_clip(checks.values_of(values | ({"method": method} if method else {})))
     if refused:
         raise ValueError(refused)
     model, _ = checks.load_for(values["model"], values["prompt"], values["clip"], values["clip_text"],
@@ -126,6 +145,61 @@ def prepare(values: dict, method: str | None = None):
 
 def session_key(request: gr.Request | None) -> str:
     return getattr(request, "session_hash", None) or ""
+
+
+def one_run(kind: str, status: Callable[[], object]):
+    """A decoding event's handler as the visitor's one run (`demo.runs`, `kind` a key of
+    `runs.KINDS`; `status()`: its status component): while it goes a second click is refused,
+    and a model switch or a new prompt or method stops it (`halt`). After a switch it ends at
+    its next update with the new model's views (`left_views`): Gradio repeats a stream's last
+    update when it ends, so nothing of the old model comes back after the switch's own update.
+    After another stop its status says why. It runs in the page's process, around the ZeroGPU
+    call (`demo.zerogpu`)."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def handler(request: gr.Request = None, **inputs):
+            key = session_key(request)
+            run = RUNS.start(key, runs.Run(kind, str(inputs.get("model") or ""), str(inputs.get("method") or ""),
+                                           str(inputs.get("prompt") or "")))
+            updates = fn(request, **inputs)
+            try:
+                for update in updates:
+                    if run.left:
+                        break                             # its rows were cancelled: they leave at once
+                    if run.why and status() in update:
+                        update = update | {status(): f"{update[status()]}  \n{run.why}"}
+                    yield update
+                updates.close()
+                if run.left:
+                    yield left_views(run)
+            finally:
+                updates.close()
+                RUNS.end(key, run)
+        return handler
+    return wrap
+
+
+def left_views(run: runs.Run) -> dict:
+    """The last update of a run whose model was switched away: its event's views as the new
+    model's, before any run, its status saying that it stopped (the switch shows the same)."""
+    outputs = {"generate": gen_outputs, "race": race_outputs, "lossless": lossless_outputs}[run.kind]
+    return {k: v for k, v in switched_views(run.left, {"kind": run.kind, "named": run.named()}).items()
+            if k in outputs}
+
+
+def halt(key: str, why: str, at=None, left: str = "", kinds=tuple(runs.KINDS)) -> runs.Run | None:
+    """Stop the visitor's run (one of `kinds`) from elsewhere, `why` in words: its row leaves
+    at its next pass boundary. `left` (a model switch, to that model): wait until it has ended
+    (its last update the new model's views), so that the switch's own update comes after it.
+    The run stopped, or None."""
+    run = RUNS.interrupt(key, why, left, kinds)
+    if run is None:
+        return None
+    STOPS.stop(key, at)
+    REQUESTS.cancel_visitor(key)
+    if left:
+        run.quiet.wait(SWITCH_QUIET_S)
+    return run
 
 
 def refused(exc: Exception, started: bool = False) -> str:
@@ -141,23 +215,23 @@ def shown(update: dict) -> dict:
     return {gen_views[name]: value for name, value in update.items()}
 
 
+@one_run("generate", lambda: status)
 @zerogpu.on_gpu(zerogpu.generate_seconds, lambda: demo.blocks)
 @streaming.streams_in_full(lambda: gen_outputs)
-def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
-                    pace=0.0, samples=1, clip=None, clip_text="", tree=None, history=None, ticket=None,
-                    request: gr.Request = None):
+def generate_stream(request: gr.Request = None, *, history=None, ticket=None, **values):
     """Decode one sample as a row on the decode client (visitors' rows share passes) and
     stream its passes to the page (every pass in slow motion, else a few pictures a second);
     Stop cancels it at once, keeping what is shown, and its row leaves the batch. An input the
     model refuses (a clip too short for it...) or a lost row is said in the status, nothing lost;
-    a refused run on another model clears the replay and export, which belong to the last run."""
+    a refused run on another model clears the replay and export, which belong to the last run.
+    `values`: the event's inputs by their name in `checks.INPUTS`."""
     key, stamp = session_key(request), STOPS.stamp(ticket)
     stopped = lambda: STOPS.stopped(key, stamp)  # noqa: E731
+    name = values.get("model")
     stale = {} if (history or {}).get("_model") in (None, name) else generate_view.REPLAY_CLEARED
     row = view = None
     try:
-        model, page = prepare(checks.values_of(name, method, window, init, temperature, top_k, top_p,
-                                               cfg_scale, seed, prompt, pace, samples, clip, clip_text, tree))
+        model, page = prepare(values)
         zerogpu.check_fits(zerogpu.generate_estimate(name, page.settings.method, page.settings.window, page.pace),
                            "This run", "lower the slow motion or pick a smaller model")
         if stopped():                                     # stopped while waiting in the queue
@@ -200,11 +274,10 @@ def raced(update: dict) -> dict:
     return {race_views[name]: value for name, value in update.items()}
 
 
+@one_run("race", lambda: race_status)
 @zerogpu.on_gpu(zerogpu.race_seconds, lambda: demo.blocks)
 @streaming.streams_in_full(lambda: race_outputs)
-def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
-                pace=0.0, samples=8, clip=None, clip_text="", tree=None, history=None, ticket=None,
-                request: gr.Request = None):
+def race_stream(request: gr.Request = None, *, history=None, ticket=None, **values):
     """Per method, decode ONE image alone (its latency) and then K samples together (the
     batch's throughput, and every per-sample figure) on the page's decode client, the same
     as Generate, showing the pictures as they form; time each method again, in turns; then
@@ -212,9 +285,8 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
     key, stamp = session_key(request), STOPS.stamp(ticket)
     stopped = lambda: STOPS.stopped(key, stamp)  # noqa: E731
     try:
-        model, page = prepare(checks.values_of(name, method, window, init, temperature, top_k, top_p,
-                                               cfg_scale, seed, prompt, pace, samples, clip, clip_text, tree),
-                              method="scd-mc")      # the race runs every method: checked as one with drafts
+        model, page = prepare(values, method="scd-mc")   # the race runs every method: checked as one with drafts
+        name = page.name
         rounds = zerogpu.race_rounds(name, page.settings.window, page.samples, page.pace)   # timing rounds
         zerogpu.check_fits(zerogpu.race_estimate(name, page.settings.window, page.samples, page.pace, rounds),
                            "This race", "lower the race samples K (or the slow motion), or pick a smaller model")
@@ -257,28 +329,49 @@ def shipped_ratios():
 
 # ----------------------------------------------------------------------------- lossless
 
+@one_run("lossless", lambda: loss_status)
 @zerogpu.on_gpu(zerogpu.lossless_seconds, lambda: demo.blocks)
-def lossless_run(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
-                 samples=lossless.DEFAULT_SAMPLES, ticket=None, request: gr.Request = None):
+def lossless_run(request: gr.Request = None, *, lossless_samples=lossless.DEFAULT_SAMPLES, ticket=None, **values):
     """Many samples of AR and of the method (the one picked; SCD-MC when AR is), which token
     each put at four positions with the chi-square test's p-value, and greedy mode's tokens."""
     key, ticket = session_key(request), STOPS.stamp(ticket)
     outputs = (loss_summary, loss_chart, loss_ar, loss_method, loss_greedy, loss_diff)
     try:
-        lossless.check_model(name)
-        samples = lossless.check_samples(samples)
-        model, page = prepare(checks.values_of(name, method, window, init, temperature, top_k, top_p,
-                                               cfg_scale, seed, prompt), method="scd-mc")
+        name = lossless.check_model(values.get("model"))
+        samples = lossless.check_samples(lossless_samples)
+        model, page = prepare(values, method="scd-mc")
         s = page.race
     except ValueError as exc:
         yield {loss_status: refused(exc)}
         return
-    other = lossless.method_of(method)
-    yield dict.fromkeys(outputs, None) | {loss_status: f"Decoding {samples} samples of AR and {samples} "
-                                           f"of {LABELS[other]}…"}
+    other = lossless.method_of(values["method"])
     settings = s.settings if s.settings.temperature > 0 else s.settings.replace(temperature=1.0)
-    c = lossless_stats.compare(model, s.prompt, settings, other, samples, seed=s.seed,
-                               stop=lambda: STOPS.stopped(key, ticket))
+    stopped = lambda: STOPS.stopped(key, ticket)  # noqa: E731
+    progress = lossless.Progress(samples, zerogpu.LOSSLESS_BATCH, other)
+    result: queue.Queue = queue.Queue()
+
+    def compare() -> None:                            # in a thread: the progress is said meanwhile
+        try:
+            result.put(lossless_stats.compare(model, s.prompt, settings, other, samples, seed=s.seed,
+                                              batch=zerogpu.LOSSLESS_BATCH,
+                                              stop=lambda: progress.ask() or stopped()))
+        except Exception as exc:                      # noqa: BLE001: said below
+            result.put(exc)
+
+    threading.Thread(target=compare, name="scd-lossless", daemon=True).start()
+    yield dict.fromkeys(outputs, None) | {loss_status: progress.said()}
+    while True:
+        try:
+            c = result.get(timeout=1.0)
+            break
+        except queue.Empty:
+            if stopped():                             # its batch ends in the background
+                c = None
+                break
+            yield {loss_status: progress.said()}
+    if isinstance(c, Exception):
+        yield {loss_status: refused(c, started=True)}
+        return
     if c is None:
         yield {loss_status: "**Stopped** before the samples were complete: nothing to compare."}
         return
@@ -333,7 +426,13 @@ def load_selected(name: str, progress=gr.Progress()):
     that could not be fetched (no network here) cannot be started."""
     note = MODELS.load_note(name, lambda done, total, repo: progress(
         (done, total) if total else 0.0, desc=f"Downloading {repo}", unit="bytes"))
-    return {model_md: uploads.without_paths(note)} | runnable(name)
+    return {model_md: texts.command_blocks(uploads.without_paths(note))} | runnable(name)
+
+
+def model_info(name: str) -> str:
+    """Under the model: what it is and where it stands here (`models.model_note`), its download
+    commands as blocks."""
+    return texts.command_blocks(models.model_note(name, MODELS.loaded(name) is not None))
 
 
 def can_run(name: str) -> bool:
@@ -366,15 +465,26 @@ def cleared_views(name: str) -> dict:
     ok = can_run(name)
     model = MODELS.at_hand(name) if ok else None
     grid = tuple(model.grid) if model is not None else None
-    blank = pictures.blank_picture(grid) if grid else None
     run = generate_view.waiting(grid, math.prod(grid) if grid else models.REGISTRY[name].tokens) | \
         generate_view.REPLAY_CLEARED | {"status": texts.hint(texts.GENERATE_HINT if ok else texts.CANNOT_RUN, name)}
-    return shown(run) | {replay_slider: gr.Slider(value=0)} | raced(race_waiting(name, blank, ok)) | lossless_waiting()
+    return shown(run) | {replay_slider: gr.Slider(value=0)} | raced(race_waiting(name, ok)) | lossless_waiting()
 
 
-def race_waiting(name: str, blank, ok: bool = True) -> dict:
-    """The Race tab before a race of `name` (`ok`: it can run here), by view name."""
-    return race_view.waiting(blank, texts.hint(texts.RACE_HINT if ok else texts.CANNOT_RUN, name)) | {
+def switched_views(name: str, stopped: dict | None = None) -> dict:
+    """`cleared_views` after a switch to `name`; `stopped`: the run the switch stopped (its kind
+    and its name in words), said in the status of its tab."""
+    views = cleared_views(name)
+    if stopped:
+        where = {"generate": status, "race": race_status, "lossless": loss_status}[stopped["kind"]]
+        views[where] = (f"**Stopped:** {stopped['named']} ended when you picked **{name}**; nothing of it is "
+                        f"kept here.  \n{views[where]}")
+    return views
+
+
+def race_waiting(name: str, ok: bool = True) -> dict:
+    """The Race tab before a race of `name` (`ok`: it can run here), by view name: no panels
+    yet (they come with the race), the hint."""
+    return race_view.waiting(None, texts.hint(texts.RACE_HINT if ok else texts.CANNOT_RUN, name)) | {
         "state": None, "sample": gr.Slider(visible=False)}
 
 
@@ -383,19 +493,49 @@ def lossless_waiting() -> dict:
             loss_method: None, loss_diff: None, loss_greedy: None, loss_diff_title: lossless.DIFF_TITLE}
 
 
-def on_model_change(name: str, applied: dict | None = None, *current):
+def picked(name: str, ticket=None, request: gr.Request = None) -> dict:
+    """At once when a model is picked (outside the queue), before the switch itself: the
+    visitor's run stops and nothing more of it is shown (the note under the model has said
+    in the browser that the pick was heard: where a model stands can take seconds to find out)."""
+    key = session_key(request)
+    run = halt(key, f"you picked {name}", ticket, left=name)
+    if run is None:
+        STOPS.stop(key, ticket)              # a run still in the queue never starts on the old model
+    return {"kind": run.kind, "named": run.named()} if run is not None else None
+
+
+def changed(prompt, method, ticket=None, request: gr.Request = None) -> None:
+    """A new prompt (or method) while the visitor's run goes: it stops at once, its status
+    saying why (a race runs every method: only a new prompt stops it)."""
+    run = RUNS.going(session_key(request))
+    if run is None or run.left:
+        return
+    button = {"generate": "Generate", "race": "Race all methods", "lossless": "Compare"}[run.kind]
+    for what, now, was, kinds in (("prompt", prompt, run.prompt, ("generate", "race", "lossless")),
+                                  ("method", method, run.method, ("generate", "lossless"))):
+        if run.kind in kinds and now is not None and str(now) != was:
+            halt(session_key(request), f"**Stopped:** you changed the {what}; press **{button}** to run the new one.",
+                 ticket, kinds=kinds)
+            return
+
+
+def on_model_change(name: str, applied: dict | None = None, stopped: dict | None = None, **current):
     """What the model is (or why it cannot run here); the visitor's settings kept where they
     chose them and the model can take them, the rest its defaults, in one line (`checks.switched`);
-    the last model's views cleared; Generate and Race disabled for a model that cannot run."""
+    the last model's views cleared; Generate and Race disabled for a model that cannot run.
+    `stopped`: the run the pick stopped (`picked`), said in its tab's status."""
     new, ok = defaults(name)
-    values, said = checks.switched(name, dict(zip(checks.SETTINGS, current)), applied, new,
+    values, said = checks.switched(name, current, applied, new,
                                    MODELS.loaded(name) or MODELS.at_hand(name) if ok else None,
                                    models.is_video(name))
     clip, prompts = models.takes_clip(name), MODELS.examples(name) if ok else []
-    return {setting_views[k]: values[k] for k in checks.SETTINGS} | cleared_views(name) | {
+    if stopped:                                   # said under the model too, where a phone's visitor looks
+        said = f"**Stopped:** {stopped['named']} ended when you picked **{name}**.  \n{said}"
+    return {setting_views[k]: values[k] for k in checks.SETTINGS} | switched_views(name, stopped) | {
+        stopped_state: None,
         applied_state: new, switch_md: said, greedy_cb: values["temperature"] == 0,
         prompt_words_md: prompt_words(name, values["prompt"]) if not clip else "",
-        model_md: models.model_note(name, MODELS.loaded(name) is not None),
+        model_md: model_info(name),
         clip_row: gr.Row(visible=models.is_video(name)),
         examples.dataset: gr.Dataset(samples=[] if clip else [[p] for p in prompts]),
         text_box: gr.Column(visible=not clip), clip_box: gr.Column(visible=clip),
@@ -414,15 +554,17 @@ def image(elem_id: str, value=None) -> gr.Image:
                     elem_id=elem_id, container=False, elem_classes="bare")
 
 
-def number(value, elem_id: str, field: checks.Field | None = None, info: str | None = None) -> gr.Number:
-    """A number field, labelled by its `checks.Field` (by default the one of `checks.FIELDS`
-    named like its id); whole numbers are checked, never rounded (1.5 is refused, not 2)."""
-    field = field or checks.FIELDS[elem_id.replace("-", "_")]
-    return gr.Number(value, label=field.widget_label, elem_id=elem_id, info=info, min_width=100)
+def number(name: str, value, field: checks.Field | None = None, info: str | None = None) -> gr.Number:
+    """The number field of setting `name`, labelled by its `checks.Field` (by default
+    `checks.FIELDS[name]`, the one its check reads; its id: the name with dashes); whole
+    numbers are checked, never rounded (1.5 is refused, not 2)."""
+    field = field or checks.FIELDS[name]
+    return gr.Number(value, label=field.widget_label, elem_id=name.replace("_", "-"), info=info, min_width=100)
 
 
 def plot(elem_id: str, value=None) -> gr.Plot:
-    return gr.Plot(value, show_label=False, elem_id=elem_id)
+    """A chart; with nothing to draw (None) it takes no room (`.chart`, demo/static/page.css)."""
+    return gr.Plot(value, show_label=False, elem_id=elem_id, elem_classes="chart")
 
 
 with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) as demo:
@@ -440,7 +582,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
             with gr.Column(elem_id="model-box"):
                 model_dd = gr.Dropdown([(models.model_label(n), n) for n in models.listed_models()],
                                        value=D0, label="Model", elem_id="model")
-                model_md = gr.Markdown(models.model_note(D0), elem_id="model-info")
+                model_md = gr.Markdown(model_info(D0), elem_id="model-info")
                 switch_md = gr.Markdown(elem_id="settings-changed")      # what a model switch changed
             with gr.Column(visible=not models.takes_clip(D0), elem_id="prompt-box") as text_box:
                 prompt_tb = gr.Textbox(MODELS.examples(D0)[0], label="Prompt", lines=1,
@@ -468,51 +610,52 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
             with gr.Column(elem_id="method-box"):
                 method_rd = gr.Radio([(LABELS[m], m) for m in METHODS], value="scd-mc",
                                      label="Method (Generate)", elem_id="method")
-            d0, s0, _ = MODELS.defaults(D0)
+            v0, _ = defaults(D0)                    # the first model's settings, by name
             with gr.Accordion("Settings", open=True, elem_id="settings"):
-                init_dd = gr.Dropdown([(v, k) for k, v in labels.INIT_LABELS.items()], value=d0["init"],
+                init_dd = gr.Dropdown([(v, k) for k, v in labels.INIT_LABELS.items()], value=v0["init"],
                                       label="Draft init", elem_id="init")
                 tree_dd = gr.Dropdown(labels.TREE_CHOICES, value=labels.TREE_CHOICES[0], label="Draft tree",
                                       info=labels.TREE_INFO, elem_id="tree")
                 with gr.Row():
-                    window_nb = number(d0["window"], "window")
-                    seed_nb = number(0, "seed")
+                    window_nb = number("window", v0["window"])
+                    seed_nb = number("seed", 0)
                 with gr.Row():
-                    temp_nb = number(s0["temperature"], "temperature")
-                    greedy_cb = gr.Checkbox(s0["temperature"] == 0, label="Greedy (temperature 0)",
+                    temp_nb = number("temperature", v0["temperature"])
+                    greedy_cb = gr.Checkbox(v0["temperature"] == 0, label="Greedy (temperature 0)",
                                             elem_id="greedy", min_width=100)
                 with gr.Row():
-                    topk_nb = number(s0["top_k"], "top-k")
-                    topp_nb = number(s0["top_p"], "top-p")
+                    topk_nb = number("top_k", v0["top_k"])
+                    topp_nb = number("top_p", v0["top_p"])
                 with gr.Row():
-                    cfg_nb = number(s0["cfg_scale"], "cfg")
-                    samples_nb = number(d0["samples"], "samples")
-                pace_nb = number(d0["pace"], "pace", info=texts.pace_info(servers.IMAGE_EVERY))
+                    cfg_nb = number("cfg", v0["cfg"])
+                    samples_nb = number("samples", v0["samples"])
+                pace_nb = number("pace", v0["pace"], info=texts.pace_info(servers.IMAGE_EVERY))
         with gr.Column(scale=3, elem_id="results"):
             grid0 = tuple(MODELS.at_hand(D0).grid)
             waiting0 = charts.waiting_figures(math.prod(grid0))          # what each chart says before a run
             with gr.Tabs() as tabs:
                 with gr.Tab("Generate", id="tab-generate"):
+                    # In sight while a run goes: the picture with its status under it and, beside
+                    # it (under it on a phone), the charts drawn pass by pass; the rest after.
                     with gr.Row():
-                        with gr.Column(scale=2, min_width=300):
+                        with gr.Column(scale=2, min_width=300, elem_id="picture-box"):
                             gr.Markdown("Committed tokens + current drafts", elem_classes="panel-title")
                             live_image = image("live-image", pictures.blank_picture(grid0))
-                            gr.HTML(pictures.legend_html())
                             status = gr.Markdown(texts.hint(texts.GENERATE_HINT, D0), elem_id="status")
                             tree_now = gr.HTML("", elem_id="tree-view")
-                        with gr.Column(scale=3, min_width=300):
+                            gr.HTML(pictures.legend_html())
+                        with gr.Column(scale=3, min_width=300, elem_id="live-charts"):
                             chart_committed = plot("chart-committed", waiting0["committed"])
+                            chart_rate = plot("chart-rate", waiting0["rate"])
+                            chart_flicker = plot("chart-flicker", waiting0["flicker"])
                     with gr.Row():
                         chart_length = plot("chart-length", waiting0["length"])
-                        chart_flicker = plot("chart-flicker", waiting0["flicker"])
+                        heat_committed = plot("heat-committed", waiting0["committed_at"])
+                        heat_unchanged = plot("heat-unchanged", waiting0["unchanged"])
                     film_title = gr.Markdown(run_view.film_title(None), elem_classes="panel-title", elem_id="film-title")
                     film = image("film")
                     gr.HTML(pictures.film_legend_html(), elem_id="film-legend")
                     summary = gr.Markdown(run_view.SUMMARY_WAITING, elem_id="summary")
-                    with gr.Row():
-                        chart_rate = plot("chart-rate", waiting0["rate"])
-                        heat_committed = plot("heat-committed", waiting0["committed_at"])
-                        heat_unchanged = plot("heat-unchanged", waiting0["unchanged"])
                     with gr.Row(visible=models.is_video(D0)) as clip_row:
                         clip_video = gr.Video(label="Finished clip (MP4)", elem_id="clip-video",
                                               interactive=False, height=260)
@@ -534,15 +677,16 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                 with gr.Tab("Race", id="tab-race"):
                     race_status = gr.Markdown(texts.hint(texts.RACE_HINT, D0), elem_id="race-status")
                     race_images = {}
-                    for pair in (METHODS[:2], METHODS[2:]):
-                        with gr.Row():
-                            for m in pair:
-                                with gr.Column(min_width=240):
-                                    gr.Markdown(LABELS[m], elem_classes="panel-title")
-                                    race_images[m] = image(f"race-{m}", pictures.blank_picture(grid0))
-                    race_sample = gr.Slider(1, 8, value=1, step=1, label="Sample shown", visible=False,
-                                            elem_id="race-sample")
-                    gr.HTML(pictures.legend_html().replace('id="scd-legend"', 'id="race-legend"'))
+                    with gr.Column(elem_classes="picture-panel"):       # shown once a race has pictures
+                        for pair in (METHODS[:2], METHODS[2:]):
+                            with gr.Row():
+                                for m in pair:
+                                    with gr.Column(min_width=240):
+                                        gr.Markdown(LABELS[m], elem_classes="panel-title")
+                                        race_images[m] = image(f"race-{m}")
+                        race_sample = gr.Slider(1, 8, value=1, step=1, label="Sample shown", visible=False,
+                                                elem_id="race-sample")
+                        gr.HTML(pictures.legend_html().replace('id="scd-legend"', 'id="race-legend"'))
                     race_table = gr.HTML(elem_id="race-summary")
                     race_note = gr.Markdown(elem_id="race-note")
                     race_why = gr.Markdown(elem_id="race-why")
@@ -558,42 +702,49 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                 with gr.Tab("Lossless", id="tab-lossless"):
                     gr.Markdown(lossless.HINT, elem_id="lossless-hint")
                     with gr.Row():
-                        loss_samples = number(lossless.DEFAULT_SAMPLES, "loss-samples", lossless.SAMPLES_FIELD)
+                        loss_samples = number("loss_samples", lossless.DEFAULT_SAMPLES, lossless.SAMPLES_FIELD)
                         loss_btn = gr.Button("Compare AR with the method", elem_id="lossless", min_width=120)
+                    loss_message = gr.Markdown(elem_id="lossless-message")    # a click refused, said here
                     loss_status = gr.Markdown(elem_id="lossless-status")
                     loss_chart = plot("lossless-chart", lossless.WAITING_FIGURE)
                     loss_summary = gr.Markdown(elem_id="lossless-summary")
-                    with gr.Row():
-                        with gr.Column(min_width=240):
+                    with gr.Row():                 # each picture with its title, shown once drawn
+                        with gr.Column(min_width=240, elem_classes="picture-panel"):
                             gr.Markdown(f"AR: its first {lossless.SHOWN_SAMPLES} samples",
                                         elem_classes="panel-title")
                             loss_ar = image("lossless-ar")
-                        with gr.Column(min_width=240):
+                        with gr.Column(min_width=240, elem_classes="picture-panel"):
                             loss_method_title = gr.Markdown("The method: its first samples",
                                                             elem_classes="panel-title")
                             loss_method = image("lossless-method")
-                    loss_diff_title = gr.Markdown(lossless.DIFF_TITLE, elem_classes="panel-title",
-                                                  elem_id="lossless-diff-title")
-                    loss_diff = image("lossless-diff")
-                    gr.Markdown("Greedy (temperature 0): AR, then the method", elem_classes="panel-title")
-                    loss_greedy = image("lossless-greedy")
+                    with gr.Column(elem_classes="picture-panel"):
+                        loss_diff_title = gr.Markdown(lossless.DIFF_TITLE, elem_classes="panel-title",
+                                                      elem_id="lossless-diff-title")
+                        loss_diff = image("lossless-diff")
+                    with gr.Column(elem_classes="picture-panel"):
+                        gr.Markdown("Greedy (temperature 0): AR, then the method", elem_classes="panel-title")
+                        loss_greedy = image("lossless-greedy")
                 with gr.Tab("How it works", id="tab-explain"):
                     gr.Markdown(texts.HOW_IT_WORKS, elem_id="how-it-works")
-    go_generate, go_race = (gr.Number(None, visible=False) for _ in range(2))   # set by a passed check
+    go_generate, go_race, go_lossless = (gr.Number(None, visible=False) for _ in range(3))   # set by a passed check
+    stopped_state = gr.State(None)                     # the run a model pick stopped, for the switch to say
     marked_state = gr.State([])                        # the fields marked with a message now
     applied_state = gr.State(defaults(D0)[0])           # the settings the page set last (a model's defaults)
 
-    # The decoding events' inputs, by their name in checks.INPUTS (one list: the widgets' values
-    # become a run in one place, checks.read), then the session's history and the click's stamp.
+    # The one mapping from a decoding event's inputs, by their name in checks.INPUTS, to their
+    # widgets: every handler, check and ZeroGPU duration takes the values by these names (Gradio
+    # passes them as keyword arguments), and they become a run in one place, checks.read.
     input_views = {"model": model_dd, "method": method_rd, "window": window_nb, "init": init_dd,
                    "temperature": temp_nb, "top_k": topk_nb, "top_p": topp_nb, "cfg": cfg_nb, "seed": seed_nb,
                    "prompt": prompt_tb, "pace": pace_nb, "samples": samples_nb, "clip": clip_path,
                    "clip_text": clip_text_tb, "tree": tree_dd}
     if list(input_views) != checks.INPUTS:
         raise RuntimeError("app: the decoding events' inputs are not checks.INPUTS")
-    inputs = [*input_views.values(), history_state, ticket]
+    # ... then the session's history and the click's stamp (last: the click's code sets it)
+    inputs = input_views | {"history": history_state, "ticket": ticket}
+    lossless_inputs = {k: v for k, v in input_views.items() if k in checks.CORE_INPUTS} | {
+        "lossless_samples": loss_samples, "ticket": ticket}
     field_views = {k: v for k, v in input_views.items() if k not in ("method", "clip")}   # marked when refused
-    field_info = {"pace": texts.pace_info(servers.IMAGE_EVERY), "tree": labels.TREE_INFO}
     setting_views = {k: input_views[k] for k in checks.SETTINGS}          # what a model switch sets
     gen_views = dict(zip(generate_view.VIEWS, (
         live_image, status, tree_now, chart_committed, chart_length, chart_flicker, chart_rate, heat_committed,
@@ -610,36 +761,44 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                    api_visibility="private")     # in the browser only: Gradio never sees a file
     # A click (or Enter in the prompt) is checked first, at once and outside the queue: a field
     # the page refuses gets its message beside it and nothing starts; else the run starts.
-    checked = dict(inputs=[*inputs, marked_state], queue=False, api_visibility="private", show_progress="hidden")
+    checked = dict(inputs_kwargs=input_views | {"marked": marked_state}, queue=False, api_visibility="private",
+                   show_progress="hidden")
     gr.on([gen_btn.click, prompt_tb.submit], check_generate,
           outputs=[input_md, marked_state, go_generate, *field_views.values()], **checked)
     race_btn.click(check_race, outputs=[input_md, marked_state, go_race, *field_views.values()], **checked)
-    go_generate.change(generate_stream, inputs, gen_outputs, validator=validator, api_name="generate",
+    go_generate.change(generate_stream, None, gen_outputs, inputs_kwargs=inputs, validator=validator, api_name="generate",
                        show_progress_on=[status], time_limit=600, js=texts.click_js("Generate"),
                        trigger_mode="always_last", **GENERATE)   # a click while busy runs once more, after
-    go_race.change(race_stream, inputs, race_outputs, validator=validator, api_name="race",
+    go_race.change(race_stream, None, race_outputs, inputs_kwargs=inputs, validator=validator, api_name="race",
                    show_progress_on=[race_status], time_limit=900, js=texts.click_js("Race"),
                    trigger_mode="always_last", **DECODE)
     stop_btn.click(stop, ticket, None, queue=False, api_name="stop", js="() => [Date.now()]")
     switch_outputs = [*setting_views.values(), *gen_outputs, *race_outputs, *lossless_outputs, applied_state,
                       switch_md, greedy_cb, prompt_words_md, model_md, clip_row, examples.dataset, text_box,
                       clip_box, examples_box, gen_btn, race_btn]              # every view a switch sets
-    model_dd.change(on_model_change, [model_dd, applied_state, *setting_views.values()],
-                    list(dict.fromkeys(switch_outputs)), api_visibility="private").then(
+    # A pick stops the visitor's run and is acknowledged at once (outside the queue), then the switch.
+    model_dd.change(None, model_dd, model_md, js=texts.PICKED_JS, queue=False)
+    model_dd.change(picked, [model_dd, ticket], stopped_state, queue=False, api_visibility="private",
+                    show_progress="hidden", js="(name, t) => [name, Date.now()]").then(
+        on_model_change, None, list(dict.fromkeys([*switch_outputs, stopped_state])),
+        inputs_kwargs={"name": model_dd, "applied": applied_state, "stopped": stopped_state, **setting_views},
+        api_visibility="private").then(
         load_selected, model_dd, [model_md, gen_btn, race_btn], api_visibility="private",
         show_progress_on=[model_md], **DECODE)
     prompt_tb.change(prompt_words, [model_dd, prompt_tb], prompt_words_md, queue=False,
                      api_visibility="private", show_progress="hidden")
+    gr.on([prompt_tb.change, method_rd.change], changed, [prompt_tb, method_rd, ticket], None, queue=False,
+          api_visibility="private", show_progress="hidden", js="(p, m, t) => [p, m, Date.now()]")
     greedy_cb.input(lambda g, name: 0.0 if g else models.sampling_defaults(name, MODELS.loaded(name))
                     ["temperature"] or 1.0, [greedy_cb, model_dd], temp_nb, queue=False,
                     api_visibility="private")
     temp_nb.change(lambda t: t == 0, temp_nb, greedy_cb, queue=False, api_visibility="private")
     ratios_btn.click(shipped_ratios, None, ratios_md, api_name="ratios", queue=False)
-    loss_btn.click(lossless_run, [model_dd, method_rd, window_nb, init_dd, temp_nb, topk_nb, topp_nb, cfg_nb,
-                                  seed_nb, prompt_tb, loss_samples, ticket],
-                   lossless_outputs,
-                   api_name="lossless", show_progress_on=[loss_status], time_limit=900,
-                   js=texts.click_js("Lossless"), **DECODE)
+    loss_btn.click(check_lossless, None, [loss_message, go_lossless], queue=False, api_visibility="private",
+                   show_progress="hidden")
+    go_lossless.change(lossless_run, None, lossless_outputs, inputs_kwargs=lossless_inputs,
+                       api_name="lossless", show_progress_on=[loss_status], time_limit=900,
+                       js=texts.click_js("Lossless", "#lossless"), trigger_mode="always_last", **DECODE)
     race_sample.release(show_race_sample, [race_sample, race_state], list(race_images.values()),
                         api_visibility="private")
     replay_slider.release(replay_view, [replay_slider, last_run],

@@ -75,7 +75,6 @@ def note_figure(title_text: str, words: str, height: int = 300) -> PlotData:
                           font=dict(size=13, color="#475569"), align="center")])))
 
 
-WHEN_DONE = "drawn when the run ends"
 AR_NO_DRAFTS = "AR feeds no drafts: each pass<br>samples one token from p"
 
 
@@ -87,18 +86,14 @@ def waiting_figure(num_tokens: int):
     return committed_vs_nfe_figure({}, num_tokens, note="press Generate to draw the method's curve")
 
 
-def waiting_figures(num_tokens: int) -> dict[str, PlotData]:
-    """Every Generate chart before a run (or while one starts), by its name in RUN_CHARTS."""
-    return {"committed": waiting_figure(num_tokens),
-            "length": note_figure("Tokens committed per pass", WHEN_DONE),
-            "flicker": note_figure("Drafts changed since the last pass", "drawn as the run goes"),
-            "rate": note_figure("Acceptance rate", "drawn as the run goes"),
-            "committed_at": note_figure("Committed by pass k", WHEN_DONE),
-            "unchanged": note_figure("Longest run a draft stayed unchanged", WHEN_DONE)}
+def waiting_figures(num_tokens: int) -> dict[str, PlotData | None]:
+    """Every Generate chart before a run (or while one starts), by its name in RUN_CHARTS: AR's
+    line, and no other chart (None: the page hides a chart with nothing to draw, rather than
+    show an empty frame; the metrics' place says what comes)."""
+    return {"committed": waiting_figure(num_tokens)} | dict.fromkeys(RUN_CHARTS[1:])
 
 
-RACE_WAITING = tuple(note_figure(t, "drawn when the race ends") for t in (
-    "Tokens committed vs NFE", "Tokens committed per pass", "Drafts changed since the last pass"))
+RACE_WAITING = (None, None, None)    # the race's charts: shown once it has ended (the page hides an empty chart)
 RUN_CHARTS = ("committed", "length", "flicker", "rate", "committed_at", "unchanged")
 
 

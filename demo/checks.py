@@ -95,7 +95,7 @@ FIELDS = {
     "top_p": Field("Top-p", 0.0, 1.0, above_low=True, meaning="1: off"),
     "cfg": Field("CFG scale", 0.0, MAX_CFG_SCALE, meaning="1: no guidance"),
     "samples": Field("Race samples K", 1, MAX_SAMPLES, whole=True),
-    "pace": Field("Slow motion", 0.0, MAX_PACE, meaning="seconds per pass on screen; 0: full speed"),
+    "pace": Field("Slow motion", 0.0, MAX_PACE, meaning="seconds each pass stays on screen; 0: off, full speed"),
 }
 
 
@@ -182,24 +182,24 @@ def tree_for(method, tree: tuple[int, int]) -> tuple[int, int]:
     return CHAIN if method == "ar" else tree
 
 
-def setting_problems(method, window, init, temperature, top_k, top_p, cfg_scale, tree=None,
-                     model=None) -> dict[str, str]:
+def setting_problems(values: dict, model=None) -> dict[str, str]:
     """The settings fields a page check refuses, by their name in INPUTS, with the message.
-    `model`: the loaded model (its vocabulary bounds top-k), or a `Shape`, or None."""
+    `values`: a decoding event's values by name (`values_of`); `model`: the loaded model (its
+    vocabulary bounds top-k), or a `Shape`, or None."""
     out = {}
     vocab = None if model is None or isinstance(model, Shape) else getattr(model, "vocab_size", None)
-    for key, value in (("window", window), ("temperature", temperature), ("top_k", top_k),
-                       ("top_p", top_p), ("cfg", cfg_scale)):
+    for key in SETTING_FIELDS:
         try:
-            FIELDS[key].check(value, vocab if key == "top_k" else None)
+            FIELDS[key].check(values[key], vocab if key == "top_k" else None)
         except ValueError as exc:
             out[key] = str(exc)
+    method, window = values["method"], values["window"]
     grid = tuple(getattr(model, "grid", ()))
-    if init == "repeat-frame" and len(grid) == 2:
+    if values["init"] == "repeat-frame" and len(grid) == 2:
         out["init"] = (f"Draft init: \u201c{INIT_LABELS['repeat-frame']}\u201d needs a video model; "
                        "this one makes single images.")
     try:
-        k, depth = tree_for(method, check_tree(tree))
+        k, depth = tree_for(method, check_tree(values["tree"]))
     except ValueError as exc:
         out["tree"] = str(exc)
     else:
@@ -211,17 +211,19 @@ def setting_problems(method, window, init, temperature, top_k, top_p, cfg_scale,
     return out
 
 
-def settings_of(method, window, init, temperature, top_k, top_p, cfg_scale, tree=None,
-                model=None) -> Settings:
-    """Widget values -> the run's Settings, the one place they are converted (gr.Number gives
-    floats, the tree dropdown a label): the page's checks first (`setting_problems`, its
-    message names the field), then the library's (its ValueError names the argument)."""
-    found = setting_problems(method, window, init, temperature, top_k, top_p, cfg_scale, tree, model)
+def settings_of(values: dict, model=None) -> Settings:
+    """A decoding event's values by name (`values_of`) -> the run's Settings, the one place
+    they are converted (gr.Number gives floats, the tree dropdown a label): the page's checks
+    first (`setting_problems`, its message names the field), then the library's (its
+    ValueError names the argument)."""
+    values = values_of(values)
+    found = setting_problems(values, model)
     if found:
         raise ValueError(next(iter(found.values())))
-    return Settings(method=method, window=as_int(window), init=init, temperature=as_float(temperature),
-                    top_k=as_int(top_k), top_p=as_float(top_p), cfg_scale=as_float(cfg_scale),
-                    tree=tree_for(method, check_tree(tree)), compile=COMPILE)
+    return Settings(method=values["method"], window=as_int(values["window"]), init=values["init"],
+                    temperature=as_float(values["temperature"]), top_k=as_int(values["top_k"]),
+                    top_p=as_float(values["top_p"]), cfg_scale=as_float(values["cfg"]),
+                    tree=tree_for(values["method"], check_tree(values["tree"])), compile=COMPILE)
 
 
 def race_of(model, prompt: str, settings: Settings, seed) -> Race:
@@ -261,11 +263,14 @@ def not_started(found: dict[str, str]) -> str:
 INPUTS = ["model", "method", "window", "init", "temperature", "top_k", "top_p", "cfg", "seed",
           "prompt", "pace", "samples", "clip", "clip_text", "tree"]      # the decoding events' inputs
 LEFT_OUT = {"pace": 0.0, "samples": 1, "clip": None, "clip_text": "", "tree": None}   # when not given
+CORE_INPUTS = [k for k in INPUTS if k not in LEFT_OUT]      # every decoding event's (the Lossless tab's)
+SETTING_FIELDS = ("window", "temperature", "top_k", "top_p", "cfg")     # the FIELDS that make Settings
 
 
-def values_of(*values) -> dict:
-    """A decoding event's widget values (in INPUTS order; the last ones may be left out) by name."""
-    return LEFT_OUT | dict(zip(INPUTS, values))
+def values_of(values: dict) -> dict:
+    """A decoding event's widget values by their name in INPUTS (some may be left out: LEFT_OUT
+    fills them; names not in INPUTS are dropped)."""
+    return LEFT_OUT | {k: v for k, v in values.items() if k in INPUTS}
 
 
 @dataclass(frozen=True)
@@ -285,12 +290,13 @@ class PageRun:
 
 
 def read(values: dict, model) -> PageRun:
-    """The one way from a decoding event's widget values (`values_of`) to its run: every field
+    """The one way from a decoding event's widget values (by name) to its run: every field
     checked by the page, then by the library (`checked`; the first message is raised as a
     ValueError), then converted, once. `model` is the loaded model."""
-    found, race = checked(model, *(values[k] for k in INPUTS))
+    found, race = checked(model, values)
     if found:
         raise ValueError(next(iter(found.values())))
+    values = values_of(values)
     return PageRun(values["model"], race, FIELDS["pace"].check(values["pace"]),
                    FIELDS["samples"].check(values["samples"]))
 
@@ -393,40 +399,39 @@ def in_page_order(found: dict[str, str]) -> dict[str, str]:
     return {k: found[k] for k in sorted(found, key=lambda k: INPUTS.index(k) if k in INPUTS else len(INPUTS))}
 
 
-def problems(model, name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
-             prompt, pace, samples, clip=None, clip_text="", tree=None) -> dict[str, str]:
+def problems(model, values: dict) -> dict[str, str]:
     """Every input the page or the library rejects, by its name in INPUTS, with the message.
-    `model` is the loaded model, or None when it is not loaded yet."""
-    return checked(model, name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
-                   prompt, pace, samples, clip, clip_text, tree)[0]
+    `values`: the event's values by name; `model` is the loaded model, or None when it is not
+    loaded yet."""
+    return checked(model, values)[0]
 
 
-def checked(model, name, method, window, init, temperature, top_k, top_p, cfg_scale, seed,
-            prompt, pace, samples, clip=None, clip_text="", tree=None) -> tuple[dict[str, str], Race | None]:
+def checked(model, values: dict) -> tuple[dict[str, str], Race | None]:
     """`problems`, and the run they allow (None where there are some): every check made once."""
+    values = values_of(values)
+    name = values["model"]
     try:
         check_model(name, model is not None)
     except ValueError as exc:
         return {"model": str(exc)}, None
     out = {}
     try:
-        prompt = engine_prompt(name, prompt, clip, clip_text)
+        prompt = engine_prompt(name, values["prompt"], values["clip"], values["clip_text"])
     except ValueError as exc:
         out["clip" if takes_clip(name) else "prompt"] = str(exc)
         prompt = ""
-    for key, value in (("pace", pace), ("samples", samples), ("seed", seed)):
+    for key in ("pace", "samples", "seed"):
         try:
-            FIELDS[key].check(value)
+            FIELDS[key].check(values[key])
         except ValueError as exc:
             out[key] = str(exc)
     out = in_page_order(out)
     shape = model or shape_of(name)
-    found = setting_problems(method, window, init, temperature, top_k, top_p, cfg_scale, tree, shape)
+    found = setting_problems(values, shape)
     if found or "seed" in out:
         return in_page_order(out | found), None
     try:                                # what no field describes: the library's message
-        race = race_of(shape, prompt, settings_of(method, window, init, temperature, top_k, top_p, cfg_scale,
-                                                  tree, shape), seed)
+        race = race_of(shape, prompt, settings_of(values, shape), values["seed"])
     except ValueError as exc:           # the library's message starts with the argument's name
         arg = str(exc).split(" ", 1)[0].strip("':")
         out[{"cfg_scale": "cfg", "prompts": "prompt"}.get(arg, arg)] = str(exc)

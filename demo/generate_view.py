@@ -56,7 +56,8 @@ class GenerateView:
         self.method, self.label = page.settings.method, METHOD_LABELS[page.settings.method]
         self.stats = run_view.TraceStats(tuple(model.grid))
         self.history = streaming.history_of(history, page.name)
-        self.raised = run_view.pace_note(page.pace, servers.shown_pace(page.pace))
+        self.pace_said = {running: run_view.pace_note(page.pace, servers.shown_pace(page.pace), running)
+                          for running in (True, False)}      # as it runs, after
         self.picture, self.first_shown = None, None
         self.clear = waiting(None, math.prod(model.grid), pictured=False) | REPLAY_CLEARED
 
@@ -70,7 +71,7 @@ class GenerateView:
 
     def status(self, state: str, shared: int, **said) -> str:
         return run_view.run_status(self.label, self.stats, self.stats.records[-1].wall_time, state, shared,
-                                   pace_raised=self.raised, model=self.page.name, **said)
+                                   pace_raised=self.pace_said[state == "running"], model=self.page.name, **said)
 
     def shown(self, it: Iteration | None, picture_due: bool, charts_due: bool, row) -> dict:
         """A pass as it arrives (None: slow motion waits for passes that other runs hold up):

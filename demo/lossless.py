@@ -3,21 +3,24 @@ samples of AR and of a method, which token each put at a few positions side by s
 test's p-value, a few of the samples (different images), and greedy mode's identical tokens."""
 from __future__ import annotations
 
+import math
+import time
 from pathlib import Path
 
 import numpy as np
 
 from demo import checks
-from demo.charts import METHOD_COLOURS, note_figure, plot_of, title
+from demo.charts import METHOD_COLOURS, plot_of, title
 from demo.labels import METHOD_LABELS
 from demo.pictures import tile_frames, to_rgb
+from demo.run_view import plural
 from scd_core.lossless import ChiSquare, Comparison
 from scd_core.models import REGISTRY
 
 DEFAULT_SAMPLES, MIN_SAMPLES, MAX_SAMPLES = 256, 16, 1024
 SHOWN_SAMPLES = 8            # samples of each method drawn as pictures
 SHOWN_TOKENS = 10            # bars per position: the most frequent tokens, then "others"
-WAITING_FIGURE = note_figure("Which token each sample put at a position", "drawn when a comparison ends")
+WAITING_FIGURE = None        # no chart before a comparison (the page hides an empty chart)
 HINT = (Path(__file__).parent / "texts" / "lossless_hint.md").read_text(encoding="utf-8").rstrip("\n")
 
 
@@ -67,7 +70,7 @@ def summary_markdown(model, c: Comparison) -> str:
     label, N = METHOD_LABELS[c.method], c.greedy_ar.numel()
     rows = "\n".join(          # a list, not a table: it reads the same on a phone
         f"- **Position {p}** ({_where(model, p)}): **p = {t.p_value:.2f}**, {reading(t)} "
-        f"({len(t.bins)} token groups compared)" for p, t in zip(c.positions, c.tests))
+        f"({plural(len(t.bins), 'token group')} compared)" for p, t in zip(c.positions, c.tests))
     greedy = ("**identical**" if c.greedy_equal == N else f"**different at {N - c.greedy_equal} positions**")
     return (f"**{c.samples} samples of AR and {c.samples} of {label}** ({c.seconds:.0f} s to decode "
             f"here), from different seeds. {c.different_images} of the {c.samples} pairs of images "
@@ -83,9 +86,61 @@ def summary_markdown(model, c: Comparison) -> str:
             f"({c.greedy_equal}/{N} equal), though {label} needed fewer passes to find them.")
 
 
+class Progress:
+    """How far a comparison has come, in words, with the time left at the pace measured so far.
+    `scd_core.lossless.compare` decodes `samples` rows of AR, then of the method, `batch` rows
+    at a time, and asks its `stop` before each batch: `ask` is called there, so each ask after
+    the first marks one more batch done, at that time. AR's rows and the method's cost
+    differently (a pass over a window of L tokens costs more): each one's time left is told
+    from its own batches only."""
+
+    def __init__(self, samples: int, batch: int, method: str, clock=time.perf_counter) -> None:
+        self.samples, self.batch, self.method, self.clock = samples, batch, method, clock
+        self.started, self.asks = clock(), []
+        self.per = math.ceil(samples / batch)           # batches of each method
+
+    def ask(self) -> None:
+        self.asks.append(self.clock())
+
+    def _rows(self, batches: int) -> int:
+        return min(self.samples, batches * self.batch)
+
+    def done(self) -> tuple[int, int]:
+        """Samples decoded so far: AR's, the method's."""
+        batches = max(0, len(self.asks) - 1)
+        return self._rows(min(batches, self.per)), self._rows(max(0, batches - self.per))
+
+    def _left(self, first: int, last: int, done: int) -> float:
+        """Seconds left for one method: its samples still to decode at the pace of its batches
+        done, asks `first` (its start) to `last`."""
+        return (self.asks[last] - self.asks[first]) / done * (self.samples - done)
+
+    def said(self) -> str:
+        ar, other = self.done()
+        label = METHOD_LABELS[self.method]
+        head = (f"Decoding: **AR** {ar} of {self.samples} samples · **{label}** {other} of {self.samples} · "
+                f"{self.clock() - self.started:.0f} s so far")
+        first = min(self.batch, self.samples)
+        if other == self.samples:
+            left = "the greedy runs and the tests come next"
+        elif other:                                      # the method's own pace
+            left = f"about {self._left(self.per, len(self.asks) - 1, other):.0f} s left"
+        elif ar:
+            left = (f"about {self._left(0, min(len(self.asks) - 1, self.per), ar):.0f} s left for AR, then "
+                    f"{label}'s time comes with its first {first}" if ar < self.samples else
+                    f"{label}'s time left comes with its first {first}")
+        else:
+            left = f"the time left comes with AR's first {first}"
+        return f"{head}; {left}…"
+
+
+PANEL_PX = 210               # the height of one position's panel
+
 def histogram_figure(model, c: Comparison):
     """Per position: the share of AR's and the method's samples that took each of the most
-    frequent tokens (the rest pooled), grouped bars, the p-value in the panel's title."""
+    frequent tokens (the rest pooled), grouped bars, the p-value in the panel's title. One
+    panel a line, each the chart's whole width and on one scale of shares (a 2 x 2 grid left a
+    phone's panels 116 px wide: the right ones' share labels fell on the left ones' bars)."""
     positions = len(c.positions)
     data, layout = [], {}
     for i, (p, t) in enumerate(zip(c.positions, c.tests)):
@@ -108,17 +163,15 @@ def histogram_figure(model, c: Comparison):
                              legendgroup=method, xaxis=f"x{axis}", yaxis=f"y{axis}",
                              hovertemplate=f"{METHOD_LABELS[method]}: %{{x}} in %{{y:.1%}} of the "
                                            f"samples<extra></extra>"))
-        rows, row, col = (positions + 1) // 2, i // 2, i % 2             # two panels a line
-        lo, hi = col / 2 + 0.05, (col + 1) / 2 - 0.02
-        bottom, top = 1 - (row + 1) / rows + 0.26 / rows, 1 - row / rows - 0.12 / rows
-        layout[f"xaxis{axis}"] = dict(domain=[lo, hi], tickangle=-60, tickfont=dict(size=9), anchor=f"y{axis}")
+        bottom, top = 1 - (i + 1) / positions + 0.36 / positions, 1 - i / positions - 0.14 / positions
+        layout[f"xaxis{axis}"] = dict(tickangle=-45, tickfont=dict(size=10), anchor=f"y{axis}", automargin=True)
         layout[f"yaxis{axis}"] = dict(domain=[bottom, top], tickformat=".0%", anchor=f"x{axis}",
-                                      title="share of samples" if col == 0 else None)
+                                      title=dict(text="share", font=dict(size=11)),
+                                      **({"matches": "y"} if i else {}))          # one scale for all
         layout.setdefault("annotations", []).append(dict(
-            text=f"position {p}<br><b>p = {t.p_value:.2f}</b>", x=lo, y=top + 0.02, xref="paper",
-            yref="paper", showarrow=False, xanchor="left", yanchor="bottom", align="left",
-            font=dict(size=12)))        # from its panel's left edge: never over its neighbour's on a phone
-    height = 150 + 280 * ((positions + 1) // 2)
+            text=f"position {p} · <b>p = {t.p_value:.2f}</b>", x=0, y=top + 0.01, xref="paper",
+            yref="paper", showarrow=False, xanchor="left", yanchor="bottom", align="left", font=dict(size=12)))
+    height = 130 + PANEL_PX * positions
     layout |= dict(title=dict(text=title("Which token each sample put at a position",
                                          "bars: share of the samples; p: the chance test")),
                    barmode="group", height=height, margin=dict(l=50, r=10, t=90, b=60),

@@ -138,7 +138,7 @@ def hub_offline() -> bool:
     return offline() or not hub_reachable()
 
 
-PROBE_TIMEOUT_S = 1.5          # connecting to the Hub (or the proxy that reaches it)
+PROBE_TIMEOUT_S = 1.5          # finding and connecting to the Hub (or the proxy that reaches it)
 PROBE_EVERY_S = 60.0           # how long an answer holds
 _PROBED: dict[str, tuple[float, bool]] = {}
 
@@ -156,12 +156,20 @@ def hub_reachable() -> bool:
     key = f"{url.hostname}:{url.port}"
     seen = _PROBED.get(key)
     if seen is None or time.monotonic() - seen[0] > PROBE_EVERY_S:
-        try:
-            socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
-                                     timeout=PROBE_TIMEOUT_S).close()
-            seen = (time.monotonic(), True)
-        except (OSError, ValueError):
-            seen = (time.monotonic(), False)
+        answer: list[bool] = []
+
+        def probe() -> None:              # the name's lookup too, which the timeout does not bound
+            try:
+                socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
+                                         timeout=PROBE_TIMEOUT_S).close()
+                answer.append(True)
+            except (OSError, ValueError):
+                answer.append(False)
+
+        asking = threading.Thread(target=probe, name="scd-hub-probe", daemon=True)
+        asking.start()
+        asking.join(PROBE_TIMEOUT_S)
+        seen = (time.monotonic(), bool(answer and answer[0]))
         _PROBED[key] = seen
     return seen[1]
 

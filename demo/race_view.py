@@ -49,8 +49,11 @@ def explain_gap(summary: Sequence[MethodSummary], probe: Sensitivity | None) -> 
                 f"{mc.nfe.mean:.1f} against {sjd.nfe.mean:.1f}), and "
                 + ("every method returned exactly AR's tokens." if same else
                    "a method did NOT return AR's tokens (see the table): that is a defect."))
-    text = (f"Here SCD maximal coupling needs **{ratio:.2f}x fewer passes** than SJD "
-            f"(mean NFE {mc.nfe.mean:.1f} against {sjd.nfe.mean:.1f}). Coupling keeps "
+    lead = (f"Here SCD maximal coupling needs **{ratio:.2f}x fewer passes** than SJD (mean NFE {_nfe(mc)} "
+            f"against {_nfe(sjd)})" if fewer(mc, sjd) else
+            f"Here SCD maximal coupling and SJD need about as many passes: mean NFE {_nfe(mc)} against "
+            f"{_nfe(sjd)}, " + ("within the samples' spread" if mc.nfe.count > 1 else "one sample each"))
+    text = (f"{lead}. Coupling keeps "
             f"{mc.draft_stability.mean:.0%} of the carried-over drafts unchanged from one pass to the "
             f"next, against {sjd.draft_stability.mean:.0%} for SJD's fresh draws.")
     if probe is not None:
@@ -68,12 +71,18 @@ def explain_gap(summary: Sequence[MethodSummary], probe: Sensitivity | None) -> 
 
 # ----------------------------------------------------------------------------- tables
 
+def span(low: str, high: str) -> str:
+    """A range as the page writes it, "(0.71–0.86)", in a box that a line never breaks at its
+    dash (`.nobr`, demo/static/page.css)."""
+    return f'<span class="nobr">({low}–{high})</span>'
+
+
 def _spread(s: Spread, fmt: str = "{:.2f}", ends: str | None = None) -> str:
     """'mean (min–max)', or the value alone when every sample gave the same."""
     if s.count < 2 or s.low == s.high:
         return fmt.format(s.mean)
     ends = ends or fmt
-    return f"{fmt.format(s.mean)} ({ends.format(s.low)}–{ends.format(s.high)})"
+    return f"{fmt.format(s.mean)} {span(ends.format(s.low), ends.format(s.high))}"
 
 
 RACE_HEADERS = ["method", "same tokens as AR", "NFE: mean (min–max)", "step compression",
@@ -143,21 +152,44 @@ def race_progress(runs: dict, tick: int | None, note: str = "") -> str:
     return ("" if tick is None else f"NFE {tick}: ") + " · ".join(parts) + (f"  \n{note}" if note else "")
 
 
+def _nfe(s: MethodSummary) -> str:
+    """A method's passes per image: the mean over the samples (min–max)."""
+    return _spread(s.nfe, "{:.1f}", "{:.0f}")
+
+
+def fewer(a: MethodSummary, b: MethodSummary) -> bool:
+    """Whether `a` needs fewer passes per image than `b`, told apart from the spread of the
+    samples: both have at least two samples and their ranges do not overlap (`race.apart`),
+    the rule the times follow too."""
+    return a.nfe.count > 1 and b.nfe.count > 1 and a.nfe.mean < b.nfe.mean and \
+        apart((a.nfe.low, a.nfe.high), (b.nfe.low, b.nfe.high))
+
+
 def passes_sentence(summaries: Sequence[MethodSummary]) -> str:
     """Which method needs the fewest forward passes per image: the same for these seeds on
-    any machine, so the race leads with it."""
+    any machine, so the race leads with it. One is named the fewest only where its range over
+    the samples overlaps no other's (`fewer`); where it overlaps some, they are said to be
+    within the samples' spread and no method is named."""
     if not summaries:
         return ""
-    best = min(s.nfe.mean for s in summaries)
-    fewest = [s for s in summaries if s.nfe.mean - best < 0.05]
-    others = [s for s in summaries if s not in fewest]
-    names = _names(fewest)
-    text = (f"**Passes** (the same for these seeds on any machine): {names} "
-            f"need{'s' if len(fewest) == 1 else ''} the fewest, {best:.1f} per image on average")
-    if others:
-        text += ", against " + ", ".join(f"{s.nfe.mean:.1f} for {METHOD_LABELS[s.method]} "
-                                         f"({s.nfe.mean / best:.2f}x more)" for s in others)
-    return text + "."
+    head = "**Passes** (the same for these seeds on any machine)"
+    best = min(summaries, key=lambda s: s.nfe.mean)
+    others = [s for s in summaries if s is not best]
+    shown = lambda s: f"{METHOD_LABELS[s.method]} ({_nfe(s)}, {s.nfe.mean / best.nfe.mean:.2f}x more)"  # noqa: E731
+    listed = lambda group: ", ".join(map(shown, group[:-1])) + " and " + shown(group[-1]) \
+        if len(group) > 1 else "".join(map(shown, group))  # noqa: E731
+    name = METHOD_LABELS[best.method]
+    if best.nfe.count < 2:
+        return (f"{head}, one sample each, so no method is said to need fewer (passes vary from seed to "
+                f"seed): {name} {_nfe(best)}" + "".join(f", {METHOD_LABELS[s.method]} {_nfe(s)}" for s in others)
+                + " per image.")
+    clear = [s for s in others if fewer(best, s)]
+    close = [s for s in others if s not in clear]
+    if not close:
+        return f"{head}: {name} needs the fewest, {_nfe(best)} per image on average, clearly fewer than {listed(clear)}."
+    return (f"{head}: {name} has the lowest mean, {_nfe(best)} per image, but is within the samples' spread "
+            f"of {listed(close)}: no method clearly needs the fewest here"
+            + (f"; {name} needs clearly fewer than {listed(clear)}" if clear else "") + ".")
 
 
 def _seconds(t: Timing) -> str:
@@ -171,7 +203,7 @@ def _rate(t: Timing) -> str:
 
 def _median_and_range(form: str, unit: str, median: float, spread: tuple[float, float]) -> str:
     low, high = (form.format(v) for v in spread)
-    return form.format(median) + unit + ("" if low == high else f" ({low}–{high})")
+    return form.format(median) + unit + ("" if low == high else f" {span(low, high)}")
 
 
 def _names(summaries: Sequence[MethodSummary], shown=None) -> str:
@@ -326,6 +358,8 @@ def race_report(name: str, race, runs: dict, samples: int, device: str, probe=No
 
 # ------------------------------------------------------------------ the race as shown
 
+REPLAYING = ("**Replay**: every method has finished decoding; here are their passes again, side by side "
+             "by NFE (the figures come after it).  \n")
 VIEWS = ("status", "table", "note", "why", "chart", "hist", "flicker", "bench", "state", "sample",
          *METHODS)        # the race's views by name; each method's name is its panel
 WARMING = "Warming up: a few untimed passes of each method…"
@@ -376,7 +410,7 @@ class RaceView:
     def replay(self, tick: int) -> dict:
         """The recorded passes in lockstep at NFE `tick`: the pictures, the progress, and the
         tokens-vs-NFE chart now and then."""
-        out = self.panels.at(self.runs, tick) | {"status": race_progress(self.runs, tick)}
+        out = self.panels.at(self.runs, tick) | {"status": REPLAYING + race_progress(self.runs, tick)}
         if self.plot_due():
             out["chart"] = race_progress_figure({m: r.committed_curves() for m, r in self.runs.items()},
                                                 self.runs["ar"].num_tokens, tick)

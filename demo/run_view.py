@@ -134,7 +134,8 @@ class TraceStats:
 
 # --------------------------------------------------------------------------- text
 
-SUMMARY_WAITING = "*The run's metrics, each with its definition, come here when it ends.*"
+SUMMARY_WAITING = ("*When the run ends: tokens committed per pass, which pass committed each token, how long each "
+                   "draft stayed unchanged, and here the run's metrics, each with its definition.*")
 REPLAY_WAITING = "Nothing to replay yet: generate an image first."
 
 
@@ -152,10 +153,24 @@ def shared_note(others: int) -> str:
     return f"passes shared with up to {others} other sample{'s' if others != 1 else ''}" if others else ""
 
 
-def pace_note(pace: float, shown: float) -> str:
-    """When slow motion is faster than the page shows passes: say so ("" otherwise)."""
-    return (f"slow motion {pace:g} s per pass raised to {shown:g} s, the page's fastest"
-            if 0 < pace < shown else "")
+def pace_note(pace: float, shown: float, running: bool = True) -> str:
+    """Slow motion in words: while a run goes (`running`), the seconds each pass stays on
+    screen and how to turn it off; after, only a pace asked for below the shortest the page
+    shows a pass, raised to it ("" otherwise, and at full speed)."""
+    if pace <= 0 or not running and pace >= shown:
+        return ""
+    raised = f"{pace:g} s asked, each pass shown {shown:g} s at least" if pace < shown else f"{shown:g} s a pass"
+    return f"slow motion: {raised} (0 turns it off: full speed)"
+
+
+def plural(count: int, word: str) -> str:
+    """'1 draft', '2 drafts', '0 drafts'."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def nfe_words(nfe: int) -> str:
+    """NFE with what it is, where the status first names it."""
+    return f"NFE {nfe} (forward passes)"
 
 
 def tree_note(tree: tuple[int, int], counts: trace.DraftCounts) -> str:
@@ -197,10 +212,13 @@ def run_status(label: str, stats: TraceStats, wall: float, state: str, shared: i
     raised = f" · {pace_raised}" if pace_raised else ""
     who = f"**{label}**" + (f" on **{model}**" if model else "")
     if state == "stopped":
-        return f"{who} · **stopped at NFE {nfe}, {n}/{total} tokens**" + raised
-    head = f"{who} · {n}/{total} tokens · NFE {nfe}"
+        return f"{who} · **stopped at NFE {nfe}, {n}/{total} tokens** (NFE: forward passes)" + raised
+    head = f"{who} · {n}/{total} tokens · {nfe_words(nfe)}"
     if state != "done":
-        return head + (f" · decoding, {shared_note(shared)}…" if shared else " · decoding…") + raised
+        live = f" · {trace.step_compression(n, max(nfe, 1)):.1f} tokens per pass so far"    # AR: 1
+        if stats.method != "ar" and stats.counts.verified:
+            live += f" · acceptance so far {stats.counts.acceptance_rate:.2f}"
+        return head + live + (f" · decoding, {shared_note(shared)}…" if shared else " · decoding…") + raised
     sample = stats.sample()
     timing = f"decoded in {wall:.2f} s" + (f"; shown over {shown_for:.1f} s in slow motion"
                                           if shown_for is not None else "")
@@ -212,7 +230,9 @@ def run_status(label: str, stats: TraceStats, wall: float, state: str, shared: i
     if tree_done and chain_nfe is not None:
         tree_done += f"; NFE {nfe} against {chain_nfe} on the chain"
     return (head + f" · **done** · {timing}" + (f" ({shared_note(shared)})" if shared else "")
-            + f" · step compression {sample.step_compression:.2f}x" + drafts + tree_done + raised)
+            + (" · one pass per token (step compression 1.00x)" if stats.method == "ar" else
+               f" · {sample.step_compression:.2f}x fewer passes than AR (step compression)") + drafts + tree_done
+            + raised)
 
 
 def run_summary(label: str, sample: Sample, wall: float, ar_wall: float | None, device: str,
@@ -261,6 +281,6 @@ def replay_caption(iterations: Sequence[Iteration], i: int) -> str:
     nb, na = int(it.n_before[0]), int(it.n_after[0])
     acc, ver = trace.accepted_drafts([it], 0), trace.verified_drafts([it], 0)
     return (f"pass {i} of {len(iterations) - 1} · NFE {it.nfe} · committed {nb} → {na} (+{na - nb}): "
-            f"{ver} drafts verified, {acc} accepted"
+            f"{plural(ver, 'draft')} verified, {acc} accepted"
             + (", the first rejection replaced by a residual sample" if bool(it.resampled[0]) else
                ", then one token sampled from p" if na > nb + acc else ""))

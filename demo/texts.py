@@ -4,6 +4,7 @@ Generate or Race click (`demo/static/page.js`), and the short notes built from a
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from scd_core.prompts import reads_nothing, unknown_words
@@ -27,7 +28,8 @@ RACE_HINT = _text("race_hint")
 WAITING = _text("waiting")
 CANNOT_RUN = ("cannot run here, so Generate and Race are off: the note under **Model** says why "
               "and what would let it run. The embedded models run anywhere.")
-STOPPED_EARLY = "**Stopped** before its first pass."     # in the queue, or before its row got one
+STOPPED_EARLY = ("**Stopped** before its first pass: a Stop, or another model picked, came "
+                 "first.")     # in the queue, or before its row got one
 
 
 def hint(text: str, name: str) -> str:
@@ -35,9 +37,9 @@ def hint(text: str, name: str) -> str:
     return f"**{name}** · {text}"
 
 
-def pace_info(fastest: float) -> str:
-    return (f"Generate shows at most one pass every {fastest:g} s: a faster pace is raised to "
-            "that, and the status says so; a race replays at the pace itself, skipping ahead")
+def pace_info(shortest: float) -> str:
+    return (f"0 turns slow motion off. When on, Generate shows each pass at least {shortest:g} s (less is "
+            "raised to that; the status says so), and a race replays its passes at this pace")
 # The drafts strip's layout, said the same in its panel's title and in "How it works"
 FILM_LAYOUT = "one column per pass, one row per window slot, the top row the next position to decide"
 FILM_TITLE = f"Drafts after each pass: {FILM_LAYOUT}"
@@ -48,12 +50,15 @@ NARROW_PX = 1023
 CSS = "\n" + _read("static/page.css").replace("NARROW_PX", str(NARROW_PX))
 CLICK_JS = _read("static/page.js").strip().replace("NARROW_PX", str(NARROW_PX))
 LOAD_JS = _read("static/load.js").strip().replace("NARROW_PX", str(NARROW_PX))   # run once when the page loads
+# The note under the model the moment one is picked, in the browser: where it stands comes after
+PICKED_JS = "(name) => '`' + name + '`: finding out where it stands here…'"
 
 
-def click_js(tab: str) -> str:
-    """Browser code run before a Generate or Race request: show `tab`, and stamp the click (the
-    last input) with the browser's clock, so that a later Stop stops this run even queued."""
-    return CLICK_JS.replace("TAB", json.dumps(tab))
+def click_js(tab: str, target: str = "#run-box") -> str:
+    """Browser code run before a Generate, Race or Lossless request: show `tab`, on one column
+    bring `target` to the top (Stop and the results under it), and stamp the click (the last
+    input) with the browser's clock, so that a later Stop stops this run even queued."""
+    return CLICK_JS.replace("TAB", json.dumps(tab)).replace("TARGET", json.dumps(target))
 
 
 def prompt_note(model, prompt: str) -> str:
@@ -81,3 +86,13 @@ def prompt_words_note(model, name: str, prompt: str) -> str:
                 "Try an example prompt.")
     return f"not known to {name}, ignored: {' '.join(unknown)}"
 
+
+
+def command_blocks(markdown: str) -> str:
+    """Each `hf download ...` command in `markdown` as a block of its own, one option a line
+    (continued with a backslash): read whole on any screen, and copied as it runs."""
+    def block(m: re.Match) -> str:
+        first, *options = m.group(1).split(" --")
+        command, _, repo = first.rpartition(" ")
+        return "\n\n```\n" + " \\\n".join([command, f"  {repo}", *(f"  --{o}" for o in options)]) + "\n```\n\n"
+    return re.sub(r"`(hf download [^`]+)`\.?", block, markdown)

@@ -36,7 +36,7 @@ import spaces
 from gradio.blocks import Block
 
 from demo import backend
-from demo.checks import as_int, check_pace, check_samples
+from demo.checks import as_int, check_pace, check_samples, values_of
 from demo.servers import shown_pace
 from scd_core import lossless, race
 from scd_core.settings import METHODS
@@ -171,26 +171,31 @@ def _whole(value) -> int:
     return value
 
 
-def generate_seconds(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
-                     pace=0.0, *rest, **named) -> int:
-    """`@spaces.GPU` duration of a Generate, from the event's inputs."""
-    return _bounded(lambda: generate_estimate(name, method, _whole(window), check_pace(pace)))
-
-
-def race_seconds(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
-                 pace=0.0, samples=8, *rest, **named) -> int:
-    """`@spaces.GPU` duration of a race, from the event's inputs."""
+def generate_seconds(*_, request=None, **values) -> int:
+    """`@spaces.GPU` duration of a Generate, from the event's inputs by name (`demo.checks.INPUTS`)."""
     def estimate() -> int:
-        w, k, p = _whole(window), check_samples(samples), check_pace(pace)
-        return race_estimate(name, w, k, p, race_rounds(name, w, k, p))
+        v = values_of(values)
+        return generate_estimate(v["model"], v["method"], _whole(v["window"]), check_pace(v["pace"]))
     return _bounded(estimate)
 
 
-def lossless_seconds(name, method, window, init, temperature, top_k, top_p, cfg_scale, seed, prompt,
-                     samples=256, *rest, **named) -> int:
-    """`@spaces.GPU` duration of a lossless comparison, from the event's inputs."""
-    other = "scd-mc" if method == "ar" else method
-    return _bounded(lambda: lossless_estimate(name, other, _whole(window), _whole(samples)))
+def race_seconds(*_, request=None, **values) -> int:
+    """`@spaces.GPU` duration of a race, from the event's inputs by name."""
+    def estimate() -> int:
+        v = values_of(values)
+        w, k, p = _whole(v["window"]), check_samples(v["samples"]), check_pace(v["pace"])
+        return race_estimate(v["model"], w, k, p, race_rounds(v["model"], w, k, p))
+    return _bounded(estimate)
+
+
+def lossless_seconds(*_, request=None, **values) -> int:
+    """`@spaces.GPU` duration of a lossless comparison, from the event's inputs by name (its
+    samples per method: `lossless_samples`)."""
+    def estimate() -> int:
+        v = values_of(values)
+        other = "scd-mc" if v["method"] == "ar" else v["method"]
+        return lossless_estimate(v["model"], other, _whole(v["window"]), _whole(values["lossless_samples"]))
+    return _bounded(estimate)
 
 
 def export_seconds(*inputs, **named) -> int:

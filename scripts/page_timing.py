@@ -43,7 +43,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent    # the checkout measured (--app-dir)
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-TINY = ["tiny", "scd-mc", 16, "random", 1.0, 100, 1.0, 3.0, 0, "red apple", 0.0, 8, None, ""]
+TINY = dict(model="tiny", method="scd-mc", window=16, init="random", temperature=1.0, top_k=100, top_p=1.0,
+            cfg=3.0, seed=0, prompt="red apple", pace=0.0, samples=8)     # the page's inputs, by name
 
 WATCH = """() => {
   window.__log = [];
@@ -212,7 +213,7 @@ def request(client, seed: int = 0) -> float:
     import httpx
 
     t = time.perf_counter()
-    out = client.submit(*TINY[:8], seed, *TINY[9:], api_name="/generate").result(timeout=600)
+    out = client.submit(**TINY | {"seed": seed}, api_name="/generate").result(timeout=600)
     picture = out[0]
     if not isinstance(picture, dict) or not picture.get("url"):
         raise RuntimeError(f"no final picture in the result: {str(picture)[:80]}")
@@ -233,10 +234,10 @@ def served_alone(count: int) -> tuple[float, float, float]:
     from scd_core.settings import Settings
 
     torch.set_num_threads(1)
-    name, method, window, init, temperature, top_k, top_p, cfg, _, prompt = TINY[:10]
-    model = load_model(name)
-    settings = Settings(method=method, window=window, init=init, temperature=temperature,
-                        top_k=top_k, top_p=top_p, cfg_scale=cfg)
+    model, prompt = load_model(TINY["model"]), TINY["prompt"]
+    settings = Settings(method=TINY["method"], window=TINY["window"], init=TINY["init"],
+                        temperature=TINY["temperature"], top_k=TINY["top_k"], top_p=TINY["top_p"],
+                        cfg_scale=TINY["cfg"])
     server = Server(model, max_batch=32)
     try:
         server.submit(prompt, 0, settings).result(timeout=600)          # warm-up

@@ -58,16 +58,14 @@ def main(name: str) -> dict:
 
     heard: list = []
     note = app.MODELS.load_note(name, lambda done, total, repo: heard.append((done, total, repo)))
-    d, sampling, ok = app.MODELS.defaults(name)
     prompt = app.MODELS.examples(name)[0]
-    values = [name, "scd-mc", d["window"], d["init"], sampling["temperature"], sampling["top_k"],
-              sampling["top_p"], sampling["cfg_scale"], 3, prompt, 0.0, 2, None, "", None]
+    values = app.defaults(name)[0] | dict(model=name, method="scd-mc", seed=3, prompt=prompt, pace=0.0, samples=2)
     visitor = SimpleNamespace(session_hash="visitor")
-    generated = list(app.generate_stream(*values, request=visitor))
+    generated = list(app.generate_stream(**values, request=visitor))
     last = next(u[app.last_run] for u in reversed(generated) if app.last_run in u)
     status = next(u[app.status] for u in reversed(generated) if app.status in u)
     shown = next(u[app.live_image] for u in reversed(generated) if app.live_image in u)
-    raced = list(app.race_stream(*values, request=visitor))
+    raced = list(app.race_stream(**values, request=visitor))
     race_status = next(u[app.race_status] for u in reversed(raced) if app.race_status in u)
     state = next(u[app.race_state] for u in reversed(raced) if app.race_state in u)
     replay = app.replay_view(len(last["iterations"]) - 1, last)
@@ -78,8 +76,7 @@ def main(name: str) -> dict:
 
     # only now a copy in this process: the worker's pictures are the ones it draws
     own = scd_core.load_model(name)
-    settings = app.checks.settings_of("scd-mc", d["window"], d["init"], sampling["temperature"], sampling["top_k"],
-                                      sampling["top_p"], sampling["cfg_scale"])
+    settings = app.checks.settings_of(values)
     run = scd_core.generate(own, [prompt], seed=3, settings=settings)
     here = pictures.render_iteration(own, run.iterations[-1])
     from PIL import Image

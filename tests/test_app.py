@@ -28,11 +28,12 @@ GOOD = dict(model="texture", method="scd-mc", window=16, init="random", temperat
             top_k=0, top_p=1.0, cfg_scale=1.0, seed=0, prompt="ocean waves", pace=0.0, samples=3)
 
 
-def args(**override):
-    """The inputs of the Generate and Race events, in the page's order (states after them)."""
+def args(**override) -> dict:
+    """The inputs of the Generate and Race events by their name on the page (`checks.INPUTS`;
+    the library's `cfg_scale` is the page's `cfg`), the states and the click's stamp apart."""
     d = {**GOOD, **override}
-    return [d["model"], d["method"], d["window"], d["init"], d["temperature"], d["top_k"],
-            d["top_p"], d["cfg_scale"], d["seed"], d["prompt"], d["pace"], d["samples"], None, "", d.get("tree")]
+    d.setdefault("cfg", d["cfg_scale"])
+    return {k: d.get(k, app.checks.LEFT_OUT.get(k)) for k in app.checks.INPUTS}
 
 
 def visitor(name: str):
@@ -61,7 +62,7 @@ def shown(updates: list[dict], key) -> list:
 # ------------------------------------------------------------------------- generate
 
 def test_generate_streams_the_picture_then_charts_and_summary():
-    updates = list(app.generate_stream(*args()))
+    updates = list(app.generate_stream(**args()))
     assert len(updates) >= 2 and all(app.status in u or app.chart_committed in u for u in updates)
     img = final(updates, app.live_image)
     assert img.dtype == np.uint8 and img.shape == (384, 384, 3)       # 192 px decoded, x2
@@ -77,8 +78,8 @@ def test_generate_streams_the_picture_then_charts_and_summary():
 
 
 def test_history_keeps_other_methods_curves_and_gives_a_latency_speedup():
-    history = final(list(app.generate_stream(*args(method="ar"))), app.history_state)
-    updates = list(app.generate_stream(*args(method="sjd"), history=history))
+    history = final(list(app.generate_stream(**args(method="ar"))), app.history_state)
+    updates = list(app.generate_stream(**args(method="sjd"), history=history))
     names = [t.name for t in figure(final(updates, app.chart_committed)).data]
     assert "AR" in names and "SJD" in names and "one token per pass (AR)" in names
     assert "run AR once" not in final(updates, app.summary)
@@ -87,7 +88,7 @@ def test_history_keeps_other_methods_curves_and_gives_a_latency_speedup():
 def test_full_speed_is_throttled():
     """AR on texture is 576 forward passes; the page gets far fewer pictures."""
     t = time.perf_counter()
-    updates = list(app.generate_stream(*args(method="ar")))
+    updates = list(app.generate_stream(**args(method="ar")))
     elapsed = time.perf_counter() - t
     pictures = len(shown(updates, app.live_image))
     assert len(final(updates, app.last_run)["iterations"]) == 576
@@ -96,7 +97,7 @@ def test_full_speed_is_throttled():
 
 def test_slow_motion_shows_every_pass_at_the_pace():
     t = time.perf_counter()
-    updates = list(app.generate_stream(*args(model="tiny", prompt="red apple", top_k=100,
+    updates = list(app.generate_stream(**args(model="tiny", prompt="red apple", top_k=100,
                                              cfg_scale=3.0, method="sjd", pace=0.12)))
     elapsed = time.perf_counter() - t
     passes = len(final(updates, app.last_run)["iterations"])
@@ -106,15 +107,15 @@ def test_slow_motion_shows_every_pass_at_the_pace():
 
 def test_a_run_stopped_while_it_waited_in_the_queue_never_starts():
     app.stop(at=2000, request=visitor("queued"))
-    updates = list(app.generate_stream(*args(), ticket=1000, request=visitor("queued")))
+    updates = list(app.generate_stream(**args(), ticket=1000, request=visitor("queued")))
     assert updates == [{app.status: app.texts.STOPPED_EARLY}]          # nothing else touched
-    later = list(app.generate_stream(*args(model="tiny", prompt="red apple", top_k=100, cfg_scale=3.0),
+    later = list(app.generate_stream(**args(model="tiny", prompt="red apple", top_k=100, cfg_scale=3.0),
                                      ticket=3000, request=visitor("queued")))
     assert "done" in final(later, app.status)                          # a later click runs
 
 
 def test_stop_ends_the_run_within_a_pass_and_keeps_the_picture():
-    gen = app.generate_stream(*args(pace=0.05), request=visitor("stopper"))
+    gen = app.generate_stream(**args(pace=0.05), request=visitor("stopper"))
     seen = [next(gen) for _ in range(3)]
     app.stop(request=visitor("stopper"))
     rest = list(gen)
@@ -125,7 +126,7 @@ def test_stop_ends_the_run_within_a_pass_and_keeps_the_picture():
     assert final(rest, app.live_image).shape == (384, 384, 3)
     assert figure(final(rest, app.chart_committed)).layout.title.text
     assert len(final(rest, app.last_run)["iterations"]) == nfe       # replay of the partial run
-    again = list(app.generate_stream(*args(), request=visitor("stopper")))   # a new run is not
+    again = list(app.generate_stream(**args(), request=visitor("stopper")))   # a new run is not
     assert "done" in final(again, app.status)                                # stopped by the old
 
 
@@ -134,7 +135,7 @@ def test_a_model_that_fails_to_load_is_a_message_not_an_error(monkeypatch):
         raise RuntimeError("CUDA out of memory")
 
     monkeypatch.setattr(app.MODELS, "cache", ModelCache(loader=broken))
-    updates = list(app.generate_stream(*args()))
+    updates = list(app.generate_stream(**args()))
     assert updates == [{app.status: "**Not started:** could not load model 'texture': "
                                     "CUDA out of memory"}]
 
@@ -144,11 +145,12 @@ def test_a_model_that_fails_to_load_is_a_message_not_an_error(monkeypatch):
 def race_rows(html: str) -> list[dict[str, str]]:
     """The race table's rows, each cell by its column's name."""
     import re
+    html = re.sub(r"</?span[^>]*>", "", html)                 # a range's box (race_view.span): its words
     return [dict(re.findall(r'<td data-label="([^"]*)">(.*?)</td>', row)) for row in html.split("<tr>")[2:]]
 
 
 def test_race_reports_k_samples_per_method_with_spread():
-    updates = list(app.race_stream(*args(samples=3), request=visitor("racer")))
+    updates = list(app.race_stream(**args(samples=3), request=visitor("racer")))
     rows = race_rows(final(updates, app.race_table))
     assert [r["method"] for r in rows] == ["AR", "SJD", "SCD maximal coupling", "SCD Gumbel coupling"]
     assert all("same tokens as AR" not in r for r in rows)            # sampling: nothing to check
@@ -172,7 +174,7 @@ def test_race_reports_k_samples_per_method_with_spread():
 def test_a_race_timed_once_reports_every_method_and_calls_none_faster(monkeypatch):
     """A large model's race may have room for one timing round only (`zerogpu.race_rounds`)."""
     monkeypatch.setattr(app.zerogpu, "race_rounds", lambda *inputs: 1)
-    updates = list(app.race_stream(*args(samples=2)))
+    updates = list(app.race_stream(**args(samples=2)))
     assert [r["method"] for r in race_rows(final(updates, app.race_table))] == \
         ["AR", "SJD", "SCD maximal coupling", "SCD Gumbel coupling"]
     assert "timed once each, so no method is called faster" in final(updates, app.race_note)
@@ -180,7 +182,7 @@ def test_a_race_timed_once_reports_every_method_and_calls_none_faster(monkeypatc
 
 
 def test_greedy_race_gives_every_method_ars_tokens():
-    updates = list(app.race_stream(*args(temperature=0.0, samples=2)))
+    updates = list(app.race_stream(**args(temperature=0.0, samples=2)))
     rows = race_rows(final(updates, app.race_table))
     assert [r["same tokens as AR"] for r in rows] == ["— (reference)", "yes", "yes", "yes"]
     names = [t.name for t in figure(final(updates, app.race_chart)).data if t.showlegend is not False]
@@ -188,10 +190,10 @@ def test_greedy_race_gives_every_method_ars_tokens():
 
 
 def test_race_replay_in_slow_motion_then_stop_keeps_the_figures():
-    gen = app.race_stream(*args(samples=2, pace=0.02), request=visitor("replay"))
+    gen = app.race_stream(**args(samples=2, pace=0.02), request=visitor("replay"))
     seen = []
-    while not any("NFE" in str(u.get(app.race_status, ""))[:8] for u in seen[-1:]):
-        seen.append(next(gen))                                         # into the replay
+    while not any(str(u.get(app.race_status, "")).startswith("**Replay**") for u in seen[-1:]):
+        seen.append(next(gen))                                         # into the replay, announced as one
     app.stop(request=visitor("replay"))
     rest = list(gen)
     assert "Replay stopped at NFE" in final(rest, app.race_status)
@@ -199,7 +201,7 @@ def test_race_replay_in_slow_motion_then_stop_keeps_the_figures():
 
 
 def test_race_stopped_while_decoding_keeps_what_finished():
-    gen = app.race_stream(*args(samples=2), request=visitor("early"))
+    gen = app.race_stream(**args(samples=2), request=visitor("early"))
     first = next(gen)
     app.stop(request=visitor("early"))
     rest = [first, *gen]
@@ -233,32 +235,33 @@ def test_race_stopped_while_decoding_keeps_what_finished():
     (dict(samples=0), "samples", "race samples k: a whole number from 1 to 16, got 0."),
 ])
 def test_bad_input_names_its_field_and_range_as_the_page_does(override, field, words):
-    found = app.problems(*args(**override))
+    found = app.problems(args(**override))
     assert list(found) == [field] and words in found[field].lower()
-    checks = app.validator(*args(**override), {}, None)       # + the states and the stamp
+    values = args(**override) | {"history": {}, "ticket": None}      # + the state and the stamp
+    checks = app.validator(**values)
     assert [c["is_valid"] for c in checks].count(False) == 1
-    assert checks[app.checks.INPUTS.index(field)]["message"] == found[field]
+    assert checks[list(values).index(field)]["message"] == found[field]
 
 
 def test_a_click_with_a_bad_field_marks_it_and_starts_nothing_then_a_good_one_clears_it():
     """The page's check before a run: the field gets its message beside it, red; nothing
     starts (the run's trigger is left alone); the next good click clears the mark and starts."""
-    out = app.check_generate(*args(window=0), {}, None, [])
+    out = app.check_generate(**args(window=0), marked=[])
     assert app.go_generate not in out and out[app.marked_state] == ["window"]
     mark = out[app.window_nb]
     assert mark["info"].startswith("Window L: a whole number from 2 to 1,024") and mark["elem_classes"] == ["invalid"]
     assert out[app.input_md].startswith("**Not started:** Window L:")
-    out = app.check_generate(*args(), {}, None, ["window"])
+    out = app.check_generate(**args(), marked=["window"])
     assert out[app.go_generate] > 0 and out[app.marked_state] == [] and out[app.input_md] == ""
     assert out[app.window_nb]["info"] == "" and out[app.window_nb]["elem_classes"] == []
     assert app.seed_nb not in out                            # a field never marked is left alone
-    race_out = app.check_race(*args(method="ar", window=1), {}, None, [])   # the race runs every method
+    race_out = app.check_race(**args(method="ar", window=1), marked=[])   # the race runs every method
     assert app.go_race not in race_out and "Window L" in race_out[app.window_nb]["info"]
 
 
 def test_good_input_passes_the_validator():
-    assert app.problems(*args()) == {}
-    assert all(c["is_valid"] for c in app.validator(*args(), {}, None))
+    assert app.problems(args()) == {}
+    assert all(c["is_valid"] for c in app.validator(**args(), history={}, ticket=None))
 
 
 def test_test_models_are_hidden_unless_asked(monkeypatch):
@@ -266,7 +269,7 @@ def test_test_models_are_hidden_unless_asked(monkeypatch):
     names = models.listed_models()
     assert names[:3] == ["texture", "tiny", "tiny-video"]
     assert not {"toy", "toy-grid", "random-logits"} & set(names)
-    assert "unknown model" in app.problems(*args(model="toy-grid"))["model"]
+    assert "unknown model" in app.problems(args(model="toy-grid"))["model"]
     monkeypatch.setenv(models.SHOW_TEST_MODELS, "1")
     assert {"toy", "toy-grid", "random-logits"} <= set(models.listed_models())
 
@@ -279,11 +282,11 @@ def test_unavailable_model_shows_its_full_reason_and_cannot_start(empty_hub_cach
                                                  else state if state == "needs GPU" else "cannot run here")
     assert app.model_dd.choices and (app.models.model_label(name), name) in app.model_dd.choices
     out = app.on_model_change(name)
-    assert reason in out[app.model_md]
+    assert app.texts.command_blocks(reason) in out[app.model_md]        # its commands as blocks
     assert not out[app.gen_btn].interactive and not out[app.race_btn].interactive
     for said in (out[app.status], out[app.race_status]):          # no call to press what is off
         assert "cannot run here" in said and "Press" not in said, said
-    assert reason in app.problems(*args(model=name))["model"]
+    assert reason in app.problems(args(model=name))["model"]
     assert "Press" in app.on_model_change("texture")[app.status]
 
 
@@ -301,7 +304,7 @@ def test_model_change_sets_each_models_defaults():
 def test_every_listed_model_that_runs_here_without_a_download_generates(name):
     prompt = app.MODELS.examples(name)[0]
     d, sd = models.page_defaults(name), models.sampling_defaults(name, app.MODELS.get(name))
-    updates = list(app.generate_stream(*args(model=name, prompt=prompt, window=d["window"],
+    updates = list(app.generate_stream(**args(model=name, prompt=prompt, window=d["window"],
                                              init=d["init"], **sd)))
     assert "done" in final(updates, app.status)
     assert final(updates, app.live_image).shape[0] >= 96
@@ -314,8 +317,9 @@ import json, app
 out = {"load": app.load_selected("llamagen-c2i", progress=lambda *a, **k: None)}
 out = {"note": out["load"][app.model_md], "generate": out["load"][app.gen_btn].interactive,
        "race": out["load"][app.race_btn].interactive,
-       "problems": app.problems("llamagen-c2i", "sjd", 32, "random", 1.0, 1000, 1.0, 5.0, 0, "goldfish",
-                                0.0, 2, None, ""),
+       "problems": app.problems(dict(model="llamagen-c2i", method="sjd", window=32, init="random",
+                                     temperature=1.0, top_k=1000, top_p=1.0, cfg=5.0, seed=0, prompt="goldfish",
+                                     pace=0.0, samples=2)),
        "label": app.models.model_label("llamagen-c2i"),
        "commands": app.models.download_commands("llamagen-c2i")}
 print("RESULT " + json.dumps(out))
@@ -341,7 +345,7 @@ def test_a_model_the_hub_cannot_be_reached_for_says_how_to_download_it_and_canno
     command = out["commands"][0]
     assert command.startswith("hf download FoundationVision/LlamaGen --include ")
     said = f"no network here: download it beforehand with `{command}`"
-    assert said in out["note"] and not out["generate"] and not out["race"]
+    assert app.texts.command_blocks(said) in out["note"] and not out["generate"] and not out["race"]
     assert said in out["problems"]["model"] and list(out["problems"]) == ["model"]
     assert out["label"] == "llamagen-c2i · no network here"       # the list says it before it is picked
 
@@ -351,39 +355,39 @@ def test_a_model_with_downloads_off_says_how_to_download_it(empty_hub_cache):
     reason = app.models.unavailable("janus-pro-1b")
     assert reason.startswith("no network here: download it beforehand with `hf download "
                              "deepseek-community/Janus-Pro-1B --include")
-    assert reason in out[app.model_md] and not out[app.gen_btn].interactive
-    assert reason in app.problems(*args(model="janus-pro-1b"))["model"]
+    assert app.texts.command_blocks(reason) in out[app.model_md] and not out[app.gen_btn].interactive
+    assert reason in app.problems(args(model="janus-pro-1b"))["model"]
 
 
 def test_ar_status_says_nothing_of_acceptance():
-    updates = list(app.generate_stream(*args(model="tiny", prompt="red heart", method="ar")))
+    updates = list(app.generate_stream(**args(model="tiny", prompt="red heart", method="ar")))
     said = final(updates, app.status)
     assert "done" in said and "no drafts (AR)" in said and "acceptance" not in said
     assert "| acceptance rate | no drafts (AR) |" in final(updates, app.summary)
     assert "| latency speed-up | 1.00x: AR is the reference |" in final(updates, app.summary)
-    sjd = final(list(app.generate_stream(*args(model="tiny", prompt="red heart", method="sjd"))), app.status)
+    sjd = final(list(app.generate_stream(**args(model="tiny", prompt="red heart", method="sjd"))), app.status)
     assert "acceptance" in sjd and "no drafts" not in sjd
 
 
 def test_slow_motion_gives_the_decode_and_display_times_apart_and_says_a_raised_pace():
     fastest = app.servers.IMAGE_EVERY
-    updates = list(app.generate_stream(*args(model="tiny", prompt="red heart", pace=fastest / 5)))
+    updates = list(app.generate_stream(**args(model="tiny", prompt="red heart", pace=fastest / 5)))
     said = final(updates, app.status)
     decoded = float(said.split("decoded in ")[1].split(" s")[0])
     shown_over = float(said.split("shown over ")[1].split(" s")[0])
     nfe = len(final(updates, app.last_run)["iterations"])
     assert shown_over >= 0.9 * fastest * (nfe - 2) > decoded     # paced at the page's fastest
-    assert f"slow motion {fastest / 5:g} s per pass raised to {fastest:g} s" in said
-    full = final(list(app.generate_stream(*args(model="tiny", prompt="red heart"))), app.status)
-    assert "decoded in" in full and "shown over" not in full and "raised" not in full
+    assert f"slow motion: {fastest / 5:g} s asked, each pass shown {fastest:g} s at least" in said
+    full = final(list(app.generate_stream(**args(model="tiny", prompt="red heart"))), app.status)
+    assert "decoded in" in full and "shown over" not in full and "slow motion" not in full
     assert all(models.page_defaults(n)["pace"] in (0, 0.0) or models.page_defaults(n)["pace"] >= fastest
                for n in models.listed_models())                  # no default is raised silently
 
 
 def test_replay_and_export_belong_to_the_last_run():
-    tiny = list(app.generate_stream(*args(model="tiny", prompt="red heart")))
+    tiny = list(app.generate_stream(**args(model="tiny", prompt="red heart")))
     history = final(tiny, app.history_state)
-    texture = list(app.generate_stream(*args(), history=history))
+    texture = list(app.generate_stream(**args(), history=history))
     assert texture[0][app.last_run] is None and texture[0][app.replay_image] is None   # cleared at once
     assert texture[0][app.export_files] is None and texture[0][app.replay_text] == app.run_view.REPLAY_WAITING
     run = final(texture, app.last_run)
@@ -394,30 +398,29 @@ def test_replay_and_export_belong_to_the_last_run():
     assert (final(texture, app.replay_image) == picture(app.replay_view(last, run)[0])).all()
     assert figure(final(texture, app.replay_probs)).layout.title.text.endswith(f"pass {last}</sub>")
     history = final(texture, app.history_state)
-    refused = list(app.generate_stream(*args(model="tiny", prompt="red heart", window=10 ** 6),
+    refused = list(app.generate_stream(**args(model="tiny", prompt="red heart", window=10 ** 6),
                                        history=history))
     assert "Not started" in final(refused, app.status) and final(refused, app.last_run) is None
-    again = list(app.generate_stream(*args(window=10 ** 6), history=history))   # same model: kept
+    again = list(app.generate_stream(**args(window=10 ** 6), history=history))   # same model: kept
     assert again == [{app.status: final(again, app.status)}]
 
 
 def test_a_model_switch_clears_the_last_models_views_and_names_the_new_one():
-    texture = list(app.generate_stream(*args()))
+    texture = list(app.generate_stream(**args()))
     assert "on **texture**" in final(texture, app.status)                 # the status names its model
-    out = app.on_model_change("tiny", app.defaults("texture")[0], *app.defaults("texture")[0].values())
+    out = app.on_model_change("tiny", app.defaults("texture")[0], **app.defaults("texture")[0])
     assert out[app.status].startswith("**tiny** · ") and out[app.race_status].startswith("**tiny** · ")
     tiny = app.MODELS.get("tiny")
     assert picture(out[app.live_image]).shape == app.pictures.blank_picture(tuple(tiny.grid)).shape
     assert list(figure(out[app.chart_committed]).data[0].x) == [0, 64]    # tiny's AR line
     assert out[app.last_run] is None and out[app.race_state] is None and out[app.film] is None
-    assert all(picture(out[app.race_images[m]]).shape == picture(out[app.live_image]).shape
-               for m in scd_core.METHODS)
+    assert all(out[app.race_images[m]] is None for m in scd_core.METHODS)   # no panels before a race
 
 
 def test_a_model_switch_keeps_what_the_visitor_set_and_says_what_changed():
     texture = app.defaults("texture")[0]
     mine = texture | {"window": 8, "pace": 0.0, "top_k": 10}
-    out = app.on_model_change("tiny", texture, *mine.values())
+    out = app.on_model_change("tiny", texture, **mine)
     kept = {k: out[app.setting_views[k]] for k in ("window", "pace", "top_k")}
     assert kept == {"window": 8, "pace": 0.0, "top_k": 10}
     tiny = app.defaults("tiny")[0]
@@ -425,14 +428,14 @@ def test_a_model_switch_keeps_what_the_visitor_set_and_says_what_changed():
     said = out[app.switch_md]
     assert said.startswith("**Settings for tiny:** its defaults: ") and "CFG scale 1 → 3" in said
     assert "kept as you set them: Window L 8, Top-k 10, Slow motion 0." in said
-    back = app.on_model_change("texture", out[app.applied_state], *[out[app.setting_views[k]]
-                                                                    for k in app.checks.SETTINGS])
+    back = app.on_model_change("texture", out[app.applied_state], **{k: out[app.setting_views[k]]
+                                                                      for k in app.checks.SETTINGS})
     assert {k: back[app.setting_views[k]] for k in ("window", "pace", "top_k")} == kept   # still yours
     assert back[app.cfg_nb] == texture["cfg"]
-    video = app.on_model_change("tiny-video", texture, *(texture | {"top_k": 10 ** 6}).values())
+    video = app.on_model_change("tiny-video", texture, **(texture | {"top_k": 10 ** 6}))
     assert video[app.topk_nb] == app.defaults("tiny-video")[0]["top_k"]
     assert "tiny-video cannot take them: Top-k 1,000,000 → " in video[app.switch_md]
-    assert app.on_model_change("texture", texture, *texture.values())[app.switch_md] == ""   # nothing changed
+    assert app.on_model_change("texture", texture, **texture)[app.switch_md] == ""   # nothing changed
 
 
 def test_unknown_prompt_words_are_marked_before_a_run_and_said_after():
@@ -440,21 +443,21 @@ def test_unknown_prompt_words_are_marked_before_a_run_and_said_after():
     assert "runs unconditioned" in app.prompt_words("tiny", "🦄 🦄")
     assert app.prompt_words("tiny", "red heart") == ""
     assert app.prompt_words("texture", "ocean zebra waves") == "not known to texture, ignored: zebra"
-    summary = final(list(app.generate_stream(*args(model="tiny", prompt="red heart 🦄"))), app.summary)
+    summary = final(list(app.generate_stream(**args(model="tiny", prompt="red heart 🦄"))), app.summary)
     assert "Prompt words the model knows: red, heart; ignored: 🦄." in summary
-    summary = final(list(app.generate_stream(*args(model="tiny", prompt="🦄"))), app.summary)
+    summary = final(list(app.generate_stream(**args(model="tiny", prompt="🦄"))), app.summary)
     assert "unconditioned sample" in summary
 
 
 def test_replay_colours_only_the_verified_drafts():
-    run = final(list(app.generate_stream(*args(model="tiny", prompt="red heart", method="sjd"))),
+    run = final(list(app.generate_stream(**args(model="tiny", prompt="red heart", method="sjd"))),
                 app.last_run)
     for i in (1, 3, 5):
         img, text, probs = app.replay_view(i, run)
         probs = figure(probs)
         it = run["iterations"][i]
         verified = int(it.verified[0].sum())
-        assert img.shape == (320, 320, 3) and f"{verified} drafts verified" in text
+        assert img.shape == (320, 320, 3) and app.run_view.plural(verified, "draft") + " verified" in text
         z = np.array(probs.data[0].z, dtype=float)
         assert np.isfinite(z).sum() == verified and np.nanmax(z) <= 1
         assert probs.layout.xaxis.title.text == "column"
@@ -468,7 +471,7 @@ def test_video_model_streams_tiled_frames_then_mp4_and_gif(monkeypatch):
     model = scd_core.load_model("toy", vocab_size=3, grid=(3, 2, 2))
     monkeypatch.setattr(app.MODELS, "cache", ModelCache())
     app.MODELS.put("tiny-video", model)
-    updates = list(app.generate_stream(*args(model="tiny-video", init="repeat-frame", window=4,
+    updates = list(app.generate_stream(**args(model="tiny-video", init="repeat-frame", window=4,
                                              prompt="x")))
     h, w, _ = final(updates, app.live_image).shape
     assert w > 2.5 * h                                         # three frames side by side
@@ -489,7 +492,7 @@ def latest(outputs: list, i: int):
 
 
 def test_served_run_streams_updates_and_a_final_png(url):
-    job = Client(url, verbose=False).submit(*args(), api_name="/generate")
+    job = Client(url, verbose=False).submit(**args(), api_name="/generate")
     updates = list(job)
     assert len(updates) > 1
     image = latest(updates, 0)
@@ -499,7 +502,7 @@ def test_served_run_streams_updates_and_a_final_png(url):
 
 def test_served_stop_keeps_the_partial_run(url):
     client = Client(url, verbose=False)
-    job = client.submit(*args(pace=0.05), api_name="/generate")
+    job = client.submit(**args(pace=0.05), api_name="/generate")
     deadline = time.time() + 60
     while len(job.outputs()) < 3 and time.time() < deadline:
         time.sleep(0.05)
@@ -512,17 +515,17 @@ def test_served_stop_keeps_the_partial_run(url):
 def test_served_bad_input_is_refused_before_the_queue_and_the_next_is_served(url):
     client = Client(url, verbose=False)
     with pytest.raises(Exception, match="please type a prompt"):
-        client.predict(*args(prompt=""), api_name="/generate")
+        client.predict(**args(prompt=""), api_name="/generate")
     with pytest.raises(Exception, match="Top-p: a number above 0"):
-        client.predict(*args(top_p=0), api_name="/generate")
-    job = client.submit(*args(), api_name="/generate")
+        client.predict(**args(top_p=0), api_name="/generate")
+    job = client.submit(**args(), api_name="/generate")
     job.result(timeout=60)
     assert os.path.exists(latest(job.outputs(), 0))
 
 
 def test_the_message_beside_the_buttons_repeats_what_the_fields_say():
     def said(**override):
-        return app.check_generate(*args(**override), {}, None, [])[app.input_md]
+        return app.check_generate(**args(**override), marked=[])[app.input_md]
     assert said() == ""
     assert said(window=0).startswith("**Not started:** Window L: a whole number")
     long = said(prompt="x" * 600)
@@ -535,3 +538,23 @@ def test_whole_number_fields_pass_what_was_typed_to_the_checks():
     """gr.Number(precision=0) would round 1.5 to 2 before any check saw it."""
     for field in (app.seed_nb, app.window_nb, app.topk_nb, app.samples_nb):
         assert field.precision is None and field.preprocess(1.5) == 1.5
+
+
+def test_each_setting_widget_shows_its_checks_label_and_is_refused_under_its_own_name():
+    """The one mapping from a setting's name to its widget (`app.input_views`) agrees with the
+    checks: a number field is labelled by the `checks.FIELDS` entry of its name and its first
+    value passes that check; a value out of that field's range is refused under its name
+    alone, in the words of its label; a choice widget offers only what its check takes, and a
+    value it does not offer is refused under its name."""
+    assert list(app.input_views) == app.checks.INPUTS
+    for name, field in app.checks.FIELDS.items():
+        widget = app.input_views[name]
+        assert widget.label == field.widget_label, name
+        field.check(widget.value)
+        found = app.problems(args(**{name: field.low if field.above_low else field.low - 1}))
+        assert list(found) == [name] and found[name].startswith(field.label + ":"), (name, found)
+    video = dict(model="tiny-video", prompt=app.MODELS.examples("tiny-video")[0], top_k=100, cfg_scale=3.0)
+    for name, base, bad in (("method", {}, "beam"), ("init", video, "zeros"), ("tree", {}, "9 x 9")):
+        for _, choice in app.input_views[name].choices:
+            assert app.problems(args(**base, **{name: choice})) == {}, (name, choice)
+        assert list(app.problems(args(**base, **{name: bad}))) == [name]

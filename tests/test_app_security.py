@@ -18,7 +18,7 @@ from gradio_client import Client
 import app
 from demo import uploads
 
-REQUEST = dict(name="texture", method="scd-mc", window=16, prompt="ocean waves", pace=0.0,
+REQUEST = dict(model="texture", method="scd-mc", window=16, prompt="ocean waves", pace=0.0,
                samples=1)
 TIMEOUT = 60                      # seconds any one request here may take
 
@@ -179,6 +179,6 @@ def test_messages_to_the_visitor_carry_no_server_path():
     assert uploads.without_paths(text) == "could not load model 'x': No such file: 'b.safetensors'"
     kept = "see https://huggingface.co/nvidia/Cosmos, top-k 3/4, tokenizer/vqgan.ckpt"
     assert uploads.without_paths(kept) == kept
-    refused = app.problems("texture", "scd-mc", 16, "random", 1.0, 0, 1.0, 1.0, 0, "x", 0.0, 1,
-                           "/etc/passwd", "")
+    refused = app.problems(dict(model="texture", method="scd-mc", window=16, init="random", temperature=1.0,
+                                top_k=0, top_p=1.0, cfg=1.0, seed=0, prompt="x", clip="/etc/passwd"))
     assert refused == {"clip": uploads.REFUSED}

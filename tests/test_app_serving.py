@@ -65,7 +65,7 @@ class Visitors:
                 time.sleep(0.005)
 
     def _visit(self, name: str, override: dict) -> None:
-        self.updates[name] = list(app.generate_stream(*args(**{**TINY, **override}),
+        self.updates[name] = list(app.generate_stream(**args(**{**TINY, **override}),
                                                       request=visitor(name)))
 
     def join(self) -> dict[str, list[dict]]:
@@ -83,7 +83,7 @@ def test_visitors_share_passes_and_each_gets_the_picture_of_its_seed_alone(monke
         picture, nfe = alone(model, seed)
         assert np.array_equal(final(updates[f"v{seed}"], app.live_image), picture), seed
         status = final(updates[f"v{seed}"], app.status)
-        assert f"NFE {nfe} · **done**" in status and "passes shared with up to 4 other samples" in status
+        assert f"NFE {nfe} (forward passes) · **done**" in status and "passes shared with up to 4 other samples" in status
         assert "latency speed-up | not measured" in final(updates[f"v{seed}"], app.summary)
         assert final(updates[f"v{seed}"], app.history_state)["scd-mc"]["wall"] is None
 
@@ -158,7 +158,7 @@ def test_a_request_the_model_refuses_leaves_the_others_running(monkeypatch):
 
 
 def test_the_race_decodes_on_the_pages_client_and_cancels_its_rows_if_left():
-    race = app.race_stream(*args(samples=2))
+    race = app.race_stream(**args(samples=2))
     assert "Warming up" in next(race)[app.race_status]               # the last race's views cleared
     assert "Decoding **AR**: one image alone" in next(race)[app.race_status]   # after AR's first pass
     assert app.REQUESTS.client._rows.running()                       # its row is on the client
@@ -171,7 +171,7 @@ def test_the_race_decodes_on_the_pages_client_and_cancels_its_rows_if_left():
 
 def test_a_visitor_whose_pass_waits_for_a_race_is_told_why():
     with app.SERVERS.alone():                                         # a race is being timed
-        run = app.generate_stream(*args(**TINY, seed=7), request=visitor("patient"))
+        run = app.generate_stream(**args(**TINY, seed=7), request=visitor("patient"))
         first = next(run)
         assert first[app.status] == app.texts.WAITING and app.live_image not in first   # kept
     updates = list(run)
@@ -197,14 +197,13 @@ def test_a_visitor_whose_model_was_unloaded_for_another_is_told_and_served(monke
     assert cache.names() == ["llamagen-c2i"]
     run = dict(model="janus-pro-1b", prompt="a cat", method="scd-mc", window=4, top_k=0, cfg_scale=1.0, seed=4,
                pace=0.0)
-    updates = list(app.generate_stream(*args(**run), request=visitor("back")))
+    updates = list(app.generate_stream(**args(**run), request=visitor("back")))
     assert updates[0][app.status] == ("**Loading janus-pro-1b:** it was unloaded to make room for llamagen-c2i; "
                                       "your run starts once it is loaded again.")
     assert "**done**" in final(updates, app.status)
     assert cache.names() == ["janus-pro-1b"]
     model = cache.peek("janus-pro-1b", **app.MODELS.kwargs("janus-pro-1b"))
-    alone_run = scd_core.generate(model, ["a cat"], seed=4, settings=app.checks.settings_of(
-        "scd-mc", 4, "random", 1.0, 0, 1.0, 1.0))
+    alone_run = scd_core.generate(model, ["a cat"], seed=4, settings=app.checks.settings_of(args(**run)))
     assert np.array_equal(final(updates, app.live_image), pictures.render_iteration(model, alone_run.iterations[-1]))
 
 
@@ -213,7 +212,7 @@ def test_a_visitor_whose_model_was_unloaded_for_another_is_told_and_served(monke
 def served(client: Client, **override) -> tuple[float, list]:
     """One Generate through the API: its latency (submit to last update) and its outputs."""
     t = time.perf_counter()
-    job = client.submit(*args(**{**TINY, **override}), api_name="/generate")
+    job = client.submit(**args(**{**TINY, **override}), api_name="/generate")
     job.result(timeout=300)
     return time.perf_counter() - t, job.outputs()
 
@@ -270,7 +269,7 @@ def test_a_visitors_session_holds_the_pages_components_however_many_runs(url):
     for seed in range(3):
         served(client, seed=seed)
     served(client, seed=3, pace=0.05)
-    client.submit(*args(**{**TINY, "samples": 2}), api_name="/race").result(timeout=300)
+    client.submit(**args(**{**TINY, "samples": 2}), api_name="/race").result(timeout=300)
     session = app.demo.state_holder.session_data[client.session_hash]
     assert len(session.blocks_config.blocks) == len(app.demo.blocks)
 
@@ -283,7 +282,7 @@ def test_every_method_generates_through_the_api_on_every_embedded_model(url, nam
     d, s, _ = app.MODELS.defaults(name)
     client = Client(url, verbose=False)
     for method in scd_core.METHODS:
-        job = client.submit(*args(model=name, method=method, window=d["window"], init=d["init"],
+        job = client.submit(**args(model=name, method=method, window=d["window"], init=d["init"],
                                   prompt=app.MODELS.examples(name)[0], pace=0.0, **s),
                             api_name="/generate")
         job.result(timeout=300)
@@ -306,7 +305,7 @@ def test_the_page_decodes_in_worker_processes_and_a_killed_worker_loses_only_tha
         assert pid is not None and pid != os.getpid()
 
         def running(seed: int):
-            job = page.submit(*args(**{**TINY, "seed": seed, "pace": 0.2}), api_name="/generate")
+            job = page.submit(**args(**{**TINY, "seed": seed, "pace": 0.2}), api_name="/generate")
             deadline = time.time() + 60
             while "decoding" not in (latest(job.outputs(), 1) or "") and time.time() < deadline:
                 time.sleep(0.05)
@@ -319,7 +318,7 @@ def test_the_page_decodes_in_worker_processes_and_a_killed_worker_loses_only_tha
 
         for k in range(20):                 # rows that keep the worker busy (each its own settings)
             client.submit("tiny", "red heart", k, scd_core.Settings(method="ar", top_k=200 + k))
-        job = page.submit(*args(**{**TINY, "seed": 6}), api_name="/generate")
+        job = page.submit(**args(**{**TINY, "seed": 6}), api_name="/generate")
         deadline = time.time() + 60
         while app.REQUESTS.rows_of("tiny") == 0 and time.time() < deadline:   # its row is in
             time.sleep(0.005)

@@ -53,8 +53,9 @@ def served_model(tiny_cosmos, monkeypatch):
 
 def args(clip, method="scd-gumbel", init="repeat-frame", window=8, pace=0.0, text="", samples=2,
          temperature=1.0):
-    """The Generate and Race events' inputs: the page's controls, then the clip inputs."""
-    return [NAME, method, window, init, temperature, 0, 0.8, 1.0, 0, "", pace, samples, clip, text]
+    """The Generate and Race events' inputs by name: the page's controls, then the clip inputs."""
+    return dict(model=NAME, method=method, window=window, init=init, temperature=temperature, top_k=0,
+                top_p=0.8, cfg=1.0, seed=0, prompt="", pace=pace, samples=samples, clip=clip, clip_text=text)
 
 
 
@@ -80,7 +81,7 @@ def test_unloaded_cosmos_stays_listed_as_unavailable_with_its_reason():
     if reason is None:
         pytest.skip("Cosmos weights and a GPU are present here")
     assert "needs GPU" in app.models.model_label(NAME)
-    assert reason in app.problems(*args(app.example_clips()[0]))["model"]
+    assert reason in app.problems(args(app.example_clips()[0]))["model"]
 
 
 def test_example_clips_are_small_readable_videos():
@@ -92,7 +93,7 @@ def test_example_clips_are_small_readable_videos():
 
 def test_continuing_a_clip_streams_new_frames_then_an_mp4(served_model):
     _, clip, _ = served_model
-    updates = list(app.generate_stream(*args(clip, pace=0.02)))
+    updates = list(app.generate_stream(**args(clip, pace=0.02)))
     run = final(updates, app.last_run)
     pictures = shown(updates, app.live_image)
     assert len(pictures) == len(run["iterations"])                       # every pass shown
@@ -109,14 +110,14 @@ def test_continuing_a_clip_streams_new_frames_then_an_mp4(served_model):
 
 @pytest.mark.parametrize("method", ["ar", "sjd", "scd-mc"])
 def test_every_method_continues_an_example_clip(served_model, method):
-    updates = list(app.generate_stream(*args(app.example_clips()[1], method=method, init="random")))
+    updates = list(app.generate_stream(**args(app.example_clips()[1], method=method, init="random")))
     assert final(updates, app.last_run)["method"] == method
     assert final(updates, app.clip_video).endswith(".mp4")
 
 
 def test_race_on_a_clip_in_greedy_mode_gives_identical_tokens(served_model):
     _, clip, _ = served_model
-    updates = list(app.race_stream(*args(clip, temperature=0.0)))
+    updates = list(app.race_stream(**args(clip, temperature=0.0)))
     rows = race_rows(final(updates, app.race_table))[1:]
     assert len(rows) == 3 and all(r["same tokens as AR"] == "yes" for r in rows)
     assert final(updates, app.race_images["sjd"]).shape[1] >= 3 * 96     # frames >= 96 px
@@ -132,12 +133,12 @@ def test_bad_clips_are_clear_errors(served_model, tmp_path):
                         (str(uploaded("missing.mp4")), "Prompt clip: the uploaded file is gone"),
                         (str(tmp_path / "clip.mp4"), "Prompt clip: only a video uploaded"),
                         (str(bad), "Prompt clip: cannot read")]:
-        assert words in app.problems(*args(clip))["clip"]              # refused before the queue
-    assert "Clip text" in app.problems(*args(served_model[1], text="x" * 10_000))["clip"]
+        assert words in app.problems(args(clip))["clip"]              # refused before the queue
+    assert "Clip text" in app.problems(args(served_model[1], text="x" * 10_000))["clip"]
     # what only the model can tell: said in the status, nothing raised, nothing erased
     for clip, text, words in [(write_clip(uploaded("short.mp4"), frames=4), "", "fewer than the 9"),
                               (served_model[1], "a red car", "takes no text")]:
-        updates = list(app.generate_stream(*args(clip, text=text)))
+        updates = list(app.generate_stream(**args(clip, text=text)))
         assert len(updates) == 1 and words in updates[0][app.status]
 
 
@@ -150,9 +151,9 @@ def test_served_bad_clip_is_an_error_then_a_clip_gives_an_mp4(served_model):
     try:
         client = Client(app.demo.local_url, verbose=False)
         with pytest.raises(Exception, match="Prompt clip"):
-            client.predict(*args(None), api_name="/generate")
+            client.predict(**args(None), api_name="/generate")
         video = upload(app.demo.local_url, served_model[1])   # the server still serves
-        job = client.submit(*args(video), api_name="/generate")
+        job = client.submit(**args(video), api_name="/generate")
         job.result(timeout=120)
         last = lambda i: next(o[i] for o in reversed(job.outputs())  # noqa: E731
                               if o[i] and not (isinstance(o[i], dict) and "__type__" in o[i]))

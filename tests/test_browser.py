@@ -16,6 +16,7 @@ import time
 import pytest
 
 import app
+from fakehub import empty_hub_cache  # noqa: F401  (a fixture)
 from legend_check import unnamed_colours
 from scd_core.models import REGISTRY
 
@@ -633,5 +634,344 @@ def test_a_model_switch_keeps_the_visitors_settings_and_leaves_no_view_of_the_la
             assert not pg.locator("#live-image img").is_visible() or \
                 image_src(pg, "live-image") != texture_picture
             assert "texture" not in text(pg, "status") + text(pg, "chart-committed")
+    finally:
+        pg.close()
+
+
+# ---------------------------------------------------------------- the page under a visitor's hands
+
+SIZES = [(1400, 1000), (390, 844)]
+
+IN_SIGHT = """el => {   // shown, inside the window, and what is drawn at its middle and corners is its own
+  const r = el.getBoundingClientRect();
+  if (r.width < 1 || r.height < 1) return 'not shown';
+  if (r.top < -1 || r.bottom > innerHeight + 1 || r.left < -1 || r.right > innerWidth + 1)
+    return `out of sight (${Math.round(r.top)}..${Math.round(r.bottom)} of ${innerHeight})`;
+  for (const [x, y] of [[(r.left + r.right) / 2, (r.top + r.bottom) / 2], [r.left + 3, r.top + 3],
+                        [r.right - 3, r.bottom - 3]]) {
+    const hit = document.elementFromPoint(x, y);
+    if (!hit || !(hit === el || el.contains(hit))) return 'covered by ' + (hit ? hit.outerHTML.slice(0, 60) : 'nothing');
+  }
+  return 'ok';
+}"""
+
+BROKEN_RANGES = """el => {   // ranges such as 0.71–0.86 drawn on two lines
+  const out = [];
+  const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+  let text = '', nodes = [];
+  for (let node = walk.nextNode(); node; node = walk.nextNode()) { nodes.push([node, text.length]); text += node.data; }
+  for (const m of text.matchAll(/\\d[\\d.,]*\\s?\\u2013\\s?\\d[\\d.,]*/g)) {
+    const at = i => { let k = nodes.length - 1; while (nodes[k][1] > i) k--; return [nodes[k][0], i - nodes[k][1]]; };
+    const r = document.createRange();
+    r.setStart(...at(m.index)); r.setEnd(...at(m.index + m[0].length - 1)); r.setEnd(r.endContainer, r.endOffset + 1);
+    const tops = new Set([...r.getClientRects()].filter(b => b.width > 0).map(b => Math.round(b.top)));
+    if (tops.size > 1) out.push(m[0]);
+  }
+  return out;
+}"""
+
+EMPTY_CHARTS = """() => [...document.querySelectorAll('.js-plotly-plot')]     // drawn frames with nothing in them
+    .filter(el => el.offsetParent !== null && !(el.data || []).some(t => (t.x || t.y || t.z || []).length))
+    .map(el => el.closest('[id]')?.id || '?')"""
+
+TITLES_COVERED = """el => {   // a chart, hovered: the points of its title that something else covers (Plotly's tool bar)
+  const title = el.querySelector('.gtitle');
+  if (!title) return [];
+  const r = title.getBoundingClientRect(), out = [];
+  for (const f of [0.05, 0.25, 0.5, 0.75, 0.95]) {
+    const hit = document.elementFromPoint(r.left + f * r.width, (r.top + r.bottom) / 2);
+    if (hit && hit.closest('.modebar, .modebar-container')) out.push(f);
+  }
+  return out;
+}"""
+
+PANELS_APART = """el => {   // a chart of several panels: tick labels on another panel's plot, or cut by the chart's edge
+  const svg = el.querySelector('svg.main-svg').getBoundingClientRect(), out = [];
+  const panels = [...el.querySelectorAll('.cartesianlayer .subplot')].map(s => {
+    const area = s.querySelector('.plotbg rect, .bg');
+    return {name: [...s.classList].join(' '), area: (el.querySelector(`.nsewdrag[data-subplot="${s.classList[1]}"]`)
+            || area).getBoundingClientRect(), labels: [...s.querySelectorAll('.xtick text, .ytick text')]};
+  });
+  const meet = (a, b) => a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1;
+  for (const p of panels)
+    for (const label of p.labels) {
+      const b = label.getBoundingClientRect();
+      if (b.width === 0) continue;
+      if (b.left < svg.left - 1 || b.right > svg.right + 1 || b.bottom > svg.bottom + 1) out.push(`${label.textContent} cut`);
+      for (const q of panels) if (q !== p && meet(b, q.area)) out.push(`${label.textContent} of ${p.name} on ${q.name}`);
+    }
+  return out;
+}"""
+
+
+def in_sight(pg, selector: str) -> str:
+    return pg.locator(selector).first.evaluate(IN_SIGHT)
+
+
+def lines_of(pg, selector: str) -> int:
+    """How many lines the element's text takes."""
+    return pg.locator(selector).evaluate("""el => { const r = document.createRange(); r.selectNodeContents(el);
+        return new Set([...r.getClientRects()].filter(b => b.width > 0).map(b => Math.round(b.top))).size; }""")
+
+
+def selected_tab(pg) -> str:
+    return pg.locator("button[role=tab][aria-selected=true]").inner_text().strip()
+
+
+def ranges_of(cell: str) -> tuple[float, float]:
+    """A figure's range, 'mean (min–max)' or the value alone."""
+    found = re.search(r"([\d.]+) \(([\d.]+)–([\d.]+)\)", cell)
+    if found:
+        return float(found.group(2)), float(found.group(3))
+    value = float(re.match(r"[\d.]+", cell).group(0))
+    return value, value
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_one_run_at_a_time_a_second_click_is_refused_and_a_model_switch_stops_the_run(browser, size):
+    """One run at a time, at both sizes: a second Generate (or Race) while a run goes is
+    refused beside the buttons, in sight; a model picked during a run stops it at once, its
+    status says so under the new model's name and nothing of the old run comes back; Generate
+    on the new model then starts at once. The same for a race, and for the Lossless tab."""
+    pg = open_page(browser, *size)
+    try:
+        fill(pg, "pace", 0.1)
+        pg.locator("#generate").click()
+        wait_text(pg, "status", "decoding", timeout=60_000)
+        for button in ("generate", "race"):
+            pg.locator(f"#{button}").click()
+            wait_text(pg, "input-message", "is still going", timeout=5_000)
+            assert in_sight(pg, "#input-message") == "ok", size
+        pg.wait_for_timeout(2000)                              # the race's click started nothing either
+        assert "on texture" in text(pg, "status") and selected_tab(pg) == "Generate"
+        pick_model(pg, "tiny", wait=0)
+        wait_text(pg, "status", "ended when you picked tiny", timeout=5_000)
+        wait_text(pg, "settings-changed", "ended when you picked tiny", timeout=5_000)
+        assert in_sight(pg, "#settings-changed") == "ok", size     # said where the visitor looks
+        pg.wait_for_timeout(2500)                              # nothing of the texture run comes back
+        said = text(pg, "status")
+        assert "ended when you picked tiny" in said and "on texture ·" not in said, said
+        grid = pg.locator("#live-image img").evaluate("el => el.naturalWidth")
+        assert grid == app.pictures.blank_picture(tuple(app.MODELS.get("tiny").grid)).shape[1], size
+        started = time.monotonic()
+        pg.locator("#generate").click()                       # tiny's run starts at once, not after texture's
+        wait_text(pg, "status", "on tiny ·", timeout=20_000)
+        assert time.monotonic() - started < 15
+        wait_text(pg, "status", "done", timeout=60_000)
+        fill(pg, "pace", 0)
+        fill(pg, "samples", 8)
+        pg.locator("#race").click()                           # a race, switched away from
+        pg.wait_for_function("() => /Warming|Decoding|Timing/.test(document.querySelector('#race-status')"
+                             "?.innerText || '')", timeout=60_000)
+        pick_model(pg, "texture", wait=0)
+        wait_text(pg, "race-status", "your race on tiny ended when you picked texture", timeout=10_000)
+        pg.wait_for_timeout(1500)
+        assert "Decoding" not in text(pg, "race-status") and not pg.locator("#race-ar img").is_visible()
+        pg.get_by_role("tab", name="Lossless").click()        # a comparison: one at a time too
+        fill(pg, "loss-samples", 128)
+        pg.locator("#lossless").click()
+        wait_text(pg, "lossless-status", "Decoding", timeout=20_000)
+        pg.locator("#lossless").click()
+        wait_text(pg, "lossless-message", "is still going", timeout=5_000)
+        assert in_sight(pg, "#lossless-message") == "ok", size
+        pick_model(pg, "tiny", wait=0)
+        wait_text(pg, "lossless-status", "ended when you picked tiny", timeout=10_000)
+        pg.wait_for_timeout(1500)
+        assert "Decoding" not in text(pg, "lossless-status")
+        pick_model(pg, "texture")
+    finally:
+        pg.close()
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_race_names_no_winner_inside_the_noise_announces_its_replay_and_keeps_ranges_whole(browser, size):
+    """At both sizes, on tiny, where the methods' passes overlap: a method is said to need
+    the fewest passes (or fewer than SJD) only where
+    its range over the samples, as the table shows it, overlaps no other's; the replay says it
+    is one, in sight; no range is drawn broken at its dash."""
+    pg = open_page(browser, *size)
+    try:
+        pick_model(pg, "tiny")
+        fill(pg, "samples", 8)
+        fill(pg, "pace", 0.05)
+        pg.locator("#race").click()
+        pg.wait_for_function("() => /Replay|Done/.test(document.querySelector('#race-status')?.innerText || '')",
+                             timeout=300_000)
+        said = text(pg, "race-status")
+        assert said.startswith("Replay") and "finished" in said and in_sight(pg, "#race-status") == "ok", said
+        wait_text(pg, "race-status", "Done", timeout=120_000)
+        wait_text(pg, "race-summary", "Gumbel")
+        spans = {m: ranges_of(r["NFE: mean (min–max)"]) for m, r in race_cells(pg).items()}
+        apart = lambda a, b: spans[a][1] < spans[b][0] or spans[b][1] < spans[a][0]  # noqa: E731
+        note = text(pg, "race-note").split("\n")[0]
+        named = re.match(r"Passes \(the same for these seeds on any machine\): ([^,:]+?) needs the fewest", note)
+        if named:                                             # named only if apart from every other
+            assert all(apart(named.group(1), m) for m in spans if m != named.group(1)), (spans, note)
+        else:
+            assert "no method clearly needs the fewest" in note or "one sample each" in note, note
+        assert any(not apart(a, b) for a in spans for b in spans if a != b), spans   # tiny: some overlap
+        why = text(pg, "race-why")
+        fewer = "fewer passes" in why and "about as many" not in why
+        assert fewer == apart("SCD maximal coupling", "SJD"), (spans, why)
+        for elem in ("race-table", "race-note", "race-why"):
+            assert pg.locator(f"#{elem}").evaluate(BROKEN_RANGES) == [], (size, elem)
+        pick_model(pg, "texture")
+    finally:
+        pg.close()
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_charts_show_no_tool_bar_over_a_title_and_the_lossless_panels_read_apart_with_progress(browser, size):
+    """At both sizes: hovered (a phone shows Plotly's tool
+    bar always), no chart's title is covered; the Lossless chart's panels keep their labels off
+    each other's bars and inside the chart; while it runs, its status counts the samples, with
+    the time so far, in sight."""
+    pg = open_page(browser, *size)
+    try:
+        fill(pg, "pace", 0)
+        pg.locator("#generate").click()
+        wait_text(pg, "status", "done")
+        wait_text(pg, "summary", "wall time")
+        pg.wait_for_timeout(800)
+        plots = pg.locator(".js-plotly-plot")
+        for i in range(plots.count()):
+            plot = plots.nth(i)
+            if not plot.is_visible():
+                continue
+            plot.scroll_into_view_if_needed()
+            plot.hover()
+            pg.wait_for_timeout(250)
+            assert plot.evaluate(TITLES_COVERED) == [], (size, plot.evaluate("el => el.closest('[id]').id"))
+        pg.get_by_role("tab", name="Lossless").click()
+        fill(pg, "loss-samples", 128)
+        pg.locator("#lossless").click()
+        wait_text(pg, "lossless-status", "of 128", timeout=20_000)
+        assert "so far" in text(pg, "lossless-status") and in_sight(pg, "#lossless-status") == "ok", size
+        wait_text(pg, "lossless-status", "Done", timeout=300_000)
+        chart = pg.locator("#lossless-chart .js-plotly-plot")
+        chart.scroll_into_view_if_needed()
+        pg.wait_for_timeout(800)
+        assert chart.evaluate(PANELS_APART) == [], size
+        chart.hover()
+        pg.wait_for_timeout(250)
+        assert chart.evaluate(TITLES_COVERED) == [], size
+    finally:
+        pg.close()
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_live_charts_and_the_status_are_in_sight_while_a_run_goes(browser, size):
+    """At both sizes, as a run goes, without scrolling after the click: the status next to the
+    picture is in sight with the acceptance so far and the tokens per pass; on a desktop the
+    two live charts (tokens against passes, acceptance) are in sight and drawn."""
+    pg = open_page(browser, *size)
+    try:
+        fill(pg, "pace", 0.1)
+        pg.evaluate("window.scrollTo(0, 0)")
+        pg.locator("#generate").click()
+        wait_text(pg, "status", "decoding", timeout=60_000)
+        pg.wait_for_function("""() => { const el = document.querySelector('#chart-rate .js-plotly-plot');
+            return el && el.data && el.data.some(t => (t.y || []).filter(v => v !== null).length > 2); }""",
+                             timeout=30_000)
+        assert in_sight(pg, "#status") == "ok" and in_sight(pg, "#live-image img") == "ok", size
+        if size[0] > app.texts.NARROW_PX:
+            for chart in ("#chart-committed .js-plotly-plot", "#chart-rate .js-plotly-plot"):
+                assert in_sight(pg, chart) == "ok", chart
+        said = text(pg, "status")                                  # a live strip on a phone
+        assert "decoding" in said and "tokens per pass so far" in said and "acceptance so far" in said, said
+        pg.screenshot(path=os.path.join(SHOTS, f"scd_live_{size[0]}.png"))
+        pg.locator("#stop").click()
+        wait_text(pg, "status", "stopped at NFE", timeout=10_000)
+    finally:
+        pg.close()
+
+
+WORDS_ON_ONE_LINE = """el => {   // the element's words (between spaces) drawn on two lines
+  const out = [];
+  const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+  for (let node = walk.nextNode(); node; node = walk.nextNode())
+    for (const m of node.data.matchAll(/\\S+/g)) {
+      const r = document.createRange();
+      r.setStart(node, m.index); r.setEnd(node, m.index + m[0].length);
+      if (new Set([...r.getClientRects()].filter(b => b.width > 0).map(b => Math.round(b.top))).size > 1) out.push(m[0]);
+    }
+  return out;
+}"""
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_words_a_newcomer_reads_at_first_sight(browser, empty_hub_cache, size):
+    """At both sizes: AR spelled out in the header; "Race all methods" on one line;
+    a download command whole, no option split; slow motion's one meaning (0 is off, full
+    speed; a pace below the shortest is raised, never called the fastest); NFE and step
+    compression said in words where the status first names them; "1 draft", not "1 drafts";
+    the file names of an export whole."""
+    pg = open_page(browser, *size)
+    try:
+        assert "AR (autoregressive" in text(pg, "header") and in_sight(pg, "#header") == "ok"
+        assert lines_of(pg, "#race") == 1 and in_sight(pg, "#race") == "ok", size
+        pick_model(pg, "janus-pro-1b", wait=0)
+        wait_text(pg, "model-info", "--include", timeout=15_000)
+        command = pg.locator("#model-info code", has_text="hf download").first
+        assert command.evaluate(WORDS_ON_ONE_LINE) == [], size               # no option split
+        assert command.evaluate("el => el.closest('pre, p').scrollWidth <= el.closest('pre, p').clientWidth + 1")
+        pick_model(pg, "tiny")
+        pg.locator("#method").get_by_text("SJD", exact=True).click()
+        fill(pg, "window", 2)
+        fill(pg, "pace", 0.05)
+        pg.locator("#generate").click()
+        wait_text(pg, "status", "decoding", timeout=60_000)
+        said = text(pg, "status")
+        assert "0.05 s asked" in said and "0 turns it off" in said and "fastest" not in said, said
+        wait_text(pg, "status", "done", timeout=120_000)
+        said = text(pg, "status")
+        assert re.search(r"NFE \d+ \(forward passes\)", said) and "(step compression)" in said, said
+        wait_text(pg, "summary", "wall time")
+        pg.get_by_text("Replay and export the last run").click()
+        wait_text(pg, "replay-text", "verified", timeout=10_000)
+        caption = text(pg, "replay-text")
+        count = int(re.search(r"(\d+) drafts? verified", caption).group(1))
+        assert count == 1 and "1 draft verified" in caption, caption       # window 2: one draft a pass
+        pg.locator("#export").click()
+        pg.wait_for_function("() => document.querySelectorAll('#export-files .filename').length >= 2",
+                             timeout=120_000)
+        for name in pg.locator("#export-files .filename .stem").all():
+            name.scroll_into_view_if_needed()
+            assert name.evaluate("el => el.scrollWidth <= el.clientWidth + 1"), (size, name.inner_text())
+        fill(pg, "window", 16)
+        fill(pg, "pace", 0)
+        pg.locator("#method").get_by_text("SCD maximal coupling", exact=True).click()
+        pick_model(pg, "texture")
+    finally:
+        pg.close()
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_before_any_run_no_empty_frame_and_a_model_pick_is_heard_at_once(browser, monkeypatch, size):
+    """At both sizes: before any run no tab shows a chart frame with nothing drawn in
+    it, nor the race's panels of empty grids (the text says what will come); a model picked is
+    acknowledged under the model within a second, even where finding out where it stands takes
+    seconds (a Hub that does not answer)."""
+    def slow_hub() -> bool:
+        time.sleep(2)
+        return False
+
+    monkeypatch.setattr(app.models, "hub_reachable", slow_hub)
+    pg = open_page(browser, *size)
+    try:
+        for tab in ("Generate", "Race", "Lossless"):
+            pg.get_by_role("tab", name=tab).click()
+            pg.wait_for_timeout(400)
+            assert pg.evaluate(EMPTY_CHARTS) == [], (size, tab)
+            assert placeholders(pg) == []
+        assert not pg.locator("#race-ar").is_visible()           # no grey grids before a race
+        pg.get_by_role("tab", name="Generate").click()
+        pick_model(pg, "janus-pro-1b", wait=0)
+        clicked = time.monotonic()
+        wait_text(pg, "model-info", "janus-pro-1b", timeout=5_000)
+        assert time.monotonic() - clicked < 1.0
+        assert in_sight(pg, "#model-info") == "ok", size
+        wait_text(pg, "model-info", "Janus-Pro", timeout=30_000)    # then where it stands
+        pick_model(pg, "texture", wait=6000)
     finally:
         pg.close()

@@ -13,7 +13,14 @@ import scd_core
 from demo import backend, checks, models, run_view, servers, streaming
 from scd_core.models import load_model
 from scd_core.race import Race
+from scd_core.settings import Settings
 from fakehub import empty_hub_cache  # noqa: F401  (a fixture)
+
+
+def settings_of(method, window, init="random", temperature=1, top_k=0, top_p=1, cfg=1, tree=None, model=None):
+    """`checks.settings_of` of a decoding event's values, given here in the page's order."""
+    return checks.settings_of(dict(method=method, window=window, init=init, temperature=temperature, top_k=top_k,
+                                   top_p=top_p, cfg=cfg, tree=tree), model)
 
 
 def test_widget_numbers_become_ints_only_when_whole():
@@ -24,17 +31,17 @@ def test_widget_numbers_become_ints_only_when_whole():
 
 def test_settings_are_checked_by_the_page_naming_its_field_and_range_then_by_the_library():
     shape = checks.shape_of("texture")
-    s = checks.race_of(shape, "ocean waves", checks.settings_of("scd-mc", 16.0, "random", 1, 0.0, 1, 1), 4.0)
+    s = checks.race_of(shape, "ocean waves", settings_of("scd-mc", 16.0, "random", 1, 0.0, 1, 1), 4.0)
     assert (s.settings.window, s.settings.top_k, s.seed, s.settings.temperature) == (16, 0, 4, 1.0)
     for window in (1.5, 0, 1):      # 1 is AR's least window, refused: the race runs every method
         with pytest.raises(ValueError, match=r"^Window L: a whole number from 2 to 1,024, got "):
-            checks.settings_of("sjd", window, "random", 1, 0, 1, 1)
+            settings_of("sjd", window, "random", 1, 0, 1, 1)
     with pytest.raises(ValueError, match="^Draft init: .previous frame \\(video\\). needs a video model"):
-        checks.settings_of("sjd", 16, "repeat-frame", 1, 0, 1, 1, model=shape)
+        settings_of("sjd", 16, "repeat-frame", 1, 0, 1, 1, model=shape)
     checks.race_of(checks.shape_of("tiny-video"), "x",
-                   checks.settings_of("sjd", 16, "repeat-frame", 1, 0, 1, 1, model=checks.shape_of("tiny-video")), 0)
+                   settings_of("sjd", 16, "repeat-frame", 1, 0, 1, 1, model=checks.shape_of("tiny-video")), 0)
     with pytest.raises(ValueError, match="^method must be one of"):    # no field: the library's words
-        checks.settings_of("beam", 16, "random", 1, 0, 1, 1)
+        settings_of("beam", 16, "random", 1, 0, 1, 1)
 
 
 def test_each_field_range_is_defined_once_and_is_the_librarys():
@@ -61,20 +68,20 @@ def test_each_field_range_is_defined_once_and_is_the_librarys():
 
 def test_top_k_is_bounded_by_the_models_vocabulary_once_it_is_known():
     texture = load_model("texture")
-    found = checks.setting_problems("scd-mc", 16, "random", 1.0, 10**9, 1.0, 1.0, None, texture)
+    run = dict(method="scd-mc", window=16, init="random", temperature=1.0, top_p=1.0, cfg=1.0, tree=None)
+    found = checks.setting_problems(run | {"top_k": 10**9}, texture)
     assert found == {"top_k": f"Top-k: a whole number from 0 to {texture.vocab_size:,}, the model's "
                               f"vocabulary (0: off), got 1,000,000,000."}
-    assert checks.setting_problems("scd-mc", 16, "random", 1.0, texture.vocab_size, 1.0, 1.0, None, texture) == {}
-    assert checks.setting_problems("scd-mc", 16, "random", 1.0, 10**9, 1.0, 1.0, None,
-                                   checks.shape_of("texture")) == {}          # not loaded yet: said at the run
+    assert checks.setting_problems(run | {"top_k": texture.vocab_size}, texture) == {}
+    assert checks.setting_problems(run | {"top_k": 10**9}, checks.shape_of("texture")) == {}   # not loaded yet: said at the run
 
 
 def test_page_limits_are_its_own():
     with pytest.raises(ValueError, match="please type a prompt"):
         checks.check_prompt("  ")
     assert checks.check_prompt(" red apple ") == "red apple"
-    with pytest.raises(ValueError, match=r"^Slow motion: a number from 0 to 2 \(seconds per pass on screen; "
-                                         r"0: full speed\), got 3."):
+    with pytest.raises(ValueError, match=r"^Slow motion: a number from 0 to 2 \(seconds each pass stays on "
+                                         r"screen; 0: off, full speed\), got 3."):
         checks.check_pace(checks.MAX_PACE + 1)
     with pytest.raises(ValueError, match="^Race samples K: a whole number from 1 to 16, got 17."):
         checks.check_samples(checks.MAX_SAMPLES + 1)
@@ -286,9 +293,12 @@ def test_a_slow_motion_faster_than_the_page_shows_is_said():
     fastest = servers.IMAGE_EVERY
     assert servers.shown_pace(fastest / 5) == fastest and servers.shown_pace(0) == 0
     assert servers.shown_pace(2 * fastest) == 2 * fastest
-    assert run_view.pace_note(0.02, servers.shown_pace(0.02)) == \
-        f"slow motion 0.02 s per pass raised to {fastest:g} s, the page's fastest"
-    assert run_view.pace_note(0.5, servers.shown_pace(0.5)) == "" == run_view.pace_note(0, 0)
+    raised = f"slow motion: 0.02 s asked, each pass shown {fastest:g} s at least (0 turns it off: full speed)"
+    assert run_view.pace_note(0.02, servers.shown_pace(0.02)) == raised     # as it runs, and after
+    assert run_view.pace_note(0.02, servers.shown_pace(0.02), running=False) == raised
+    assert run_view.pace_note(0.5, 0.5) == "slow motion: 0.5 s a pass (0 turns it off: full speed)"   # as it runs
+    assert run_view.pace_note(0.5, 0.5, running=False) == "" == run_view.pace_note(0, 0)      # after: nothing new
+    assert "fastest" not in raised                                  # 0, full speed, is faster
 
 
 def test_pictures_go_to_gradio_as_files_written_once(tmp_path):
@@ -358,12 +368,45 @@ def test_the_hub_probe_asks_the_endpoint_once_a_minute(monkeypatch):
 
 def test_scd_compile_turns_the_pages_runs_compiled(monkeypatch):
     """SCD_COMPILE (read once, at import) reaches every run's Settings; a bad value names it."""
-    assert checks.settings_of("sjd", 8, "random", 1, 0, 1, 1).compile is False
+    assert settings_of("sjd", 8, "random", 1, 0, 1, 1).compile is False
     monkeypatch.setattr(checks, "COMPILE", True)
-    assert checks.settings_of("sjd", 8, "random", 1, 0, 1, 1).compile is True
+    assert settings_of("sjd", 8, "random", 1, 0, 1, 1).compile is True
     for raw, want in (("1", True), ("yes", True), ("0", False), ("", False)):
         monkeypatch.setenv("SCD_COMPILE", raw)
         assert checks.env_flag("SCD_COMPILE") is want
     monkeypatch.setenv("SCD_COMPILE", "maybe")
     with pytest.raises(ValueError, match="SCD_COMPILE"):
         checks.env_flag("SCD_COMPILE")
+
+
+def test_the_hub_probe_answers_within_its_timeout_when_finding_the_hub_hangs(monkeypatch):
+    """A name lookup that never answers (no resolver, no network) is bounded too: the model
+    list and a model's note never wait longer than the probe's timeout for it."""
+    monkeypatch.setattr(models, "PROBE_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(models, "_PROBED", {})
+    def hangs(*args, **kwargs):
+        time.sleep(3)
+        raise OSError("no answer")
+
+    monkeypatch.setattr(models.socket, "create_connection", hangs)
+    started = time.monotonic()
+    assert models.hub_reachable() is False
+    assert time.monotonic() - started < 1.0
+
+
+def test_lossless_progress_counts_the_batches_compare_asks_about():
+    """`scd_core.lossless.compare` asks its `stop` once before each batch, AR's then the
+    method's: the progress the Lossless tab shows counts on it, and tells each method's time
+    left from that method's own batches."""
+    from demo import lossless as view
+    from scd_core import lossless as stats
+    clock = iter(range(1000))
+    progress = view.Progress(8, 4, "scd-mc", clock=lambda: float(next(clock)))
+    texture = load_model("texture")
+    stats.compare(texture, "ocean waves", Settings(method="scd-mc", window=8), "scd-mc", 8, batch=4,
+                  stop=lambda: progress.ask() or False)
+    assert len(progress.asks) == 4 and progress.done() == (8, 4)   # the last batch ends after the last ask
+    said = progress.said()
+    assert "**AR** 8 of 8 samples · **SCD maximal coupling** 4 of 8" in said and "s left" in said
+    fresh = view.Progress(8, 4, "scd-mc", clock=lambda: 0.0)
+    assert "the time left comes with AR's first 4" in fresh.said()

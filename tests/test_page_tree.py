@@ -5,7 +5,7 @@ from demo import checks
 from demo.labels import TREE_CHOICES, TREE_LABELS
 from scd_core.settings import CHAIN
 
-ARGS = dict(init="random", temperature=1.0, top_k=0, top_p=1.0, cfg_scale=1.0)
+ARGS = dict(init="random", temperature=1.0, top_k=0, top_p=1.0, cfg=1.0)
 
 
 def test_every_label_maps_to_a_tree_and_the_first_is_the_chain():
@@ -15,30 +15,30 @@ def test_every_label_maps_to_a_tree_and_the_first_is_the_chain():
 
 @pytest.mark.parametrize("method", ["sjd", "scd-mc", "scd-gumbel"])
 def test_tree_reaches_the_settings(method):
-    s = checks.settings_of(method, 16, tree="2 x 2", **ARGS)
+    s = checks.settings_of(dict(method=method, window=16, tree="2 x 2", **ARGS))
     assert s.tree == (2, 2) and s.uses_tree
 
 
 def test_ar_with_a_tree_runs_the_chain():
-    s = checks.settings_of("ar", 16, tree="4 x 1", **ARGS)
+    s = checks.settings_of(dict(method="ar", window=16, tree="4 x 1", **ARGS))
     assert s.tree == CHAIN
 
 
 def test_a_tree_too_big_for_the_window_is_refused_naming_both_fields():
     with pytest.raises(ValueError, match=r"^Draft tree: 2 x 2 feeds 7 tokens per pass .* more than Window L "
                                          r"\(4\); choose a smaller tree or a window of at least 7\.$"):
-        checks.settings_of("scd-mc", 4, tree="2 x 2", **ARGS)
+        checks.settings_of(dict(method="scd-mc", window=4, tree="2 x 2", **ARGS))
     from scd_core.settings import Settings
     with pytest.raises(ValueError, match="window 4"):               # the library draws the same line
         Settings(method="scd-mc", window=4, tree=(2, 2))
     Settings(method="scd-mc", window=7, tree=(2, 2))
-    checks.settings_of("scd-mc", 7, tree="2 x 2", **ARGS)
+    checks.settings_of(dict(method="scd-mc", window=7, tree="2 x 2", **ARGS))
 
 
 @pytest.mark.parametrize("bad", ["5 x 5", "2x2", 3, ["2 x 2"]])
 def test_an_unknown_tree_is_refused(bad):
     with pytest.raises(ValueError, match=r"^Draft tree: unknown draft tree"):
-        checks.settings_of("scd-mc", 16, tree=bad, **ARGS)
+        checks.settings_of(dict(method="scd-mc", window=16, tree=bad, **ARGS))
 
 
 # ------------------------------------------------------------- the handlers, tree chosen
@@ -47,14 +47,12 @@ import app  # noqa: E402
 import scd_core  # noqa: E402
 from scd_core.settings import Settings  # noqa: E402
 
-RUN = dict(init="random", temperature=1.0, top_k=0, top_p=1.0, cfg_scale=1.0, seed=0, pace=0.0,
-           samples=2)
+RUN = dict(init="random", temperature=1.0, top_k=0, top_p=1.0, cfg=1.0, seed=0, pace=0.0, samples=2)
 
 
-def page_args(model, prompt, method, window, tree):
-    d = {**RUN}
-    return [model, method, window, d["init"], d["temperature"], d["top_k"], d["top_p"], d["cfg_scale"],
-            d["seed"], prompt, d["pace"], d["samples"], None, "", tree]
+def page_args(model, prompt, method, window, tree) -> dict:
+    """A decoding event's inputs by name."""
+    return RUN | dict(model=model, prompt=prompt, method=method, window=window, tree=tree)
 
 
 def last(updates, key):
@@ -64,7 +62,7 @@ def last(updates, key):
 @pytest.mark.parametrize("model,prompt", [("texture", "ocean waves"), ("tiny", "red heart")])
 @pytest.mark.parametrize("method", ["sjd", "scd-mc", "scd-gumbel"])
 def test_generate_with_a_tree_gives_the_library_tokens(model, prompt, method):
-    updates = list(app.generate_stream(*page_args(model, prompt, method, 16, "2 x 2")))
+    updates = list(app.generate_stream(**page_args(model, prompt, method, 16, "2 x 2")))
     records = last(updates, app.last_run)["iterations"]
     settings = Settings(method=method, window=16, tree=(2, 2))
     run = scd_core.generate(app.MODELS.get(model), [prompt], seed=0, settings=settings)
@@ -72,19 +70,19 @@ def test_generate_with_a_tree_gives_the_library_tokens(model, prompt, method):
 
 
 def test_generate_ar_with_a_tree_runs_the_chain():
-    updates = list(app.generate_stream(*page_args("texture", "ocean waves", "ar", 16, "2 x 2")))
+    updates = list(app.generate_stream(**page_args("texture", "ocean waves", "ar", 16, "2 x 2")))
     assert last(updates, app.last_run) is not None
 
 
 def test_a_too_big_tree_or_an_unknown_tree_is_refused_beside_the_field():
-    found = app.problems(*page_args("texture", "ocean waves", "scd-mc", 4, "2 x 2"))
+    found = app.problems(page_args("texture", "ocean waves", "scd-mc", 4, "2 x 2"))
     assert set(found) == {"tree"} and "more than Window L (4)" in found["tree"]
-    found = app.problems(*page_args("texture", "ocean waves", "scd-mc", 16, "9 x 9"))
+    found = app.problems(page_args("texture", "ocean waves", "scd-mc", 16, "9 x 9"))
     assert set(found) == {"tree"} and "unknown draft tree" in found["tree"]
 
 
 def test_the_race_with_a_tree_runs_its_ar_row_on_the_chain():
-    updates = list(app.race_stream(*page_args("texture", "ocean waves", "scd-mc", 16, "2 x 1")))
+    updates = list(app.race_stream(**page_args("texture", "ocean waves", "scd-mc", 16, "2 x 1")))
     text = str(last(updates, app.race_status))
     assert "error" not in text.lower() and "not started" not in text.lower()
     assert last(updates, app.race_table) is not None
@@ -135,7 +133,7 @@ def test_a_chain_run_draws_no_tree():
 
 
 def test_generate_with_a_tree_shows_it_and_says_what_it_did():
-    updates = list(app.generate_stream(*page_args("texture", "ocean waves", "scd-mc", 16, "2 x 2")))
+    updates = list(app.generate_stream(**page_args("texture", "ocean waves", "scd-mc", 16, "2 x 2")))
     shown, status = last(updates, app.tree_now), last(updates, app.status)
     records = last(updates, app.last_run)["iterations"]
     counts = trace.DraftCounts.of(records, 0)
@@ -143,5 +141,5 @@ def test_generate_with_a_tree_shows_it_and_says_what_it_did():
     assert f"Pass {tree_view.last_sibling(records).index}, the run's last that took a sibling" in shown
     assert f"a sibling taken in {counts.siblings} of {counts.passes} passes" in status
     assert "| draft tree | tree 2 x 2: a sibling taken" in last(updates, app.summary)
-    chain = list(app.generate_stream(*page_args("texture", "ocean waves", "scd-mc", 16, "chain (no tree)")))
+    chain = list(app.generate_stream(**page_args("texture", "ocean waves", "scd-mc", 16, "chain (no tree)")))
     assert last(chain, app.tree_now) in ("", None) and "sibling" not in last(chain, app.status)

@@ -81,7 +81,7 @@ def test_the_calls_decode_and_draw_in_their_process_and_the_page_never(emulated)
     pids = {int(pid) for pid, _, _ in operations}
     assert seen["page"] not in pids and pids <= set(seen["children"])
     threads = {thread for _, thread, _ in operations}         # the call's thread and those it started
-    assert threads <= {"MainThread", "scd-follow", "scd-race-row"}
+    assert threads <= {"MainThread", "scd-follow", "scd-race-row", "scd-lossless"}
     assert not {"scd-server", "scd-sender", "scd-pictures"} & set(seen["threads"]) and not seen["cuda"]
 
 
@@ -150,24 +150,29 @@ def test_a_race_times_as_many_rounds_as_one_call_holds():
     assert zerogpu.race_rounds("lumina-mgpt-7b-512", 32, 2, 0.0) == 1          # none fits: one timing
 
 
-def test_event_durations_read_the_events_inputs_and_stay_in_zero_gpu_bounds():
+def test_event_durations_read_the_events_inputs_by_name_and_stay_in_zero_gpu_bounds():
+    """A duration reads each input by its name, in whatever order the event gives them (an
+    input added to the page shifts none of them)."""
     race = args(model="janus-pro-1b", window=32, samples=2, pace=0.0)
     rounds = zerogpu.race_rounds("janus-pro-1b", 32, 2, 0.0)
-    assert zerogpu.race_seconds(*race, None, None, request=None) == \
-        zerogpu.race_estimate("janus-pro-1b", 32, 2, 0.0, rounds) <= MAX_GPU_SECONDS
-    assert zerogpu.race_seconds(*args(model="emu3-gen", samples=2)) == MAX_GPU_SECONDS
-    assert zerogpu.generate_seconds(*args(window=1.5)) == MIN_GPU_SECONDS    # refused before decoding anyway
-    assert zerogpu.lossless_seconds("tiny", "ar", 16.0, "random", 1.0, 0, 1.0, 1.0, 0, "x", 1024.0) > \
-        zerogpu.lossless_seconds("tiny", "ar", 16.0, "random", 1.0, 0, 1.0, 1.0, 0, "x", 16.0)
+    expected = zerogpu.race_estimate("janus-pro-1b", 32, 2, 0.0, rounds)
+    assert zerogpu.race_seconds(**race, history=None, ticket=None, request=None) == expected <= MAX_GPU_SECONDS
+    assert zerogpu.race_seconds(**dict(reversed(race.items())), added=3.0) == expected
+    assert zerogpu.race_seconds(**args(model="emu3-gen", samples=2)) == MAX_GPU_SECONDS
+    assert zerogpu.generate_seconds(**args(window=1.5)) == MIN_GPU_SECONDS    # refused before decoding anyway
+    assert zerogpu.generate_seconds(**args(model="tiny", pace=2.0)) == \
+        zerogpu.generate_estimate("tiny", "scd-mc", 16, 2.0) > zerogpu.generate_seconds(**args(model="tiny"))
+    tiny = args(model="tiny", method="ar")
+    assert zerogpu.lossless_seconds(**tiny, lossless_samples=1024.0) > zerogpu.lossless_seconds(**tiny, lossless_samples=16.0)
 
 
 def test_a_run_longer_than_one_call_is_refused_on_zero_gpu_only(monkeypatch):
     slow = args(model="texture", pace=2.0, samples=8, window=16)
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
-    race = list(app.race_stream(*slow, request=visitor("long")))
+    race = list(app.race_stream(**slow, request=visitor("long")))
     said = race[-1][app.race_status]
     assert said.startswith("**Not started:** This race would hold the GPU about") and "lower the race samples K" in said
-    generate = list(app.generate_stream(*slow, request=visitor("long")))
+    generate = list(app.generate_stream(**slow, request=visitor("long")))
     assert "This run would hold the GPU about" in generate[-1][app.status]
     monkeypatch.delenv("SPACES_ZERO_GPU")
     zerogpu.check_fits(10_000, "This race", "lower K")        # off ZeroGPU there is no such limit

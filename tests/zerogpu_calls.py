@@ -179,14 +179,13 @@ def main(log_path: str) -> dict:
     out: dict = {"models": {}}
     for name, (window, init) in inputs.items():
         prompt = app.MODELS.examples(name)[0]
-        d, sampling, _ = app.MODELS.defaults(name)
-        values = [name, "scd-mc", window, init, sampling["temperature"], sampling["top_k"], sampling["top_p"],
-                  sampling["cfg_scale"], 0, prompt, 0.0, 2, None, "", None]
-        problems = app.problems(*values)
-        generated = list(app.generate_stream(*values, request=visitor))
+        values = app.defaults(name)[0] | dict(model=name, method="scd-mc", window=window, init=init, seed=0,
+                                              prompt=prompt, pace=0.0, samples=2)    # by name, as the page's
+        problems = app.problems(values)
+        generated = list(app.generate_stream(**values, request=visitor))
         last = next(u[app.last_run] for u in reversed(generated) if app.last_run in u)
         status = next(u[app.status] for u in reversed(generated) if app.status in u)
-        raced = list(app.race_stream(*values, request=visitor))
+        raced = list(app.race_stream(**values, request=visitor))
         race_status = next(u[app.race_status] for u in reversed(raced) if app.race_status in u)
         state = next(u[app.race_state] for u in reversed(raced) if app.race_state in u)
         replay = app.replay_view(3, last)
@@ -198,16 +197,17 @@ def main(log_path: str) -> dict:
             "sample": [list(v.shape) for v in sample.values()]}
         app.on_model_change(name)
         app.prompt_words(name, prompt)
-        app.check_generate(*values, {}, None, [])     # the quick check of a click
+        app.check_generate(**values, marked=[])     # the quick check of a click
 
-    lossless = list(app.lossless_run("tiny", "scd-mc", 16, "random", 1.0, 100, 1.0, 3.0, 0, "red heart", 16,
-                                     request=visitor))
+    tiny = dict(model="tiny", method="scd-mc", window=16, init="random", temperature=1.0, top_k=100, top_p=1.0,
+                cfg=3.0, seed=0, prompt="red heart")
+    lossless = list(app.lossless_run(**tiny, lossless_samples=16, request=visitor))
     out["lossless"] = next(u[app.loss_status] for u in reversed(lossless) if app.loss_status in u)
 
     stopped: dict = {}                               # a slow race, stopped from the page's process
-    slow = ["tiny", "scd-mc", 16, "random", 1.0, 100, 1.0, 3.0, 0, "red heart", 2.0, 2, None, "", None]
+    slow = tiny | dict(pace=2.0, samples=2)
     runner = threading.Thread(target=lambda: stopped.setdefault("updates", list(app.race_stream(
-        *slow, ticket=time.time() * 1000, request=SimpleNamespace(session_hash="stopper")))))
+        **slow, ticket=time.time() * 1000, request=SimpleNamespace(session_hash="stopper")))))
     runner.start()
     time.sleep(20)
     clicked = time.time()
