@@ -29,7 +29,7 @@ from scd_core.sampling import guide
 
 from .checkpoints import config_model_type, pick_device_dtype, resolve_weights
 from .checks import check_cfg, check_prompts, check_step, check_tokens, left_pad
-from .transformers_session import ResizableRows, RowEnds, SlotCache, head_rows, load_pretrained
+from .transformers_session import ResizableRows, RowEnds, SlotCache, entries_of, head_rows, load_pretrained
 from .hub import HubFiles, ProgressFn
 from .tree import Forced, Tree, check_path, check_tree
 
@@ -211,11 +211,6 @@ class Emu3Session(ResizableRows):
         cond, uncond = scores[: self.batch], scores[self.batch:]
         return guide(cond, uncond, self.cfg_scale)
 
-    def _picked(self, hidden: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """The hidden states of entries `out` [B, W] (the same entries in every block of rows)."""
-        out = out.repeat(self.reps, 1)
-        return torch.gather(hidden, 1, out[..., None].expand(-1, -1, hidden.shape[-1]))
-
     @torch.no_grad()
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
         tm = self.tm
@@ -226,7 +221,7 @@ class Emu3Session(ResizableRows):
         hidden = self._forward(ids.repeat(self.reps, 1), mask, position_ids)
         self.fed = start + tokens.shape[1]
         self.tree = None
-        return self._logits(self._picked(hidden, out))
+        return self._logits(entries_of(hidden, out, self.reps))
 
     # a tree of drafts (`protocols.TreeSession`): the nodes, then an end-of-line entry after
     # each node that ends a row (`tree.force_after`: seen by that node's children only); a
@@ -244,7 +239,7 @@ class Emu3Session(ResizableRows):
                                           forced.seen.repeat(reps, 1, 1), tm.image_head.dtype)
         hidden = self._forward(ids.repeat(reps, 1), mask, position_ids)
         self.tree, self.forced, self.fed = tree, forced, tree.start
-        return self._logits(self._picked(hidden, forced.out))
+        return self._logits(entries_of(hidden, forced.out, self.reps))
 
     def keep_path(self, nodes: torch.LongTensor) -> None:
         index, kept = check_path(self.tree, nodes)

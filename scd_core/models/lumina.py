@@ -34,7 +34,7 @@ from scd_core.sampling import guide
 
 from .checkpoints import pick_device_dtype, resolve_weights
 from .checks import check_prompts, check_step, left_pad
-from .transformers_session import ResizableRows, RowEnds, SlotCache, head_rows
+from .transformers_session import ResizableRows, RowEnds, SlotCache, entries_of, head_rows
 from .tree import Forced, Tree, check_path, check_tree
 from .hub import HubFiles, ProgressFn, cached
 
@@ -244,11 +244,6 @@ class LuminaSession(ResizableRows):
                                   cache=self.kv.cache, use_cache=True)
         return out.last_hidden_state
 
-    def _picked(self, hidden: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """The hidden states of entries `out` [B, W] (the same entries in every block of rows)."""
-        out = out.repeat(self.reps, 1)
-        return torch.gather(hidden, 1, out[:, :, None].expand(-1, -1, hidden.shape[-1]))
-
     # -- the contract -----------------------------------------------------------------
     @torch.no_grad()
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
@@ -260,7 +255,7 @@ class LuminaSession(ResizableRows):
         hidden = self._forward(ids.repeat(self.reps, 1), mask, position_ids)
         self.fed = start + tokens.shape[1]
         self.tree = None
-        return self._mix(tm.image_logits(self._picked(hidden, out)))
+        return self._mix(tm.image_logits(entries_of(hidden, out, self.reps)))
 
     # -- a tree of drafts (`protocols.TreeSession`) ---------------------------------------
     # The nodes, then an end-of-row entry after each node that ends a row
@@ -279,7 +274,7 @@ class LuminaSession(ResizableRows):
                                           forced.seen.repeat(reps, 1, 1), tm.image_head.dtype)
         hidden = self._forward(ids.repeat(reps, 1), mask, position_ids)
         self.tree, self.forced, self.fed = tree, forced, tree.start
-        return self._mix(tm.image_logits(self._picked(hidden, forced.out)))
+        return self._mix(tm.image_logits(entries_of(hidden, forced.out, self.reps)))
 
     def keep_path(self, nodes: torch.LongTensor) -> None:
         index, kept = check_path(self.tree, nodes)

@@ -267,6 +267,13 @@ class RowEnds:
         return entries, valid, offsets.gather(1, entries)
 
 
+def entries_of(hidden: torch.Tensor, out: torch.Tensor, reps: int) -> torch.Tensor:
+    """The hidden states [reps * B, W, D] of entries `out` [B, W] of `hidden` [reps * B, T, D]
+    (the same entries in every block of B rows: the conditional and unconditional rows)."""
+    out = out.repeat(reps, 1)
+    return torch.gather(hidden, 1, out[:, :, None].expand(-1, -1, hidden.shape[-1]))
+
+
 def head_rows(weight: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
     """The rows `ids` (a list, as the model's vocabulary mapping gives them) of a head's weight
     [vocab, hidden]: a view when they are consecutive ids in order (no copy), else a copy
