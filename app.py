@@ -43,7 +43,7 @@ DECODE = dict(concurrency_limit=1, concurrency_id="decode")
 QUEUE = dict(max_size=64, default_concurrency_limit=1)
 # Gradio keeps a copy of the page per visitor, with their last run for the replay (0.45-0.66 MB
 # measured, docs/app.md), for this many visitors; the one unseen longest is dropped first.
-SESSIONS = checks.env_count("SCD_SESSIONS", 128)
+SESSIONS = backend.env_count("SCD_SESSIONS", 128)
 THREADS = 2 * SERVERS.max_batch
 STOPS = servers.Stops(shared=backend.on_zero_gpu())   # a ZeroGPU call runs in a process of its own
 RUNS = runs.Runs()            # each visitor's run in progress: one at a time
@@ -815,7 +815,7 @@ LAUNCH = dict(css=texts.CSS, js=texts.LOAD_JS, theme=gr.themes.Soft(), max_file_
 def main() -> None:
     logging.basicConfig(format="%(asctime)s %(name)s %(message)s")
     log.setLevel(logging.INFO)          # the page's one-line notes, not every library's
-    threads = checks.env_count("SCD_THREADS", 0)   # 0: the embedded models' own (1 on <= 2 cores)
+    threads = backend.env_count("SCD_THREADS", 0)   # 0: the embedded models' own (1 on <= 2 cores)
     if threads:
         torch.set_num_threads(threads)
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"), **LAUNCH)

@@ -46,6 +46,30 @@ class Memory:
     idle_s: float | None = IDLE_S
 
 
+def env_count(name: str, default: int) -> int:
+    """A whole number >= 1 from environment variable `name` (unset or empty: `default`)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{name}: expected a whole number >= 1, got {raw!r}")
+    return int(raw)
+
+
+def env_flag(name: str) -> bool:
+    """On or off from environment variable `name`: 1/true/yes, or 0/false/no (unset or empty: off)."""
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no"):
+        return False
+    if raw in ("1", "true", "yes"):
+        return True
+    raise ValueError(f"{name}: expected 1 or 0, got {raw!r}")
+
+
+# SCD_COMPILE=1: every run's pass is compiled (scd_core.passes; the first run of each setting
+# pays its compile). Off by default: a cold compile takes 20-60 s per setting on a small CPU.
+
+
 def memory(environ=os.environ) -> Memory:
     """SCD_GPU_BYTES and SCD_IDLE_S, read once here; a ValueError naming the variable."""
     raw = (environ.get(GPU_BYTES) or "").strip()
@@ -92,7 +116,6 @@ def make_client(kind: str, local: Callable[[bool], Any], load: Callable[[str], A
     if kind in ("local", "call"):
         return local(kind == "call")
     if kind == "process":
-        from demo.checks import env_count
         from scd_core.models.cache import Residency
         from scd_core.workers import ProcessClient
         limits = memory(environ)

@@ -11,10 +11,10 @@ become numbers once, here (`settings_of`).
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Callable
 
+from demo.backend import env_flag
 from demo.clips import clip_prompt
 from demo.labels import TREE_CHOICES, TREE_LABELS
 from demo.models import is_video, listed_models, load_failure, takes_clip, unavailable
@@ -101,28 +101,6 @@ FIELDS = {
 
 # ------------------------------------------------------------------------------ values
 
-def env_count(name: str, default: int) -> int:
-    """A whole number >= 1 from environment variable `name` (unset or empty: `default`)."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"{name}: expected a whole number >= 1, got {raw!r}")
-    return int(raw)
-
-
-def env_flag(name: str) -> bool:
-    """On or off from environment variable `name`: 1/true/yes, or 0/false/no (unset or empty: off)."""
-    raw = os.environ.get(name, "").strip().lower()
-    if raw in ("", "0", "false", "no"):
-        return False
-    if raw in ("1", "true", "yes"):
-        return True
-    raise ValueError(f"{name}: expected 1 or 0, got {raw!r}")
-
-
-# SCD_COMPILE=1: every run's pass is compiled (scd_core.passes; the first run of each setting
-# pays its compile). Off by default: a cold compile takes 20-60 s per setting on a small CPU.
 COMPILE = env_flag("SCD_COMPILE")
 
 

@@ -226,13 +226,13 @@ def test_in_full_repeats_what_each_output_got_last_and_leaves_out_the_others():
 
 def test_counts_from_the_environment_are_checked_and_named(monkeypatch):
     monkeypatch.delenv("SCD_SESSIONS", raising=False)
-    assert checks.env_count("SCD_SESSIONS", 256) == 256
+    assert backend.env_count("SCD_SESSIONS", 256) == 256
     monkeypatch.setenv("SCD_SESSIONS", "40")
-    assert checks.env_count("SCD_SESSIONS", 256) == 40
+    assert backend.env_count("SCD_SESSIONS", 256) == 40
     for bad in ("0", "-3", "many", "2.5"):
         monkeypatch.setenv("SCD_SESSIONS", bad)
         with pytest.raises(ValueError, match="SCD_SESSIONS"):
-            checks.env_count("SCD_SESSIONS", 256)
+            backend.env_count("SCD_SESSIONS", 256)
 
 
 def test_a_loaded_models_own_window_reaches_the_page():
@@ -373,10 +373,10 @@ def test_scd_compile_turns_the_pages_runs_compiled(monkeypatch):
     assert settings_of("sjd", 8, "random", 1, 0, 1, 1).compile is True
     for raw, want in (("1", True), ("yes", True), ("0", False), ("", False)):
         monkeypatch.setenv("SCD_COMPILE", raw)
-        assert checks.env_flag("SCD_COMPILE") is want
+        assert backend.env_flag("SCD_COMPILE") is want
     monkeypatch.setenv("SCD_COMPILE", "maybe")
     with pytest.raises(ValueError, match="SCD_COMPILE"):
-        checks.env_flag("SCD_COMPILE")
+        backend.env_flag("SCD_COMPILE")
 
 
 def test_the_hub_probe_answers_within_its_timeout_when_finding_the_hub_hangs(monkeypatch):
