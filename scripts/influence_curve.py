@@ -92,46 +92,54 @@ COLOURS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 
            (140, 86, 75), (127, 127, 127)]
 
 
-def plot(curves: dict[str, list[float]], path: Path, title: str, size=(760, 420)) -> None:
-    """Lines of TV against d (a linear axis from 0 to the largest value), one colour each."""
+def line_chart(series: dict[str, list[tuple[float, float]]], path: Path, title: str, x_label: str,
+               x_ticks: list[float], size=(760, 420), y_label_format: str = "{:.2f}") -> None:
+    """Lines of (x, y) points, one colour each, on a linear y axis from 0 (Pillow only)."""
     from PIL import Image, ImageDraw
 
     img = Image.new("RGB", size, "white")
     draw = ImageDraw.Draw(img)
-    left, right, top, bottom = 60, 190, 34, 46
+    left, right, top, bottom = 60, 230, 34, 46
     w, h = size[0] - left - right, size[1] - top - bottom
-    max_d = max(len(c) for c in curves.values())
-    top_value = max(max(c) for c in curves.values())
-    step = next(s for s in (0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1.0) if top_value / s <= 8)
+    xs = [x for pts in series.values() for x, _ in pts] + list(x_ticks)
+    x_lo, x_hi = min(xs), max(xs)
+    top_value = max(y for pts in series.values() for _, y in pts)
+    step = next(s for s in (0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 5.0) if top_value / s <= 8)
     y_max = step * math.ceil(top_value / step + 1e-9)
 
-    def xy(d: float, v: float) -> tuple[float, float]:
-        return left + w * (d - 1) / max(1, max_d - 1), top + h * (1 - v / y_max)
+    def xy(x: float, y: float) -> tuple[float, float]:
+        return left + w * (x - x_lo) / max(1e-9, x_hi - x_lo), top + h * (1 - y / y_max)
 
     draw.text((left, 10), title, fill="black")
     for i in range(int(round(y_max / step)) + 1):
-        v = i * step
-        y = xy(1, v)[1]
+        y = xy(x_lo, i * step)[1]
         draw.line([(left, y), (left + w, y)], fill=(225, 225, 225))
-        draw.text((8, y - 6), f"{v:.2f}", fill="black")
-    for d in range(1, max_d + 1):
-        if d == 1 or d % 4 == 0:
-            x = xy(d, 0)[0]
-            draw.line([(x, top + h), (x, top + h + 4)], fill="black")
-            draw.text((x - 6, top + h + 8), str(d), fill="black")
-    draw.text((left + w // 2 - 90, size[1] - 18), "d: positions after the redrawn token", fill="black")
+        draw.text((8, y - 6), y_label_format.format(i * step), fill="black")
+    for x in x_ticks:
+        px = xy(x, 0)[0]
+        draw.line([(px, top + h), (px, top + h + 4)], fill="black")
+        draw.text((px - 6, top + h + 8), f"{x:g}", fill="black")
+    draw.text((left + w // 2 - 3 * len(x_label), size[1] - 18), x_label, fill="black")
     draw.rectangle([left, top, left + w, top + h], outline="black")
-    for k, (name, values) in enumerate(curves.items()):
+    for k, (name, pts) in enumerate(series.items()):
         colour = COLOURS[k % len(COLOURS)]
-        pts = [xy(d + 1, v) for d, v in enumerate(values)]
-        draw.line(pts, fill=colour, width=2)
-        for x, y in pts:
-            draw.ellipse([x - 2, y - 2, x + 2, y + 2], fill=colour)
+        px = [xy(x, y) for x, y in pts]
+        if len(px) > 1:
+            draw.line(px, fill=colour, width=2)
+        for x, y in px:
+            draw.ellipse([x - 3, y - 3, x + 3, y + 3], fill=colour)
         ly = top + 8 + 18 * k
         draw.line([(left + w + 12, ly + 6), (left + w + 32, ly + 6)], fill=colour, width=3)
         draw.text((left + w + 38, ly), name, fill="black")
     path.parent.mkdir(parents=True, exist_ok=True)
     img.save(path)
+
+
+def plot(curves: dict[str, list[float]], path: Path, title: str) -> None:
+    """The influence curves: TV against d = 1 .. max_d."""
+    max_d = max(len(c) for c in curves.values())
+    line_chart({name: [(d + 1, v) for d, v in enumerate(values)] for name, values in curves.items()}, path, title,
+               "d: positions after the redrawn token", [1] + list(range(4, max_d + 1, 4)))
 
 
 def main(argv: list[str] | None = None) -> None:

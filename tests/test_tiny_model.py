@@ -33,6 +33,11 @@ def video_model() -> TinyModel:
     return scd_core.load_model("tiny-video")
 
 
+@pytest.fixture(scope="module")
+def model64() -> TinyModel:
+    return scd_core.load_model("tiny-64")
+
+
 def random_model(grid=(8, 8), seed: int = 0, **attention) -> TinyModel:
     """A randomly initialised small model, for contract tests independent of the weights;
     `attention` (attention=, local_rows=, local_cols=) goes to its GPTConfig."""
@@ -60,6 +65,42 @@ def test_shipped_weights_load_offline(image_model, video_model):
     config = json.loads((tiny.ASSETS / "config.json").read_text())
     assert config["family"] == "scd-tiny-emoji"
     assert (tiny.ASSETS / "NOTICE").exists()
+
+
+def test_the_64_px_model_loads_offline_within_its_budget(model64):
+    """`tiny-64`: 16x16 tokens of 64 px images, at most 40 MB of fp16 weights, a prior whose
+    attention is local in 2-D as its config says."""
+    assert tiny.availability("tiny-64") is None
+    assert model64.grid == (16, 16) and model64.vocab_size == 512 and model64.name == "tiny-64"
+    total = sum(p.stat().st_size for p in tiny.ASSETS_64.glob("*.safetensors"))
+    assert total <= 40e6
+    config = json.loads((tiny.ASSETS_64 / "config.json").read_text())
+    assert config["family"] == "scd-tiny-emoji" and config["vq"]["image_size"] == 64
+    assert "local" in config["image_prior"]["attention"]
+    assert (tiny.ASSETS_64 / "NOTICE").exists()
+    images = model64.decode(torch.zeros(2, 256, dtype=torch.long))
+    assert [im.size for im in images] == [(64, 64)] * 2
+    assert model64.decode_pixels(torch.zeros(1, 256, dtype=torch.long)).mean().item() > 0.97   # code 0: white
+    run = scd_core.generate(model64, ["red heart"], method="scd-mc", window=32, seed=0)
+    assert run.tokens.shape == (1, 256) and 1 < run.nfe < 257
+
+
+def test_the_64_px_model_reads_only_its_neighbourhood(model64):
+    """The shipped local prior (two local layers of one row and one column, then two
+    per-position layers): a token changed at cell (r, c) away from the edges moves p only at
+    (r, c + 1), at (r + 1, c - 1 .. c + 1) and at (r + 2, c - 3 .. c + 1) (the second layer
+    reads the row above through positions that each predict the cell to the right of the
+    token they hold)."""
+    g = torch.Generator().manual_seed(6)
+    tokens = torch.randint(512, (1, 256), generator=g)
+    changed = tokens.clone()
+    site = 5 * 16 + 7
+    changed[0, site] = (tokens[0, site] + 1) % 512
+    before, after = (feed_sequential(model64, ["cat face"], t, 3.0) for t in (tokens, changed))
+    moved = ((after - before).abs().amax(-1) > 1e-4)[0].nonzero().flatten().tolist()
+    cells = [divmod(j, 16) for j in moved]
+    allowed = {(5, 8)} | {(6, c) for c in range(6, 9)} | {(7, c) for c in range(4, 9)}
+    assert (5, 8) in cells and set(cells) <= allowed, cells
 
 
 def test_decode_shapes(image_model, video_model):
@@ -314,10 +355,14 @@ def two_sample_pvalue(a: torch.Tensor, b: torch.Tensor, vocab: int) -> float:
     return float(stats.chi2_contingency(table.numpy(), correction=False)[1])
 
 
-def test_sjd_and_scd_match_ar_per_position_histograms(image_model):
-    rows, positions = 192, list(range(0, 64, 3))
+@pytest.mark.parametrize("name", ["tiny", "tiny-64"])
+def test_sjd_and_scd_match_ar_per_position_histograms(name, image_model, model64):
+    model = {"tiny": image_model, "tiny-64": model64}[name]
+    n = math.prod(model.grid)
+    rows, positions = 192, list(range(0, n, 3 * n // 64))
     settings = dict(window=8, top_k=8, cfg_scale=3.0, temperature=1.0)
     prompts = ["grinning face"] * rows
+    image_model = model
     ar = scd_core.generate(image_model, prompts, method="ar", seed=11, **settings).tokens
     alpha = 1e-3 / len(positions)
     for method, seed in (("sjd", 12), ("scd-mc", 13), ("scd-gumbel", 14)):

@@ -36,6 +36,7 @@ from .rows import GuidedRows
 from .tree import Tree, check_path, check_tree, gather_nodes, tree_mask
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets" / "tiny"
+ASSETS_64 = Path(__file__).resolve().parents[1] / "assets" / "tiny64"    # `tiny-64`: 64 px, 16x16 tokens
 WHITE_LEVEL = 250 / 255
 BACKGROUND_CODE = 0
 
@@ -508,8 +509,14 @@ class TinyModel:
 
     default_settings = {"top_k": 100, "top_p": 1.0, "temperature": 1.0, "cfg_scale": 3.0}
 
-    def __init__(self, vq: VQLite, gpt: TinyGPT, vocab: WordVocab, kind: str, name: str) -> None:
+    def __init__(self, vq: VQLite, gpt: TinyGPT, vocab: WordVocab, kind: str, name: str,
+                 settings: dict | None = None) -> None:
         self.vq, self.gpt, self.vocab = vq.eval(), gpt.eval(), vocab
+        if settings:                                       # a model folder's own (config.json "default_settings")
+            unknown = sorted(set(settings) - set(TinyModel.default_settings))
+            if unknown:
+                raise ValueError(f"model: default_settings has unknown keys {unknown}")
+            self.default_settings = {**TinyModel.default_settings, **settings}
         self.kind, self.name = kind, name
         self.vocab_size = gpt.cfg.vocab_size
         self.grid = tuple(gpt.cfg.grid)
@@ -574,12 +581,20 @@ def asset_files(folder: Path, prior: str) -> list[Path]:
     return [folder / "config.json", folder / "vocab.json", folder / "vq.safetensors", folder / f"{prior}.safetensors"]
 
 
+# models of this family with a folder of their own: name -> (kind, prior, folder)
+OTHER_FOLDERS = {"tiny-64": ("image", "image_prior", ASSETS_64)}
+
+
 def availability(name: str) -> str | None:
     """None when the shipped weights of `name` are present; otherwise why not."""
-    if name not in VARIANTS:
+    if name in OTHER_FOLDERS:
+        _, prior, folder = OTHER_FOLDERS[name]
+    elif name in VARIANTS:
+        prior, folder = VARIANTS[name][1], ASSETS
+    else:
         return f"unknown tiny model {name!r}"
-    missing = [p.name for p in asset_files(ASSETS, VARIANTS[name][1]) if not p.exists()]
-    return f"missing scd_core/assets/tiny/{', '.join(missing)}" if missing else None
+    missing = [p.name for p in asset_files(folder, prior) if not p.exists()]
+    return f"missing scd_core/assets/{folder.name}/{', '.join(missing)}" if missing else None
 
 
 def claims_folder(path: str) -> bool:
@@ -625,7 +640,7 @@ def _load(kind: str, prior: str, name: str, folder: str | Path | None, device: s
     gcfg = dict(config[prior])
     gcfg["grid"] = tuple(gcfg["grid"])
     gpt = load_weights(TinyGPT(GPTConfig(**gcfg)), folder / f"{prior}.safetensors", device, dtype)
-    return TinyModel(vq, gpt, vocab, kind, name)
+    return TinyModel(vq, gpt, vocab, kind, name, config.get("default_settings", {}).get(kind))
 
 
 def load_tiny(name_or_path: str = "tiny", *, device: str | torch.device = "cpu",
@@ -643,3 +658,11 @@ def load_tiny_video(name_or_path: str = "tiny-video", *, device: str | torch.dev
     """The embedded emoji clip model: T frames of 32x32, T x 8x8 tokens, vocab 512."""
     folder = None if name_or_path in VARIANTS else name_or_path
     return _load("video", "video_prior", "tiny-video", folder, device, dtype, threads)
+
+
+def load_tiny_64(name_or_path: str = "tiny-64", *, device: str | torch.device = "cpu",
+                 dtype: torch.dtype | str = torch.float32, threads: int | None = None) -> TinyModel:
+    """The embedded 64 px emoji image model: 64x64 images, 16x16 tokens, vocab 512 (the grain
+    of a real model's token grid; docs/embedded-models.md)."""
+    folder = ASSETS_64 if name_or_path in OTHER_FOLDERS else name_or_path
+    return _load("image", "image_prior", "tiny-64", folder, device, dtype, threads)

@@ -167,6 +167,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ckpt-minutes", type=float, default=3.0)
     ap.add_argument("--max-minutes", type=float, default=0.0)
     ap.add_argument("--fresh", action="store_true")
+    ap.add_argument("--stop-at", type=int, default=0,
+                    help="stop (with a checkpoint) at this step, the learning-rate schedule still that of "
+                         "--steps: the first part of a longer run (0: run to --steps)")
     ap.add_argument("--snapshots", default="",
                     help="comma-separated steps at which a copy of the checkpoint is kept as <ckpt>_step<N> "
                          "(to measure the model at several training lengths)")
@@ -214,6 +217,9 @@ def main(argv: list[str] | None = None) -> None:
     clock = CheckpointClock(args.ckpt_minutes, args.max_minutes)
     running = None
     model.train()
+    if 0 < args.stop_at <= step:
+        print(f"already at step {step} (--stop-at {args.stop_at})", flush=True)
+        return
     while step < args.steps:
         for g in opt.param_groups:
             g["lr"] = cosine_lr(step, args.steps, args.lr, warmup=200)
@@ -235,7 +241,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"eval step {step}: held-out nll {info['val_nll']:.4f} nats/token", flush=True)
         if step in snapshots:
             save_checkpoint(f"{ckpt}_step{step}", model, opt, gen, step, info)
-        if clock.save_if_due(lambda: save_checkpoint(ckpt, model, opt, gen, step, info), step, args.steps):
+        last = args.stop_at if 0 < args.stop_at < args.steps else args.steps
+        if clock.save_if_due(lambda: save_checkpoint(ckpt, model, opt, gen, step, info), step, last) or step == last:
             break
     print(f"done at step {step} in {clock.elapsed():.0f} s", flush=True)
 
