@@ -19,6 +19,7 @@ import torch
 from scd_core import lossless as lossless_stats, race
 from scd_core.client import DecodeError
 from scd_core.models import cache
+from scd_core.settings import METHODS
 
 from demo import (backend, charts, checks, export, generate_view, labels, lossless, models, pictures, race_view,
                   run_view, servers, streaming, texts, uploads, zerogpu)
@@ -163,6 +164,8 @@ def generate_stream(name, method, window, init, temperature, top_k, top_p, cfg_s
             yield shown({"status": texts.STOPPED_EARLY})
             return
         view = generate_view.GenerateView(model, page, history, models.decoding_device(REQUESTS.client, name))
+        if note := MODELS.swap_note(name):                # a model swap or load to wait for, said first
+            yield shown(view.cleared({"status": note}))
         row = backend.Row(REQUESTS, REQUESTS.submit(key, name, page.race.prompt, page.race.seed, page.settings),
                           name)
         waiting = SERVERS.timing_alone.is_set if KIND == "local" else lambda: False
@@ -219,6 +222,8 @@ def race_stream(name, method, window, init, temperature, top_k, top_p, cfg_scale
                                   lambda runs: race.gap_probe(model, name, page.race, runs), models.is_video(name),
                                   rounds)
         yield raced(view.started())
+        if note := MODELS.swap_note(name):                # a model swap or load to wait for, said first
+            yield raced({"status": note})
         for step in race.decode_race(REQUESTS.client, name, page.race, page.samples, stopped, rounds):
             update = view.step(step)
             if update:                                    # nothing when no status or picture is due
@@ -461,7 +466,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
             with gr.Column(visible=not models.takes_clip(D0), elem_id="examples-box") as examples_box:
                 examples = gr.Examples([[p] for p in MODELS.examples(D0)], inputs=prompt_tb, label="Example prompts")
             with gr.Column(elem_id="method-box"):
-                method_rd = gr.Radio([(LABELS[m], m) for m in race.METHOD_ORDER], value="scd-mc",
+                method_rd = gr.Radio([(LABELS[m], m) for m in METHODS], value="scd-mc",
                                      label="Method (Generate)", elem_id="method")
             d0, s0, _ = MODELS.defaults(D0)
             with gr.Accordion("Settings", open=True, elem_id="settings"):
@@ -529,7 +534,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                 with gr.Tab("Race", id="tab-race"):
                     race_status = gr.Markdown(texts.hint(texts.RACE_HINT, D0), elem_id="race-status")
                     race_images = {}
-                    for pair in (race.METHOD_ORDER[:2], race.METHOD_ORDER[2:]):
+                    for pair in (METHODS[:2], METHODS[2:]):
                         with gr.Row():
                             for m in pair:
                                 with gr.Column(min_width=240):
@@ -597,7 +602,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     gen_outputs = list(gen_views.values())
     race_views = dict(zip(race_view.VIEWS, (race_status, race_table, race_note, race_why, race_chart,
                                             race_hist, race_flicker, race_bench, race_state, race_sample,
-                                            *(race_images[m] for m in race.METHOD_ORDER)), strict=True))
+                                            *(race_images[m] for m in METHODS)), strict=True))
     race_outputs = list(race_views.values())
     lossless_outputs = [loss_status, loss_summary, loss_chart, loss_ar, loss_method, loss_greedy, loss_method_title,
                         loss_diff, loss_diff_title]

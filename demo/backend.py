@@ -9,11 +9,20 @@ the page's requests on it (one per running Generate, by visitor, so that Stop ca
                               (SPACES_ZERO_GPU set), whose GPU a call holds only in its process
     SCD_DECODE=ray://local    Ray Serve (`scd_core.distributed.service.client_from_env`)
     SCD_DECODE=ray://HOST:PORT
+
+and how much of a device the page's models may hold (`memory`):
+
+    SCD_GPU_BYTES             bytes of large models resident at once per device (a GPU, or the
+                              CPU without one), e.g. 40GB; unset: one large model at a time
+    SCD_IDLE_S                seconds a worker process may go unused before it is closed
+                              (default 600; 0: never)
 """
 from __future__ import annotations
 
 import os
+import re
 import threading
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from scd_core.settings import Settings
@@ -21,6 +30,37 @@ from scd_core.settings import Settings
 ENV = "SCD_DECODE"
 BACKENDS = ("process", "local", "call", "ray://local", "ray://HOST:PORT")
 ZERO_GPU = "SPACES_ZERO_GPU"
+GPU_BYTES, IDLE = "SCD_GPU_BYTES", "SCD_IDLE_S"
+IDLE_S = 600                  # the default: a worker unused for 10 minutes is closed
+UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20,
+         "gib": 2**30, "tib": 2**40}
+
+
+@dataclass(frozen=True)
+class Memory:
+    """How much of a device the page's models may hold: `gpu_bytes` of large models resident
+    at once per device (None: one large model at a time), and `idle_s`, the seconds a worker
+    process may go unused before it is closed (None: never)."""
+
+    gpu_bytes: int | None = None
+    idle_s: float | None = IDLE_S
+
+
+def memory(environ=os.environ) -> Memory:
+    """SCD_GPU_BYTES and SCD_IDLE_S, read once here; a ValueError naming the variable."""
+    raw = (environ.get(GPU_BYTES) or "").strip()
+    gpu_bytes = None
+    if raw:
+        match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]*)", raw)
+        if match is None or match.group(2).lower() not in UNITS or \
+                int(float(match.group(1)) * UNITS[match.group(2).lower()]) < 1:
+            raise ValueError(f"{GPU_BYTES}: expected a size such as 40GB or 40000000000 (bytes), got {raw!r}")
+        gpu_bytes = int(float(match.group(1)) * UNITS[match.group(2).lower()])
+    raw = (environ.get(IDLE) or "").strip()
+    if raw and not raw.isdigit():
+        raise ValueError(f"{IDLE}: expected a whole number of seconds (0: never), got {raw!r}")
+    idle_s = IDLE_S if not raw else int(raw) or None
+    return Memory(gpu_bytes, idle_s)
 
 
 def on_zero_gpu(environ=os.environ) -> bool:
@@ -53,8 +93,11 @@ def make_client(kind: str, local: Callable[[bool], Any], load: Callable[[str], A
         return local(kind == "call")
     if kind == "process":
         from demo.checks import env_count
+        from scd_core.models.cache import Residency
         from scd_core.workers import ProcessClient
-        return ProcessClient(max_batch=max_batch, threads=env_count("SCD_THREADS", 1), load=load)
+        limits = memory(environ)
+        return ProcessClient(max_batch=max_batch, threads=env_count("SCD_THREADS", 1), load=load,
+                             residency=Residency(limits.gpu_bytes), idle_timeout=limits.idle_s)
     from scd_core.distributed.service import client_from_env
     return client_from_env(environ)
 

@@ -121,7 +121,7 @@ def env_flag(name: str) -> bool:
     raise ValueError(f"{name}: expected 1 or 0, got {raw!r}")
 
 
-# SCD_COMPILE=1: every run's pass is compiled (scd_core.compiled; the first run of each setting
+# SCD_COMPILE=1: every run's pass is compiled (scd_core.passes; the first run of each setting
 # pays its compile). Off by default: a cold compile takes 20-60 s per setting on a small CPU.
 COMPILE = env_flag("SCD_COMPILE")
 

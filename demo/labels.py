@@ -1,5 +1,5 @@
 """How the page names the decoding methods and draft inits (keys: scd_core.METHODS, INITS)."""
-from scd_core.decoding import INITS, METHODS
+from scd_core.settings import INITS, METHODS
 
 METHOD_LABELS = {"ar": "AR", "sjd": "SJD", "scd-mc": "SCD maximal coupling",
                  "scd-gumbel": "SCD Gumbel coupling"}

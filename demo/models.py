@@ -261,19 +261,36 @@ def load_for_worker(name: str):
     return load_model(name, **load_kwargs(name, device))
 
 
+def room(residency) -> str:
+    """How many large models a device holds here, in words."""
+    if residency.budget is None:
+        return "one large model at a time on this device"
+    return f"{residency.budget / 1e9:.1f} GB of large models at a time on this device"
+
+
 class Models:
     """The page's models. Embedded ones are loaded (on first use) into `cache` with this
     device's load arguments and drawn here; any other is a `ClientModel` of the page's
     decode client (`use`), which loads it where it decodes: in this process for the `local`
     and in-call clients (through `get`: the same cache, so still one copy), in a worker or a
-    replica otherwise. Every load also closes the servers of the models the cache has
-    dropped meanwhile."""
+    replica otherwise.
+
+    Large models are resident by the cache's `Residency` (one per device, or a byte budget:
+    `demo.backend.memory`), in this process as in the workers: before a large model loads
+    here, each one that must make room is retired by the page's client (its running rows and
+    pictures end, new rows of it wait; then its server closes and its rows' requests and
+    decoders go), then dropped from the cache, its memory returned, and only then the new one
+    loads. `swap_note` says it to a visitor."""
 
     def __init__(self, cache, device: str, servers: "Servers") -> None:
+        from demo.backend import memory
+
         self.cache, self.device, self.servers = cache, device, servers
+        cache.residency.budget = memory().gpu_bytes       # SCD_GPU_BYTES, for the models held here
         self.client, self.downloads_here = None, False
         self._infos: dict[str, object] = {}          # what the client told of each model
         self._lock = threading.Lock()
+        self._swap = threading.Lock()                # a swap's lock when the client has none
 
     def use(self, client, downloads_here: bool) -> None:
         """The decode client that decodes (and draws) the models the page does not hold;
@@ -285,13 +302,76 @@ class Models:
         return load_kwargs(name, self.device)
 
     def get(self, name: str, progress=None):
-        """The model in this process; `progress(done, total, repo)` hears a download."""
-        model = self.cache.get(name, **self.kwargs(name), **({"progress": progress} if progress else {}))
+        """The model in this process; `progress(done, total, repo)` hears a download. A
+        large model not held first unloads those it must make room for (a DecodeError if
+        one is still in use after the drain)."""
+        kwargs, heard = self.kwargs(name), {"progress": progress} if progress else {}
+        model = self.cache.peek(name, **kwargs)
+        if model is None and self.cache.is_large(name):
+            with getattr(self.client, "swap_lock", None) or self._swap:   # one swap at a time
+                model = self.cache.peek(name, **kwargs)
+                leaving = [] if model is not None else self.cache.room_for(name, **kwargs)
+                if leaving:
+                    with self.cache.residency.swapping(leaving, name):
+                        for key in leaving:
+                            self._unload(key, arriving=name)
+                if model is None:
+                    model = self.cache.get(name, **kwargs, **heard)
+        elif model is None:
+            model = self.cache.get(name, **kwargs, **heard)
         held = [self.cache.peek(n, **self.kwargs(n)) for n in self.cache.names()]
         self.servers.keep(held)
         if hasattr(self.client, "keep_models"):           # nor any row decoder of a dropped model
             self.client.keep_models(held)
         return model
+
+    def _unload(self, key, arriving: str | None = None) -> None:
+        """Retire a model from the page's client (if it serves it), then drop it from the
+        cache and return its memory."""
+        name, model, residency = key[0], self.cache.held(key), self.cache.residency
+        retire = getattr(self.client, "retire", None)
+        try:
+            if model is not None and retire is not None:
+                retire(name, model, arriving, residency.drain_s, residency.quiet_s)
+            elif model is not None:
+                self.servers.close_model(model)
+            del model
+            if not self.cache.unload(key, arriving):
+                log.info("%s is unloaded but something still holds it", name)
+        finally:
+            getattr(self.client, "unloaded", lambda name: None)(name)
+
+    def residency(self):
+        """Where the page's large models are resident: its worker processes' (`ProcessClient`),
+        or this process's cache."""
+        return getattr(self.client, "residency", None) or self.cache.residency
+
+    def resident(self, name: str) -> bool:
+        """Whether the model is loaded where it decodes (a request would not wait for a load)."""
+        if hasattr(self.client, "is_resident"):          # worker processes: its worker runs
+            return self.client.is_resident(name)
+        leaving = getattr(self.client, "leaving", lambda name: False)(name)
+        return self.cache.peek(name, **self.kwargs(name)) is not None and not leaving
+
+    def swap_note(self, name: str) -> str | None:
+        """For a visitor about to run `name`: that it waits for a swap, or a load, and why
+        (None when it is resident and nothing is swapped)."""
+        residency = self.residency()
+        swap = residency.swap
+        if swap is not None and name in swap.leaving:
+            return (f"**Waiting:** {name} is being unloaded to make room for {swap.arriving} "
+                    f"({room(residency)}); your run loads it again once that is done.")
+        if swap is not None and name == swap.arriving:
+            return (f"**Waiting:** {', '.join(swap.leaving)} is being unloaded to make room for {name} "
+                    "(its runs finish first); your run starts once it is loaded.")
+        if self.resident(name):
+            return None
+        why = residency.why_not_resident(name)
+        if why is None:
+            return None
+        because = f"to make room for {why.arriving}" if why.arriving else \
+            f"after {why.idle_s / 60:.0f} min without a run" if why.idle_s else "earlier"
+        return f"**Loading {name}:** it was unloaded {because}; your run starts once it is loaded again."
 
     def for_page(self, name: str):
         """The model as the page uses it: an embedded one itself, any other a `ClientModel`
@@ -327,30 +407,43 @@ class Models:
         self.cache.put(name, model, **self.kwargs(name))
 
     def fetch(self, name: str, progress=None):
-        """Load a model that needs weights where it decodes, its download heard by
-        `progress` where that download happens on this machine; the model as the page uses it."""
+        """Load a model that needs weights where it decodes (again, if it was unloaded), its
+        download heard by `progress` where that download happens on this machine; the model
+        as the page uses it."""
         if self.client is None:
             return self.get(name, progress)
         if getattr(self.client, "decodes_here", False):   # the in-process clients load through `get`
             self.get(name, progress)
-        elif self.downloads_here and progress is not None:
+            return self.on_client(name)
+        if self.downloads_here and progress is not None:
             from scd_core.models import hub
             for files in importlib.import_module(f"scd_core.models.{REGISTRY[name].module}").hub_files(name):
                 hub.fetch(files, progress=progress, needed_by=name)
-        return self.on_client(name)
+        info = self.client.model_info(name)               # its worker started (after making room) if needed
+        with self._lock:
+            self._infos[name] = info
+        return ClientModel(info, self.client)
 
     def load_note(self, name: str, progress=None) -> str:
-        """Load a large model as soon as it is picked (`progress` as for `get`); the model's
-        note, with the reason when it could not load (Generate then says it again)."""
-        if self.loaded(name) is None and REGISTRY[name].needs_weights and unavailable(name) is None:
+        """Load a large model as soon as it is picked (`progress` as for `get`), or again if it
+        was unloaded; the model's note, with the reason when it could not load (Generate then
+        says it again), and the models it unloaded to make room."""
+        unloaded = ""
+        if REGISTRY[name].needs_weights and not self.resident(name) and \
+                unavailable(name, self.loaded(name) is not None) is None:
+            before = set(self.residency().resident()) - {name}
             try:
                 self.fetch(name, progress)
-            except Exception as exc:              # missing weights, no memory...: said, not raised
+            except Exception as exc:              # missing weights, no memory, another model busy...: said
                 log.info("could not load %s: %s", name, exc)
                 why = load_failure(name, exc)
                 return model_note(name) if unavailable(name) else model_note(name) + \
                     f" **Could not load it:** {why}"
-        return model_note(name, self.loaded(name) is not None)
+            gone = sorted(before - set(self.residency().resident()))
+            if gone:
+                unloaded = (f" {' and '.join(gone)} {'was' if len(gone) == 1 else 'were'} unloaded to make room "
+                            f"({room(self.residency())}).")
+        return model_note(name, self.loaded(name) is not None) + unloaded
 
     def defaults(self, name: str) -> tuple[dict, dict, bool]:
         """The page's defaults for the model, its sampling defaults, and whether it can run here."""

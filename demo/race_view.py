@@ -15,7 +15,8 @@ from demo.charts import RACE_WAITING, race_figures, race_progress_figure
 from demo.labels import METHOD_LABELS
 from demo.pictures import blank_picture, render_iteration, tile_frames
 from demo.servers import FULL_SPEED_EVERY, PLOT_EVERY, STATUS_EVERY, Pacer
-from scd_core.race import (METHOD_ORDER, TIMING_ROUNDS, MethodSummary, Race, Sensitivity, Spread, Timing, apart,
+from scd_core.settings import METHODS
+from scd_core.race import (TIMING_ROUNDS, MethodSummary, Race, Sensitivity, Spread, Timing, apart,
                            summarise)
 
 
@@ -88,7 +89,7 @@ def _timed(value: str, speedup: float | None) -> str:
 def waiting(blank, status: str) -> dict:
     """The Race tab's views before a race, by view name: every panel `blank` (a model's empty
     grid, or None), no figures, each chart saying when it comes, and `status`."""
-    return dict.fromkeys(METHOD_ORDER, blank) | dict.fromkeys(("table", "note", "why"), "") | \
+    return dict.fromkeys(METHODS, blank) | dict.fromkeys(("table", "note", "why"), "") | \
         dict(zip(("chart", "hist", "flicker"), RACE_WAITING)) | {"status": status, "bench": BENCH_WAITING}
 
 
@@ -326,7 +327,7 @@ def race_report(name: str, race, runs: dict, samples: int, device: str, probe=No
 # ------------------------------------------------------------------ the race as shown
 
 VIEWS = ("status", "table", "note", "why", "chart", "hist", "flicker", "bench", "state", "sample",
-         *METHOD_ORDER)        # the race's views by name; each method's name is its panel
+         *METHODS)        # the race's views by name; each method's name is its panel
 WARMING = "Warming up: a few untimed passes of each method…"
 
 

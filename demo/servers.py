@@ -2,6 +2,7 @@
 stop flags per visitor, and the pace of live updates: when a Generate run shows a picture or its charts, and how a race replays."""
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import os
@@ -10,9 +11,11 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
+from scd_core.client import DecodeError
 from scd_core.local import LocalClient
+from scd_core.models.cache import busy_message, wait_until
 from scd_core.serve import Request, Server
 from scd_core.settings import Settings
 from scd_core.trace import Iteration
@@ -81,6 +84,14 @@ class Servers:
         """One row on the model's server; a ValueError names a bad argument at once."""
         return self.get(model).submit(settings.prompt, settings.seed, settings.of(method))
 
+    def close_model(self, model, timeout: float = 10.0) -> None:
+        """Close the model's server now (rows still in it end, cancelled, at their next pass
+        boundary) and forget it: nothing here holds the model any more."""
+        with self._lock:
+            server = self._servers.pop(id(model), None)
+        if server is not None:
+            server.close(cancel=True, timeout=timeout)
+
     def keep(self, models: Iterable) -> None:
         """Close the servers of every model not in `models` (in the background: a server
         finishes the requests it has)."""
@@ -102,7 +113,13 @@ class PageClient(LocalClient):
     the page replaces is the one decoded). `local`: its servers' threads run the passes;
     `in_call` (ZeroGPU): no thread, the call that reads a row runs its passes. It keeps a
     row's server request until `release`, so that it can tell the batch of each of its
-    passes, also after its end; its rows' pictures come from `pictures`, by request id."""
+    passes, also after its end; its rows' pictures come from `pictures`, by request id.
+
+    Unloading a model (`demo.models.Models` does, to make room for another): `retire` waits
+    until no call uses it (no row running, no submit or picture under way, none for a few
+    seconds), new rows of it waiting meanwhile; it then closes its server and lets go of its
+    rows' requests and decoders; `unloaded` ends the swap, after which a new row of it loads
+    it again. `swap_lock` is held for a whole swap (unloads and the load they make room for)."""
 
     decodes_here = True                            # the page's models are the ones it decodes
 
@@ -110,10 +127,81 @@ class PageClient(LocalClient):
         super().__init__(load=get_model, max_batch=servers.max_batch, device_lock=servers.device_lock,
                          keep_requests=True, in_call=in_call)
         self.servers, self._get = servers, get_model
+        self.swap_lock = threading.Lock()
+        self._use_lock = threading.Lock()          # guards the four below
+        self._pending: collections.Counter[str] = collections.Counter()   # calls using a model now, by name
+        self._last_used: dict[str, float] = {}      # when a call let go of it, or a row of it ended
+        self._leaving: set[str] = set()             # being unloaded: new rows wait for the swap
+        self._closing: set[str] = set()             # unused and being unloaded: every call waits
 
     def server(self, name: str):
         loaded = self._get(name)
         return loaded, self.servers.get(loaded)
+
+    def model(self, name: str):
+        return self._get(name)
+
+    @contextlib.contextmanager
+    def serving(self, name: str, rows: bool = False) -> Iterator[tuple[Any, Server]]:
+        """The model and its server for one call, not unloaded while the call uses it; new
+        `rows` of a model being unloaded wait for the swap to end (then load it again)."""
+        loaded = self._acquire(name, rows)
+        try:
+            yield loaded, self.servers.get(loaded)
+        finally:
+            with self._use_lock:
+                self._pending[name] -= 1
+                self._last_used[name] = time.monotonic()
+
+    def _acquire(self, name: str, rows: bool):
+        while True:
+            if rows and self.leaving(name):
+                with self.swap_lock:                # wait for the swap under way
+                    pass
+            loaded = self._get(name)
+            with self._use_lock:
+                if name not in self._closing and not (rows and name in self._leaving):
+                    self._pending[name] += 1
+                    self._last_used[name] = time.monotonic()
+                    return loaded
+            time.sleep(0.01)                        # being unloaded: its swap ends soon
+
+    def leaving(self, name: str) -> bool:
+        with self._use_lock:
+            return name in self._leaving
+
+    def retire(self, name: str, model, arriving: str | None, drain_s: float, quiet_s: float) -> None:
+        """Stop serving `model` (served as `name`) once no call uses it: no row running, no
+        call under way, none for `quiet_s` s (a run's last pictures come after its last
+        pass); then close its server and let go of what its rows kept. New rows of it wait
+        meanwhile. A DecodeError (for `arriving`) if it is still in use after `drain_s` s: it
+        stays."""
+        with self._use_lock:
+            self._leaving.add(name)
+
+        def settled() -> bool:                      # unused, and from now on no call takes it
+            running = any(row.model == name for row in self._rows.running())
+            with self._use_lock:
+                if self._pending[name] or running or time.monotonic() - self._last_used.get(name, 0.0) < quiet_s:
+                    return False
+                self._closing.add(name)
+                return True
+        if not wait_until(settled, drain_s):
+            self.unloaded(name)
+            raise DecodeError(busy_message(name, arriving or "another model", drain_s))
+        self.servers.close_model(model)
+        self.forget_model(name, model)
+
+    def unloaded(self, name: str) -> None:
+        """The swap that unloaded `name` is over: new rows of it load it again."""
+        with self._use_lock:
+            self._leaving.discard(name)
+            self._closing.discard(name)
+
+    def _ended(self, rid: str, request, row) -> None:
+        super()._ended(rid, request, row)
+        with self._use_lock:
+            self._last_used[row.model] = time.monotonic()
 
     def batch_sizes(self, request: str) -> list[int]:
         with self._lock:

@@ -39,7 +39,7 @@ from demo import backend
 from demo.checks import as_int, check_pace, check_samples
 from demo.servers import shown_pace
 from scd_core import lossless, race
-from scd_core.decoding import METHODS
+from scd_core.settings import METHODS
 from scd_core.models import REGISTRY
 from scd_core.models.status import GPU_OVERHEAD_S, MAX_GPU_SECONDS, MIN_GPU_SECONDS, gpu_seconds
 

@@ -5,7 +5,7 @@ after another with `generate`.
     python -m scd_core.bench_serve --model tiny --methods ar,sjd,scd-mc --visitors 1,4,8,16
     python -m scd_core.bench_serve --model tiny --methods scd-mc --burst 16
 
-(`python -m scd_core.serve` with the same arguments runs this.)
+(`scd-serve` with the same arguments runs this.)
 """
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--burst", type=int, default=0,
                     help="instead of the table: N requests one after another vs N submitted at once")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--compile", action="store_true", help="run the passes compiled (scd_core.compiled)")
+    ap.add_argument("--compile", action="store_true", help="run the passes compiled (scd_core.passes)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     from scd_core.models import load_model

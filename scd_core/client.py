@@ -249,6 +249,11 @@ class RowBook:
                              f"{self.keep} newer ones have finished)")
         return row
 
+    def find(self, request: str) -> RowLog | None:
+        """The row, or None if it is not (or no longer) known."""
+        with self._lock:
+            return self._rows.get(request)
+
     def running(self) -> list[RowLog]:
         with self._lock:
             return [row for row in self._rows.values() if not row.ended]
@@ -292,6 +297,12 @@ class DecoderBook:
         live = {id(m) for m in models}
         with self._lock:
             for request in [r for r, (m, _) in self._ended.items() if id(m) not in live]:
+                del self._ended[request]
+
+    def forget(self, model) -> None:
+        """Forget the decoders of this model (it is being unloaded: they hold it)."""
+        with self._lock:
+            for request in [r for r, (m, _) in self._ended.items() if m is model]:
                 del self._ended[request]
 
     def get(self, request: str | None, model=None):

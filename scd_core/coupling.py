@@ -240,16 +240,12 @@ def gumbel_noise(keys: torch.LongTensor, positions: torch.LongTensor, vocab: int
     if tokens is not None:
         token_keys = token_keys[tokens]                                          # [B, S, K]
     h = _mix32_(position_key.unsqueeze(-1) ^ token_keys)                         # [B, S, V or K]: both keys 32-bit
-    return _uniforms24(h.__irshift__(8)).log_().neg_().log_().neg_()             # -log(-log u)
+    return uniforms24(h.__irshift__(8)).log_().neg_().log_().neg_()             # -log(-log u)
 
 
-def hash_uniforms(h: torch.LongTensor) -> torch.Tensor:
-    """32-bit hashes -> float32 uniforms in (0, 1) from their top 24 bits (bucket centres).
-    The top bucket's centre, 1 - 2**-25, rounds to 1.0 in float32 (its Gumbel noise would be
-    +inf and take its token whatever p, p = 0 included): it is held at the largest float below 1."""
-    return _uniforms24(h >> 8)
-
-
-def _uniforms24(top: torch.LongTensor) -> torch.Tensor:
-    """`hash_uniforms` of the top 24 bits `top` = h >> 8 of the hashes."""
+def uniforms24(top: torch.LongTensor) -> torch.Tensor:
+    """Float32 uniforms in (0, 1) from the top 24 bits `top` = h >> 8 of 32-bit hashes h (bucket
+    centres). The top bucket's centre, 1 - 2**-25, rounds to 1.0 in float32 (its Gumbel noise
+    would be +inf and take its token whatever p, p = 0 included): it is held at the largest
+    float below 1."""
     return top.float().add_(0.5).mul_(1.0 / 16777216.0).clamp_(max=1.0 - 2.0 ** -24)

@@ -19,6 +19,7 @@ passes; a row nobody reads waits.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -108,15 +109,16 @@ class LocalClient:
 
     def model_info(self, name: str) -> ModelInfo:
         """What a front end must know of the model (loads it)."""
-        return ModelInfo.of(name, self.server(name)[0])
+        with self.serving(name) as (loaded, _):
+            return ModelInfo.of(name, loaded)
 
     def pictures(self, model: str, canvases, size: int | None = None,
                  requests: Sequence[str | None] | None = None, clip: bool = False) -> Frames:
         """Canvases of `model` decoded here, each with its row's own decoder (see
         `scd_core.client.DecodeClient.pictures`), between two passes of the device."""
-        loaded, _ = self.server(model)
-        with self.device_lock:
-            return self._decoders.pictures(loaded, canvases, size, requests, clip)
+        with self.serving(model) as (loaded, _):
+            with self.device_lock:
+                return self._decoders.pictures(loaded, canvases, size, requests, clip)
 
     def decoder(self, request: str) -> str:
         """How `pictures` names the row's own decoder: its request id."""
@@ -126,6 +128,20 @@ class LocalClient:
         """Forget the ended rows' decoders of every model but these (ones this client's
         loader no longer serves: each decoder holds its model)."""
         self._decoders.keep_models(models)
+
+    def forget_model(self, name: str, model) -> None:
+        """Let go of every reference to `model`, served as `name`, that this client keeps
+        after its rows end (before it is unloaded): the ended rows' server requests and
+        decoders. Its rows must have ended."""
+        with self._lock:
+            ended = [rid for rid, request in self._requests.items()
+                     if request.future.done() and getattr(self._rows.find(rid), "model", name) == name]
+            for rid in ended:
+                del self._requests[rid]
+            if self._models.get(name) is model:
+                del self._models[name]
+                self._servers.pop(name, None)
+        self._decoders.forget(model)
 
     def submit(self, model: str, prompt: str, seed: int, settings: Settings | None = None,
                request_id: str | None = None) -> str:
@@ -139,23 +155,29 @@ class LocalClient:
         in the seeds' order; a ValueError names a bad argument at once."""
         if self._closed:
             raise DecodeError("the decoding service is closed")
-        loaded, server = self.server(model)
         try:
             seeds = list(seeds)
         except TypeError:
             raise ValueError(f"seeds: expected a list of whole numbers, got {seeds!r}") from None
         rids = list(request_ids) if request_ids else [uuid.uuid4().hex for _ in seeds]
-        rows = [RowLog(model, math.prod(int(s) for s in loaded.grid)) for _ in rids]
-        requests = server.submit_rows(prompt, seeds, settings,            # checks prompt, seeds, settings
-                                      on_record=[row.append for row in rows], tags=rids)
-        for rid, request, row in zip(rids, requests, rows):
-            row.server = server                       # the passes an in-call reader runs
-            self._rows.add(rid, row)
-            with self._lock:
-                self._requests[rid] = request
-            request.future.add_done_callback(lambda future, rid=rid, request=request, row=row:
-                                             self._ended(rid, request, row))
+        with self.serving(model, rows=True) as (loaded, server):
+            rows = [RowLog(model, math.prod(int(s) for s in loaded.grid)) for _ in rids]
+            requests = server.submit_rows(prompt, seeds, settings,            # checks prompt, seeds, settings
+                                          on_record=[row.append for row in rows], tags=rids)
+            for rid, request, row in zip(rids, requests, rows):
+                row.server = server                   # the passes an in-call reader runs
+                self._rows.add(rid, row)
+                with self._lock:
+                    self._requests[rid] = request
+                request.future.add_done_callback(lambda future, rid=rid, request=request, row=row:
+                                                 self._ended(rid, request, row))
         return rids
+
+    @contextlib.contextmanager
+    def serving(self, name: str, rows: bool = False) -> Iterator[tuple[Any, Server]]:
+        """The model served under `name` and its server, for one call (`rows`: one that
+        submits rows): a subclass that unloads models keeps it while a call uses it."""
+        yield self.server(name)
 
     def records(self, request: str) -> Iterator[Iteration]:
         """The row's records (one `Iteration` of batch 1 per pass), from its first; ends
@@ -179,9 +201,10 @@ class LocalClient:
         may run them meanwhile: then this one waits for its pass) or the deadline."""
         while not ready() and (deadline is None or time.monotonic() < deadline):
             with self._driving:
-                if ready():
+                server = row.server                   # None once the row has ended
+                if ready() or server is None:
                     return
-                if not row.server.step() and not ready():    # nothing to run, yet the row has not ended
+                if not server.step() and not ready():        # nothing to run, yet the row has not ended
                     row.end("the decoding of this row stopped before its end; please try again")
 
     def cancel(self, request: str) -> None:
@@ -244,6 +267,7 @@ class LocalClient:
                 self._requests.pop(rid, None)
         batch_sizes = tuple(request.batch_sizes)
         row.end(message, batch_sizes)
+        row.server = None                             # an ended row keeps its tokens, not its model
         self._rows.finished(rid)
         if self._on_event is not None:
             self._on_event(("end", rid, message, batch_sizes))

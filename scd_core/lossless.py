@@ -22,6 +22,7 @@ from typing import Callable
 import torch
 
 import scd_core
+from scd_core import memory
 from scd_core.settings import Settings
 
 SPACING = 1_000_000          # the method's seeds start this far after AR's
@@ -120,7 +121,9 @@ class Comparison:
 def sample_tokens(model, prompt: str, settings: Settings, samples: int, seed: int, batch: int = 64,
                   stop: Callable[[], bool] | None = None) -> torch.LongTensor | None:
     """[S, N] tokens of S samples, row k from seed + k (as one batch of S would give), decoded
-    `batch` rows at a time; None if `stop()` turned true between batches."""
+    `batch` rows at a time (fewer where one pass of so many would pass the model's memory cap,
+    `scd_core.memory`); None if `stop()` turned true between batches."""
+    batch = min(batch, memory.rows_per_pass(model, settings.method, settings.window))
     out = []
     for start in range(0, samples, batch):
         if stop is not None and stop():

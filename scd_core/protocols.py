@@ -130,6 +130,8 @@ OPTIONAL_ATTRIBUTES: dict[str, str] = {
     "fps": "float: frames per second of decoded video",
     "vocab": "an object with known(prompt) -> list[str], the prompt words the model knows "
              "(for bag-of-words prompts)",
+    "max_pass_bytes": "int: the most bytes one pass may hold (rows x window x vocabulary, "
+                      "`scd_core.memory`); by default 4 GiB",
 }
 
 

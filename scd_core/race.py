@@ -40,10 +40,9 @@ import scd_core
 from scd_core import trace
 from scd_core.models import REGISTRY
 from scd_core.sampling import SamplingConfig, processed_probs
-from scd_core.settings import CHAIN, Settings
+from scd_core.settings import CHAIN, METHODS, Settings
 from scd_core.trace import Iteration
 
-METHOD_ORDER = ("ar", "sjd", "scd-mc", "scd-gumbel")
 T_975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26,
          10: 2.23, 15: 2.13, 20: 2.09, 30: 2.04}      # Student t quantiles by degrees of freedom
 
@@ -80,19 +79,11 @@ class Sample:
     step_compression: float           # N / nfe
 
 
-def row_nfe(records: Sequence[Iteration], row: int, num_tokens: int) -> int:
-    """Forward passes row `row` needed until its grid was complete (all passes if never)."""
-    for it in records:
-        if int(it.n_after[row]) >= num_tokens:
-            return it.index + 1
-    return len(records)
-
-
 def sample_of(records: Sequence[Iteration], row: int, num_tokens: int,
               counts: trace.DraftCounts | None = None) -> Sample:
     """Row `row`'s own figures, by the trace's definitions (`counts`: its draft counts over
     these records, where the caller kept them as they came)."""
-    nfe = row_nfe(records, row, num_tokens)
+    nfe = int(trace.row_nfe(records, num_tokens)[row])
     counts = counts if counts is not None else trace.DraftCounts.of(records, row)
     return Sample(nfe=nfe, committed=int(records[-1].n_after[row]),
                   acceptance_rate=counts.acceptance_rate,
@@ -453,7 +444,7 @@ def decode_race(client, model: str, race: Race, samples: int, stop: Callable[[],
     timings: dict[str, list[Timing]] = {}
     phases = (("one image alone", [race.seed]),) + ((   # K = 1: the one image is the batch
         (f"{samples} samples together", range(race.seed, race.seed + samples)),) if samples > 1 else ())
-    for method in METHOD_ORDER:
+    for method in METHODS:
         one = run = None
         for phase, seeds in phases:
             for run in decode_rows(client, model, race, method, seeds, stop):
@@ -467,7 +458,7 @@ def decode_race(client, model: str, race: Race, samples: int, stop: Callable[[],
         if r > 2 and extra + last_round > budget:
             return
         began = time.perf_counter()
-        for method in METHOD_ORDER:
+        for method in METHODS:
             yield Step(method, "timing", None, runs, timings, r)
             again = time_method(client, model, race, method, samples, stop)
             if again is None:
@@ -481,7 +472,7 @@ def warm_up(client, model: str, race: Race, passes: int = 8) -> None:
     """A few untimed passes of each method on the client, then cancelled: the first passes
     of a fresh worker (loading, first kernel calls) would otherwise count against whichever
     method is timed first, as the benchmark's own warm-up run avoids."""
-    for method in METHOD_ORDER:
+    for method in METHODS:
         for run in decode_rows(client, model, race, method, [race.seed]):
             if run.nfe >= passes:
                 break                                 # leaving the generator cancels the row
@@ -496,12 +487,12 @@ def timing_of(one: MethodRun, batch: MethodRun) -> Timing:
 
 def summarise(runs: dict[str, MethodRun], greedy: bool,
               timings: dict[str, Timing] | None = None) -> list[MethodSummary]:
-    """The race table: per method, per-sample means with their spread, in METHOD_ORDER, and
+    """The race table: per method, per-sample means with their spread, in METHODS, and
     each timed method's one-image latency and batch throughput against AR's."""
     ar, timings = runs.get("ar"), timings or {}
     ar_ready, ar_time = ar is not None and ar.done, timings.get("ar")
     out = []
-    for method in (m for m in METHOD_ORDER if m in runs):
+    for method in (m for m in METHODS if m in runs):
         run = runs[method]
         if not run.row_records:
             continue

@@ -6,7 +6,9 @@ it at the next pass boundary; a row leaves as soon as its grid is complete (its 
 records ends then, not when the batch ends) or when its request is cancelled. Rows draw
 from their own random streams, so a request's tokens for a seed are the same however many
 others share its passes. Joining and leaving need a `ResizableSession`; with a model whose
-session cannot change its batch, a scheduler decodes one batch at a time.
+session cannot change its batch, a scheduler decodes one batch at a time. A batch never holds
+more rows than one pass of its model may (`scd_core.memory`: rows x window x vocabulary under
+the model's cap); requests beyond them wait for rows to leave.
 
 A `Server` runs the schedulers of several groups on one worker thread, a pass of each in
 turn; or, made with `threaded=False`, on no thread of its own: its caller runs the passes
@@ -30,9 +32,11 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from scd_core import compiled
-from scd_core.decoding import (Plan, State, TimedSession, generate, no_autograd, resize, settings_of, start_rows,
-                               validate)
+from scd_core import passes
+from scd_core.chain import Plan, State, resize, start_rows
+from scd_core.clocks import TimedSession
+from scd_core.decoding import generate, no_autograd, settings_of, validate
+from scd_core.memory import rows_per_pass
 from scd_core.protocols import can_resize, optional, row_decoder
 from scd_core.settings import CHAIN, Settings, tree_nodes
 from scd_core.trace import Iteration, Run
@@ -184,8 +188,9 @@ class Scheduler:
         `on_pass`: see `Server`."""
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
-        self.model, self.max_batch, self.policy, self.on_pass = model, max_batch, policy, on_pass
+        self.model, self.policy, self.on_pass = model, policy, on_pass
         self.plan, _ = validate(model, [""], settings_of(settings, **keywords))
+        self.max_batch = min(max_batch, rows_per_pass(model, self.plan.method, self.plan.settings.window))   # memory cap
         self._waiting: list[Request] = []
         self._lock = threading.Lock()
         self.session: TimedSession | None = None
@@ -220,21 +225,30 @@ class Scheduler:
             self._join()
             if self.batch_size == 0:
                 return
-            plan = self.plan if self.policy is None else _plan_with_window(self.plan, self.policy.window(self.batch_size))
+            plan = self.plan if self.policy is None else self._fitting(
+                _plan_with_window(self.plan, self.policy.window(self.batch_size)))
             if plan.D != self.state.drafts.shape[1]:
                 self.state = resize(self.state, plan)
             self.last_plan = plan                     # the plan of the running rows' drafts
             entered, step_before = time.perf_counter(), self.session.seconds
             with no_autograd(plan):
                 before = self.state
-                self.state, verdict = compiled.pass_for(self.session, plan)(self.session, self.state, plan)
-                record = Iteration.of(0, plan.method, before, self.state, verdict, 0, 0.0, 0.0)
+                self.state, verdict = passes.pass_for(self.session, plan)(self.session, self.state, plan)
+                record = Iteration.of(0, plan.method, before, self.state, verdict, 0)
             self.passes += 1
             self._deliver(record, time.perf_counter() - entered, self.session.seconds - step_before)
             done = record.n_after >= self.plan.N
             self._leave([b for b, r in enumerate(self.rows) if r is not None and bool(done[b])])
         except Exception as exc:                      # the batch is lost; every request in it hears why
             self._fail(exc)
+
+    def _fitting(self, plan: Plan) -> Plan:
+        """`plan` at the largest window, its own or less, whose pass holds the batch under the
+        model's memory cap (a policy may choose a window wider than the group's)."""
+        window = plan.settings.window
+        while window > 1 and rows_per_pass(self.model, plan.method, window) < self.batch_size:
+            window //= 2
+        return plan if window == plan.settings.window else _plan_with_window(plan, window)
 
     def _join(self) -> None:
         """Start the waiting requests: a new batch, or new rows of the running one."""
@@ -269,16 +283,17 @@ class Scheduler:
         entered, running, added = time.perf_counter(), len(self.rows), False
         try:
             with no_autograd(self.plan):
+                step_before = 0.0
                 if self.session is None:
                     self.session = TimedSession.start(self.model, prompts, self.plan.cfg_scale)
                     self.plan.check_session(self.session.session)
-                    first, step = self.session.first_logits, self.session.seconds
+                    first = self.session.first_logits
                 else:
-                    first, added = self.session.session.add_rows(prompts), True
-                    step = time.perf_counter() - entered
-                    self.session.seconds += step
+                    step_before = self.session.seconds
+                    first, added = self.session.timed(self.session.session.add_rows, prompts), True
                 state, verdict = start_rows(first, seeds, self.plan)
-                record = Iteration.of(0, self.plan.method, None, state, verdict, 0, 0.0, 0.0)
+                record = Iteration.of(0, self.plan.method, None, state, verdict, 0)   # on the host: the prefill ran
+                step = self.session.seconds - step_before
         except Exception as exc:
             if not running:
                 self.session = None
@@ -453,13 +468,3 @@ class Server:
                 with self.device_lock:
                     scheduler.step()
 
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m scd_core.serve ...`: the serving benchmark (`scd_core.bench_serve`)."""
-    from scd_core.bench_serve import main as bench_main
-
-    return bench_main(argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -46,7 +46,7 @@ class Settings:
     top_p: float = 1.0               # 1: off
     cfg_scale: float = 1.0           # classifier-free guidance scale (1: the conditional logits)
     tree: tuple[int, int] = CHAIN    # (k, depth): k candidates at each of the first depth draft positions
-    compile: bool = False            # run the pass compiled (`scd_core.compiled`): the same tokens, faster
+    compile: bool = False            # run the pass compiled (`scd_core.passes`): the same tokens, faster
 
 
     def __post_init__(self) -> None:

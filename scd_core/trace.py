@@ -88,18 +88,19 @@ class Iteration:
     drafts_after: torch.LongTensor      # [B, D] next pass's drafts (-1: none), slot i at n_after + i
     log: TokenLog                       # the run's committed tokens: `tokens_after` reads this pass's
     nfe: int                            # cumulative forward passes, prefill included
-    wall_time: float                    # cumulative seconds spent decoding (not the consumer's)
-    step_time: float                    # cumulative seconds spent inside the model
+    wall_time: float = 0.0              # cumulative seconds spent decoding (not the consumer's)
+    step_time: float = 0.0              # cumulative seconds spent inside the model (part of wall_time)
     branches: torch.LongTensor | None = None   # [B, depth] candidate taken at each tree level (-1: none)
     parents: torch.LongTensor | None = None    # [B, W] parent of each fed node (-1: root); None: a chain
 
     @classmethod
-    def of(cls, index: int, method: str, before, after, verdict, nfe: int, wall_time: float,
-           step_time: float, log: TokenLog | None = None) -> "Iteration":
+    def of(cls, index: int, method: str, before, after, verdict, nfe: int,
+           log: TokenLog | None = None) -> "Iteration":
         """The record of one pass from the engine's state before and after it and its verdict
-        (`before` None: the prefill). `log`: the previous record's log, for the same rows in
-        the same order, into which this pass's committed tokens are written; None: a new log
-        (a copy of the committed tokens)."""
+        (`before` None: the prefill), copied to the host: on a GPU it returns once the pass has
+        run, so the caller reads its clocks after it and sets `wall_time` and `step_time`.
+        `log`: the previous record's log, for the same rows in the same order, into which this
+        pass's committed tokens are written; None: a new log (a copy of the committed tokens)."""
         n_before = before.n if before is not None else torch.zeros_like(after.n)
         tensors = dict(n_before=n_before, n_after=after.n, start=verdict.start, window_tokens=verdict.fed,
                        num_accepted=verdict.num_accepted, accept_prob=verdict.accept_prob,
@@ -114,7 +115,7 @@ class Iteration:
             log.write(after.tokens)
         if on_gpu:
             torch.cuda.current_stream(after.n.device).synchronize()
-        return cls(index=index, method=method, nfe=nfe, wall_time=wall_time, step_time=step_time, log=log, **tensors)
+        return cls(index=index, method=method, nfe=nfe, log=log, **tensors)
 
     def row(self, b: int) -> "Iteration":
         """The record of row b alone (a batch of one)."""
@@ -313,6 +314,15 @@ def draft_stability(records: Sequence[Iteration], row: int | None = None) -> flo
     return DraftCounts.of(records, row).draft_stability
 
 
+def row_nfe(records: Sequence[Iteration], num_tokens: int) -> torch.LongTensor:
+    """[B] forward passes each row needed (prefill included) until its grid of `num_tokens` was
+    complete; every pass of the records for a row that never completed."""
+    done_at = torch.full(records[-1].n_after.shape, len(records), dtype=torch.long)
+    for it in reversed(records):
+        done_at = torch.where(it.n_after >= num_tokens, it.index + 1, done_at)
+    return done_at
+
+
 def committed_histogram(records: Sequence[Iteration], row: int | None = None) -> list[int]:
     """[j] = speculative passes (of unfinished rows) that committed j tokens, j = 0 .. L."""
     its = _rows(records, row)
@@ -374,10 +384,7 @@ class Run:
     @property
     def row_nfe(self) -> torch.LongTensor:
         """[B] forward passes each row needed (prefill included) until it was complete."""
-        done_at = torch.full((self.tokens.shape[0],), self.nfe, dtype=torch.long)
-        for it in reversed(self.iterations):
-            done_at = torch.where(it.n_after == self.num_tokens, it.index + 1, done_at)
-        return done_at
+        return row_nfe(self.iterations, self.num_tokens)
 
     @property
     def acceptance_rate(self) -> float:

@@ -1,6 +1,6 @@
 """Draft trees: a pass that feeds k candidates at each of the first `depth` draft positions.
 
-With `Settings.tree` = (k, depth), step 1 of the pass (`scd_core.decoding`) feeds a full
+With `Settings.tree` = (k, depth), step 1 of the pass (`scd_core.chain`) feeds a full
 k-ary tree under the last committed token, in which branch 0 of every level continues as the
 chain (the main line). Candidate 0 of a position is its carried draft, the others are drawn
 from the same stored law q without replacement. Step 3 then walks the tree top-down: at each
@@ -8,7 +8,7 @@ node its children are tested in order by recursive rejection sampling
 (`coupling.recursive_rejection`) and the first that passes is taken; none passing commits a
 draw from the residual left after the last; a path that reaches a leaf off branch 0 commits a
 bonus token from the leaf's p. Steps 6-8 continue along the main line only, each slot with
-its own test, exactly as on a chain (`decoding.draw_line`, `decoding.carry_and_fill`). The
+its own test, exactly as on a chain (`chain.draw_line`, `chain.carry_and_fill`). The
 chain is the tree with k = 1; a chain run never enters this module.
 
 Like the chain, the pass has fixed shapes per (batch, window, tree) and no operation that
@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from scd_core import coupling
-from scd_core.decoding import (STREAM_SLOTS, Plan, State, Verdict, carry_and_fill, commit, draw_line,
-                               pass_uniforms, window)
+from scd_core.chain import (STREAM_SLOTS, Plan, State, Verdict, Verification, carry_and_fill, commit, draw_line,
+                            pass_uniforms, window)
 from scd_core.protocols import Session
 from scd_core.sampling import probs_and_support
 
@@ -44,9 +44,10 @@ class TreeShape(NamedTuple):
     off_candidate: torch.LongTensor  # [X] which of its slot's candidates it carries
 
 
-@functools.lru_cache(maxsize=32)
-def tree_shape(k: int, depth: int, line: int) -> TreeShape:
-    """The fixed tree of (k, depth) with `line` nodes on the main line. Level d's node with
+@functools.lru_cache(maxsize=64)
+def tree_shape(k: int, depth: int, line: int, device: torch.device | str = "cpu") -> TreeShape:
+    """The fixed tree of (k, depth) with `line` nodes on the main line, its index tensors on
+    `device` (made once per device: a pass copies nothing to the device). Level d's node with
     base-k index j (digits: the branch taken at each level) has the parent of index j // k
     on level d - 1 and carries candidate j % k of slot d - 1."""
     parents, levels, off_slot, off_candidate = list(range(-1, line - 1)), [[0]], [], []
@@ -61,17 +62,17 @@ def tree_shape(k: int, depth: int, line: int) -> TreeShape:
             off_slot.append(d - 1)
             off_candidate.append(j % k)
         levels.append(level)
-    long = functools.partial(torch.tensor, dtype=torch.long)
+    long = functools.partial(torch.tensor, dtype=torch.long, device=device)
     return TreeShape(k, depth, line, long(parents), tuple(long(lv) for lv in levels), long(off_slot),
                      long(off_candidate))
 
 
-def shape_of(plan: Plan) -> TreeShape:
+def shape_of(plan: Plan, device: torch.device) -> TreeShape:
     """The tree a pass of this plan feeds; a chain when the main line does not fit in the grid."""
     k, depth = plan.settings.tree
     if plan.L > plan.N:
-        return tree_shape(1, 0, plan.N)
-    return tree_shape(k, depth, plan.L)
+        return tree_shape(1, 0, plan.N, device)
+    return tree_shape(k, depth, plan.L, device)
 
 
 class Tree(NamedTuple):
@@ -96,9 +97,9 @@ def feed(state: State, plan: Plan) -> tuple[torch.LongTensor, torch.LongTensor, 
     """Step 1 with a tree: where each row's window starts [B], the W tokens fed [B, W] (the
     main line, then the other nodes), their parents [B, W], and the tree's candidates."""
     start, line = window(state, plan)                                           # [B], [B, S]
-    tree = draft_tree(state, plan, shape_of(plan), has_tree=start == state.n - 1)
+    tree = draft_tree(state, plan, shape_of(plan, start.device), has_tree=start == state.n - 1)
     fed = torch.cat([line, tree_tokens(tree, line)], 1)                         # [B, W]
-    return start, fed, tree.shape.parents.to(start.device).expand(fed.shape[0], -1), tree
+    return start, fed, tree.shape.parents.expand(fed.shape[0], -1), tree
 
 
 def draft_tree(state: State, plan: Plan, shape: TreeShape, has_tree: torch.BoolTensor) -> Tree:
@@ -121,14 +122,14 @@ def tree_tokens(tree: Tree, line: torch.LongTensor) -> torch.LongTensor:
     """[B, X] the tokens of the nodes off the main line: their candidates; a row not fed the
     tree, or a missing candidate, repeats the line's token at that depth (never tested)."""
     shape = tree.shape
-    slot, which = shape.off_slot.to(line.device), shape.off_candidate.to(line.device)
+    slot, which = shape.off_slot, shape.off_candidate
     tokens = tree.candidates[:, slot, which]                                     # [B, X]
     return torch.where(tree.has_tree.unsqueeze(1) & (tokens >= 0), tokens, line[:, slot + 1])
 
 
 def advance(state: State, logits: torch.Tensor, start: torch.LongTensor, plan: Plan,
             tree: Tree) -> tuple[State, Verdict, torch.LongTensor]:
-    """`decoding.advance` for a pass that fed a tree: the logits [B, W, V] are those of the
+    """`chain.advance` for a pass that fed a tree: the logits [B, W, V] are those of the
     main line's S nodes, then of the X other nodes. Returns the new state, the verdict and the
     committed path [B, S] of fed nodes for `keep_path`."""
     B, W, V = logits.shape
@@ -157,8 +158,8 @@ def advance(state: State, logits: torch.Tensor, start: torch.LongTensor, plan: P
     # the line's tokens: drawn as on a chain (each redraft from its own slot's test), then
     # the accepted path's tokens and, where the walk decides, its last token
     residuals = torch.cat([walk.line_residuals, coupling.residual_mass(p_line[:, depth:D], state.q[:, depth:])], 1)
-    line = draw_line(p_line, support, residuals, x, kept, slots[:D] < m, a, rejected & ~walk.decides, u, state.keys,
-                     n + slots, plan)
+    tested = Verification(x, slots[:D] < m, kept, a, rejected & ~walk.decides, residuals, n + slots)
+    line = draw_line(p_line, support, tested, u, state.keys, plan)
     from_residual = coupling.resample(walk.p_last, walk.q_last, u.residual.gather(1, a))           # [B, 1]
     if plan.method == "scd-gumbel":
         bonus = coupling.gumbel_argmax(walk.p_leaf, coupling.gumbel_noise(state.keys, n + a, V))  # [B, 1]
@@ -203,7 +204,7 @@ def walk_tree(p: torch.Tensor, q: torch.Tensor, tree: Tree, u) -> Walk:
     device = p.device
     tests, lasts = [], []
     for d in range(depth):                                                      # slot d, level d + 1
-        parents = p[:, shape.levels[d].to(device)]                              # [B, P, V] p after each level-d node
+        parents = p[:, shape.levels[d]]                              # [B, P, V] p after each level-d node
         P = parents.shape[1]
         u_level = torch.cat([u.accept[:, d: d + 1], tree.u_accept[:, d]], 1)    # [B, k]
         passed, p_last, q_last = coupling.recursive_rejection(
@@ -227,9 +228,9 @@ def walk_tree(p: torch.Tensor, q: torch.Tensor, tree: Tree, u) -> Walk:
             p_last = torch.where(here, lasts[d][0][rows, index].unsqueeze(1), p_last)
             q_last = torch.where(here, lasts[d][1][rows, index].unsqueeze(1), q_last)
             index = index * shape.k + branches[:, d].clamp(min=0)
-            nodes.append(torch.where(branches[:, d] >= 0, shape.levels[d + 1].to(device)[index], -1))
+            nodes.append(torch.where(branches[:, d] >= 0, shape.levels[d + 1][index], -1))
         else:
-            p_leaf = p[rows, shape.levels[d].to(device)[index]].unsqueeze(1)
+            p_leaf = p[rows, shape.levels[d][index]].unsqueeze(1)
     nodes = F.pad(torch.stack(nodes, 1), (0, L - depth - 1), value=-1)         # [B, L]
     taken = cand.gather(2, branches.clamp(min=0).unsqueeze(-1)).squeeze(-1)     # [B, depth]
     tokens = torch.where(branches >= 0, taken, cand[..., 0].clamp(min=0))

@@ -7,7 +7,7 @@ worker over two one-way pipes:
 
     parent -> worker   ("submit", ids, prompt, seeds, settings) | ("cancel", id) | ("close",)
                        ("pictures", ask, canvases, size, ids, clip)
-    worker -> parent   ("ready", N, threads, info) | ("failed", kind, message)   once, after loading
+    worker -> parent   ("ready", N, threads, info, bytes) | ("failed", kind, message)   once, after loading
                        ("events", [event, ...])                        then, about every GATHER s
     an event           ("ack", ids, kind, message)                     per submit (kind None: queued)
                        ("pass", packed)                                per pass, for all its rows
@@ -26,6 +26,12 @@ thread (no thread per row), which gathers what the passes of the last GATHER sec
 committed instead of its whole canvas; the parent keeps one token buffer per row and
 rebuilds each row's `Iteration` as the worker had it (`unpack_pass`).
 
+Residency: the workers share one device, whose large models (`scd_core.models.cache.is_large`)
+follow a `scd_core.models.cache.Residency` (by default one at a time; or a byte budget): before
+a worker for a large model starts, the workers that must make room are drained (their rows and
+pictures end; new requests for them wait for the swap) and closed, their processes gone and
+their memory with them. A worker unused for `idle_timeout` seconds is closed too.
+
 A worker that dies (killed, crashed, out of memory) is seen at once through its process
 sentinel: its own rows end with a DecodeError, the other models' workers see nothing, and
 the next request to that model starts a new worker. Every wait is bounded (`timeout`) or
@@ -35,6 +41,7 @@ with `if __name__ == "__main__":` (spawn imports the main module in each worker)
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import multiprocessing
 import pickle
@@ -53,6 +60,7 @@ from scd_core.client import (DecodeError, Frames, ModelInfo, RowBook, RowLog, Ro
                              unpack_pass)
 from scd_core.local import LocalClient
 from scd_core.models import load_model
+from scd_core.models.cache import Residency, busy_message, is_large, model_bytes, unloaded_message, wait_until
 from scd_core.settings import Settings
 from scd_core.trace import Iteration
 
@@ -73,7 +81,8 @@ def serve_model(name: str, load: Callable[[str], Any], max_batch: int, threads: 
     try:
         num_tokens = client.num_tokens(name)          # loads the model
         torch.set_num_threads(threads)                # again: a loader may set its own (tiny's does)
-        events.send(("ready", num_tokens, torch.get_num_threads(), client.model_info(name)))
+        events.send(("ready", num_tokens, torch.get_num_threads(), client.model_info(name),
+                     model_bytes(client.model(name))))
     except ValueError as exc:
         events.send(("failed", "value", str(exc)))
         return
@@ -188,8 +197,13 @@ class _Worker:
     """One model's worker process, seen from the parent: its pipes, its rows in flight,
     and a reader thread that files what the worker sends."""
 
-    def __init__(self, context, name: str, load, max_batch: int, threads: int, book: RowBook) -> None:
-        self.name, self.book = name, book
+    def __init__(self, context, name: str, load, max_batch: int, threads: int, book: RowBook,
+                 on_ready: Callable[["_Worker"], None] = lambda worker: None) -> None:
+        self.name, self.book, self.on_ready = name, book, on_ready
+        self.pending = 0                              # callers using it now (guarded by the client's lock)
+        self.last_used = time.monotonic()             # when a caller last let go of it, or a row of it ended
+        self.leaving = False                          # being closed: new callers wait for that to end
+        self.nbytes: int | None = None                # its model's weights, measured in the worker
         commands_in, self._commands = context.Pipe(duplex=False)
         self._events, events_out = context.Pipe(duplex=False)
         self.process = context.Process(target=serve_model, name=f"scd-worker-{name}", daemon=True,
@@ -203,6 +217,7 @@ class _Worker:
         self._answers: dict[str, list] = {}           # ask -> [Event, kind, value]
         self.failure: tuple[str, str] | None = None   # (kind, message) if it could not load
         self.alive, self.closing = True, False
+        self.closing_reason: str | None = None        # what its rows still running hear when it is closed
         self._lock = threading.Lock()                 # guards alive, rows, tokens, acks and sending
         self._rows: dict[str, RowLog] = {}
         self._tokens: dict[str, torch.LongTensor] = {}
@@ -213,6 +228,12 @@ class _Worker:
     @property
     def usable(self) -> bool:
         return self.alive and self.failure is None
+
+    @property
+    def running(self) -> int:
+        """Its rows in flight."""
+        with self._lock:
+            return len(self._rows)
 
     def submit(self, rids: list[str], prompt: str, seeds: list[int], settings, timeout: float) -> list[RowLog]:
         """Queue one row per seed in the worker, together (they start in one pass)."""
@@ -278,10 +299,23 @@ class _Worker:
             raise (ValueError if answer[1] == "value" else DecodeError)(answer[2])
         return answer[2]
 
-    def ask_to_close(self) -> None:
-        """Ask the worker to stop: its rows are cancelled and end at their next pass boundary."""
+    def end_rows(self, message: str) -> None:
+        """End its rows in flight now, with a DecodeError of `message`, and cancel them."""
+        with self._lock:
+            rows, self._rows, self._tokens = self._rows, {}, {}
+            for rid in rows:
+                if self.alive:
+                    self._send(("cancel", rid))
+        for rid, row in rows.items():
+            if row.end(message):
+                self.book.finished(rid)
+
+    def ask_to_close(self, reason: str | None = None) -> None:
+        """Ask the worker to stop: its rows are cancelled and end at their next pass boundary
+        (`reason`: what those rows are told)."""
         with self._lock:
             self.closing = True
+            self.closing_reason = reason or self.closing_reason
             if self.alive:
                 self._send(("close",))
 
@@ -352,6 +386,7 @@ class _Worker:
             with self._lock:
                 row = self._rows.pop(rid, None)
                 self._tokens.pop(rid, None)
+                self.last_used = time.monotonic()
             if row is not None and row.end(message[2], message[3]):
                 self.book.finished(rid)
         elif kind == "ack":                            # for the rows of one submit, by its first id
@@ -368,6 +403,8 @@ class _Worker:
                 answer[0].set()
         elif kind == "ready":
             self.num_tokens, self.torch_threads, self.info = int(message[1]), int(message[2]), message[3]
+            self.nbytes = int(message[4])
+            self.on_ready(self)
             self.ready.set()
         elif kind == "failed":
             self.failure = (message[1], message[2])
@@ -375,7 +412,7 @@ class _Worker:
 
     def _death_message(self) -> str:
         if self.closing:
-            return "the decoding service was closed before this picture was finished"
+            return self.closing_reason or "the decoding service was closed before this picture was finished"
         return f"the decoding worker for {self.name} stopped unexpectedly; please try again"
 
     def _ended(self) -> None:
@@ -397,25 +434,43 @@ class _Worker:
         self.ready.set()
 
 
+WORKERS = "workers"   # the one device every worker of a client loads on, as its Residency names it
+CLOSE_S = 10.0        # a closing worker that has not exited by then is terminated, then killed
+
+
 class ProcessClient:
     """A `DecodeClient` whose models are each served by a worker process (see the module
     docstring). `models`: the names it serves (None: any name `load` knows); `threads`:
     torch threads in each worker; `timeout`: the longest wait for a worker to start (load
-    its model) or to answer a submit, in seconds; `keep`: finished rows kept readable."""
+    its model) or to answer a submit, in seconds; `keep`: finished rows kept readable.
+
+    `residency`: which large models' workers may run at once (`scd_core.models.cache.Residency`:
+    by default one; or a byte budget for their weights together, as each worker measured
+    them); `large(name)`: whether a model counts (default: its weights are not shipped);
+    `idle_timeout`: seconds a worker may go unused (no row, no submit, no picture) before it
+    is closed (None: never)."""
 
     def __init__(self, models: list[str] | None = None, max_batch: int = 32, threads: int = 1,
                  start_method: str = "spawn", load: Callable[[str], Any] = load_model,
-                 timeout: float = 600.0, keep: int = 1024) -> None:
+                 timeout: float = 600.0, keep: int = 1024, residency: Residency | None = None,
+                 large: Callable[[str], bool] = is_large, idle_timeout: float | None = None) -> None:
         for name, value in (("max_batch", max_batch), ("threads", threads)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if idle_timeout is not None and (isinstance(idle_timeout, bool) or not isinstance(idle_timeout, (int, float))
+                                         or not idle_timeout > 0):
+            raise ValueError(f"idle_timeout: expected seconds > 0 or None, got {idle_timeout!r}")
         self.models = None if models is None else tuple(models)
         self.max_batch, self.threads, self.timeout, self._load = max_batch, threads, timeout, load
+        self.residency, self._large, self.idle_timeout = residency or Residency(), large, idle_timeout
         self._context = multiprocessing.get_context(start_method)
         self._workers: dict[str, _Worker] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()                 # guards _workers, _closed and each worker's pending and leaving
+        self._swap = threading.Lock()                 # one worker started or closed for room at a time
         self._rows = RowBook(keep)
         self._closed = False
+        self._stop = threading.Event()
+        self._reaper: threading.Thread | None = None
         _open_clients.add(self)
 
     def submit(self, model: str, prompt: str, seed: int, settings: Settings | None = None) -> str:
@@ -435,7 +490,8 @@ class ProcessClient:
                 raise ValueError(f"{name} must be a plain value (a string, an integer, a Settings), "
                                  f"got {type(value).__name__}") from exc
         rids = [uuid.uuid4().hex for _ in seeds]
-        rows = self._worker(model).submit(rids, prompt, seeds, settings, self.timeout)
+        with self._use(model, rows=True) as worker:
+            rows = worker.submit(rids, prompt, seeds, settings, self.timeout)
         for rid, row in zip(rids, rows):
             self._rows.add(rid, row)
         return rids
@@ -464,9 +520,9 @@ class ProcessClient:
         """What a front end must know of the model, from its worker (started, and the model
         loaded there, if needed); the parent never loads it."""
         self._check_name(model)
-        worker = self._worker(model)
-        worker.wait_ready(self.timeout)
-        return worker.info
+        with self._use(model) as worker:
+            worker.wait_ready(self.timeout)
+            return worker.info
 
     def pictures(self, model: str, canvases: torch.LongTensor, size: int | None = None,
                  requests: Sequence[str | None] | None = None, clip: bool = False) -> Frames:
@@ -477,7 +533,8 @@ class ProcessClient:
             raise ValueError(f"canvases: expected a LongTensor [rows, tokens], got "
                              f"{getattr(canvases, 'dtype', type(canvases).__name__)}")
         requests = None if requests is None else [r if isinstance(r, str) else None for r in requests]
-        return self._worker(model).pictures(canvases.numpy(), size, requests, bool(clip), self.timeout)
+        with self._use(model) as worker:
+            return worker.pictures(canvases.numpy(), size, requests, bool(clip), self.timeout)
 
     def decoder(self, request: str) -> str:
         """How `pictures` names the row's own decoder (kept in its worker): its request id."""
@@ -489,15 +546,34 @@ class ProcessClient:
             worker = self._workers.get(model)
         return worker.process.pid if worker is not None and worker.alive else None
 
+    def pids(self) -> list[int]:
+        """The process ids of every worker process still running (closing ones included)."""
+        with self._lock:
+            workers = list(self._workers.values())
+        return [w.process.pid for w in workers if w.process.is_alive()]
+
     def worker_threads(self, model: str) -> int | None:
         """The torch threads the model's running worker decodes with (None before it is ready)."""
         with self._lock:
             worker = self._workers.get(model)
         return worker.torch_threads if worker is not None and worker.alive and worker.ready.is_set() else None
 
-    def close(self, timeout: float = 10.0) -> None:
+    def is_resident(self, model: str) -> bool:
+        """Whether the model's worker runs and is not being closed (a request would not wait for a load)."""
+        with self._lock:
+            worker = self._workers.get(model)
+            return worker is not None and worker.usable and not worker.leaving
+
+    def unload(self, model: str) -> None:
+        """Close the model's worker once its rows and pictures are done (at most
+        `residency.drain_s` s; then its rows end with a DecodeError saying so)."""
+        with self._swap:
+            self._retire(model, arriving=None, idle_s=None, force=True)
+
+    def close(self, timeout: float = CLOSE_S) -> None:
         """Stop every worker: its rows are cancelled; one that does not stop within
         `timeout` s is terminated. Also run at interpreter exit."""
+        self._stop.set()
         with self._lock:
             self._closed = True
             workers, self._workers = list(self._workers.values()), {}
@@ -515,15 +591,131 @@ class ProcessClient:
         if not isinstance(model, str) or not model:
             raise ValueError(f"model: expected a model name, got {model!r}")
 
-    def _worker(self, model: str) -> _Worker:
+    # ------------------------------------------------------------------ residency
+
+    @contextlib.contextmanager
+    def _use(self, model: str, rows: bool = False) -> Iterator[_Worker]:
+        """The model's worker for one call (started, after making room, if needed): while a
+        call uses it, it is not closed for room or for idleness. New `rows` wait while it is
+        being closed (then start it again); other calls (pictures, its info) are still
+        answered by a worker being closed until it is gone."""
+        worker = self._acquire(model, rows)
+        try:
+            yield worker
+        finally:
+            with self._lock:
+                worker.pending -= 1
+                worker.last_used = time.monotonic()
+
+    def _acquire(self, model: str, rows: bool) -> _Worker:
+        worker = self._running(model, rows)
+        if worker is not None:
+            return worker
+        with self._swap:                              # after the swap under way, if any
+            worker = self._running(model, rows)
+            if worker is not None:
+                return worker
+            large = self._large(model)
+            if large:
+                leaving = self.residency.room_for(model, WORKERS)
+                if leaving:
+                    with self.residency.swapping(leaving, model):
+                        for old in leaving:
+                            self._retire(old, arriving=model)
+            with self._lock:
+                if self._closed:
+                    raise DecodeError("the decoding service is closed")
+                worker = _Worker(self._context, model, self._load, self.max_batch, self.threads, self._rows,
+                                 on_ready=lambda w: self.residency.measured(model, w.nbytes))
+                self._workers[model] = worker
+                worker.pending += 1
+            self.residency.loaded(model, WORKERS, None, large)
+            self._start_reaper()
+            return worker
+
+    def _running(self, model: str, rows: bool) -> _Worker | None:
+        """The model's worker, counted as in use, if it runs (for new `rows`: and is not
+        being closed)."""
         with self._lock:
             if self._closed:
                 raise DecodeError("the decoding service is closed")
             worker = self._workers.get(model)
-            if worker is None or not worker.usable:
-                worker = _Worker(self._context, model, self._load, self.max_batch, self.threads, self._rows)
-                self._workers[model] = worker
-            return worker
+            if worker is None or not worker.usable or (rows and worker.leaving) or worker.closing:
+                return None
+            worker.pending += 1
+            worker.last_used = time.monotonic()
+        self.residency.used(model)
+        return worker
+
+    def _unused_for(self, worker: _Worker) -> float:
+        """Seconds the worker has gone without a caller or a row (0 while it has one); with
+        self._lock held."""
+        if worker.pending or worker.running:
+            return 0.0
+        return time.monotonic() - worker.last_used
+
+    def _retire(self, model: str, arriving: str | None, idle_s: float | None = None, force: bool = False) -> bool:
+        """Close the model's worker (with self._swap held) once it is unused: no caller, no
+        row, nothing for `residency.quiet_s` (a run's last pictures come after its last pass),
+        or for `idle_s`. For room (`arriving`), a worker still in use after `residency.drain_s`
+        stays and the request for `arriving` is refused (DecodeError); for idleness, one in use
+        stays (False); `force` closes it anyway after the drain, its rows told why."""
+        with self._lock:
+            worker = self._workers.get(model)
+            if worker is None:
+                self.residency.unloaded(model, arriving, idle_s)
+                return True
+            worker.leaving = True                     # new rows wait for this to end
+
+        def settled() -> bool:                        # unused, and from now on no caller takes it
+            with self._lock:
+                if worker.alive and self._unused_for(worker) < (idle_s or self.residency.quiet_s):
+                    return False
+                worker.closing = True
+                return True
+        drain = self.residency.drain_s
+        if not (settled() if idle_s is not None else wait_until(settled, drain)):
+            if force:
+                with self._lock:
+                    worker.closing = True
+            else:
+                with self._lock:
+                    worker.leaving = False
+                if idle_s is not None:
+                    return False
+                raise DecodeError(busy_message(model, arriving, drain))
+        log.info("closing the decoding worker for %s (%s)", model,
+                 f"room for {arriving}" if arriving else f"unused for {idle_s:g} s" if idle_s else "asked")
+        reason = unloaded_message(model, arriving)
+        worker.end_rows(reason)                       # none, unless forced
+        worker.ask_to_close(reason)
+        worker.join(CLOSE_S)                          # its process gone, its memory with it
+        with self._lock:
+            if self._workers.get(model) is worker:
+                del self._workers[model]
+        self.residency.unloaded(model, arriving, idle_s)
+        return True
+
+    def _start_reaper(self) -> None:
+        if self.idle_timeout is None or (self._reaper is not None and self._reaper.is_alive()):
+            return
+        self._reaper = threading.Thread(target=self._reap, name="scd-idle-workers", daemon=True)
+        self._reaper.start()
+
+    def _reap(self) -> None:
+        """Close the workers unused for `idle_timeout` seconds, looking every quarter of it (at most 5 s)."""
+        every = min(5.0, max(0.05, self.idle_timeout / 4))
+        while not self._stop.wait(every):
+            with self._lock:
+                names = list(self._workers)
+            for model in names:
+                with self._lock:
+                    worker = self._workers.get(model)
+                    if worker is None or self._unused_for(worker) < self.idle_timeout:
+                        continue
+                with self._swap:
+                    if not self._stop.is_set():
+                        self._retire(model, arriving=None, idle_s=self.idle_timeout)
 
 
 _open_clients: "weakref.WeakSet[ProcessClient]" = weakref.WeakSet()

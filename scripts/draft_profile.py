@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import scd_core  # noqa: E402
-from scd_core.bench import parse_model_args  # noqa: E402
+from scd_core.bench_rows import parse_model_args  # noqa: E402
 from scd_core.protocols import optional  # noqa: E402
 from scd_core.sampling import SamplingConfig, processed_probs  # noqa: E402
 

@@ -15,7 +15,7 @@ Engine time is a run's wall time outside `Session.step`, per forward pass (media
 the last column says whether both engines gave the same tokens and NFE for every run.
 The model itself is loaded once, from this checkout, and shared by both engines.
 
-`--compile` runs this checkout's pass compiled (`scd_core.compiled`, after one untimed run that
+`--compile` runs this checkout's pass compiled (`scd_core.passes`, after one untimed run that
 compiles it); the model's step stays outside the compiled graph, so the engine's time is still
 what is measured.
 
@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import scd_core  # noqa: E402
-from scd_core.bench import parse_model_args  # noqa: E402
+from scd_core.bench_rows import parse_model_args  # noqa: E402
 from scd_core.protocols import optional  # noqa: E402
 
 
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="instead of timing the engine: AR against SCD-MC wall time (first of --windows), seed 0")
     ap.add_argument("--trace-memory", action="store_true", help="instead of timing: bytes of an AR trace")
     ap.add_argument("--compile", action="store_true",
-                    help="this checkout's engine runs its pass compiled (scd_core.compiled; warmed up first)")
+                    help="this checkout's engine runs its pass compiled (scd_core.passes; warmed up first)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     old = import_old(args.rev)

@@ -71,21 +71,10 @@ def janus_pro_1b_config():
 def processor():
     """A JanusProcessor whose word-level tokenizer knows a few words and the special tokens at
     Janus-Pro's ids (the model's prompt template and postprocessing are the real ones)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import JanusImageProcessor, JanusProcessor, PreTrainedTokenizerFast
+    from scd_core.models.standins import janus_processor
 
-    vocab = {"<pad>": PAD, "<bos>": BOS, "<eos>": 100001, "[UNK]": 3, "User:": 4, "Assistant:": 5}
-    vocab.update({w: 10 + i for i, w in enumerate("a the red blue green apple cat dog on of in with photo".split())})
-    vocab.update({"<image_placeholder>": IMAGE, "<begin_of_image>": BOI, "<end_of_image>": EOI})
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=tk, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="[UNK]",
-        extra_special_tokens={"image_token": "<image_placeholder>", "boi_token": "<begin_of_image>",
-                              "eoi_token": "<end_of_image>"})
-    template = ("{% for m in messages %}User: {{ m['content'][0]['text'] }} {% endfor %}"
-                "{% if add_generation_prompt %}Assistant:{% endif %}")
-    return JanusProcessor(JanusImageProcessor(), tok, chat_template=template, num_image_tokens=576)
+    return janus_processor("a the red blue green apple cat dog on of in with photo".split(), pad=PAD, bos=BOS,
+                           eos=100001, image=IMAGE, boi=BOI, eoi=EOI, num_image_tokens=576)
 
 
 def build(home: Path, store: str = "bfloat16") -> None:

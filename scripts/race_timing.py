@@ -22,12 +22,12 @@ import sys
 import torch
 
 from scd_core import bench, race
-from scd_core.settings import Settings
+from scd_core.settings import METHODS, Settings
 from scd_core.workers import ProcessClient
 
 
 def bench_rows(model: str, prompt_file: str, settings: Settings, seeds: int, batch: int,
-               methods: list[str]) -> dict[str, bench.Row]:
+               methods: list[str]) -> dict[str, "bench.Row"]:
     argv = ["--model", model, "--prompts", prompt_file, "--seeds", str(seeds), "--batch", str(batch),
             "--methods", ",".join(methods), "--windows", str(settings.window), "--inits", settings.init,
             "--temperature", f"{settings.temperature:g}", "--top-k", str(settings.top_k),
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cfg-scale", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--methods", default=",".join(race.METHOD_ORDER))
+    ap.add_argument("--methods", default=",".join(METHODS))
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     methods = a.methods.split(",")

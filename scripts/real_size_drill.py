@@ -199,7 +199,7 @@ def load_kwargs(given: dict, folder: str) -> dict:
     out = {}
     for key, value in given.items():
         if key == "layout" and value == "ci":
-            import gpu_timing
+            from scd_core.measure import gpu_timing
             from scd_core.models.lumina import LuminaLayout
             value = LuminaLayout(**gpu_timing.LUMINA_TINY_LAYOUT)
         elif key == "config" and value == "ci":
@@ -348,7 +348,7 @@ def janus_config(size: str, layers: int | None = None):
     """deepseek-community/Janus-Pro-1B and -7B (transformers' Janus port): the 7B config is
     gpu_timing's; the 1B is DeepSeek-LLM-1.5B (24 layers, hidden 2048, 16 heads, intermediate
     5632) with SigLIP-L, the VQ-16 and 2048-wide aligners (transformers' JanusConfig defaults)."""
-    import gpu_timing
+    from scd_core.measure import gpu_timing
     from transformers import JanusConfig, JanusVisionConfig, JanusVQVAEConfig, LlamaConfig
 
     if size == "ci":
@@ -459,7 +459,7 @@ def write_emu3(root: Path, scale: str, budget: float | None) -> Written:
 
 
 def lumina_config(scale: str, layers: int | None = None):
-    import gpu_timing
+    from scd_core.measure import gpu_timing
 
     config = gpu_timing.lumina_config(tiny=scale == "ci")
     if layers is not None:

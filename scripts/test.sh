@@ -6,7 +6,8 @@
 #   2. torch's CPU build, explicitly: PyPI's torch for Linux is the CUDA build (several GB of
 #      nvidia-* wheels). From PyTorch's CPU index; where that cannot be reached, from pip's
 #      configured indexes only if what pip finds there is a CPU build. Then it checks.
-#   3. The project with its dev extra (pip install -e '.[dev]'), then pytest.
+#   3. The project with its dev extra (pip install -e '.[dev]'), then pytest: every lane, or with
+#      --quick as the first argument the quick lane (docs/testing.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -75,5 +76,11 @@ echo "== pip install -e '.[dev]'"
 python -m pip install -q -e '.[dev]'
 torch_is_cpu || { echo "ERROR: installing the project replaced torch's CPU build" >&2; exit 1; }
 
+# Every lane by default (-m ""), as CI runs it; --quick keeps pytest.ini's quick lane.
+lanes=(-m "")
+if [ "${1:-}" = "--quick" ]; then
+  shift
+  lanes=()
+fi
 echo "== pytest"
-exec python -m pytest "$@"
+exec python -m pytest "${lanes[@]}" "$@"

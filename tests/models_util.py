@@ -13,11 +13,12 @@ import torch
 from scd_core.models import load_model
 
 PROMPTS = ["a red apple", "two cats on a long sofa"]
-EMBEDDED = ["texture", "tiny", "tiny-video", "toy", "toy-grid", "random-logits"]
+EMBEDDED = ["texture", "tiny", "tiny-64", "tiny-video", "toy", "toy-grid", "random-logits"]
 ADAPTERS = ["llamagen", "cosmos", "janus-pro", "emu3", "lumina-mgpt"]
 NAMES = EMBEDDED + ADAPTERS
-CFG = {"texture": 2.0, "tiny": 3.0, "tiny-video": 3.0, "toy": 2.0, "toy-grid": 2.0, "random-logits": 1.0}
+CFG = {"texture": 2.0, "tiny": 3.0, "tiny-64": 3.0, "tiny-video": 3.0, "toy": 2.0, "toy-grid": 2.0, "random-logits": 1.0}
 EMBEDDED_PROMPTS = {"texture": ["lava rings", "ice waves"], "tiny": ["red heart", "cat face"],
+                    "tiny-64": ["red heart", "cat face"],
                     "tiny-video": ["red heart zooming in"]}
 
 
@@ -85,3 +86,48 @@ def build(name: str, dtype: torch.dtype = torch.float32, tmp_path_factory=None, 
     if name == "cosmos":
         return _cosmos(dtype, tmp_path_factory)
     return {"llamagen": _llamagen, "janus-pro": _janus, "emu3": _emu3, "lumina-mgpt": _lumina}[name](dtype)
+
+
+def build_meta(name: str):
+    """(model, prompts, cfg_scale, start) of a shipped model or adapter with its weights on
+    `device="meta"` (shapes only: any value read back, or a CPU tensor met, fails there);
+    `start(prompts, cfg_scale)` makes a session whose prefill runs on meta as well (Cosmos:
+    from conditioning tokens made on meta, fed in as a clip's would be)."""
+    meta = torch.device("meta")
+    if name in EMBEDDED:
+        small = dict(grid=(12, 12)) if name == "texture" else {}
+        model = load_model(name, device="meta", **small)
+        return model, EMBEDDED_PROMPTS.get(name, PROMPTS)[:1], CFG[name], model.start
+    if name == "janus-pro":
+        import test_models_janus as tj
+        from scd_core.models.janus import JanusTokenModel
+        model = JanusTokenModel(tj.tiny_janus().to(meta), encode=tj.encode, bos_token_id=tj.BOS,
+                                boi_token_id=tj.BOI, pad_token_id=tj.PAD, name="tiny-janus")
+        return model, PROMPTS, 3.0, model.start
+    if name == "emu3":
+        import test_models_emu3 as te
+        from scd_core.models.emu3 import Emu3TokenModel
+        model = Emu3TokenModel(te.tiny_emu3().to(meta), encode=te.encode, grid=(te.H, te.W), negative_prompt=te.NEG,
+                               positive_suffix="", pad_token_id=te.PAD, name="tiny-emu3")
+        return model, PROMPTS, 3.0, model.start
+    if name == "lumina-mgpt":
+        import test_models_lumina as tl
+        from transformers import ChameleonForConditionalGeneration
+        model = tl.LuminaTokenModel(ChameleonForConditionalGeneration(tl.tiny_config()).eval().to(meta), tl.encode,
+                                    tl.GRID, layout=tl.LAYOUT, prompt_template="{prompt}")
+        return model, PROMPTS, 3.0, model.start
+    if name == "llamagen":
+        import test_models_llamagen as tg
+        from scd_core.models.llamagen import LlamaGenTokenModel
+        model = LlamaGenTokenModel(tg.make(tg.C2I).gpt.to(meta), None, None)
+        return model, ["3", "7"], 4.0, model.start
+    if name == "cosmos":
+        import test_models_cosmos as tc
+        from scd_core.models import cosmos
+        model = cosmos.CosmosVideoModel(cosmos.random_model(tc.TINY).to(meta), name="tiny-cosmos", device=meta)
+
+        def start(prompts, cfg_scale):
+            prefix = torch.zeros(len(prompts), model.cfg.prefix_len, dtype=torch.long, device=meta)
+            return cosmos.CosmosSession(model, prefix)
+        return model, ["clip0.mp4", "clip1.mp4"], 1.0, start
+    raise ValueError(f"name: no meta build of {name!r}")

@@ -162,7 +162,7 @@ def test_race_reports_k_samples_per_method_with_spread():
     assert "printf" not in note and "python -m scd_core.bench" in final(updates, app.race_bench)
     assert "fewer passes" in final(updates, app.race_why)
     runs = final(updates, app.race_state)["runs"]
-    assert {m: r.rows for m, r in runs.items()} == dict.fromkeys(app.race.METHOD_ORDER, 3)
+    assert {m: r.rows for m, r in runs.items()} == dict.fromkeys(scd_core.METHODS, 3)
     assert all(final(updates, app.race_images[m]).shape[0] >= 96 for m in runs)
     assert "Done" in final(updates, app.race_status)
     timing = [u[app.race_status] for u in updates if "Timing round" in str(u.get(app.race_status, ""))]
@@ -411,7 +411,7 @@ def test_a_model_switch_clears_the_last_models_views_and_names_the_new_one():
     assert list(figure(out[app.chart_committed]).data[0].x) == [0, 64]    # tiny's AR line
     assert out[app.last_run] is None and out[app.race_state] is None and out[app.film] is None
     assert all(picture(out[app.race_images[m]]).shape == picture(out[app.live_image]).shape
-               for m in app.race.METHOD_ORDER)
+               for m in scd_core.METHODS)
 
 
 def test_a_model_switch_keeps_what_the_visitor_set_and_says_what_changed():

@@ -12,7 +12,7 @@ from gradio_client import Client
 
 import scd_core
 from demo import race_view
-from scd_core import bench, race
+from scd_core import bench_rows, race
 from test_app import args
 
 HEADS = ("one image: seconds (vs AR)", "batch of K: images/s (vs AR)")
@@ -48,7 +48,7 @@ def test_the_race_on_texture_gives_both_times_labelled_and_the_benchs_nfe(client
     assert any("**Done** on **texture**." in str(v) for v in final)   # the table comes with Done.
     texture = scd_core.load_model("texture")                         # the bench, same settings
     for label, method in (("AR", "ar"), ("SJD", "sjd"), ("SCD maximal coupling", "scd-mc")):
-        runs = bench.run_case(texture, ["ocean waves"], 3, 1, scd_core.Settings(method, 16))
+        runs = bench_rows.run_case(texture, ["ocean waves"], 3, 1, scd_core.Settings(method, 16))
         shown = body[label][head.index("NFE: mean (min–max)")]
         assert float(shown.split()[0]) == pytest.approx(statistics.fmean(r.nfe for r in runs), abs=0.05)
 

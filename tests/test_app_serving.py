@@ -178,6 +178,36 @@ def test_a_visitor_whose_pass_waits_for_a_race_is_told_why():
     assert np.array_equal(final(updates, app.live_image), alone(app.MODELS.get("tiny"), 7)[0])
 
 
+def test_a_visitor_whose_model_was_unloaded_for_another_is_told_and_served(monkeypatch):
+    """Two large models (stand-ins under Janus-Pro-1B's and LlamaGen's names, their weights as
+    good as cached: checks.unavailable says so), one at a time: the visitor's Generate on the
+    one unloaded says why it waits, loads it again in place of the other, and gives the picture
+    its seed gives alone."""
+    from scd_core.models.cache import Residency
+    from test_residency import HIDDEN, Slow
+
+    sizes = {"janus-pro-1b": HIDDEN["slow-a"], "llamagen-c2i": HIDDEN["slow-b"]}
+    cache = ModelCache(loader=lambda name, **kwargs: Slow(sizes[name], pass_s=0.0),
+                       residency=Residency(quiet_s=0.1))
+    monkeypatch.setattr(app.MODELS, "cache", cache)
+    monkeypatch.setattr(app.MODELS, "_infos", {})
+    monkeypatch.setattr(app.checks, "unavailable", lambda name, loaded=False: None)
+    app.MODELS.fetch("janus-pro-1b")
+    app.MODELS.fetch("llamagen-c2i")                         # one large model at a time: Janus goes
+    assert cache.names() == ["llamagen-c2i"]
+    run = dict(model="janus-pro-1b", prompt="a cat", method="scd-mc", window=4, top_k=0, cfg_scale=1.0, seed=4,
+               pace=0.0)
+    updates = list(app.generate_stream(*args(**run), request=visitor("back")))
+    assert updates[0][app.status] == ("**Loading janus-pro-1b:** it was unloaded to make room for llamagen-c2i; "
+                                      "your run starts once it is loaded again.")
+    assert "**done**" in final(updates, app.status)
+    assert cache.names() == ["janus-pro-1b"]
+    model = cache.peek("janus-pro-1b", **app.MODELS.kwargs("janus-pro-1b"))
+    alone_run = scd_core.generate(model, ["a cat"], seed=4, settings=app.checks.settings_of(
+        "scd-mc", 4, "random", 1.0, 0, 1.0, 1.0))
+    assert np.array_equal(final(updates, app.live_image), pictures.render_iteration(model, alone_run.iterations[-1]))
+
+
 # --------------------------------------------------------------- served, gradio_client
 
 def served(client: Client, **override) -> tuple[float, list]:

@@ -6,7 +6,7 @@ import csv
 import pytest
 
 import scd_core
-from scd_core import bench
+from scd_core import bench, bench_rows
 
 SMALL = ["--model", "toy-grid", "--model-arg", "grid=4,6", "--windows", "4,8", "--seeds", "2",
          "--top-k", "20", "--threads", "1"]
@@ -32,7 +32,7 @@ def test_rows_average_what_generate_reports(tmp_path):
     rows = bench.benchmark(bench.parse_args(SMALL + ["--methods", "scd-mc", "--windows", "8", "--max-prompts", "2"]))
     model = scd_core.load_model("toy-grid", grid=(4, 6))
     nfes = [scd_core.generate(model, [p], method="scd-mc", window=8, seed=s, top_k=20).nfe
-            for p in bench.DEFAULT_PROMPTS[:2] for s in range(2)]
+            for p in bench_rows.DEFAULT_PROMPTS[:2] for s in range(2)]
     mc = [r for r in rows if r.method == "scd-mc"]
     assert len(mc) == 1 and mc[0].nfe == pytest.approx(sum(nfes) / len(nfes))
     assert mc[0].step_compression == pytest.approx(sum(24 / n for n in nfes) / len(nfes))
@@ -42,7 +42,7 @@ def test_prompts_file_is_read_one_per_line(tmp_path, capsys):
     prompts = tmp_path / "p.txt"
     prompts.write_text("red apple\n\n  blue circle  \n")
     args = bench.parse_args(SMALL + ["--prompts", str(prompts)])
-    assert bench.load_prompts(scd_core.load_model("toy-grid"), args) == ["red apple", "blue circle"]
+    assert bench_rows.load_prompts(scd_core.load_model("toy-grid"), args) == ["red apple", "blue circle"]
 
 
 @pytest.mark.parametrize("bad, says", [
@@ -102,7 +102,7 @@ def test_bench_on_parti_prompts_writes_a_row_per_prompt(tmp_path, capsys):
     assert "per prompt" in capsys.readouterr().err
     table = list(csv.DictReader(out.open()))
     rows = list(csv.DictReader((tmp_path / "b-prompts.csv").open(encoding="utf-8")))
-    assert list(rows[0]) == bench.PROMPT_COLUMNS
+    assert list(rows[0]) == bench_rows.PROMPT_COLUMNS
     assert [(r["method"], r["window"]) for r in rows] == [("ar", "1")] * 3 + [("sjd", "4")] * 3
     assert [r["prompt"] for r in rows[:3]] == [r["prompt"] for r in rows[3:]]
     assert rows[0]["category"] == "Artifacts" and all(r["seeds"] == "2" for r in rows)

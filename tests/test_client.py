@@ -19,6 +19,8 @@ from scd_core.local import LocalClient
 from scd_core.settings import Settings
 from scd_core.workers import ProcessClient
 
+pytestmark = pytest.mark.served
+
 MODELS = ["tiny", "small-grid"]
 PAGE = Settings(method="scd-mc", window=16, top_k=100, cfg_scale=3.0)      # the page's defaults on tiny
 GRID = Settings(method="sjd", window=6, top_k=30, cfg_scale=2.0)

@@ -66,7 +66,7 @@ def test_trace_invariants(grid, method, init):
     assert 0 <= run.acceptance_rate <= 1
     ar = scd_core.generate(grid, ["a", "b", "c", "d"], method="ar", seed=1, top_k=30, cfg_scale=2.0)
     assert ar.nfe == N and ar.step_compression == 1                    # AR: one pass per token
-    assert run.step_compression == pytest.approx(ar.nfe / run.nfe)     # AR's passes over this run's
+    assert run.step_compression == pytest.approx(N / len(run.iterations))   # AR's N passes over the records
     assert run.wall_time >= run.step_time > 0
 
 
@@ -190,9 +190,17 @@ def test_metrics_are_their_definitions_over_the_rows_passes(grid):
     assert trace.committed_histogram(its) == histogram
     assert sum(j * h for j, h in enumerate(histogram)) == 3 * grid.N - 3    # all but the prefill's token
     assert trace.accepted_drafts(its, row=2) == row_accepted
+    carried = same = 0                                  # drafts still drafts after a pass, and those kept as fed
     for it in its[1:]:
-        assert torch.equal(it.changed + it.unchanged, it.carried.sum(1))
+        for b in range(3):
+            nb, na = int(it.n_before[b]), int(it.n_after[b])
+            fed = {int(it.start[b]) + j: int(t) for j, t in enumerate(it.window_tokens[b])}   # position -> token fed
+            kept = [int(t) == fed[na + i] for i, t in enumerate(it.drafts_after[b].tolist())
+                    if nb <= na + i < grid.N and na + i in fed and t >= 0]
+            carried, same = carried + len(kept), same + sum(kept)
+            assert int(it.changed[b]) == len(kept) - sum(kept)
         assert torch.equal(it.row(1).num_accepted, it.num_accepted[1:2])
+    assert carried > 0 and run.draft_stability == pytest.approx(same / carried)
 
 
 def test_processed_probs_filters():
@@ -257,3 +265,24 @@ def test_generate_refuses_a_prompt_over_the_limit_and_says_which_words_it_ignore
         scd_core.generate(tiny, ["red apple zxqv"], window=4)
     said = [str(w.message) for w in seen if issubclass(w.category, UnknownWordsWarning)]
     assert len(said) == 1 and "zxqv" in said[0] and "apple" not in said[0]
+
+
+@pytest.mark.parametrize("top_k", [0, 30])
+def test_ar_is_the_general_pass_with_no_drafts(grid, top_k):
+    """`advance_ar`, AR's short form, gives the tokens and records of the general pass run with
+    a window of one token (no draft slots), pass by pass."""
+    from scd_core import chain
+    plan, seeds = scd_core.validate(grid, ["a", "b", "c"], scd_core.Settings("ar", top_k=top_k, cfg_scale=2.0), 4)
+    session = grid.start(["a", "b", "c"], plan.cfg_scale)
+    state, _ = chain.start_rows(session.first_logits, seeds, plan)
+    for _ in range(grid.N - 1):
+        start, fed = chain.window(state, plan)
+        logits = session.step(fed, start)
+        short, short_verdict = chain.advance_ar(state, logits, start, plan)
+        general, general_verdict = chain.advance_drafts(state, logits, start, plan)
+        for name in chain.State.__dataclass_fields__:
+            assert torch.equal(getattr(short, name), getattr(general, name)), name
+        for name in ("start", "num_accepted", "resampled", "accept_prob"):
+            assert torch.equal(getattr(short_verdict, name), getattr(general_verdict, name)), name
+        state = short
+    assert (state.n == grid.N).all()

@@ -24,6 +24,8 @@ from scd_core import bench
 from scd_core.client import DecodeError
 from scd_core.distributed import cells
 
+pytestmark = pytest.mark.ray
+
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--model", "toy-grid", "--model-arg", "grid=4,6", "--methods", "ar,sjd,scd-mc", "--windows", "4",
          "--seeds", "2", "--max-prompts", "2", "--top-k", "20", "--threads", "1"]

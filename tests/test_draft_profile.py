@@ -7,6 +7,8 @@ import pytest
 import scd_core
 from script_util import load_script
 
+pytestmark = pytest.mark.drill
+
 SETTINGS = dict(top_k=20, top_p=1.0, temperature=1.0, cfg_scale=3.0)
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import scd_core
-from scd_core import coupling, decoding, tree_pass
+from scd_core import chain, coupling, decoding, passes, tree_pass
 from scd_core.models.toy import ToyModel
 from scd_core.sampling import validate_sampling
 from stats_util import chi_square_pvalue
@@ -101,14 +101,14 @@ def test_rows_that_join_a_running_batch_sample_the_exact_joint(toy, method):
     plan, _ = decoding.validate(toy, ["x"], scd_core.Settings(method, 3, cfg_scale=2.0), 0)
     cohort = [PROMPTS[i % 2] for i in range(8_000)]
     session = toy.start(cohort, plan.cfg_scale)
-    state, _ = decoding.start_rows(session.first_logits, range(8_000), plan)
+    state, _ = chain.start_rows(session.first_logits, range(8_000), plan)
     for joined in (1, 2):
-        state, _ = decoding.decode_pass(session, state, plan)
+        state, _ = chain.decode_pass(session, state, plan)
         first = session.add_rows(cohort)
         seeds = range(joined * 8_000, (joined + 1) * 8_000)
-        state = decoding.State.cat([state, decoding.start_rows(first, seeds, plan)[0]])
+        state = chain.State.cat([state, chain.start_rows(first, seeds, plan)[0]])
     while not bool((state.n >= plan.N).all()):
-        state, _ = decoding.decode_pass(session, state, plan)
+        state, _ = chain.decode_pass(session, state, plan)
     for joined in range(3):
         rows = state.tokens[joined * 8_000: (joined + 1) * 8_000]
         for p in joint_pvalues(toy, rows, cohort, 2.0, {}):
@@ -122,12 +122,12 @@ def test_a_window_that_changes_between_passes_keeps_the_law(toy, method):
     plan, _ = decoding.validate(toy, ["x"], scd_core.Settings(method, 3, cfg_scale=2.0), 0)
     prompts = [PROMPTS[i % 2] for i in range(24_000)]
     session = toy.start(prompts, plan.cfg_scale)
-    state, _ = decoding.start_rows(session.first_logits, range(24_000), plan)
+    state, _ = chain.start_rows(session.first_logits, range(24_000), plan)
     for window in itertools.cycle((2, 1, 4, 3)):
         if bool((state.n >= plan.N).all()):
             break
         now = dataclasses.replace(plan, settings=plan.settings.replace(window=window, method=method if window > 1 else "ar"))
-        state, _ = decoding.decode_pass(session, decoding.resize(state, now), now)
+        state, _ = chain.decode_pass(session, chain.resize(state, now), now)
     for p in joint_pvalues(toy, state.tokens, prompts, 2.0, {}):
         assert p > ALPHA, f"{method} with a changing window: chi-square p = {p:.3g}"
 
@@ -154,7 +154,7 @@ def test_old_q_for_kept_drafts_is_detected(toy, monkeypatch):
     """Lumina/Janus reference SCD-MC: a draft kept by the coupling keeps its old q (rule 5).
     A carried draft equal to its slot's old draft was kept (a rejected one is redrawn from a
     residual that has no mass at it)."""
-    real = decoding.advance
+    real = chain.advance
 
     def old_q_for_kept(state, logits, start, plan):
         after, verdict = real(state, logits, start, plan)
@@ -167,7 +167,7 @@ def test_old_q_for_kept_drafts_is_detected(toy, monkeypatch):
         q_old = state.q.gather(1, old.unsqueeze(-1).expand_as(state.q))
         return dataclasses.replace(after, q=torch.where(kept.unsqueeze(-1), q_old, after.q)), verdict
 
-    monkeypatch.setattr(decoding, "advance", old_q_for_kept)
+    monkeypatch.setattr(chain, "advance", old_q_for_kept)
     assert _biased_pvalue(toy, "scd-mc") < ALPHA
 
 
@@ -222,6 +222,7 @@ def test_trees_on_a_peaked_model_sample_the_exact_joint(method):
 DEEP = dict(vocab_size=3, grid=(2, 3), scale=2.0)          # tree 2x3 in L = 16: 2 tree slots carried after a rejection
 
 
+@pytest.mark.slow
 def test_a_deep_tree_samples_the_exact_joint():
     deep = ToyModel(**DEEP)
     assert _tree_pvalue(deep, "scd-mc", (2, 3), 16, rows=48_000) > ALPHA
@@ -232,13 +233,13 @@ def test_a_tree_that_changes_between_passes_keeps_the_law(toy):
     plan, _ = decoding.validate(toy, ["x"], scd_core.Settings("scd-mc", 3, cfg_scale=2.0), 0)
     prompts = [PROMPTS[i % 2] for i in range(24_000)]
     session = toy.start(prompts, plan.cfg_scale)
-    state, _ = decoding.start_rows(session.first_logits, range(24_000), plan)
+    state, _ = chain.start_rows(session.first_logits, range(24_000), plan)
     for window, tree in itertools.cycle(((4, (2, 1)), (8, (2, 2)), (1, (1, 0)), (5, (3, 1)), (3, (1, 0)))):
         if bool((state.n >= plan.N).all()):
             break
         method = "scd-mc" if window > 1 else "ar"
         now = dataclasses.replace(plan, settings=plan.settings.replace(window=window, method=method, tree=tree))
-        state, _ = decoding.decode_pass(session, decoding.resize(state, now), now)
+        state, _ = passes.eager_pass(now)(session, chain.resize(state, now), now)
     for p in joint_pvalues(toy, state.tokens, prompts, 2.0, {}):
         assert p > ALPHA, f"a changing tree: chi-square p = {p:.3g}"
 

@@ -1,4 +1,4 @@
-"""scripts/gpu_timing.py on CPU: the --tiny plumbing end to end, and the full-size configs'
+"""scd_core.measure.gpu_timing (`scd-gpu-timing`) on CPU: the --tiny plumbing end to end, and the full-size configs'
 parameter counts (built on the meta device, no memory) against the published checkpoints."""
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import pytest
 import torch
 
 import transformers  # noqa: F401  (the script builds transformers configs)
-from script_util import load_script
+from scd_core.measure import gpu_timing as gt
 
-gt = load_script("gpu_timing")
+pytestmark = pytest.mark.drill
 MODELS = list(gt.MODELS)
 # bf16 as on the GPU: the models are built under a bf16 default dtype there too.
 FAST = ["--tiny", "--device", "cpu", "--dtype", "bfloat16", "--windows", "1,4,8", "--repeats", "2",
-        "--warmup", "1", "--engine-tokens", "32"]
+        "--warmup", "1", "--engine-tokens", "32", "--images", ""]
 
 
 @pytest.fixture(scope="module")
@@ -132,3 +132,22 @@ def test_engine_grid_keeps_rows_and_frames():
     assert gt.engine_grid((24, 24), 576) == (24, 24)
     assert gt.engine_grid((48, 48), 576) == (12, 48)
     assert gt.engine_grid((3, 40, 64), 576) == (2, 4, 64)
+
+
+def test_one_image_per_method_eager_compiled_and_by_transformers(tmp_path, capsys):
+    """The per-image timing on the tiny Janus-Pro: transformers' own generate, AR and SCD-MC
+    eager, SCD-MC compiled (its compile timed apart), each a full grid, in the table."""
+    out = tmp_path / "t.json"
+    args = [a for a in FAST if a not in ("--images", "")]
+    assert gt.main(args + ["--models", "janus-pro-7b", "--images", "ar,scd-mc", "--compile-methods", "scd-mc",
+                           "--dtype", "float32", "--out", str(out)]) == 0
+    images = json.loads(out.read_text())["models"]["janus-pro-7b"]["images"]
+    assert [(im["how"], im["compiled"]) for im in images] == [("transformers", False), ("ar", False), ("scd-mc", False),
+                                                              ("scd-mc", True)]
+    grid = 16 * 16
+    by = {(im["how"], im["compiled"]): im for im in images}
+    assert by[("transformers", False)]["nfe"] == grid and by[("ar", False)]["nfe"] == grid
+    assert by[("scd-mc", False)]["nfe"] == by[("scd-mc", True)]["nfe"] < grid      # compiled: the same run
+    assert all(im["seconds"] > 0 and im["ms_per_pass"] > 0 for im in images)
+    assert by[("scd-mc", True)]["compile_s"] is not None and by[("scd-mc", False)]["compile_s"] is None
+    assert "| janus-pro-7b | scd-mc compiled |" in capsys.readouterr().out

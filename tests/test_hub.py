@@ -24,6 +24,8 @@ from scd_core.models import llamagen as lg
 from test_models_janus import save_tiny_checkpoint
 from test_models_llamagen import C2I, TINY_VQ
 
+pytestmark = pytest.mark.served
+
 JANUS_REPO = "deepseek-community/Janus-Pro-1B"
 LLAMAGEN_REPO = "FoundationVision/LlamaGen"
 JANUS = ("janus-pro-1b", {}, "w1 w2")

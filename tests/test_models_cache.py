@@ -151,3 +151,20 @@ def test_the_process_cache_loads_embedded_models_once():
     assert model_cache.get("toy-grid", grid=(4, 6)) is model
     assert scd_core.generate(model, ["x"], method="ar", window=1, seed=0).tokens.shape == (1, 24)
     assert "toy-grid" in model_cache.names()
+
+
+def test_unload_returns_the_memory_or_says_who_still_holds_the_model(synthetic):
+    cache, _ = synthetic
+    cache.get("small", megabytes=1)
+    cache.get("big-a", megabytes=8)
+    assert cache.room_for("small") == []                                   # a small model makes no room
+    (key,) = cache.room_for("big-b")                                       # big-a would go for big-b
+    held = cache.held(key)
+    assert cache.unload(key, arriving="big-b") is False                   # this test still holds it
+    assert cache.names() == ["small"] and cache.residency.why_not_resident("big-a").arriving == "big-b"
+    gone = weakref.ref(held)
+    del held
+    assert gone() is None
+    cache.get("big-a", megabytes=8)
+    (key,) = cache.room_for("big-b")
+    assert cache.unload(key) is True and cache.names() == ["small"]

@@ -303,6 +303,25 @@ def test_missing_checkpoint_or_tokenizer_is_reported(tmp_path, empty_hub_cache):
     assert cosmos.missing_files("cosmos-1-ar-5b-video2world")[-1] is cosmos.T5_FILES
 
 
+@pytest.mark.parametrize("dtype,want", [("bf16", torch.bfloat16), ("bfloat16", torch.bfloat16),
+                                         (torch.bfloat16, torch.bfloat16), ("auto", torch.float32),
+                                         (None, torch.float32), ("float32", torch.float32)])
+def test_the_loader_parses_device_and_dtype_as_every_loader_does(tiny_folder, dtype, want):
+    """`checkpoints.pick_device_dtype`: names, torch dtypes and "auto" (float32 without a GPU)."""
+    model = cosmos.load_cosmos(tiny_folder[0], device="cpu", dtype=dtype, config=TINY)
+    assert model.dtype == want and next(model.net.parameters()).dtype == want
+    assert model.device == torch.device("cpu")
+
+
+def test_the_loader_refuses_a_bad_dtype_or_device_naming_it(tiny_folder):
+    with pytest.raises(ValueError, match="dtype"):
+        cosmos.load_cosmos(tiny_folder[0], device="cpu", dtype="int8", config=TINY)
+    with pytest.raises(ValueError, match="dtype"):
+        cosmos.load_cosmos(tiny_folder[0], device="cpu", t5_dtype="half-ish", config=TINY)
+    with pytest.raises(ValueError, match="device"):
+        cosmos.load_cosmos(tiny_folder[0], device="nowhere", config=TINY)
+
+
 def test_generate_scd_gumbel_on_the_tiny_model(tiny_folder):
     import scd_core
     folder, clip = tiny_folder

@@ -70,6 +70,26 @@ def test_shape_and_settings(tm):
     assert seq[0, :5].tolist() == [code_to_bpe(i) for i in range(4)] + [EOL]
 
 
+def test_a_pass_computes_the_visual_codes_logits_only(tm):
+    """The head's rows of the visual codes are taken once, at load: a pass never runs the
+    whole-vocabulary `lm_head` (184,622 tokens at full size), and its logits are the
+    head's at the codes' BPE ids."""
+    calls = []
+    hook = tm.model.lm_head.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        s = tm.start(PROMPTS, 3.0)
+        s.step(torch.randint(0, K, (2, 5)), torch.zeros(2, dtype=torch.long))
+    finally:
+        hook.remove()
+    assert calls == []
+    hidden = torch.randn(2, 3, tm.image_head.shape[1], generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(tm.image_logits(hidden), tm.model.lm_head(hidden)[..., tm.code_to_bpe].float(),
+                               atol=1e-5, rtol=1e-5)
+    weight = torch.randn(10, 4)
+    assert emu3_mod.head_rows(weight, [3, 4, 5]).data_ptr() == weight[3].data_ptr()     # consecutive ids: a view
+    assert torch.equal(emu3_mod.head_rows(weight, [5, 3]), weight[[5, 3]])
+
+
 def test_window_equals_single_steps(tm):
     torch.manual_seed(1)
     toks = torch.randint(0, K, (2, 9))                   # crosses two row ends
@@ -283,7 +303,7 @@ def test_keep_rows_drops_the_slots_only_leaving_rows_used(tm):
     s.keep_rows(torch.tensor([2, 0]))                                  # the longest prompt leaves
     alone = tm.start([PROMPTS[1], PROMPTS[0]], 3.0)
     alone.step(torch.zeros(2, 6, dtype=torch.long), torch.zeros(2, dtype=torch.long))
-    assert s.cache.get_seq_length() == alone.cache.get_seq_length() == s.slots.valid.shape[1]
+    assert s.kv.P == alone.kv.P == len(encode(PROMPTS[1])) and s.kv.capacity == alone.kv.capacity
     with pytest.raises(ValueError, match="rows"):
         s.keep_rows([2])
 

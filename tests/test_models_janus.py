@@ -6,6 +6,7 @@ import transformers
 
 from scd_core.models import janus as janus_mod  # noqa: E402
 from scd_core.models.checkpoints import WeightsNotFoundError  # noqa: E402
+from scd_core.models import standins  # noqa: E402
 from fakehub import empty_hub_cache  # noqa: E402,F401  (fixture: offline, empty Hugging Face cache)
 import rows_util  # noqa: E402
 from scd_core import testing  # noqa: E402
@@ -95,8 +96,9 @@ def test_smaller_start_forgets(tm):
     s.step(torch.randint(0, V_IMG, (2, 2)), torch.full((2,), 6))     # more garbage at 6..7
     out = s.step(good[:, 3:], torch.full((2,), 3))                   # re-feed from 3
     torch.testing.assert_close(out, ref[:, 3:], atol=1e-4, rtol=0)
-    # rows that agree on their start leave no holes: the cache is as long as a clean run's
-    assert s.cache.get_seq_length() == clean.cache.get_seq_length()
+    # the cache was sized at the start (prompt, grid, scratch slot) and written in place
+    assert [k.shape for k, _ in s.kv.tensors()] == [k.shape for k, _ in clean.kv.tensors()]
+    assert s.kv.capacity == len(encode(PROMPTS[1])) + 16 + 1
 
 
 def test_rows_at_different_starts_match_single_rows(tm):
@@ -222,20 +224,8 @@ def test_claims_folder(tmp_path):
 
 def tiny_processor():
     """A JanusProcessor around a word-level tokenizer ("w0".."w99"), with a chat template."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import JanusImageProcessor, JanusProcessor, PreTrainedTokenizerFast
-    vocab = {"<pad>": PAD, "<bos>": BOS, "<eos>": EOS, "[UNK]": 3, "User:": 4, "Assistant:": 5}
-    vocab.update({f"w{i}": 10 + i for i in range(100)})
-    vocab.update({"<image_placeholder>": 299, "<begin_of_image>": BOI, "<end_of_image>": 297})
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=tk, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="[UNK]",
-        extra_special_tokens={"image_token": "<image_placeholder>", "boi_token": "<begin_of_image>",
-                              "eoi_token": "<end_of_image>"})
-    template = ("{% for m in messages %}User: {{ m['content'][0]['text'] }} {% endfor %}"
-                "{% if add_generation_prompt %}Assistant:{% endif %}")
-    return JanusProcessor(JanusImageProcessor(), tok, chat_template=template, num_image_tokens=16)
+    return standins.janus_processor([f"w{i}" for i in range(100)], pad=PAD, bos=BOS, eos=EOS, image=299, boi=BOI,
+                                    eoi=297, num_image_tokens=16)
 
 
 def save_tiny_checkpoint(folder) -> None:
@@ -314,7 +304,7 @@ def test_keep_rows_drops_the_slots_only_leaving_rows_used(tm):
     s.keep_rows(torch.tensor([2, 0]))                                  # the longest prompt leaves
     alone = tm.start([PROMPTS[1], PROMPTS[0]], 5.0)
     alone.step(torch.zeros(2, 6, dtype=torch.long), torch.zeros(2, dtype=torch.long))
-    assert s.cache.get_seq_length() == alone.cache.get_seq_length() == s.slots.valid.shape[1]
+    assert s.kv.P == alone.kv.P == len(encode(PROMPTS[1])) and s.kv.capacity == alone.kv.capacity
 
 
 def test_bad_rows_and_prompts_are_refused_and_leave_the_session_as_it_was(tm):
@@ -351,10 +341,15 @@ def test_tree_of_drafts_equals_its_paths_fed_as_chains(tm, cfg_scale):
     testing.check_tree_session(tm, PROMPTS, cfg_scale)
 
 
-def test_keep_path_leaves_a_cache_as_long_as_the_sequence(tm):
-    """For a batch of one, the cache after keep_path holds the prompt and the kept path only."""
+def test_the_cache_is_sized_at_the_start_and_written_in_place(tm):
+    """Steps, a tree and its kept path write into the tensors allocated at the start: no
+    shape depends on what was fed."""
     s = tm.start(PROMPTS[:1], 1.0)
+    before = [(k.data_ptr(), k.shape) for k, _ in s.kv.tensors()]
     tokens = torch.randint(0, V_IMG, (1, 8), generator=torch.Generator().manual_seed(3))
-    s.step_tree(tokens, torch.tensor([testing.BREADTH_FIRST]), torch.tensor([0]))
+    s.step(tokens[:, :3], torch.tensor([0]))
+    s.step_tree(tokens, torch.tensor([testing.BREADTH_FIRST]), torch.tensor([2]))
     s.keep_path(torch.tensor([[0, 1, 3, -1]]))
-    assert s.cache.get_seq_length() == len(encode(PROMPTS[0])) + 3
+    s.step(tokens[:, :2], torch.tensor([5]))
+    assert [(k.data_ptr(), k.shape) for k, _ in s.kv.tensors()] == before
+    assert before[0][1][2] == len(encode(PROMPTS[0])) + 16 + 1

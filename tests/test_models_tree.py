@@ -54,29 +54,57 @@ def test_gather_nodes_takes_each_rows_own_nodes():
 
 
 def test_a_forced_token_is_seen_by_its_nodes_descendants_and_itself():
+    """Node j's forced token is entry T + j, fed for every node (fixed shapes) and used where
+    `after[j]`: the entries a node or a used forced token sees are those of the tree's rule."""
     parents = TREES[:2]
     seen = tr.ancestors(parents)
     after = torch.tensor([[False, True, False, True, False, False, False, False],
                           [False, False, True, False, False, False, False, False]])
     forced = tr.force_after(seen, after)
     T = 8
+    assert forced.seen.shape == (2, 2 * T, 2 * T) and torch.equal(forced.forced, after)
     for b in range(2):
         owners = after[b].nonzero().flatten().tolist()
-        E = len(owners)
-        assert forced.owner[b, :E].tolist() == owners and bool(forced.forced[b, :E].all())
-        assert not bool(forced.forced[b, E:].any())
         for i in range(T):                                        # a node: its path, and the forced
-            for e, o in enumerate(owners):                        # tokens of its strict ancestors
-                assert bool(forced.seen[b, i, T + e]) == (bool(seen[b, i, o]) and o != i)
+            for o in owners:                                      # tokens of its strict ancestors
+                assert bool(forced.seen[b, i, T + o]) == (bool(seen[b, i, o]) and o != i)
             assert torch.equal(forced.seen[b, i, :T], seen[b, i])
-            assert int(forced.out[b, i]) == (T + owners.index(i) if i in owners else i)
-        for e, o in enumerate(owners):                            # a forced token: its node's path,
-            assert torch.equal(forced.seen[b, T + e, :T], seen[b, o])     # itself and those above
-            for f, p in enumerate(owners):
-                assert bool(forced.seen[b, T + e, T + f]) == bool(seen[b, o, p])
+            assert int(forced.out[b, i]) == (T + i if i in owners else i)
+        for o in owners:                                          # a forced token: its node's path,
+            assert torch.equal(forced.seen[b, T + o, :T], seen[b, o])     # itself and those above
+            for p in range(T):
+                assert bool(forced.seen[b, T + o, T + p]) == (bool(seen[b, o, p]) and p in owners)
     entries, valid = tr.path_entries(forced, torch.tensor([[0, 1, 3, 7], [0, 1, 2, 6]]), torch.ones(2, 4, dtype=torch.bool))
-    assert entries[0][valid[0]].tolist() == [0, 1, T, 3, T + 1, 7]
-    assert entries[1][valid[1]].tolist() == [0, 1, 2, T, 6]
+    assert entries.shape == (2, 8)
+    assert entries[0][valid[0]].tolist() == [0, 1, T + 1, 3, T + 3, 7]
+    assert entries[1][valid[1]].tolist() == [0, 1, 2, T + 2, 6]
+
+
+def test_tree_pieces_have_fixed_shapes_and_read_nothing_back():
+    """On `device="meta"` nothing can be read back: every piece still gives its shapes."""
+    parents = TREES.to("meta")
+    tokens = torch.zeros(3, 8, dtype=torch.long, device="meta")
+    tree = tr.check_tree(tokens, parents, torch.zeros(3, dtype=torch.long, device="meta"), 3, 16)
+    assert tree.seen.shape == (3, 8, 8) and tree.depth.shape == (3, 8)
+    assert tr.path_tokens(tokens, parents).shape == (3, 8, 8)
+    forced = tr.force_after(tree.seen, tree.depth > 0)
+    index, kept = tr.check_path(tree, torch.zeros(3, 4, dtype=torch.long, device="meta"))
+    assert tr.path_entries(forced, index, kept)[0].shape == (3, 8)
+    history = torch.zeros(3, 20, dtype=torch.long, device="meta")
+    assert tr.node_histories(history, tokens, parents, tree.start).shape == (3, 8, 20)
+
+
+def test_node_histories_write_each_nodes_path_over_the_history():
+    history = torch.arange(12).view(1, 12) + 100
+    tokens = torch.arange(8).view(1, 8)
+    parents = TREES[:1]
+    out = tr.node_histories(history, tokens, parents, torch.tensor([3]))
+    for i, path in enumerate(reference_paths(parents[0].tolist())):
+        want = history[0].clone()
+        want[3:3 + len(path)] = tokens[0, path]
+        assert torch.equal(out[0, i], want)
+    edge = tr.node_histories(history, tokens, parents, torch.tensor([10]))   # paths past the history: dropped
+    assert torch.equal(edge[0, 7, :10], history[0, :10]) and edge[0, 7, 10:].tolist() == [0, 1]
 
 
 def test_bad_trees_and_paths_raise_value_errors_naming_the_argument():

@@ -44,7 +44,7 @@ def test_console_scripts_name_mains_that_take_argv():
     import inspect
 
     scripts = PYPROJECT["project"]["scripts"]
-    assert set(scripts) == {"scd-bench", "scd-serve"}
+    assert set(scripts) == {"scd-bench", "scd-serve", "scd-gpu-timing"}
     for target in scripts.values():
         module, func = target.split(":")
         main = getattr(importlib.import_module(module), func)

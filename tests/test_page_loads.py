@@ -10,8 +10,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from fakehub import REPO_ROOT, FakeHub, client_env
 from test_hub import JANUS_REPO, published, serve  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.served
 
 
 def test_the_page_never_loads_a_downloaded_model_its_worker_loads_it_once(published, tmp_path):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import scd_core
-from scd_core import decoding
+from scd_core import chain
 from ops_util import OpCounter, counted
 
 METHODS = ("ar", "sjd", "scd-mc", "scd-gumbel")
@@ -58,15 +58,15 @@ def test_no_pass_of_the_engine_waits_for_the_device(texture, method, setting):
 
 def test_the_counter_sees_a_pass_that_waits(texture, monkeypatch):
     """A draw made by boolean-mask indexing (the data decides how many rows) is counted."""
-    real = decoding.draw_line
+    real = chain.draw_line
 
-    def masked(p, support, residuals, x, kept, was_fed, a, rejected, u, keys, positions, plan):
-        line = real(p, support, residuals, x, kept, was_fed, a, rejected, u, keys, positions, plan)
+    def masked(p, support, tested, u, keys, plan):
+        line = real(p, support, tested, u, keys, plan)
         where = torch.zeros_like(line, dtype=torch.bool)
         where[:, 0] = True
         line[where] = line[where]                                    # boolean index and index_put
         return line
 
-    monkeypatch.setattr(decoding, "draw_line", masked)
+    monkeypatch.setattr(chain, "draw_line", masked)
     _, syncs = per_pass(texture, method="sjd", window=16)
     assert syncs >= 2

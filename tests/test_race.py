@@ -70,9 +70,9 @@ def test_spread_gives_mean_range_and_a_95_percent_interval():
 
 def test_greedy_race_rows_all_equal_ar(toy_grid):
     settings = race.Race("fox", scd_core.Settings(window=8, temperature=0.0))
-    runs = {m: decoded(toy_grid, settings, m, 2) for m in race.METHOD_ORDER}
+    runs = {m: decoded(toy_grid, settings, m, 2) for m in scd_core.METHODS}
     table = race.summarise(runs, greedy=True)
-    assert [s.method for s in table] == list(race.METHOD_ORDER)
+    assert [s.method for s in table] == list(scd_core.METHODS)
     assert all(s.same_as_ar for s in table)
     assert table[0].latency_speedup is None and table[0].timing is None      # not timed: no claim
     assert all(s.samples == 2 for s in table)
@@ -111,11 +111,11 @@ def test_replay_reads_each_method_at_an_nfe(toy_grid):
 def test_per_sample_figures_are_the_benchmarks_for_the_same_settings(toy_grid):
     """Row b of a race batch draws from seed b, as the bench's run with seed b alone: the race's
     per-sample figures are the bench's per-run figures, value for value."""
-    from scd_core import bench
+    from scd_core import bench_rows
 
     settings = race.Race("fox", scd_core.Settings(window=8), seed=0)
     run = decoded(toy_grid, settings, "scd-mc", 3)
-    runs = bench.run_case(toy_grid, ["fox"], 3, 1, scd_core.Settings("scd-mc", 8))
+    runs = bench_rows.run_case(toy_grid, ["fox"], 3, 1, scd_core.Settings("scd-mc", 8))
     for sample, metrics in zip(run.samples(), runs):
         assert (sample.nfe, sample.step_compression) == (metrics.nfe, metrics.step_compression)
         assert (sample.acceptance_rate, sample.mean_accepted_length, sample.draft_stability) == \
@@ -224,16 +224,16 @@ def test_one_image_and_the_batch_have_the_benchs_nfe(client, texture):
     is `--seeds 1`, its NFE exactly; the batch's per-sample NFE is `--seeds K`'s, and `--seeds 1
     --batch K` decodes the same K rows (same NFE). Only that the times exist is asserted here:
     how they compare is measured by scripts/race_timing.py."""
-    from scd_core import bench
+    from scd_core import bench_rows
 
     settings = race.Race("ocean waves", scd_core.Settings(window=16))
     for method in ("ar", "scd-mc"):
         one = list(race.decode_rows(client, "texture", settings, method, [0]))[-1]
         batch = list(race.decode_rows(client, "texture", settings, method, range(3)))[-1]
         timing = race.timing_of(one, batch)
-        alone = bench.run_case(texture, ["ocean waves"], 1, 1, settings.of(method))
-        seeds = bench.run_case(texture, ["ocean waves"], 3, 1, settings.of(method))
-        together = bench.run_case(texture, ["ocean waves"], 1, 3, settings.of(method))
+        alone = bench_rows.run_case(texture, ["ocean waves"], 1, 1, settings.of(method))
+        seeds = bench_rows.run_case(texture, ["ocean waves"], 3, 1, settings.of(method))
+        together = bench_rows.run_case(texture, ["ocean waves"], 1, 3, settings.of(method))
         assert timing.latency_nfe == one.samples()[0].nfe == alone[0].nfe
         assert [s.nfe for s in batch.samples()] == [r.nfe for r in seeds]
         assert max(s.nfe for s in batch.samples()) == together[0].nfe
@@ -280,9 +280,9 @@ def test_a_race_times_two_rounds_at_least_and_more_only_within_its_budget(client
     for budget, rounds in ((0.0, 2), (1e9, 3)):
         steps = list(race.decode_race(client, "texture", settings, 2, rounds=3, budget=budget))
         timings = steps[-1].timings
-        assert {m: len(t) for m, t in timings.items()} == dict.fromkeys(race.METHOD_ORDER, rounds), budget
+        assert {m: len(t) for m, t in timings.items()} == dict.fromkeys(scd_core.METHODS, rounds), budget
         assert all(len({t.latency_nfe for t in ts}) == 1 for ts in timings.values())    # deterministic passes
-        assert [s.method for s in steps if s.run is None][:4] == list(race.METHOD_ORDER)  # turns, in order
+        assert [s.method for s in steps if s.run is None][:4] == list(scd_core.METHODS)  # turns, in order
 
 
 def test_summarise_divides_by_ars_times(toy_grid):

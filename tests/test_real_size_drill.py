@@ -17,6 +17,8 @@ import transformers  # noqa: F401  (the drills write transformers checkpoints)
 from scd_core.models.checkpoints import converted_state
 from script_util import load_script
 
+pytestmark = pytest.mark.drill
+
 # One drill per family (LlamaGen: with and without its T5 text encoder).
 DRILLS = ["janus-pro-1b", "emu3-gen", "lumina-mgpt-7b-768", "llamagen-c2i-b", "llamagen-t2i-xl", "cosmos-1-ar-4b"]
 PASSES = 2

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import scd_core
-from scd_core.decoding import Plan
+from scd_core.chain import Plan
 from scd_core.serve import Policy, Scheduler, Server
 
 METHODS = ["ar", "sjd", "scd-mc", "scd-gumbel"]
@@ -176,7 +176,6 @@ def test_policy_measure_times_every_batch_and_window(grid):
     """Measured: a positive time per (batch, window), AR's one token per pass, more with a
     window; and each batch size runs the measured window with the most tokens per second."""
     plan, _ = scd_core.validate(grid, [""], scd_core.Settings("scd-mc", 4, top_k=30))
-    assert isinstance(plan, Plan)
     policy = Policy.measure(grid, plan, batches=(1, 4), windows=(1, 4), samples=2, repeats=1)
     assert all(s > 0 for s in policy.seconds.values()) and len(policy.seconds) == 4
     assert policy.tokens_per_pass[1] == pytest.approx(1.0) and policy.tokens_per_pass[4] > 1.0

@@ -11,6 +11,8 @@ import torch
 import scd_core
 from script_util import load_script
 
+pytestmark = pytest.mark.drill
+
 FONT = Path("/usr/share/fonts/truetype/noto/NotoColorEmoji.ttf")
 EMOJI_TEST = Path("/usr/share/unicode/emoji/emoji-test.txt")
 needs_font = pytest.mark.skipif(not (FONT.exists() and EMOJI_TEST.exists()),

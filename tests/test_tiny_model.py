@@ -355,6 +355,7 @@ def two_sample_pvalue(a: torch.Tensor, b: torch.Tensor, vocab: int) -> float:
     return float(stats.chi2_contingency(table.numpy(), correction=False)[1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["tiny", "tiny-64"])
 def test_sjd_and_scd_match_ar_per_position_histograms(name, image_model, model64):
     model = {"tiny": image_model, "tiny-64": model64}[name]

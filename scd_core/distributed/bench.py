@@ -25,7 +25,7 @@ from pathlib import Path
 
 import ray
 
-from scd_core import bench
+from scd_core import bench_rows
 from scd_core.distributed import cells
 from scd_core.distributed.cells import Cell, RowFile, Spec
 
@@ -71,11 +71,11 @@ def _cell(batch: dict, i: int) -> Cell:
 def plan(args: argparse.Namespace) -> tuple[Spec, list[Cell]]:
     """The run's spec and every cell of its grid, from the single-process bench's arguments."""
     load_kwargs = {k: v for k, v in (("device", args.device), ("dtype", args.dtype)) if v is not None}
-    load_kwargs.update(bench.parse_model_args(args.model_arg))
+    load_kwargs.update(bench_rows.parse_model_args(args.model_arg))
     spec0 = Spec(args.model, load_kwargs, None, args.batch, args.threads or 1)       # type: ignore[arg-type]
     model = spec0.load()                              # the model's prompts and defaults
-    base = bench.base_settings(model, args)
-    records = bench.prompt_records(model, args)
+    base = bench_rows.base_settings(model, args)
+    records = bench_rows.prompt_records(model, args)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     windows = [int(w) for w in args.windows.split(",")] if args.windows else [base.window]
     inits = [i.strip() for i in args.inits.split(",") if i.strip()]
@@ -139,12 +139,12 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(bench.markdown(cells.table(result["cells"], result["rows"])))
+    print(bench_rows.markdown(cells.table(result["cells"], result["rows"])))
     failed = [r for r in result["rows"].values() if r["status"] != "ok"]
     for r in failed:
         print(f"failed: {r['method']} L={r['window']} {r['init']} prompt {r['prompt']!r} seed {r['seed']}: "
               f"{r['error']}", file=sys.stderr)
     if args.csv:
-        bench.write_csv(cells.table(result["cells"], result["rows"]), args.csv)
+        bench_rows.write_csv(cells.table(result["cells"], result["rows"]), args.csv)
     print(f"\n{result['ran']} cells run, {result['skipped']} already written; rows in {result['out']}", file=sys.stderr)
     return 1 if failed else 0

@@ -2,7 +2,7 @@
 
 A cell is one (prompt, seed, method, window, init) of the benchmark's grid: one `generate`
 call (`--batch` rows, the prompt repeated), as the single-process bench runs it. Its row
-holds the cell's keys, its metrics (`bench.RunMetrics`), a sha256 of its tokens, and how it
+holds the cell's keys, its metrics (`bench_rows.RunMetrics`), a sha256 of its tokens, and how it
 ended: "ok", or "failed" with the error of its last attempt. A row's tokens depend only on
 its prompt, seed and settings, so a cell gives the same row (but its times) on any worker.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 import scd_core
-from scd_core import bench
+from scd_core import bench_rows
 from scd_core.settings import Settings
 
 KEYS = ["prompt", "category", "seed", "method", "window", "init"]
@@ -92,7 +92,7 @@ def token_hash(tokens: torch.Tensor) -> str:
 def decode(model, spec: Spec, cell: Cell) -> dict:
     """Run one cell; its metrics and token hash."""
     run = scd_core.generate(model, [cell.prompt] * spec.batch, seed=cell.seed, settings=cell.settings(spec.base))
-    m = bench.RunMetrics.of(run)
+    m = bench_rows.RunMetrics.of(run)
     return {"nfe": m.nfe, "step_compression": m.step_compression, "mean_accepted_length": m.mean_accepted_length,
             "acceptance_rate": m.acceptance_rate, "draft_stability": m.draft_stability, "wall_s": m.wall_time,
             "step_s": m.step_time, "engine_s": m.engine_time, "tokens_sha256": token_hash(run.tokens)}
@@ -174,16 +174,16 @@ def _key(row: dict) -> tuple:
     return (row["prompt"], int(row["seed"]), row["method"], int(row["window"]), row["init"])
 
 
-def metrics_of(row: dict) -> bench.RunMetrics:
+def metrics_of(row: dict) -> bench_rows.RunMetrics:
     f = lambda k: float(row[k])  # noqa: E731
-    return bench.RunMetrics(f("wall_s"), f("step_s"), f("engine_s"), int(float(row["nfe"])), f("step_compression"),
+    return bench_rows.RunMetrics(f("wall_s"), f("step_s"), f("engine_s"), int(float(row["nfe"])), f("step_compression"),
                             f("mean_accepted_length"), f("acceptance_rate"), f("draft_stability"))
 
 
-def table(cells: list[Cell], rows: dict[tuple, dict]) -> list[bench.Row]:
+def table(cells: list[Cell], rows: dict[tuple, dict]) -> list[bench_rows.Row]:
     """The single-process bench's table from the cells' "ok" rows (a case with a failed cell
     averages its other cells; a case with none is left out)."""
-    cases: dict[tuple, list[bench.RunMetrics]] = {}
+    cases: dict[tuple, list[bench_rows.RunMetrics]] = {}
     for cell in cells:
         row = rows.get(cell.key)
         runs = cases.setdefault((cell.method, cell.window, cell.init), [])
@@ -191,4 +191,4 @@ def table(cells: list[Cell], rows: dict[tuple, dict]) -> list[bench.Row]:
             runs.append(metrics_of(row))
     ar = cases.get(("ar", 1, "-")) or []
     ar_wall = statistics.fmean(r.wall_time for r in ar) if ar else float("nan")
-    return [bench.summarise(m, w, i, runs, ar_wall) for (m, w, i), runs in cases.items() if runs]
+    return [bench_rows.summarise(m, w, i, runs, ar_wall) for (m, w, i), runs in cases.items() if runs]

@@ -43,7 +43,8 @@ from ray import serve
 
 import scd_core
 from scd_core.client import DecodeError, DecoderBook, Frames, ModelInfo, RowResult, pack_record, unpack_record
-from scd_core.decoding import Plan, validate_seeds
+from scd_core.chain import Plan
+from scd_core.decoding import validate_seeds
 from scd_core.distributed.bench import connect
 from scd_core.serve import Server
 from scd_core.settings import Settings

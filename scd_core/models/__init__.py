@@ -32,6 +32,7 @@ class ModelEntry:
     tokens: int = 0        # tokens generated per sample with the default settings (N)
     gpu_ms: float = 0.0    # estimated ms per forward pass on a GPU (bf16, CFG pair, small window)
     test_only: bool = False  # for tests and timing, nothing to look at: demos leave it out
+    vocab: int = 0         # V: the image tokens its logits cover (the loaded model's vocab_size)
 
 
 REGISTRY: dict[str, ModelEntry] = {}
@@ -53,26 +54,26 @@ def _builtin_entries() -> list[ModelEntry]:
         e("random-logits", "toy", "load_random_logits", "image", "instant random logits: times the engine alone",
           False, 576, 1.0, test_only=True),
         e("texture", "texture", "load_texture", "image",
-          "synthetic textures (hand-built, not trained): where coupling helps most", False, 576, 1.0),
-        e("tiny", "tiny", "load_tiny", "image", "embedded emoji model (32x32, 8x8 tokens)", False, 64, 2.0),
-        e("tiny-video", "tiny", "load_tiny_video", "video", "embedded emoji clip model", False, 512, 2.0),
-        e("tiny-64", "tiny", "load_tiny_64", "image", "embedded emoji model (64x64, 16x16 tokens)", False, 256, 2.0),
+          "synthetic textures (hand-built, not trained): where coupling helps most", False, 576, 1.0, vocab=2048),
+        e("tiny", "tiny", "load_tiny", "image", "embedded emoji model (32x32, 8x8 tokens)", False, 64, 2.0, vocab=512),
+        e("tiny-video", "tiny", "load_tiny_video", "video", "embedded emoji clip model", False, 512, 2.0, vocab=512),
+        e("tiny-64", "tiny", "load_tiny_64", "image", "embedded emoji model (64x64, 16x16 tokens)", False, 256, 2.0, vocab=512),
         e("janus-pro-1b", "janus", "load_janus", "image", "Janus-Pro 1B (deepseek-community/Janus-Pro-1B)", True,
-          576, 15.0),
+          576, 15.0, vocab=16384),
         e("janus-pro-7b", "janus", "load_janus", "image", "Janus-Pro 7B (deepseek-community/Janus-Pro-7B)", True,
-          576, 36.4),
-        e("emu3-gen", "emu3", "load_emu3", "image", "Emu3-Gen (BAAI/Emu3-Gen-hf)", True, 8100, 45.0),
-        e("lumina-mgpt-7b-512", "lumina", "load_lumina", "image", "Lumina-mGPT 7B, 512 px", True, 1024, 36.0),
-        e("lumina-mgpt-7b-768", "lumina", "load_lumina", "image", "Lumina-mGPT 7B, 768 px", True, 2304, 38.0),
-        e("lumina-mgpt-7b-1024", "lumina", "load_lumina", "image", "Lumina-mGPT 7B, 1024 px", True, 4096, 42.0),
+          576, 36.4, vocab=16384),
+        e("emu3-gen", "emu3", "load_emu3", "image", "Emu3-Gen (BAAI/Emu3-Gen-hf)", True, 8100, 45.0, vocab=32768),
+        e("lumina-mgpt-7b-512", "lumina", "load_lumina", "image", "Lumina-mGPT 7B, 512 px", True, 1024, 36.0, vocab=8192),
+        e("lumina-mgpt-7b-768", "lumina", "load_lumina", "image", "Lumina-mGPT 7B, 768 px", True, 2304, 38.0, vocab=8192),
+        e("lumina-mgpt-7b-1024", "lumina", "load_lumina", "image", "Lumina-mGPT 7B, 1024 px", True, 4096, 42.0, vocab=8192),
         e("llamagen-c2i", "llamagen", "load_llamagen", "image", "LlamaGen class-conditional (GPT-B, 256 px)",
-          True, 256, 6.0),
+          True, 256, 6.0, vocab=16384),
         e("llamagen-t2i", "llamagen", "load_llamagen", "image", "LlamaGen text-conditional (XL, 256/512 px)",
-          True, 1024, 12.0),
+          True, 1024, 12.0, vocab=16384),
         e("cosmos-1-ar-4b", "cosmos", "load_cosmos", "video", "Cosmos-1.0-Autoregressive-4B video continuation",
-          True, 7680, 30.0),
+          True, 7680, 30.0, vocab=64000),
         e("cosmos-1-ar-5b-video2world", "cosmos", "load_cosmos", "video",
-          "Cosmos-1.0-Autoregressive-5B-Video2World", True, 7680, 40.0),
+          "Cosmos-1.0-Autoregressive-5B-Video2World", True, 7680, 40.0, vocab=64000),
     ]
 
 

@@ -6,28 +6,32 @@ only the H x W grid of visual codes (V = the VQ codebook size); the adapter
 - maps codes to BPE ids and back (`model.vocabulary_mapping.img2bpe`),
 - inserts the end-of-line token after every last-of-row code it feeds, and reads the logits
   of the next row's first code from that end-of-line token,
-- restricts logits to the visual tokens (as `generate` does with `prefix_allowed_tokens_fn`),
+- restricts logits to the visual tokens (as `generate` does with `prefix_allowed_tokens_fn`):
+  the head's rows of the visual codes are taken once, at load, so a pass computes K logits,
+  not the whole 184,622-token vocabulary's,
 - runs classifier-free guidance with a negative prompt in the same batched forward: the
   cond and negative rows have different lengths, so prompts are left-padded and every call
-  passes explicit `position_ids` and a 2-D attention mask (`transformers_session.RowSlots`). Guidance is
+  passes explicit `position_ids` and a 4-D attention mask over a KV cache of fixed size
+  written by position (`transformers_session.SlotCache`). Guidance is
   `u + (c - u) * cfg_scale` on the visual logits, which equals transformers' unbatched
   log-softmax guidance restricted to the visual tokens up to a per-row constant;
 - rows joining (`add_rows`) and leaving (`keep_rows`) a running session: the cache keeps the
-  prompt rows of all prompts, then their negative-prompt rows (`transformers_session.RowSlots.join` / `keep`).
+  prompt rows of all prompts, then their negative-prompt rows (`transformers_session.SlotCache.join` / `select`).
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
 import torch
+import torch.nn.functional as F
 
 from scd_core.sampling import guide
 
 from .checkpoints import config_model_type, pick_device_dtype, resolve_weights
 from .checks import check_cfg, check_prompts, check_step, check_tokens, left_pad
-from .transformers_session import ResizableRows, RowSlots, load_pretrained
+from .transformers_session import ResizableRows, RowEnds, SlotCache, head_rows, load_pretrained
 from .hub import HubFiles, ProgressFn
-from .tree import Forced, Tree, check_path, check_tree, force_after, path_entries
+from .tree import Forced, Tree, check_path, check_tree
 
 # The transformers port (Emu3ForConditionalGeneration); BAAI/Emu3-Gen itself needs remote code.
 HUB_FILES = {"emu3-gen": HubFiles.transformers("BAAI/Emu3-Gen-hf", approx_gb=17.0)}
@@ -102,9 +106,16 @@ class Emu3TokenModel:
         self.vocab_size = len(img2bpe)
         if sorted(img2bpe) != list(range(self.vocab_size)):
             raise ValueError("model: visual token codes are not 0..K-1")
-        self.code_to_bpe = torch.tensor([img2bpe[i] for i in range(self.vocab_size)], dtype=torch.long)
+        bpe = [img2bpe[i] for i in range(self.vocab_size)]
+        self.code_to_bpe = torch.tensor(bpe, dtype=torch.long, device=self.device)
+        # The head's rows of the visual codes, taken once (a view where their BPE ids run in
+        # order): a pass computes K logits, not the whole vocabulary's.
+        head = model.lm_head
+        self.image_head = head_rows(head.weight, bpe)                                    # [K, hidden]
+        self.image_bias = None if head.bias is None else head_rows(head.bias[:, None], bpe)[:, 0]
         text_pad = model.config.text_config.pad_token_id
         self.pad_token_id = int(pad_token_id if pad_token_id is not None else (text_pad or 0))
+        self.layout = RowEnds(self.grid[1], self.eol_token_id, self.pad_token_id)
         self.default_settings = dict(DEFAULT_SETTINGS)
 
     def _grid_from_processor(self) -> tuple[int, int]:
@@ -138,7 +149,11 @@ class Emu3TokenModel:
 
     def offsets(self, g: torch.Tensor) -> torch.Tensor:
         """Sequence offset of visual position g (each finished row adds one end-of-line token)."""
-        return g + g // self.grid[1]
+        return self.layout.offset(g)
+
+    def image_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Hidden states -> logits over the visual codes (float32), from the head's code rows."""
+        return F.linear(hidden, self.image_head, self.image_bias).float()
 
     def to_bpe_sequence(self, tokens: torch.LongTensor) -> torch.LongTensor:
         """[B, H*W] codes -> [B, H*(W+1)] BPE ids, end-of-line tokens included."""
@@ -162,101 +177,80 @@ class Emu3TokenModel:
 
 
 class Emu3Session(ResizableRows):
-    """Prompt rows then negative-prompt rows of one batch, prefilled in one forward; rows join
-    with `add_rows` and leave with `keep_rows` (a `ResizableSession`)."""
+    """Prompt rows then negative-prompt rows of one batch, prefilled in one forward into a
+    cache of fixed size (`transformers_session.SlotCache`: the prompts, the H x (W + 1)
+    sequence and a scratch slot); rows join with `add_rows` and leave with `keep_rows` (a
+    `ResizableSession`)."""
+
+    compilable = True                                    # `step` is tensor code alone: it compiles with the pass
 
     def __init__(self, tm: Emu3TokenModel, rows: list[list[int]], batch: int, cfg_scale: float):
-        from transformers import DynamicCache
-
         self.tm, self.batch, self.cfg_scale = tm, batch, cfg_scale
-        self.n_rows = len(rows)
-        self.reps = self.n_rows // batch                 # 2 with guidance: prompt block, negative block
+        self.reps = len(rows) // batch                   # 2 with guidance: prompt block, negative block
         self._text = tm.model.model.text_model
-        self._bpe = tm.code_to_bpe.to(tm.device)
         ids, mask = left_pad(rows, tm.pad_token_id, tm.device)
-        self.slots = RowSlots(mask)
-        self.cache = DynamicCache(config=self._text.config)
+        h, w = tm.grid
+        self.kv = SlotCache(self._text.config.num_hidden_layers, mask.sum(1), ids.shape[1], h * (w + 1))
+        self.fed = torch.zeros(batch, dtype=torch.long, device=tm.device)   # grid positions each row holds
         with torch.no_grad():
-            hidden = self._forward(ids, mask, RowSlots.prompt_position_ids(mask))
+            hidden = self._forward(ids, *self.kv.prefill(tm.image_head.dtype))
             self.first_logits = self._logits(hidden[:, -1])
         self.tree: Tree | None = None                    # the last step_tree's, until keep_path
         self.forced: Forced | None = None
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         out = self._text(input_ids=ids, attention_mask=mask, position_ids=position_ids,
-                         cache=self.cache, use_cache=True)
+                         cache=self.kv.cache, use_cache=True)
         return out.last_hidden_state
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Hidden states of all rows -> guided visual-code logits of the B prompts (float32)."""
-        scores = self.tm.model.lm_head(hidden)[..., self._bpe].float()
+        scores = self.tm.image_logits(hidden)
         if self.reps == 1:
             return scores
         cond, uncond = scores[: self.batch], scores[self.batch:]
         return guide(cond, uncond, self.cfg_scale)
 
-    def _layout(self, tokens: torch.Tensor, start: torch.Tensor):
-        """Interleave end-of-line tokens: per-row BPE ids, sequence offsets (-1 = padding) and,
-        for each fed code, the index of the entry whose output predicts the next code."""
-        b, w = tokens.shape
-        width = self.tm.grid[1]
-        g = start[:, None] + torch.arange(w, device=tokens.device)
-        ends_row = (g % width) == width - 1
-        entry = torch.cumsum(1 + ends_row.long(), dim=1) - (1 + ends_row.long())
-        n = int((w + ends_row.sum(1)).max())
-        ids = torch.full((b, n), self.tm.pad_token_id, dtype=torch.long, device=tokens.device)
-        offs = torch.full((b, n), -1, dtype=torch.long, device=tokens.device)
-        ids.scatter_(1, entry, self._bpe[tokens])
-        offs.scatter_(1, entry, self.tm.offsets(g))
-        rows, cols = ends_row.nonzero(as_tuple=True)
-        ids[rows, entry[rows, cols] + 1] = self.tm.eol_token_id
-        offs[rows, entry[rows, cols] + 1] = self.tm.offsets(g[rows, cols]) + 1
-        return ids, offs, entry + ends_row.long()
+    def _picked(self, hidden: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """The hidden states of entries `out` [B, W] (the same entries in every block of rows)."""
+        out = out.repeat(self.reps, 1)
+        return torch.gather(hidden, 1, out[..., None].expand(-1, -1, hidden.shape[-1]))
 
     @torch.no_grad()
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
-        tokens, start = check_step(tokens, start, self.batch, self.tm.vocab_size)
-        tokens, start = tokens.to(self.tm.device), start.to(self.tm.device)
-        ids, offs, pick = self._layout(tokens, start)
-        ids, offs = ids.repeat(self.reps, 1), offs.repeat(self.reps, 1)
-        forget = self.tm.offsets(start).repeat(self.reps)
-        mask, position_ids = self.slots.prepare(self.cache, forget, offs)
-        hidden = self._forward(ids, mask, position_ids)
-        picked = torch.gather(hidden, 1, pick.repeat(self.reps, 1)[..., None].expand(-1, -1, hidden.shape[-1]))
+        tm = self.tm
+        tokens, start = check_step(tokens, start, self.batch, tm.vocab_size, device=tm.device, fed=self.fed,
+                                   length=tm.grid[0] * tm.grid[1])
+        ids, offsets, out = tm.layout.chain(tm.code_to_bpe[tokens], start)   # end-of-line tokens inserted
+        mask, position_ids = self.kv.write_at(offsets.repeat(self.reps, 1), tm.image_head.dtype)
+        hidden = self._forward(ids.repeat(self.reps, 1), mask, position_ids)
+        self.fed = start + tokens.shape[1]
         self.tree = None
-        return self._logits(picked)
+        return self._logits(self._picked(hidden, out))
 
     # a tree of drafts (`protocols.TreeSession`): the nodes, then an end-of-line entry after
     # each node that ends a row (`tree.force_after`: seen by that node's children only); a
-    # 4-D mask and position ids through public inputs; `keep_path` gathers the kept path's
-    # entries in the DynamicCache and crops the rest (`RowSlots.prepare_tree` / `keep_tree`)
+    # 4-D mask and position ids through public inputs; the entries' keys/values stay beside
+    # the cache until `keep_path` writes the kept path's into place (`SlotCache.hold` / `keep`)
     @torch.no_grad()
     def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
                   start: torch.LongTensor) -> torch.Tensor:
-        tree = check_tree(tokens, parents, start, self.batch, self.tm.vocab_size)
-        dev = self.tm.device
-        g = tree.positions.to(dev)                                            # grid positions [B, T]
-        forced = force_after(tree.seen.to(dev), (g % self.tm.grid[1]) == self.tm.grid[1] - 1)
-        eol_offset = torch.where(forced.forced, self.tm.offsets(g.gather(1, forced.owner)) + 1, -1)
-        self.entry_offsets = torch.cat([self.tm.offsets(g), eol_offset], 1)  # [B, T + E]
-        ids = torch.cat([self._bpe[tree.tokens.to(dev)],
-                         torch.full_like(forced.owner, self.tm.eol_token_id)], 1)
-        reps = self.reps                                                      # negative rows: the same tree
-        mask, position_ids = self.slots.prepare_tree(
-            self.cache, self.tm.offsets(tree.start.to(dev)).repeat(reps), self.entry_offsets.repeat(reps, 1),
-            forced.seen.repeat(reps, 1, 1), self.tm.model.lm_head.weight.dtype)
+        tm = self.tm
+        tree = check_tree(tokens, parents, start, self.batch, tm.vocab_size, device=tm.device, fed=self.fed,
+                          length=tm.grid[0] * tm.grid[1])
+        ids, self.entry_offsets, forced = tm.layout.tree(tm.code_to_bpe[tree.tokens], tree)
+        reps = self.reps                                 # negative rows: the same tree
+        mask, position_ids = self.kv.hold(tm.offsets(tree.start).repeat(reps), self.entry_offsets.repeat(reps, 1),
+                                          forced.seen.repeat(reps, 1, 1), tm.image_head.dtype)
         hidden = self._forward(ids.repeat(reps, 1), mask, position_ids)
-        out = forced.out.repeat(reps, 1)
-        picked = torch.gather(hidden, 1, out[..., None].expand(-1, -1, hidden.shape[-1]))
-        self.tree, self.forced = tree, forced
-        return self._logits(picked)
+        self.tree, self.forced, self.fed = tree, forced, tree.start
+        return self._logits(self._picked(hidden, forced.out))
 
     def keep_path(self, nodes: torch.LongTensor) -> None:
         index, kept = check_path(self.tree, nodes)
-        entries, valid = path_entries(self.forced, index.to(self.tm.device), kept.to(self.tm.device))
-        offsets = self.entry_offsets.gather(1, entries)
-        self.slots.keep_tree(self.cache, entries.repeat(self.reps, 1), valid.repeat(self.reps, 1),
-                             offsets.repeat(self.reps, 1))
+        entries, valid, offsets = RowEnds.kept(self.forced, self.entry_offsets, index, kept)
+        self.kv.keep(entries.repeat(self.reps, 1), valid.repeat(self.reps, 1), offsets.repeat(self.reps, 1))
+        self.fed = self.tree.start + kept.sum(1)
         self.tree = self.forced = None
 
 

@@ -9,9 +9,11 @@ with `generation_mode="image"`:
   forward and are mixed as `u + (c - u) * cfg_scale`;
 - the image head: logits come from `model.model.generation_head` over the 16384-code image
   vocabulary, and fed tokens are embedded with `model.prepare_embeddings_for_image_generation`;
-- the cache: one `DynamicCache` for all rows, with per-row forgetting through the attention
-  mask (see `transformers_session.RowSlots`), so rows of a batch may continue from different positions, and
-  rows may join (`add_rows`) and leave (`keep_rows`) a running session.
+- the cache: one KV cache of fixed size for all rows, written by position
+  (`transformers_session.SlotCache`, given to the model as a transformers `Cache` with an
+  explicit 4-D mask and position ids), so rows of a batch may continue from different
+  positions, forgetting is masking, a step reads nothing back, and rows may join
+  (`add_rows`) and leave (`keep_rows`) a running session.
 
 Paper settings (Janus-Pro in the SCD paper): CFG 5, top-k 1000, window L = 32.
 """
@@ -25,7 +27,7 @@ from scd_core.sampling import guide
 
 from .checkpoints import config_model_type, pick_device_dtype, resolve_weights
 from .checks import check_cfg, check_prompts, check_step, check_tokens, left_pad
-from .transformers_session import ResizableRows, RowSlots, load_pretrained
+from .transformers_session import ResizableRows, SlotCache, load_pretrained
 from .hub import HubFiles, ProgressFn
 from .tree import Tree, check_path, check_tree
 
@@ -146,29 +148,30 @@ class JanusTokenModel:
 class JanusSession(ResizableRows):
     """Cond (and uncond) rows of one batch of prompts, prefilled; `step` feeds windows.
 
-    The cache holds the conditional rows of all prompts, then their unconditional rows (when
-    guided); rows join with `add_rows` and leave with `keep_rows` (a `ResizableSession`).
+    The cache (`transformers_session.SlotCache`, fixed at the start: the prompts, the grid and
+    a scratch slot) holds the conditional rows of all prompts, then their unconditional rows
+    (when guided); rows join with `add_rows` and leave with `keep_rows` (a `ResizableSession`).
     """
 
-    def __init__(self, tm: JanusTokenModel, rows: list[list[int]], batch: int, cfg_scale: float):
-        from transformers import DynamicCache
+    compilable = True                                    # `step` is tensor code alone: it compiles with the pass
 
+    def __init__(self, tm: JanusTokenModel, rows: list[list[int]], batch: int, cfg_scale: float):
         self.tm, self.batch, self.cfg_scale = tm, batch, cfg_scale
-        self.n_rows = len(rows)
-        self.reps = self.n_rows // batch                 # 2 with guidance: cond block, uncond block
+        self.reps = len(rows) // batch                   # 2 with guidance: cond block, uncond block
         self._lm = tm.model.model.language_model
         ids, mask = left_pad(rows, tm.pad_token_id, tm.device)
-        self.slots = RowSlots(mask)
-        self.cache = DynamicCache(config=self._lm.config)
+        N = tm.grid[0] * tm.grid[1]
+        self.kv = SlotCache(self._lm.config.num_hidden_layers, mask.sum(1), ids.shape[1], N)
+        self.fed = torch.zeros(batch, dtype=torch.long, device=tm.device)   # generated positions each row holds
         with torch.no_grad():
             embeds = tm.model.get_input_embeddings()(ids)
-            hidden = self._forward(embeds, mask, RowSlots.prompt_position_ids(mask))
+            hidden = self._forward(embeds, *self.kv.prefill(embeds.dtype))
             self.first_logits = self._logits(hidden[:, -1])
         self.tree: Tree | None = None                    # the last step_tree's, until keep_path
 
     def _forward(self, embeds: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         out = self._lm(inputs_embeds=embeds, attention_mask=mask, position_ids=position_ids,
-                       cache=self.cache, use_cache=True)
+                       cache=self.kv.cache, use_cache=True)
         return out.last_hidden_state
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -181,36 +184,35 @@ class JanusSession(ResizableRows):
 
     @torch.no_grad()
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
-        tokens, start = check_step(tokens, start, self.batch, self.tm.vocab_size)
-        device = self.tm.device
-        tokens = tokens.to(device).repeat(self.reps, 1)
-        start = start.to(device).repeat(self.reps)
-        offsets = start[:, None] + torch.arange(tokens.shape[1], device=device)
-        mask, position_ids = self.slots.prepare(self.cache, start, offsets)
-        embeds = self.tm.model.prepare_embeddings_for_image_generation(tokens)
+        tokens, start = check_step(tokens, start, self.batch, self.tm.vocab_size, device=self.tm.device,
+                                   fed=self.fed, length=self.kv.S)
+        offsets = start[:, None] + torch.arange(tokens.shape[1], device=tokens.device)
+        embeds = self.tm.model.prepare_embeddings_for_image_generation(tokens.repeat(self.reps, 1))
+        hidden = self._forward(embeds, *self.kv.write_at(offsets.repeat(self.reps, 1), embeds.dtype))
+        self.fed = start + tokens.shape[1]
         self.tree = None
-        return self._logits(self._forward(embeds, mask, position_ids))
+        return self._logits(hidden)
 
     # a tree of drafts (`protocols.TreeSession`): a 4-D mask over the cache and the nodes'
-    # own paths, position ids at each node's depth; `keep_path` gathers the kept nodes'
-    # keys/values into place and crops the rest (`RowSlots.prepare_tree` / `keep_tree`)
+    # own paths, position ids at each node's depth; the nodes' keys/values stay beside the
+    # cache until `keep_path` writes the kept ones into place (`SlotCache.hold` / `keep`)
     @torch.no_grad()
     def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
                   start: torch.LongTensor) -> torch.Tensor:
-        tree = check_tree(tokens, parents, start, self.batch, self.tm.vocab_size)
-        device = self.tm.device
+        tree = check_tree(tokens, parents, start, self.batch, self.tm.vocab_size, device=self.tm.device,
+                          fed=self.fed, length=self.kv.S)
         rows = tree.repeat(self.reps)                    # unconditional rows: the same tree
-        embeds = self.tm.model.prepare_embeddings_for_image_generation(rows.tokens.to(device))
-        mask, position_ids = self.slots.prepare_tree(self.cache, rows.start.to(device), rows.positions.to(device),
-                                                     rows.seen, embeds.dtype)
+        embeds = self.tm.model.prepare_embeddings_for_image_generation(rows.tokens)
+        hidden = self._forward(embeds, *self.kv.hold(rows.start, rows.positions, rows.seen, embeds.dtype))
+        self.fed = tree.start                            # the nodes are not kept until keep_path
         self.tree = tree
-        return self._logits(self._forward(embeds, mask, position_ids))
+        return self._logits(hidden)
 
     def keep_path(self, nodes: torch.LongTensor) -> None:
         index, kept = check_path(self.tree, nodes)
         offsets = self.tree.start[:, None] + torch.arange(index.shape[1], device=index.device)
-        self.slots.keep_tree(self.cache, index.repeat(self.reps, 1), kept.repeat(self.reps, 1),
-                             offsets.repeat(self.reps, 1))
+        self.kv.keep(index.repeat(self.reps, 1), kept.repeat(self.reps, 1), offsets.repeat(self.reps, 1))
+        self.fed = self.tree.start + kept.sum(1)
         self.tree = None
 
 

@@ -11,8 +11,9 @@ What this adapter hides from the engine:
 - CFG as in Lumina's `inference_solver.py`: conditional rows carry the prompt, unconditional rows
   only `<racm3:break> <h> <w>`; both run in ONE batched forward (left padding, explicit
   position ids and a 4-D attention mask).
-- the KV cache is position-indexed: generated sequence index s of a row lives in slot P + s, so
-  each row can start anywhere, and "forgetting" is simply masking and overwriting. Rows join a
+- the KV cache is of fixed size and position-indexed (`transformers_session.SlotCache`):
+  generated sequence index s of a row lives in slot P + s, so each row can start anywhere,
+  "forgetting" is simply masking and overwriting, and a step reads nothing back. Rows join a
   running session (`add_rows`: the prompt regions of both batches are left-padded to the
   longer one) and leave it (`keep_rows`: the prompt region shrinks to the longest kept prompt).
 - the checkpoint conversion: Lumina stores q/k-norm weights as (model_parallel_size, head_dim),
@@ -28,14 +29,13 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 import torch
-import torch.nn.functional as F
 
 from scd_core.sampling import guide
 
 from .checkpoints import pick_device_dtype, resolve_weights
-from .checks import check_prompts
-from .rows import GuidedRows
-from .tree import Forced, Tree, check_path, check_tree, force_after, path_entries, tree_mask
+from .checks import check_prompts, check_step, left_pad
+from .transformers_session import ResizableRows, RowEnds, SlotCache, head_rows
+from .tree import Forced, Tree, check_path, check_tree
 from .hub import HubFiles, ProgressFn, cached
 
 HUB_FILES = {name: HubFiles.transformers(repo, approx_gb=14.0) for name, repo in (
@@ -125,63 +125,6 @@ def load_qk_norms(model, folder: str) -> int:
     return len(converted)
 
 
-# --------------------------------------------------------------------------- the KV cache
-
-class _Slots:
-    """Where the next forward writes: slot index per (row, fed token); shared by all layers."""
-
-    def __init__(self) -> None:
-        self.index: torch.Tensor | None = None   # [R, T] long
-        self.length = 0                           # highest written slot + 1 (informational)
-        self.view = 0                             # keys returned to attention: slots [0, view)
-
-
-def _slot_cache(num_layers: int, capacity: int, slots: _Slots,
-                tensors: list[tuple[torch.Tensor, torch.Tensor]] | None = None):
-    """A transformers `Cache` whose layers write key/value states at explicit slots; `tensors`
-    ([R, heads, capacity, head_dim] keys and values per layer) fill it from the start."""
-    from transformers.cache_utils import Cache, CacheLayerMixin
-
-    class SlotLayer(CacheLayerMixin):
-        is_compileable = False
-        is_sliding = False
-
-        def __init__(self, keys: torch.Tensor | None = None, values: torch.Tensor | None = None) -> None:
-            super().__init__()
-            self.capacity = capacity
-            if keys is not None:
-                self.keys, self.values, self.device = keys, values, keys.device
-                self.is_initialized = True
-
-        def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-            r, h, _, d = key_states.shape
-            kw = {"dtype": key_states.dtype, "device": key_states.device}
-            self.keys = torch.zeros(r, h, capacity, d, **kw)
-            self.values = torch.zeros(r, h, capacity, value_states.shape[-1], **kw)
-            self.device = key_states.device
-            self.is_initialized = True
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            idx = slots.index.to(self.device)
-            rows = torch.arange(idx.shape[0], device=self.device)[:, None]
-            self.keys[rows, :, idx] = key_states.transpose(1, 2)
-            self.values[rows, :, idx] = value_states.transpose(1, 2)
-            return self.keys[:, :, : slots.view], self.values[:, :, : slots.view]
-
-        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-            return capacity, 0
-
-        def get_seq_length(self) -> int:
-            return slots.length
-
-        def get_max_length(self) -> int:
-            return capacity
-
-    return Cache(layers=[SlotLayer(*kv) for kv in (tensors or [(None, None)] * num_layers)])
-
-
 # --------------------------------------------------------------------------- the model
 
 class LuminaTokenModel:
@@ -203,8 +146,10 @@ class LuminaTokenModel:
         if sorted(mapping) != list(range(self.vocab_size)):
             raise ValueError("model: its vocabulary_map does not name image codes 0..V-1")
         weight = model.lm_head.weight
-        self.code2bpe = torch.tensor([mapping[i] for i in range(self.vocab_size)], device=weight.device)
-        self.image_head = weight.detach()[self.code2bpe]          # [V, hidden]
+        bpe = [mapping[i] for i in range(self.vocab_size)]
+        self.code2bpe = torch.tensor(bpe, device=weight.device)
+        self.image_head = head_rows(weight, bpe)                    # [V, hidden]
+        self.rows = RowEnds(self.grid[1], layout.eol, layout.pad)
 
     @property
     def device(self) -> torch.device:
@@ -253,226 +198,94 @@ def _check_tokens(tokens, vocab_size: int, name: str) -> torch.Tensor:
     return tokens.long()
 
 
-@dataclass
-class _Feed:
-    ids: torch.Tensor        # [R, T] BPE ids
-    seq: torch.Tensor        # [R, T] generated sequence index per fed token, -1 for padding
-    out: torch.Tensor        # [B, W] index in T of the hidden state predicting the next code
+class LuminaSession(ResizableRows):
+    """One batch being decoded; cond rows 0..B-1, uncond rows B..2B-1 when cfg_scale != 1, in a
+    cache of fixed size (`transformers_session.SlotCache`: the prompts, the h x (w + 1)
+    sequence and a scratch slot). Rows join with `add_rows` and leave with `keep_rows` (a
+    `ResizableSession`)."""
 
-
-class LuminaSession(GuidedRows):
-    """One batch being decoded; cond rows 0..B-1, uncond rows B..2B-1 when cfg_scale != 1.
-    Rows join with `add_rows` and leave with `keep_rows` (a `ResizableSession`)."""
+    compilable = True                                    # `step` is tensor code alone: it compiles with the pass
 
     def __init__(self, tm: LuminaTokenModel, prompts: list[str], cfg_scale: float) -> None:
         self.tm = tm
-        self.cfg = cfg_scale
+        self.cfg_scale = cfg_scale
         self.batch = len(prompts)
         rows = [tm.cond_ids(p) for p in prompts]
         if cfg_scale != 1.0:
             rows += [tm.uncond_ids() for _ in prompts]
-        self.R = len(rows)
-        self.reps = self.R // self.batch                     # 2 with guidance: cond block, uncond block
-        self.P = max(len(r) for r in rows)
-        dev = tm.device
-        self.plen = torch.tensor([len(r) for r in rows], device=dev)
+        self.reps = len(rows) // self.batch              # 2 with guidance: cond block, uncond block
+        ids, mask = left_pad(rows, tm.layout.pad, tm.device)
         h, w = tm.grid
-        self.seq_total = h * (w + 1)
-        self.capacity = self.P + self.seq_total + 1
-        self.scratch = self.capacity - 1
-        self.slots = _Slots()
-        self.cache = _slot_cache(tm.model.config.num_hidden_layers, self.capacity, self.slots)
-        self.first_logits = self._prefill(rows)
+        self.kv = SlotCache(tm.model.config.num_hidden_layers, mask.sum(1), ids.shape[1], h * (w + 1))
+        self.fed = torch.zeros(self.batch, dtype=torch.long, device=tm.device)   # grid positions each row holds
+        with torch.no_grad():
+            hidden = self._forward(ids, *self.kv.prefill(tm.image_head.dtype))
+        self.first_logits = self._mix(tm.image_logits(hidden[:, -1]))
         self.tree: Tree | None = None                        # the last step_tree's, until keep_path
         self.forced: Forced | None = None
 
-    # -- rows joining and leaving -------------------------------------------------------
-    # (`add_rows`: the prompt regions of both batches are left-padded to the longer one;
-    # `keep_rows`: the prompt region shrinks to the longest kept prompt)
-    def start_like(self, prompts: Sequence[str]) -> "LuminaSession":
-        return self.tm.start(prompts, self.cfg)
+    @property
+    def P(self) -> int:
+        """Slots of the prompt region: the longest prompt's tokens."""
+        return self.kv.P
 
-    def join_state(self, new: "LuminaSession", order: torch.Tensor) -> None:
-        P = max(self.P, new.P)
-        order = order.to(self.plen.device)
-        kv = [(torch.cat([ka, kb])[order], torch.cat([va, vb])[order])
-              for (ka, va), (kb, vb) in zip(self._tensors(P), new._tensors(P))]
-        length = max(self.slots.length + P - self.P, new.slots.length + P - new.P)
-        self._relayout(P, torch.cat([self.plen, new.plen])[order], kv, length)
-
-    def select_state(self, index: torch.Tensor) -> None:
-        index = index.to(self.plen.device)
-        plen = self.plen[index]
-        P = int(plen.max()) if len(plen) else self.P
-        cut = self.P - P                                 # prompt slots no kept row uses
-        kv = [(k[index][:, :, cut:], v[index][:, :, cut:]) for k, v in self._tensors(self.P)]
-        self._relayout(P, plen, kv, max(0, self.slots.length - cut))
-
-    def _tensors(self, P: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Every layer's keys and values with the prompt region left-padded to P slots (the
-        sequence's slots only: a tree region after them is not carried)."""
-        pad, c = (0, 0, P - self.P, 0), self.capacity
-        return [(F.pad(layer.keys[:, :, :c], pad), F.pad(layer.values[:, :, :c], pad)) for layer in self.cache.layers]
-
-    def _relayout(self, P: int, plen: torch.Tensor, kv: list, length: int) -> None:
-        self.P, self.plen = P, plen
-        self.R = int(plen.numel())
-        self.capacity = P + self.seq_total + 1
-        self.scratch = self.capacity - 1
-        self.slots.length = length
-        self.cache = _slot_cache(len(kv), self.capacity, self.slots, kv)
+    # rows joining and leaving (`transformers_session.ResizableRows`): `add_rows` left-pads the
+    # prompt regions of both batches to the longer one, `keep_rows` shrinks it to the longest
+    # kept prompt
 
     # -- helpers ----------------------------------------------------------------------
     def _mix(self, logits: torch.Tensor) -> torch.Tensor:
         if self.reps == 1:
             return logits
-        return guide(logits[: self.batch], logits[self.batch:], self.cfg)
+        return guide(logits[: self.batch], logits[self.batch:], self.cfg_scale)
 
-    def _mask(self, q_slot: torch.Tensor) -> torch.Tensor:
-        """Additive 4-D mask [R, 1, T, view]: prompt slots of the row, plus P..q_slot.
-
-        Only slots up to the furthest query are handed to attention (`view`): later slots are
-        invisible to every query of this forward anyway.
-        """
-        k = torch.arange(int(q_slot.max()) + 1, device=q_slot.device)
-        first = (self.P - self.plen)[:, None, None]
-        prompt = (k >= first) & (k < self.P)
-        gen = (k >= self.P) & (k <= q_slot[:, :, None])
-        own = k == q_slot[:, :, None]
-        allowed = (prompt & (k <= q_slot[:, :, None])) | gen | own
-        dtype = self.tm.image_head.dtype
-        mask = torch.zeros(allowed.shape, dtype=dtype, device=q_slot.device)
-        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-        return mask[:, None]
-
-    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor, q_slot: torch.Tensor):
-        self.slots.index = slot
-        self.slots.length = max(self.slots.length, int(slot.max()) + 1)
-        self.slots.view = int(q_slot.max()) + 1
-        out = self.tm.model.model(input_ids=ids, attention_mask=self._mask(q_slot), position_ids=pos,
-                                  cache=self.cache, use_cache=True)
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        out = self.tm.model.model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                                  cache=self.kv.cache, use_cache=True)
         return out.last_hidden_state
 
-    @torch.no_grad()
-    def _prefill(self, rows: list[list[int]]) -> torch.Tensor:
-        dev = self.tm.device
-        ids = torch.full((self.R, self.P), self.tm.layout.pad, dtype=torch.long, device=dev)
-        for r, row in enumerate(rows):
-            ids[r, self.P - len(row):] = torch.tensor(row, device=dev)
-        slot = torch.arange(self.P, device=dev).expand(self.R, -1)
-        pos = (slot - (self.P - self.plen)[:, None]).clamp(min=0)
-        hidden = self._forward(ids, pos, slot, slot)
-        return self._mix(self.tm.image_logits(hidden[:, -1]))
-
-    def _layout(self, tokens: torch.Tensor, start: torch.Tensor) -> _Feed:
-        """Codes at grid positions start[b]+j -> BPE ids with the end-of-row tokens inserted."""
-        dev = tokens.device
-        B, W = tokens.shape
-        gw = self.tm.grid[1]
-        g = start[:, None] + torch.arange(W, device=dev)                 # grid positions
-        s_tok = g + g // gw                                               # sequence index
-        is_end = (g % gw) == gw - 1
-        s0 = s_tok[:, 0]
-        s_last = s_tok[:, -1] + is_end[:, -1].long()
-        T = int((s_last - s0).max()) + 1
-        s = s0[:, None] + torch.arange(T, device=dev)                    # [B, T]
-        valid = s <= s_last[:, None]
-        eol = (s + 1) % (gw + 1) == 0
-        j = (s - s // (gw + 1)) - start[:, None]                         # window index of the code
-        code = torch.gather(tokens, 1, j.clamp(0, W - 1))
-        ids = torch.where(eol, torch.full_like(code, self.tm.layout.eol), self.tm.code2bpe.to(dev)[code])
-        ids = torch.where(valid, ids, torch.full_like(ids, self.tm.layout.pad))
-        seq = torch.where(valid, s, torch.full_like(s, -1))
-        out = s_tok - s0[:, None] + is_end.long()
-        return _Feed(ids, seq, out)
+    def _picked(self, hidden: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """The hidden states of entries `out` [B, W] (the same entries in every block of rows)."""
+        out = out.repeat(self.reps, 1)
+        return torch.gather(hidden, 1, out[:, :, None].expand(-1, -1, hidden.shape[-1]))
 
     # -- the contract -----------------------------------------------------------------
     @torch.no_grad()
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
-        tokens = _check_tokens(tokens, self.tm.vocab_size, "tokens").to(self.tm.device)
-        if tokens.shape[0] != self.batch or tokens.shape[1] < 1:
-            raise ValueError(f"tokens: expected [{self.batch}, W>=1], got {tuple(tokens.shape)}")
-        start = torch.as_tensor(start, device=self.tm.device).long().reshape(-1)
-        n = self.tm.grid[0] * self.tm.grid[1]
-        if start.shape[0] != self.batch or int(start.min()) < 0 or int((start + tokens.shape[1]).max()) > n:
-            raise ValueError(f"start: expected [{self.batch}] positions with start + W <= {n}, got {start.tolist()}")
-        feed = self._layout(tokens, start)
-        seq = feed.seq.repeat(self.reps, 1)
-        ids = feed.ids.repeat(self.reps, 1)
-        valid = seq >= 0
-        slot = torch.where(valid, self.P + seq, torch.full_like(seq, self.scratch))
-        pos = torch.where(valid, self.plen[:, None] + seq, torch.zeros_like(seq))
-        q_slot = torch.where(valid, slot, torch.full_like(seq, self.P - 1))
-        hidden = self._forward(ids, pos, slot, q_slot)
-        out = feed.out.repeat(self.reps, 1)
-        picked = torch.gather(hidden, 1, out[:, :, None].expand(-1, -1, hidden.shape[-1]))
+        tm = self.tm
+        tokens, start = check_step(tokens, start, self.batch, tm.vocab_size, device=tm.device, fed=self.fed,
+                                   length=tm.grid[0] * tm.grid[1])
+        ids, offsets, out = tm.rows.chain(tm.code2bpe[tokens], start)     # end-of-row tokens inserted
+        mask, position_ids = self.kv.write_at(offsets.repeat(self.reps, 1), tm.image_head.dtype)
+        hidden = self._forward(ids.repeat(self.reps, 1), mask, position_ids)
+        self.fed = start + tokens.shape[1]
         self.tree = None
-        return self._mix(self.tm.image_logits(picked))
+        return self._mix(tm.image_logits(self._picked(hidden, out)))
 
     # -- a tree of drafts (`protocols.TreeSession`) ---------------------------------------
     # The nodes, then an end-of-row entry after each node that ends a row
-    # (`tree.force_after`: seen by that node's children only), are written to a tree region
-    # of slots after the sequence's; a 4-D mask shows each entry the prompt, the sequence
-    # before its start and its own path. `keep_path` copies the kept entries' keys/values to
-    # their sequence slots.
-    def _tree_region(self, width: int) -> int:
-        """The first slot of a region of `width` slots after the sequence's (grown as needed)."""
-        first = self.capacity
-        have = self.cache.layers[0].keys.shape[2] if self.cache.layers[0].is_initialized else self.capacity
-        if have < first + width:
-            pad = (0, 0, 0, first + width - have)
-            kv = [(F.pad(layer.keys, pad), F.pad(layer.values, pad)) for layer in self.cache.layers]
-            self.cache = _slot_cache(len(kv), first + width, self.slots, kv)
-        return first
-
+    # (`tree.force_after`: seen by that node's children only), beside the cache; a 4-D mask
+    # shows each entry the prompt, the sequence before its start and its own path.
+    # `keep_path` writes the kept entries' keys/values at their sequence slots.
     @torch.no_grad()
     def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
                   start: torch.LongTensor) -> torch.Tensor:
-        tree = check_tree(tokens, parents, start, self.batch, self.tm.vocab_size)
-        dev = self.tm.device
-        gh, gw = self.tm.grid
-        g = tree.positions.to(dev)                                           # grid positions [B, T]
-        if int(g.max()) >= gh * gw:
-            raise ValueError(f"start: every node's position start + depth must be < {gh * gw}, got starts "
-                             f"{tree.start.tolist()}")
-        forced = force_after(tree.seen.to(dev), (g % gw) == gw - 1)
-        s_tok = g + g // gw                                                  # sequence index of each node
-        eol_seq = torch.where(forced.forced, s_tok.gather(1, forced.owner) + 1, -1)
-        self.entry_seq = torch.cat([s_tok, eol_seq], 1)                      # [B, T + E]
-        ids = torch.cat([self.tm.code2bpe.to(dev)[tree.tokens.to(dev)],
-                         torch.full_like(forced.owner, self.tm.layout.eol)], 1).repeat(self.reps, 1)
-        seq = self.entry_seq.repeat(self.reps, 1)
-        n = seq.shape[1]
-        first = self._tree_region(n)
-        slot = first + torch.arange(n, device=dev).expand(self.R, -1)
-        pos = self.plen[:, None] + seq.clamp(min=0)
-        begin = (tree.start.to(dev) + tree.start.to(dev) // gw).repeat(self.reps)   # sequence index of start
-        k = torch.arange(first, device=dev)
-        prompt = (k >= (self.P - self.plen)[:, None]) & (k < self.P)
-        prefix = prompt | ((k >= self.P) & (k < self.P + begin[:, None]))
-        allowed = tree_mask(prefix, forced.seen.repeat(self.reps, 1, 1))
-        dtype = self.tm.image_head.dtype
-        mask = torch.zeros(allowed.shape, dtype=dtype, device=dev).masked_fill_(~allowed, torch.finfo(dtype).min)
-        self.slots.index, self.slots.view = slot, first + n
-        out = self.tm.model.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache,
-                                  use_cache=True).last_hidden_state
-        picked = torch.gather(out, 1, forced.out.repeat(self.reps, 1)[:, :, None].expand(-1, -1, out.shape[-1]))
-        self.tree, self.forced, self.tree_first = tree, forced, first
-        return self._mix(self.tm.image_logits(picked))
+        tm = self.tm
+        tree = check_tree(tokens, parents, start, self.batch, tm.vocab_size, device=tm.device, fed=self.fed,
+                          length=tm.grid[0] * tm.grid[1])
+        ids, self.entry_offsets, forced = tm.rows.tree(tm.code2bpe[tree.tokens], tree)
+        reps = self.reps                                     # uncond rows: the same tree
+        mask, position_ids = self.kv.hold(tm.rows.offset(tree.start).repeat(reps), self.entry_offsets.repeat(reps, 1),
+                                          forced.seen.repeat(reps, 1, 1), tm.image_head.dtype)
+        hidden = self._forward(ids.repeat(reps, 1), mask, position_ids)
+        self.tree, self.forced, self.fed = tree, forced, tree.start
+        return self._mix(tm.image_logits(self._picked(hidden, forced.out)))
 
     def keep_path(self, nodes: torch.LongTensor) -> None:
         index, kept = check_path(self.tree, nodes)
-        dev = self.tm.device
-        entries, valid = path_entries(self.forced, index.to(dev), kept.to(dev))
-        seq = self.entry_seq.gather(1, entries).repeat(self.reps, 1)
-        entries, valid = entries.repeat(self.reps, 1), valid.repeat(self.reps, 1)
-        b, q = valid.nonzero(as_tuple=True)
-        src, dst = self.tree_first + entries[b, q], self.P + seq[b, q]
-        for layer in self.cache.layers:
-            layer.keys[b, :, dst] = layer.keys[b, :, src]
-            layer.values[b, :, dst] = layer.values[b, :, src]
-        if len(b):
-            self.slots.length = max(self.slots.length, int(dst.max()) + 1)
+        entries, valid, offsets = RowEnds.kept(self.forced, self.entry_offsets, index, kept)
+        self.kv.keep(entries.repeat(self.reps, 1), valid.repeat(self.reps, 1), offsets.repeat(self.reps, 1))
+        self.fed = self.tree.start + kept.sum(1)
         self.tree = self.forced = None
 
 

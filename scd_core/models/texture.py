@@ -27,6 +27,7 @@ from scd_core.prompts import unknown_pieces
 from PIL import Image
 
 from .checkpoints import as_dtype
+from .checks import device_check
 from .tree import Tree, check_path, check_tree, path_tokens
 
 PALETTES: dict[str, list[tuple[int, int, int]]] = {
@@ -199,9 +200,9 @@ class TextureSession:
     # above, read from each node's own path where they lie at or after `start`
     def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
                   start: torch.LongTensor) -> torch.Tensor:
-        tree = check_tree(tokens, parents, start, self.history.shape[0], self.model.vocab_size)
-        if int(tree.start.max()) > self.model.N:
-            raise ValueError(f"start: positions must lie in [0, {self.model.N}], got {tree.start.tolist()}")
+        tree = check_tree(tokens, parents, start, self.history.shape[0], self.model.vocab_size,
+                          device=self.history.device)
+        device_check(tree.start <= self.model.N, "start: positions must lie in [0, {N}]", N=self.model.N)
         path = path_tokens(tree.tokens, tree.parents)                                  # [B, T, T] by depth
         begin = tree.start.unsqueeze(1)
 

@@ -32,6 +32,7 @@ from scd_core.prompts import unknown_pieces
 from scd_core.sampling import guide
 
 from .checkpoints import as_dtype
+from .checks import check_positions, check_step
 from .rows import GuidedRows
 from .tree import Tree, check_path, check_tree, gather_nodes, tree_mask
 
@@ -374,7 +375,7 @@ class TinySession(GuidedRows):
         rows = list(prompts) + ([""] * len(prompts) if self.guided else [])
         word_ids, word_mask = model.encode_prompts(rows)
         cfg = self.gpt.cfg
-        n_rows, length = len(rows), cfg.n_tokens + 1
+        n_rows, length = len(rows), cfg.n_tokens + 2           # slots 0..N by position, then a scratch slot
         dh = cfg.d_model // cfg.n_heads
         p = next(self.gpt.parameters())
         shape = (n_rows, cfg.n_heads, length, dh)
@@ -382,6 +383,12 @@ class TinySession(GuidedRows):
                        torch.zeros(shape, dtype=p.dtype, device=p.device)) for _ in cfg_blocks(cfg)]
         self.pos_table = self.gpt.positions().to(p.dtype)
         self.key_pos = torch.arange(length, device=p.device)
+        self.scratch = length - 1                           # what keep_path writes for nodes not kept: no query sees it
+        # each block's attention table over the cache's keys [N+1, N+2] (the scratch column:
+        # False), made here on the model's device so that no step makes one; None: causal
+        no_scratch = torch.zeros(length - 1, 1, dtype=torch.bool, device=p.device)
+        self.tables = [None if table is None else torch.cat([table, no_scratch], 1)
+                       for table in map(self.gpt.layer_table, cfg_blocks(cfg))]
         with torch.inference_mode():
             prompt = self.gpt.prompt_embedding(word_ids.to(p.device), word_mask.to(p.device)).to(p.dtype)
             x = prompt.unsqueeze(1) + self.pos_table[:1]
@@ -392,8 +399,8 @@ class TinySession(GuidedRows):
 
     def _run(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         causal = (self.key_pos.view(1, 1, 1, -1) <= pos.view(pos.shape[0], 1, -1, 1))
-        for i, (block, (ck, cv)) in enumerate(zip(self.gpt.blocks, self.cache)):
-            table = self.gpt.layer_table(i)                 # a local layer: its row of the table per query
+        for block, (ck, cv), table in zip(self.gpt.blocks, self.cache, self.tables):
+            # a local or per-position layer: its table's row per query [B, 1, W, S]
             x = block.forward_cached(x, pos, ck, cv, causal if table is None else table[pos].unsqueeze(1))
         logits = self.gpt.head(self.gpt.ln_f(x)).float()
         if self.guided:
@@ -415,28 +422,19 @@ class TinySession(GuidedRows):
         self.cache = [(k[index], v[index]) for k, v in self.cache]
 
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
-        n, v = self.gpt.cfg.n_tokens, self.gpt.cfg.vocab_size
-        if not torch.is_tensor(tokens) or tokens.dim() != 2 or tokens.shape[0] != self.batch:
-            raise ValueError(f"tokens: expected a tensor [B={self.batch}, W], got "
-                             f"{getattr(tokens, 'shape', type(tokens))}")
-        start = torch.as_tensor(start, device=tokens.device).reshape(-1)
-        if start.shape[0] != self.batch:
-            raise ValueError(f"start: expected {self.batch} entries, got {start.shape[0]}")
-        if not torch.compiler.is_compiling():           # the values' checks read them on the host
-            if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= v):
-                raise ValueError(f"tokens: values must lie in [0, {v})")
-            if int(start.min()) < 0 or int(start.max()) > n:
-                raise ValueError(f"start: positions must lie in [0, {n}], got {start.tolist()}")
-        w = tokens.shape[1]
+        n = self.gpt.cfg.n_tokens
         dev = self.pos_table.device
+        # no value is read on the host: the values' checks run on the device (`device_check`)
+        tokens, start = check_step(tokens, start, self.batch, self.gpt.cfg.vocab_size, device=dev, fed=n)
+        w = tokens.shape[1]
         # Sequence position of generated position start+j is start+j+1; positions past the
         # end of the grid (a window overhanging the last token) are computed but not kept.
-        seq_pos = (start.to(dev).view(-1, 1) + torch.arange(w, device=dev) + 1)
+        seq_pos = (start.view(-1, 1) + torch.arange(w, device=dev) + 1)
         write_pos = seq_pos.clamp(max=n)
         if self.guided:
             tokens, write_pos = torch.cat([tokens, tokens]), torch.cat([write_pos, write_pos])
         with torch.no_grad():                       # (not inference_mode: it compiles)
-            x = self.gpt.tok_emb(tokens.to(dev)) + self.pos_table[write_pos]
+            x = self.gpt.tok_emb(tokens) + self.pos_table[write_pos]
             logits = self._run(x, write_pos)
         self.tree = None
         return logits
@@ -447,15 +445,14 @@ class TinySession(GuidedRows):
                   start: torch.LongTensor) -> torch.Tensor:
         n = self.gpt.cfg.n_tokens
         dev = self.pos_table.device
-        tree = check_tree(tokens, parents, start, self.batch, self.gpt.cfg.vocab_size)
-        if int(tree.start.max()) > n:
-            raise ValueError(f"start: positions must lie in [0, {n}], got {tree.start.tolist()}")
+        tree = check_tree(tokens, parents, start, self.batch, self.gpt.cfg.vocab_size, device=dev)
+        check_positions(tree.start, n)
         rows = tree.repeat(self.reps)                                    # uncond rows: the same tree
-        seq_start = rows.start.to(dev) + 1                               # sequence position of generated start
-        write_pos = (rows.positions.to(dev) + 1).clamp(max=n)           # as `step`: past the grid is not kept
-        mask = tree_mask(self.key_pos < seq_start[:, None], rows.seen.to(dev))
-        with torch.inference_mode():
-            x = self.gpt.tok_emb(rows.tokens.to(dev)) + self.pos_table[write_pos]
+        seq_start = rows.start + 1                                       # sequence position of generated start
+        write_pos = (rows.positions + 1).clamp(max=n)                    # as `step`: past the grid is not kept
+        mask = tree_mask(self.key_pos < seq_start[:, None], rows.seen)
+        with torch.no_grad():                       # (not inference_mode: it compiles)
+            x = self.gpt.tok_emb(rows.tokens) + self.pos_table[write_pos]
             self.tree_kv = []
             for i, (block, (ck, cv)) in enumerate(zip(self.gpt.blocks, self.cache)):
                 x, k, v = block.forward_tree(x, ck, cv, self._tree_layer_mask(i, mask, write_pos))
@@ -467,7 +464,7 @@ class TinySession(GuidedRows):
     def _tree_layer_mask(self, layer: int, mask: torch.Tensor, node_pos: torch.Tensor) -> torch.Tensor:
         """`mask` [R, 1, T, S + T] narrowed to what block `layer` may see: the cache slots and
         the nodes (sequence positions `node_pos` [R, T]) that its attention table allows."""
-        table = self.gpt.layer_table(layer)
+        table = self.tables[layer]                                           # [N+1, S]
         if table is None:
             return mask
         cache_part = table[node_pos]                                         # [R, T, S]
@@ -475,14 +472,18 @@ class TinySession(GuidedRows):
         return mask & torch.cat([cache_part, node_part], 2)[:, None]
 
     def keep_path(self, nodes: torch.LongTensor) -> None:
+        """Write the kept nodes' keys/values at their positions; the rest of the path's
+        entries go to the scratch slot (fixed shapes: no value decides what is written)."""
         index, kept = check_path(self.tree, nodes)
+        n = self.gpt.cfg.n_tokens
         dev = self.pos_table.device
-        index, kept = index.repeat(self.reps, 1).to(dev), kept.repeat(self.reps, 1).to(dev)
-        seq = self.tree.start.repeat(self.reps).to(dev)[:, None] + 1 + torch.arange(index.shape[1], device=dev)
-        b, i = (kept & (seq <= self.gpt.cfg.n_tokens)).nonzero(as_tuple=True)
+        index, kept = index.repeat(self.reps, 1), kept.repeat(self.reps, 1)
+        seq = self.tree.start.repeat(self.reps)[:, None] + 1 + torch.arange(index.shape[1], device=dev)
+        slot = torch.where(kept & (seq <= n), seq, self.scratch)                    # [R, P]
         for (ck, cv), (k, v) in zip(self.cache, self.tree_kv):
-            ck[b, :, seq[b, i]] = gather_nodes(k, index, 2)[b, :, i]
-            cv[b, :, seq[b, i]] = gather_nodes(v, index, 2)[b, :, i]
+            at = slot[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
+            ck.scatter_(2, at, gather_nodes(k, index, 2))
+            cv.scatter_(2, at, gather_nodes(v, index, 2))
         self.tree, self.tree_kv = None, []
 
 

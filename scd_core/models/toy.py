@@ -102,6 +102,7 @@ class ToySession(GuidedRows):
         self.tables = torch.stack([model.guided_table(p, cfg_scale) for p in distinct])
         self.row_table = torch.tensor([distinct.index(p) for p in prompts], dtype=torch.long)
         self.history = torch.zeros(len(prompts), model.N + 1, dtype=torch.long)
+        self.node_offset = torch.tensor(model.offset)                    # table row of the first prefix of each length
         self.batch = len(prompts)
         self.first_logits = self.tables[self.row_table, model.offset[0]]
 
@@ -133,8 +134,7 @@ class ToySession(GuidedRows):
 
     def keep_path(self, nodes: torch.LongTensor) -> None:
         tokens, start = self._fed
-        b, i = (nodes >= 0).nonzero(as_tuple=True)
-        self.history[b, start[b] + i] = tokens[b, nodes[b, i]]
+        keep_history_path(self.history, tokens, start, nodes)
 
     def _prefix_nodes(self, history: torch.LongTensor, length: torch.LongTensor) -> torch.LongTensor:
         """[R, S] table row of the prefix of each length [R, S] of each history [R, N + 1]."""
@@ -142,7 +142,18 @@ class ToySession(GuidedRows):
         rank = torch.zeros(history.shape[0], m.N + 2, dtype=torch.long)    # rank[:, l] of prefix length l
         for i in range(m.N):
             rank[:, i + 1] = rank[:, i] * V + history[:, i]
-        return torch.tensor(m.offset)[length] + rank.gather(1, length)
+        return self.node_offset[length] + rank.gather(1, length)
+
+
+def keep_history_path(history: torch.LongTensor, tokens: torch.LongTensor, start: torch.LongTensor,
+                      nodes: torch.LongTensor) -> None:
+    """Write a kept path `nodes` [B, P] (-1: padding) of a tree's `tokens` [B, T] fed at `start`
+    [B] into `history` [B, N + 1] at start + i; padding goes to the last column, which no
+    logit reads (fixed shapes: no value decides what is written)."""
+    last = history.shape[1] - 1
+    at = start.unsqueeze(1) + torch.arange(nodes.shape[1], device=nodes.device)
+    at = torch.where(nodes >= 0, at.clamp(max=last), last)
+    history.scatter_(1, at, tokens.gather(1, nodes.clamp(min=0)))
 
 
 def load_toy(name: str = "toy", vocab_size: int = 3, grid: tuple[int, ...] = (2, 3), scale: float = 1.5,
@@ -268,8 +279,7 @@ class ToyGridSession(GuidedRows):
         tokens, start = self._fed
         if self.use_cfg:
             nodes = torch.cat([nodes, nodes])
-        b, i = (nodes >= 0).nonzero(as_tuple=True)
-        self.history[b, start[b] + i] = tokens[b, nodes[b, i]]
+        keep_history_path(self.history, tokens, start, nodes)
 
 
 def load_toy_grid(name: str = "toy-grid", device: str | None = None, **kwargs) -> ToyGridModel:

@@ -1,216 +1,299 @@
-"""Sessions built on a Hugging Face transformers `DynamicCache` (Janus-Pro, Emu3).
+"""Sessions of transformers models (Janus-Pro, Emu3, Lumina-mGPT's Chameleon) on a KV cache
+of fixed size, written by position.
 
 Importing this module imports torch only; transformers is imported inside the functions
 that need it.
 
-- `crop_to(cache, keep_len)`: crop a transformers `Cache` to `keep_len` tokens (5.x API).
-- `RowSlots`: bookkeeping that lets the rows of one `DynamicCache` sit at different
-  generated positions (per-row forgetting through the attention mask, explicit position ids),
-  and lets rows join (`RowSlots.join`) and leave (`RowSlots.keep`) a running cache;
-  `ResizableRows` gives such a session `add_rows` and `keep_rows` (through `rows.GuidedRows`).
-- `cache_from_tensors`, `cache_tensors`: a `DynamicCache` built from, and read as, per-layer
-  key/value tensors (its constructor and its `layers`: public API).
+- `SlotCache`: every layer's keys and values [R, heads, C, head_dim], C fixed at the start
+  (the prompt region, the whole image sequence, one scratch slot), written at explicit
+  per-row slots: generated sequence offset s of a row lives in slot P + s, so rows sit at
+  different positions, forgetting is masking (and overwriting later), and no shape depends
+  on what was fed. The model sees it as a transformers `Cache` built from its public
+  constructor (`Cache(layers=...)`) with a layer class of this module (`slot_layer_class()`); every
+  forward gets an explicit 4-D mask (transformers uses one as given) and position ids.
+  A tree's entries are held beside the cache for one forward and the kept path written
+  into place afterwards (`SlotCache.keep`). Rows join (`join`) and leave (`select`).
+- `RowEnds`: the sequence layout of a model that closes every grid row with a forced
+  end-of-row token (Emu3, Lumina-mGPT), for a window (`chain`) and for a tree (`tree`),
+  with shapes fixed by the window or the tree's size.
+- `ResizableRows`: `add_rows` / `keep_rows` for such a session (through `rows.GuidedRows`).
+- `head_rows`: a head's rows of the image codes, as a view where they are contiguous.
 - `load_pretrained`: a transformers model and processor from a downloaded folder.
+
+Nothing in a `step`, `step_tree` or `keep_path` built on these reads a value back or copies
+to the device.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from .hub import WeightsNotFoundError
 from .rows import GuidedRows
+from .tree import Forced, Tree, force_after, gather_nodes, path_entries
 
 
-def crop_to(cache, keep_len: int) -> None:
-    """Drop cached tokens beyond `keep_len` (transformers 5.x `crop` takes a negative count).
+@functools.cache
+def slot_layer_class() -> type:
+    """`SlotLayer`, defined on first use (transformers is imported only then)."""
+    from transformers.cache_utils import CacheLayerMixin
 
-    Guards against over-cropping (transformers issue #47433): never crops below zero.
+    class SlotLayer(CacheLayerMixin):
+        """One attention layer of a `SlotCache`: keys/values [R, heads, C, head_dim] written at
+        the slots its `SlotCache` names for this forward (`owner.slots` [R, T]), or, when it
+        names none (a tree's entries), held beside them until `SlotCache.keep`."""
+
+        is_compileable = True
+        is_sliding = False
+
+        def __init__(self, owner: "SlotCache", keys: torch.Tensor | None = None,
+                     values: torch.Tensor | None = None) -> None:
+            super().__init__()
+            self.owner = owner
+            self.pending: tuple[torch.Tensor, torch.Tensor] | None = None
+            if keys is not None:
+                self.keys, self.values, self.device = keys, values, keys.device
+                self.is_initialized = True
+
+        def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+            r, h, _, d = key_states.shape
+            self.keys = key_states.new_zeros(r, h, self.owner.capacity, d)
+            self.values = value_states.new_zeros(r, h, self.owner.capacity, value_states.shape[-1])
+            self.device = key_states.device
+            self.is_initialized = True
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            slots = self.owner.slots
+            if slots is None:                                   # a tree's entries: beside the cache
+                self.pending = (key_states, value_states)
+                return torch.cat([self.keys, key_states], 2), torch.cat([self.values, value_states], 2)
+            self.keys.scatter_(2, _along(slots, key_states), key_states.to(self.keys.dtype))
+            self.values.scatter_(2, _along(slots, value_states), value_states.to(self.values.dtype))
+            return self.keys, self.values
+
+        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+            return self.owner.capacity, 0
+
+        def get_seq_length(self) -> int:
+            return self.owner.capacity
+
+        def get_max_length(self) -> int:
+            return self.owner.capacity
+
+    return SlotLayer
+
+
+def _along(slots: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+    """Slots [R, T] as a scatter index for states [R, heads, T, head_dim]."""
+    return slots[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[3])
+
+
+def additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean mask (True = attend) as the additive float mask transformers' attention adds."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, torch.finfo(dtype).min)
+
+
+class SlotCache:
+    """Keys and values of every layer, R rows of C = P + S + 1 slots each, fixed at the start:
+
+    - slots [0, P): the prompt region, left-padded (row r's prompt in [P - plen[r], P));
+    - slots [P, P + S): the sequence, generated offset s of a row in slot P + s;
+    - slot P + S: scratch, where entries that are not kept write (padding of a window, the
+      nodes of a tree path not kept); no query ever sees it.
+
+    A forward writes where `slots` [R, T] says (set by `write_at`), or, with `slots` None
+    (`hold`), keeps its entries beside the cache: a tree. `cache` is what the model is given.
     """
-    n = int(cache.get_seq_length()) - int(keep_len)
-    if n > 0:
-        cache.crop(-n)
 
+    def __init__(self, num_layers: int, plen: torch.Tensor, P: int, S: int,
+                 tensors: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None) -> None:
+        from transformers.cache_utils import Cache
 
-def cache_from_tensors(layers: Sequence[tuple[torch.Tensor, torch.Tensor]]):
-    """A transformers `DynamicCache` holding these key/value tensors [R, heads, S, head_dim],
-    one pair per layer (the constructor's documented way of filling a cache from tensors)."""
-    from transformers import DynamicCache
+        self.plen, self.P, self.S = plen, int(P), int(S)
+        self.slots: torch.Tensor | None = None
+        layer = slot_layer_class()
+        kv = tensors or [(None, None)] * num_layers
+        self.cache = Cache(layers=[layer(self, k, v) for k, v in kv])
 
-    return DynamicCache(ddp_cache_data=[(k, v) for k, v in layers])
+    @property
+    def capacity(self) -> int:
+        return self.P + self.S + 1
 
+    @property
+    def scratch(self) -> int:
+        return self.P + self.S
 
-def cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The key/value tensors of every layer of a `DynamicCache` of full-attention layers."""
-    if any(cache.is_sliding):
-        raise ValueError("cache: rows can join and leave only a cache of full-attention layers")
-    return [(layer.keys, layer.values) for layer in cache.layers]
+    @property
+    def rows(self) -> int:
+        return int(self.plen.shape[0])
 
+    def tensors(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(layer.keys, layer.values) for layer in self.cache.layers]
 
-class RowSlots:
-    """Per-row bookkeeping of a transformers `DynamicCache` whose rows advance independently.
+    # -- what a forward writes, and what it sees ---------------------------------------------
+    def prefill(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the prompt region: (additive mask [R, 1, P, C], position ids [R, P]). A
+        prompt token sees its row's prompt up to itself; padding sees itself only."""
+        dev = self.plen.device
+        q = torch.arange(self.P, device=dev)
+        k = torch.arange(self.capacity, device=dev)
+        first = (self.P - self.plen)[:, None, None]                                # [R, 1, 1]
+        allowed = ((k >= first) & (k <= q[:, None])) | (k == q[:, None])           # [R, P, C]
+        self.slots = q.expand(self.rows, -1)
+        return additive(allowed[:, None], dtype), (q - first[:, :, 0]).clamp(min=0)
 
-    One DynamicCache appends the same number of slots to every row, so rows cannot be
-    cropped separately. Instead each slot records which sequence offset of its row it holds
-    (`off`, -1 for prompt slots) and whether it is still valid. Forgetting a row's offsets
-    >= f just marks those slots invalid; the 2-D attention mask hides them and explicit
-    position ids keep every row's positions right. Slots invalid in every row at the end
-    of the cache are cropped away, so for a batch of one the cache stays exactly as long as
-    the sequence; with rows at different positions it holds at most the union of holes.
+    def prompt_seen(self, k: torch.Tensor) -> torch.Tensor:
+        """[R, len(k)]: slot k holds a prompt token of the row."""
+        return (k >= (self.P - self.plen)[:, None]) & (k < self.P)
 
-    Rows join a running cache with `join` (the newcomers' prompt slots sit after the running
-    rows' slots, padded with invalid slots) and leave it with `keep`, which also drops the
-    slots no remaining row uses.
+    def write_at(self, offsets: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Entries at sequence offsets [R, T] (-1: padding, fed but never seen): set where the
+        forward writes, and return (additive mask [R, 1, T, C], position ids [R, T]). An entry
+        sees the row's prompt and the sequence up to and including its own offset (what the
+        same forward writes before it included); padding sees the prompt."""
+        k = torch.arange(self.capacity, device=offsets.device)
+        seq = (k >= self.P) & (k <= self.P + offsets[:, :, None])                   # [R, T, C]
+        allowed = self.prompt_seen(k)[:, None, :] | seq
+        self.slots = torch.where(offsets >= 0, self.P + offsets, self.scratch)
+        return additive(allowed[:, None], dtype), self.plen[:, None] + offsets.clamp(min=0)
 
-    Offsets are counted from the first generated token of the row's sequence (an adapter
-    may feed extra forced tokens, such as end-of-row markers, as offsets of their own).
-    """
+    def hold(self, begin: torch.Tensor, offsets: torch.Tensor, seen: torch.Tensor,
+             dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """A tree's entries at offsets [R, T] (-1: padding), beside the cache: each sees the
+        row's prompt, the sequence before offset `begin` [R], and the entries `seen` [R, T, T]
+        marks. Returns (additive mask [R, 1, T, C + T], position ids [R, T])."""
+        k = torch.arange(self.capacity, device=offsets.device)
+        prefix = self.prompt_seen(k) | ((k >= self.P) & (k < self.P + begin[:, None]))    # [R, C]
+        allowed = torch.cat([prefix[:, None, :].expand(-1, seen.shape[1], -1), seen], 2)
+        self.slots = None
+        return additive(allowed[:, None], dtype), self.plen[:, None] + offsets.clamp(min=0)
 
-    def __init__(self, prompt_mask: torch.Tensor):
-        """`prompt_mask` [R, P]: 1 for real prompt tokens, 0 for (left) padding."""
-        if prompt_mask.ndim != 2:
-            raise ValueError("prompt_mask: expected [rows, prompt_len]")
-        self.valid = prompt_mask.bool().clone()
-        self.off = torch.full(prompt_mask.shape, -1, dtype=torch.long, device=prompt_mask.device)
-        self.base = prompt_mask.long().sum(-1)          # position id of offset 0, per row
+    def keep(self, entries: torch.Tensor, valid: torch.Tensor, offsets: torch.Tensor) -> None:
+        """After `hold`'s forward: write its entries `entries` [R, Q] at sequence offsets
+        `offsets` [R, Q] where `valid`, the others at the scratch slot."""
+        slots = torch.where(valid, self.P + offsets, self.scratch)
+        for layer in self.cache.layers:
+            k, v = layer.pending
+            layer.keys.scatter_(2, _along(slots, k), gather_nodes(k, entries, 2).to(layer.keys.dtype))
+            layer.values.scatter_(2, _along(slots, v), gather_nodes(v, entries, 2).to(layer.values.dtype))
+            layer.pending = None
 
-    @classmethod
-    def _of(cls, valid: torch.Tensor, off: torch.Tensor, base: torch.Tensor) -> "RowSlots":
-        slots = cls.__new__(cls)
-        slots.valid, slots.off, slots.base = valid, off, base
-        return slots
+    # -- rows joining and leaving ---------------------------------------------------------
+    def _padded(self, P: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every layer's keys and values with the prompt region left-padded to P slots."""
+        pad = (0, 0, P - self.P, 0)
+        return [(F.pad(k, pad), F.pad(v, pad)) for k, v in self.tensors()]
 
     @staticmethod
-    def prompt_position_ids(prompt_mask: torch.Tensor) -> torch.Tensor:
-        """Position ids of a left-padded prompt: 0 at each row's first real token."""
-        return (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
+    def join(first: "SlotCache", second: "SlotCache", order: torch.Tensor) -> "SlotCache":
+        """One cache of the rows cat([first's, second's])[order], the prompt regions left-padded
+        to the longer one."""
+        P = max(first.P, second.P)
+        order = order.to(first.plen.device)
+        kv = [(torch.cat([ka, kb])[order], torch.cat([va, vb])[order])
+              for (ka, va), (kb, vb) in zip(first._padded(P), second._padded(P))]
+        return SlotCache(len(kv), torch.cat([first.plen, second.plen])[order], P, first.S, kv)
 
-    def fed_length(self) -> torch.Tensor:
-        """[R]: how many generated offsets each row currently holds (they are 0..n-1)."""
-        return (self.valid & (self.off >= 0)).sum(-1)
+    def select(self, index: torch.Tensor) -> "SlotCache":
+        """The cache of rows `index` (in that order), its prompt region cut to the longest of
+        their prompts (read on the host: rows leave between passes)."""
+        index = index.to(self.plen.device)
+        plen = self.plen[index]
+        P = int(plen.max()) if len(plen) else self.P
+        cut = self.P - P                                     # prompt slots no kept row uses
+        kv = [(k[index][:, :, cut:], v[index][:, :, cut:]) for k, v in self.tensors()]
+        return SlotCache(len(kv), plen, P, self.S, kv)
 
-    def prepare(self, cache, forget_from: torch.Tensor, offsets: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Forget offsets >= `forget_from` [R], then lay out the new entries `offsets` [R, W].
 
-        `offsets[r, j]` is the sequence offset that the j-th fed entry of row r takes, or -1
-        for a padding entry (fed but never attended to). Returns the 2-D `attention_mask`
-        [R, cache_len + W] and `position_ids` [R, W] for the forward call that appends
-        them, and records the new slots. Call it right before that forward.
-        """
-        forget_from = forget_from.to(self.off.device).long()
-        offsets = offsets.to(self.off.device).long()
-        self.valid &= ~(self.off >= forget_from[:, None])
-        held = self.fed_length()
-        if bool((held < forget_from).any()):
-            r = int((held < forget_from).nonzero()[0, 0])
-            raise ValueError(f"start: row {r} asks to continue from offset {int(forget_from[r])}, "
-                             f"but only offsets 0..{int(held[r]) - 1} were fed")
-        self._crop_dead_tail(cache)
-        new_valid = offsets >= 0
-        mask = torch.cat([self.valid, new_valid], dim=1).long()
-        position_ids = self.base[:, None] + offsets.clamp(min=0)
-        self.valid = torch.cat([self.valid, new_valid], dim=1)
-        self.off = torch.cat([self.off, offsets], dim=1)
-        return mask, position_ids
+@dataclass(frozen=True)
+class RowEnds:
+    """The sequence layout of a model that closes every grid row with a forced end-of-row
+    token (Emu3's `<|extra_200|>`, Lumina-mGPT's 8803): grid position g sits at sequence
+    offset g + g // W, and the end-of-row token of grid row y at offset (y + 1)(W + 1) - 1.
+    The engine sees only the grid; the adapter feeds the end-of-row tokens itself (p is
+    one-hot there, so leaving them out of the engine's view changes no distribution)."""
 
-    def prepare_tree(self, cache, forget_from: torch.Tensor, offsets: torch.Tensor, seen: torch.Tensor,
-                     dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """As `prepare`, for the entries of a draft tree: `offsets` [R, T] (siblings share
-        one), `seen` [R, T, T] what each entry attends to among them (`tree.ancestors`).
-        Returns a 4-D additive float mask [R, 1, T, cache_len + T] in `dtype` (transformers
-        uses a 4-D mask as given) and `position_ids` [R, T]. The entries' slots are pending:
-        no later call sees them until `keep_tree` keeps some."""
-        mask, position_ids = self.prepare(cache, forget_from, offsets)
-        held = mask.shape[1] - offsets.shape[1]
-        allowed = torch.cat([mask[:, None, :held].bool().expand(-1, offsets.shape[1], -1),
-                             seen.to(mask.device)], dim=2)[:, None]
-        self.valid[:, held:] = False
-        self.tree_from = held
-        additive = torch.zeros(allowed.shape, dtype=dtype, device=mask.device)
-        return additive.masked_fill_(~allowed, torch.finfo(dtype).min), position_ids
+    width: int          # W: codes per grid row
+    eol: int            # the end-of-row token id
+    pad: int            # the id fed at padding entries (never seen)
 
-    def keep_tree(self, cache, entries: torch.Tensor, kept: torch.Tensor, offsets: torch.Tensor) -> None:
-        """After a `prepare_tree` forward: keep its entries `entries` [R, Q] where `kept`, at
-        sequence offsets `offsets` [R, Q], in that order; forget the others. Each layer's
-        kept keys/values are gathered to the front of the tree's slots (public `keys` /
-        `values` of the cache's layers) and the rest cropped away."""
-        held = self.tree_from
-        width = entries.shape[1]
-        for layer in cache.layers:
-            idx = entries.to(layer.keys.device)[:, None, :, None]
-            layer.keys[:, :, held:held + width] = layer.keys[:, :, held:].gather(
-                2, idx.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3]))
-            layer.values[:, :, held:held + width] = layer.values[:, :, held:].gather(
-                2, idx.expand(-1, layer.values.shape[1], -1, layer.values.shape[3]))
-        crop_to(cache, held + width)
-        kept = kept.to(self.off.device)
-        self.valid = torch.cat([self.valid[:, :held], kept], dim=1)
-        self.off = torch.cat([self.off[:, :held], torch.where(kept, offsets.to(self.off.device), -1)], dim=1)
-        self._crop_dead_tail(cache)
+    def offset(self, g: torch.Tensor) -> torch.Tensor:
+        """Sequence offset of grid position g."""
+        return g + g // self.width
 
-    def _crop_dead_tail(self, cache) -> None:
-        alive = self.valid.any(0).nonzero()
-        keep = int(alive[-1]) + 1 if len(alive) else 0
-        if keep < self.valid.shape[1]:
-            crop_to(cache, keep)
-            self.valid = self.valid[:, :keep]
-            self.off = self.off[:, :keep]
+    def chain(self, ids: torch.Tensor, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A window of W codes (as model ids [B, W]) at grid positions start[b] + j, with the
+        end-of-row tokens inserted: (ids [B, T], offsets [B, T] with -1 for padding, out
+        [B, W] the entry whose output predicts the next code). T = W + the most row ends W
+        positions can hold, whatever `start` is; the entries past a row's last are padding."""
+        B, W = ids.shape
+        gw = self.width
+        T = W + min(W, (W - 1) // gw + 1)
+        dev = ids.device
+        g = start[:, None] + torch.arange(W, device=dev)                    # grid positions [B, W]
+        s_tok = self.offset(g)                                               # their sequence offsets
+        is_end = (g % gw) == gw - 1
+        s0 = s_tok[:, :1]
+        s = s0 + torch.arange(T, device=dev)                                 # [B, T]
+        valid = s <= s_tok[:, -1:] + is_end[:, -1:].long()
+        eol = (s + 1) % (gw + 1) == 0
+        j = (s - s // (gw + 1) - start[:, None]).clamp(0, W - 1)            # window index of a code entry
+        out_ids = torch.where(eol, self.eol, ids.gather(1, j))
+        out_ids = torch.where(valid, out_ids, self.pad)
+        return out_ids, torch.where(valid, s, -1), s_tok - s0 + is_end.long()
 
-    def keep(self, cache, rows: torch.Tensor):
-        """Keep only cache rows `rows` (in that order), then drop the slots that no kept row
-        uses any more. Returns the cache to use from now on (this one, or a compacted copy)."""
-        tensors = cache_tensors(cache)
-        rows = rows.to(self.off.device)
-        self.valid, self.off, self.base = self.valid[rows], self.off[rows], self.base[rows]
-        alive = self.valid.any(0)
-        if bool(alive.all()):
-            cache.batch_select_indices(rows)
-            return cache
-        cols = alive.nonzero().squeeze(1)
-        self.valid, self.off = self.valid[:, cols], self.off[:, cols]
-        return cache_from_tensors([(k[rows.to(k.device)][:, :, cols.to(k.device)],
-                                    v[rows.to(v.device)][:, :, cols.to(v.device)]) for k, v in tensors])
+    def tree(self, ids: torch.Tensor, tree: Tree) -> tuple[torch.Tensor, torch.Tensor, Forced]:
+        """A tree of T nodes (model ids [B, T]), each node that ends a grid row followed by its
+        end-of-row entry (`tree.force_after`: entries T..2T-1, used where a node ends a row):
+        (ids [B, 2T], offsets [B, 2T] with -1 for unused entries, the `Forced` layout)."""
+        g = tree.positions
+        forced = force_after(tree.seen, (g % self.width) == self.width - 1)
+        s = self.offset(g)
+        offsets = torch.cat([s, torch.where(forced.forced, s + 1, -1)], 1)
+        return torch.cat([ids, torch.full_like(ids, self.eol)], 1), offsets, forced
 
     @staticmethod
-    def join(first: tuple[object, "RowSlots"], second: tuple[object, "RowSlots"],
-             order: torch.Tensor) -> tuple[object, "RowSlots"]:
-        """One cache and its bookkeeping from two (rows joining a running batch): the shorter
-        one's rows get invalid slots at the end, then cat([first rows, second rows])[order]."""
-        width = max(slots.valid.shape[1] for _, slots in (first, second))
-        layers, valid, off, base = [], [], [], []
-        for cache, slots in (first, second):
-            extra = width - slots.valid.shape[1]
-            valid.append(F.pad(slots.valid, (0, extra), value=False))
-            off.append(F.pad(slots.off, (0, extra), value=-1))
-            base.append(slots.base)
-            layers.append([(F.pad(k, (0, 0, 0, extra)), F.pad(v, (0, 0, 0, extra)))
-                           for k, v in cache_tensors(cache)])
-        order = order.to(first[1].off.device)
-        kv = [(torch.cat([ka, kb])[order.to(ka.device)], torch.cat([va, vb])[order.to(va.device)])
-              for (ka, va), (kb, vb) in zip(*layers)]
-        slots = RowSlots._of(torch.cat(valid)[order], torch.cat(off)[order], torch.cat(base)[order])
-        return cache_from_tensors(kv), slots
+    def kept(forced: Forced, offsets: torch.Tensor, index: torch.Tensor, kept: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A kept path's entries (`tree.path_entries`) with their sequence offsets:
+        (entries [B, Q], valid [B, Q], offsets [B, Q])."""
+        entries, valid = path_entries(forced, index, kept)
+        return entries, valid, offsets.gather(1, entries)
+
+
+def head_rows(weight: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
+    """The rows `ids` (a list, as the model's vocabulary mapping gives them) of a head's weight
+    [vocab, hidden]: a view when they are consecutive ids in order (no copy), else a copy
+    made once."""
+    ids = [int(i) for i in ids]
+    if ids and ids == list(range(ids[0], ids[0] + len(ids))):
+        return weight.detach()[ids[0]: ids[0] + len(ids)]
+    return weight.detach()[torch.tensor(ids, device=weight.device)]
 
 
 class ResizableRows(GuidedRows):
-    """`add_rows` / `keep_rows` for a session whose rows share one `DynamicCache` with
-    `RowSlots` bookkeeping, laid out as `reps` blocks of `batch` rows (conditional rows, then
-    unconditional ones). The session provides `tm` (whose `start(prompts, cfg_scale)` makes a
-    session of the same kind), `cfg_scale`, `batch`, `reps`, `n_rows`, `cache`, `slots` and
-    `first_logits`."""
+    """`add_rows` / `keep_rows` for a session whose rows share one `SlotCache` (`kv`), laid out
+    as `reps` blocks of `batch` rows (conditional rows, then unconditional ones), with `fed`
+    [batch] the generated positions each prompt's rows hold. The session provides `tm` (whose
+    `start(prompts, cfg_scale)` makes a session of the same kind), `cfg_scale`, `batch`,
+    `reps`, `kv`, `fed` and `first_logits`."""
 
     def start_like(self, prompts: Sequence[str]) -> "ResizableRows":
         return self.tm.start(prompts, self.cfg_scale)
 
     def join_state(self, new: "ResizableRows", order: torch.Tensor) -> None:
-        self.cache, self.slots = RowSlots.join((self.cache, self.slots), (new.cache, new.slots), order)
-        self.n_rows = self.reps * (self.batch + new.batch)
+        self.kv = SlotCache.join(self.kv, new.kv, order)
+        self.fed = torch.cat([self.fed, new.fed.to(self.fed.device)])
 
     def select_state(self, index: torch.Tensor) -> None:
-        self.cache = self.slots.keep(self.cache, index)
-        self.n_rows = int(index.numel())
+        self.kv = self.kv.select(index)
+        self.fed = self.fed[index[: len(index) // self.reps].to(self.fed.device)]
 
 
 def load_pretrained(folder: str, model_cls, processor_cls, device, dtype, family: str):

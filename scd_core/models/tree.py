@@ -3,13 +3,20 @@ attention mask of a tree given by parent links, for every model and adapter to s
 
 A tree of T nodes per row is `parents` [B, T]: -1 for the root (node 0), else the index of
 the node's parent, always smaller than its own. Ancestors follow from the parent links by
-repeated squaring (about log2(depth) matrix products), never a loop per node.
+repeated squaring (ceil(log2(T - 1)) matrix products, a number fixed by T), never a loop per
+node. Every function here has shapes fixed by (B, T) and reads no value back: a step that
+feeds a tree never waits for the device. Argument checks of values run on the device
+(`checks.device_check`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
+
+from .checks import check_start, check_token_tensor, device_check
 
 
 def check_parents(parents: torch.LongTensor) -> None:
@@ -18,23 +25,25 @@ def check_parents(parents: torch.LongTensor) -> None:
     if parents.dim() != 2 or parents.shape[1] == 0:
         raise ValueError(f"parents: expected [B, T] with T >= 1, got shape {tuple(parents.shape)}")
     index = torch.arange(parents.shape[1], device=parents.device)
-    if bool((parents[:, 0] != -1).any()) or bool(((parents[:, 1:] < 0) | (parents[:, 1:] >= index[1:])).any()):
-        raise ValueError("parents: node 0 must be the root (-1) and every other node's parent an earlier node")
+    ok = torch.where(index == 0, parents == -1, (parents >= 0) & (parents < index))
+    device_check(ok, "parents: node 0 must be the root (-1) and every other node's parent an earlier node")
+
+
+def squarings(T: int) -> int:
+    """How many squarings of the parent relation cover a path of T nodes (T - 1 links)."""
+    return math.ceil(math.log2(T - 1)) if T > 2 else (1 if T == 2 else 0)
 
 
 def ancestors(parents: torch.LongTensor) -> torch.BoolTensor:
     """[B, T, T] whether node j is node i or one of its ancestors (what node i may attend to
     within the tree: the tree attention mask). Each squaring doubles the path length
-    covered, so a tree of depth D takes about log2(D) matrix products, a chain included."""
+    covered, so ceil(log2(T - 1)) matrix products cover any tree of T nodes, a chain included."""
     B, T = parents.shape
-    seen = torch.eye(T, dtype=torch.bool, device=parents.device).repeat(B, 1, 1)
-    b, i = (parents >= 0).nonzero(as_tuple=True)
-    seen[b, i, parents[b, i]] = True                                           # itself and its parent
-    while True:
-        reach = (seen.float() @ seen.float()) > 0                              # up to twice as far
-        if torch.equal(reach, seen):
-            return seen
-        seen = reach
+    link = F.one_hot(parents.clamp(min=0), T).bool() & (parents >= 0).unsqueeze(2)      # [B, T, T]: its parent
+    seen = (link | torch.eye(T, dtype=torch.bool, device=parents.device)).float()       # itself and its parent
+    for _ in range(squarings(T)):
+        seen = ((seen @ seen) > 0).float()                                             # up to twice as far
+    return seen > 0
 
 
 def depths(parents: torch.LongTensor) -> torch.LongTensor:
@@ -50,14 +59,18 @@ def positions(start: torch.LongTensor, parents: torch.LongTensor) -> torch.LongT
 def path_tokens(tokens: torch.LongTensor, parents: torch.LongTensor) -> torch.LongTensor:
     """[B, T, T] the tokens of each node's root-to-node path, by depth: out[b, i, d] is the
     token at depth d on node i's path (-1 past its own depth). For models that compute a
-    node's logits from its context's tokens rather than from a cache."""
+    node's logits from its context's tokens rather than from a cache.
+
+    Node i's path holds one node at each depth up to its own, so out[b, i, d] is a sum over
+    the ancestors j of i of [depth j = d] * token j, one term at most: a matrix product
+    (in float64: exact for any token id)."""
     seen = ancestors(parents)                                                  # [B, T, T]
-    d = depths(parents)                                                        # [B, T]
-    B, T = tokens.shape
-    out = torch.full((B, T, T), -1, dtype=torch.long, device=tokens.device)
-    b, i, j = seen.nonzero(as_tuple=True)
-    out[b, i, d[b, j]] = tokens[b, j]
-    return out
+    T = tokens.shape[1]
+    at_depth = F.one_hot(seen.sum(2) - 1, T).double()                          # [B, T(j), T(d)]
+    on_path = seen.double()
+    value = on_path @ (at_depth * tokens.unsqueeze(2).double())                # [B, T(i), T(d)]
+    held = (on_path @ at_depth) > 0
+    return torch.where(held, value.round().long(), -1)
 
 
 @dataclass
@@ -83,31 +96,40 @@ class Tree:
                     self.depth.repeat(reps, 1), self.seen.repeat(reps, 1, 1))
 
 
-def check_tree(tokens, parents, start, batch: int, vocab_size: int) -> Tree:
-    """Validate `step_tree` arguments (a ValueError naming the argument): tokens [batch, T] in
-    [0, V), parents [batch, T] a tree (`check_parents`), start [batch] >= 0."""
-    if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int64, torch.int32) \
-            or tokens.ndim != 2 or tokens.shape[0] != batch or tokens.shape[1] == 0:
+def check_tree(tokens, parents, start, batch: int, vocab_size: int, device: torch.device | str | None = None,
+               fed: torch.Tensor | None = None, length: int | None = None) -> Tree:
+    """Validate `step_tree` arguments (a ValueError naming the argument; values checked on the
+    device): tokens [batch, T] in [0, V), parents [batch, T] a tree (`check_parents`), start
+    [batch] >= 0 (and <= `fed`, the positions each row holds, and every node's position
+    start + depth < `length`, when given). The tree is moved to `device` (default: the tokens')."""
+    try:
+        tokens = check_token_tensor(tokens, "tokens", batch)
+    except ValueError:
         raise ValueError(f"tokens: expected an integer tensor [B={batch}, T] with T >= 1, got "
-                         f"{getattr(tokens, 'shape', type(tokens).__name__)}")
-    if int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size:
-        raise ValueError(f"tokens: values must lie in [0, {vocab_size})")
+                         f"{getattr(tokens, 'shape', type(tokens).__name__)}") from None
+    tokens = tokens.to(device) if device is not None else tokens
     if not isinstance(parents, torch.Tensor) or parents.dtype not in (torch.int64, torch.int32) \
             or tuple(parents.shape) != tuple(tokens.shape):
         raise ValueError(f"parents: expected an integer tensor of the tokens' shape {tuple(tokens.shape)}, got "
                          f"{getattr(parents, 'shape', type(parents).__name__)}")
-    start = torch.as_tensor(start).reshape(-1).long()
-    if start.shape[0] != batch:
-        raise ValueError(f"start: expected {batch} entries, got {start.shape[0]}")
-    if int(start.min()) < 0:
-        raise ValueError("start: positions must be >= 0")
+    start = check_start(start, batch, tokens.device)
+    device_check((tokens >= 0) & (tokens < vocab_size), "tokens: values must lie in [0, {V})", V=vocab_size)
     parents = parents.long().to(tokens.device)
     check_parents(parents)
     seen = ancestors(parents)
-    return Tree(tokens.long(), parents, start.to(tokens.device), seen.sum(2) - 1, seen)
+    depth = seen.sum(2) - 1
+    ok = start >= 0
+    if fed is not None:
+        ok = ok & (start <= fed)
+    if length is not None:
+        ok = ok & (start + depth.amax(1) < length)
+    device_check(ok, "start: positions must be >= 0" + ("" if fed is None else ", at most the positions fed so far")
+                 + ("" if length is None else ", with every node's position start + depth < {length}"),
+                 **({} if length is None else {"length": length}))
+    return Tree(tokens, parents, start, depth, seen)
 
 
-def check_path(tree: Tree, nodes) -> tuple[torch.LongTensor, torch.BoolTensor]:
+def check_path(tree: Tree | None, nodes) -> tuple[torch.LongTensor, torch.BoolTensor]:
     """Validate `keep_path(nodes)` against the tree it follows: nodes [B, P], each row a
     root-to-node path of that tree (node 0 first, each next node a child of the one before)
     padded with -1. Returns (index [B, P] with the padding as 0, kept [B, P] bool)."""
@@ -120,14 +142,12 @@ def check_path(tree: Tree, nodes) -> tuple[torch.LongTensor, torch.BoolTensor]:
                          f"{getattr(nodes, 'shape', type(nodes).__name__)}")
     nodes = nodes.long().to(tree.parents.device)
     kept = nodes >= 0
-    if bool((nodes >= T).any()) or bool((nodes < -1).any()):
-        raise ValueError(f"nodes: node indices must lie in [0, {T}) or be -1 (padding)")
-    if bool((nodes[:, 0] != 0).any()) or bool((kept[:, 1:] & ~kept[:, :-1]).any()):
-        raise ValueError("nodes: each row must start at the root (0), padded with -1 at the end only")
-    index = nodes.clamp(min=0)
+    device_check((nodes < T) & (nodes >= -1), "nodes: node indices must lie in [0, {T}) or be -1 (padding)", T=T)
+    device_check((nodes[:, 0] == 0) & ~(kept[:, 1:] & ~kept[:, :-1]).any(1),
+                 "nodes: each row must start at the root (0), padded with -1 at the end only")
+    index = nodes.clamp(0, T - 1)
     parent = tree.parents.gather(1, index[:, 1:])
-    if bool((kept[:, 1:] & (parent != index[:, :-1])).any()):
-        raise ValueError("nodes: each node of a path must be a child of the node before it")
+    device_check(~(kept[:, 1:] & (parent != index[:, :-1])), "nodes: each node of a path must be a child of the node before it")
     return index, kept
 
 
@@ -151,53 +171,37 @@ def gather_nodes(x: torch.Tensor, index: torch.LongTensor, dim: int) -> torch.Te
 class Forced:
     """A tree with a forced token (an end-of-row marker) fed after some of its nodes.
 
-    The T nodes are entries 0..T-1; the forced tokens are entries T..T+E-1, `owner` [R, E]
-    the node each follows (`forced` [R, E] False for padding: rows have different counts).
-    A forced token sits between its node and that node's children: the children and the
-    forced token itself see it, its own node and the node's siblings do not."""
+    Entries 0..T-1 are the T nodes; entry T + j is the forced token after node j, fed for
+    every node and used where `forced` [R, T] (a fixed number of entries, 2T, whatever the
+    tree's positions). A forced token sits between its node and that node's children: the
+    children and the forced token itself see it, its own node and the node's siblings do not."""
 
-    seen: torch.BoolTensor       # [R, T+E, T+E] what each entry attends to among the entries
+    seen: torch.BoolTensor       # [R, 2T, 2T] what each entry attends to among the entries
     out: torch.LongTensor        # [R, T] the entry whose output predicts the next node's token
-    owner: torch.LongTensor      # [R, E]
-    forced: torch.BoolTensor     # [R, E]
+    forced: torch.BoolTensor     # [R, T] node j is followed by its forced token (entry T + j)
 
 
 def force_after(seen: torch.BoolTensor, after: torch.BoolTensor) -> Forced:
     """The entries of a tree (`seen` [R, T, T], `ancestors`) with a forced token after each
     node where `after` [R, T] (see `Forced`)."""
     R, T = after.shape
-    rank = after.long().cumsum(1) - 1                                          # [R, T]
-    E = int(after.sum(1).max()) if T else 0
-    owner = torch.zeros(R, E, dtype=torch.long, device=after.device)
-    forced = torch.zeros(R, E, dtype=torch.bool, device=after.device)
-    b, j = after.nonzero(as_tuple=True)
-    owner[b, rank[b, j]], forced[b, rank[b, j]] = j, True
-    of_owner = seen.gather(2, owner[:, None, :].expand(R, T, E))               # [R, T, E]: node i sees owner
-    strict = of_owner & (owner[:, None, :] != torch.arange(T, device=after.device)[None, :, None])
-    owner_seen = seen.gather(1, owner[:, :, None].expand(R, E, T))             # [R, E, T]: owner sees node j
-    owner_owner = owner_seen.gather(2, owner[:, None, :].expand(R, E, E))      # [R, E, E]
-    top = torch.cat([seen, strict & forced[:, None, :]], 2)
-    bottom = torch.cat([owner_seen, owner_owner & forced[:, None, :]], 2)
-    out = torch.where(after, T + rank.clamp(min=0), torch.arange(T, device=after.device))
-    return Forced(torch.cat([top, bottom], 1), out, owner, forced)
+    node = torch.arange(T, device=after.device)
+    strict = seen & (node[:, None] != node[None, :])                            # [R, T, T]: a strict ancestor
+    top = torch.cat([seen, strict & after[:, None, :]], 2)                      # a node sees its path's forced tokens
+    bottom = torch.cat([seen, seen & after[:, None, :]], 2)                     # a forced token: its node's path, and
+    out = torch.where(after, T + node, node)                                    # the forced tokens on it, itself included
+    return Forced(torch.cat([top, bottom], 1), out, after)
 
 
 def path_entries(forced: Forced, index: torch.LongTensor, kept: torch.BoolTensor
                  ) -> tuple[torch.LongTensor, torch.BoolTensor]:
     """The entries of a kept path (`check_path`'s index, kept [R, P]) in sequence order: each
-    kept node, then its forced token if it has one. Returns (entries [R, Q], valid [R, Q])."""
-    R, P = index.shape
+    kept node, then its forced token's entry (used where it has one). Returns (entries
+    [R, 2P], valid [R, 2P]): entry 2i is path node i, entry 2i + 1 its forced token."""
     T = forced.out.shape[1]
-    has = (forced.out.gather(1, index) >= T) & kept                              # node followed by its forced token
-    count = kept.long() + has.long()
-    slot = count.cumsum(1) - count                                              # entry slot of each kept node
-    Q = max(int(count.sum(1).max()), 1)
-    entries = torch.zeros(R, Q, dtype=torch.long, device=index.device)
-    valid = torch.zeros(R, Q, dtype=torch.bool, device=index.device)
-    b, i = kept.nonzero(as_tuple=True)
-    entries[b, slot[b, i]], valid[b, slot[b, i]] = index[b, i], True
-    b, i = has.nonzero(as_tuple=True)
-    entries[b, slot[b, i] + 1], valid[b, slot[b, i] + 1] = forced.out.gather(1, index)[b, i], True
+    has = forced.forced.gather(1, index) & kept                                 # node followed by its forced token
+    entries = torch.stack([index, T + index], 2).flatten(1)
+    valid = torch.stack([kept, has], 2).flatten(1)
     return entries, valid
 
 
@@ -208,7 +212,9 @@ def node_histories(history: torch.LongTensor, tokens: torch.LongTensor, parents:
     For models that compute logits from the tokens around a position rather than a cache."""
     path = path_tokens(tokens, parents)                                        # [B, T, T] by depth
     B, T = tokens.shape
-    out = history.unsqueeze(1).expand(B, T, history.shape[1]).clone()         # [B, T, H]
-    b, i, d = (path >= 0).nonzero(as_tuple=True)
-    out[b, i, start[b] + d] = path[b, i, d]
-    return out
+    H = history.shape[1]
+    room = F.pad(history, (0, T), value=-1)                                    # positions past H: dropped below
+    out = room.unsqueeze(1).expand(B, T, H + T).clone()                        # [B, T, H + T]
+    at = (start.view(B, 1, 1) + torch.arange(T, device=tokens.device)).expand(B, T, T)
+    out.scatter_(2, at, torch.where(path >= 0, path, out.gather(2, at)))
+    return out[:, :, :H]

@@ -8,6 +8,7 @@ from typing import Sequence
 
 import torch
 
+from ..checks import check_step
 from ..rows import GuidedRows
 from ..tree import Tree, check_path, check_tree
 from . import tokenizer as dv
@@ -44,6 +45,7 @@ class CosmosSession(GuidedRows):
     row reads nothing that another session may change."""
 
     reps = 1                                                  # no guidance: one block of rows
+    compilable = True                                         # `step` is tensor code alone: it compiles with the pass
 
     def __init__(self, model: "CosmosVideoModel", prefix: torch.LongTensor,
                  context: torch.Tensor | None = None):
@@ -66,7 +68,7 @@ class CosmosSession(GuidedRows):
         pos = torch.arange(tokens.shape[1], device=model.device).expand(b, -1)
         with torch.no_grad():
             self.first_logits = net(tokens, pos, self.cache)[:, -1]
-        self.fed = torch.zeros(b, dtype=torch.long)           # generated positions fed per row
+        self.fed = torch.zeros(b, dtype=torch.long, device=model.device)   # generated positions fed per row
         self.tree: Tree | None = None                         # the last step_tree's, until keep_path
         self.batch = b
 
@@ -91,25 +93,16 @@ class CosmosSession(GuidedRows):
     def select_state(self, index: torch.Tensor) -> None:
         self.cache.keep(index.to(self.model.device))
         self.prefix_tokens = self.prefix_tokens[index.to(self.prefix_tokens.device)]
-        self.fed = self.fed[index]
+        self.fed = self.fed[index.to(self.fed.device)]
 
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
-        b = self.fed.shape[0]
-        if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.shape[0] != b or tokens.shape[1] < 1:
-            raise ValueError(f"tokens: expected a LongTensor [{b}, W] with W >= 1, got "
-                             f"{getattr(tokens, 'shape', type(tokens))}")
-        start = torch.as_tensor(start, dtype=torch.long).reshape(-1).cpu()
-        if start.shape[0] != b:
-            raise ValueError(f"start: expected {b} entries, got {start.shape[0]}")
-        if bool((start < 0).any()) or bool((start > self.fed).any()):
-            raise ValueError(f"start: each row's start must lie in [0, positions fed so far]; "
-                             f"got {start.tolist()} with {self.fed.tolist()} fed")
-        if bool((tokens < 0).any()) or bool((tokens >= self.model.vocab_size).any()):
-            raise ValueError(f"tokens: ids must lie in [0, {self.model.vocab_size})")
+        # no value is read on the host: the values' checks run on the device (`device_check`)
+        tokens, start = check_step(tokens, start, self.fed.shape[0], self.model.vocab_size, device=self.model.device,
+                                   fed=self.fed, length=math.prod(self.model.grid))
         w = tokens.shape[1]
-        pos = (self.base + start)[:, None] + torch.arange(w)[None]
+        pos = (self.base + start)[:, None] + torch.arange(w, device=tokens.device)
         with torch.no_grad():
-            logits = self.model.net(tokens.to(self.model.device), pos.to(self.model.device), self.cache)
+            logits = self.model.net(tokens, pos, self.cache)
         self.fed = start + w
         self.tree = None
         return logits
@@ -119,25 +112,20 @@ class CosmosSession(GuidedRows):
     # keys/values stay beside the cache until `keep_path`
     def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
                   start: torch.LongTensor) -> torch.Tensor:
-        tree = check_tree(tokens, parents, start, self.batch, self.model.vocab_size)
-        start = tree.start.cpu()
-        if bool((start > self.fed).any()):
-            raise ValueError(f"start: each row's start must lie in [0, positions fed so far]; "
-                             f"got {start.tolist()} with {self.fed.tolist()} fed")
-        dev = self.model.device
+        tree = check_tree(tokens, parents, start, self.batch, self.model.vocab_size, device=self.model.device,
+                          fed=self.fed, length=math.prod(self.model.grid))
         with torch.no_grad():
-            logits = self.model.net(tree.tokens.to(dev), (self.base + tree.positions).to(dev), self.cache,
-                                    tree=((self.base + tree.start).to(dev), tree.seen.to(dev)))
-        self.fed = start.clone()                             # the nodes are not kept until keep_path
+            logits = self.model.net(tree.tokens, self.base + tree.positions, self.cache,
+                                    tree=(self.base + tree.start, tree.seen))
+        self.fed = tree.start                                # the nodes are not kept until keep_path
         self.tree = tree
         return logits
 
     def keep_path(self, nodes: torch.LongTensor) -> None:
         index, kept = check_path(self.tree, nodes)
-        dev = self.model.device
         slots = self.base + self.tree.start[:, None] + torch.arange(index.shape[1], device=index.device)
-        self.cache.keep_nodes(index.to(dev), kept.to(dev), slots.to(dev))
-        self.fed = self.fed + kept.sum(1).cpu()
+        self.cache.keep_nodes(index, kept, slots)
+        self.fed = self.fed + kept.sum(1)
         self.tree = None
 
 

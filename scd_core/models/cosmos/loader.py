@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from ..checkpoints import pretrained_converted
+from ..checkpoints import as_dtype, pick_device_dtype, pretrained_converted
 from ..hub import ProgressFn, fetch
 from . import tokenizer as dv
 from .adapter import CosmosVideoModel
@@ -24,13 +24,6 @@ def levels_for(vocab_size: int) -> tuple[int, ...]:
         if math.prod(levels) == vocab_size:
             return levels
     raise ValueError(f"config: no FSQ levels known for a vocabulary of {vocab_size}")
-
-
-def _default_device_dtype(device, dtype) -> tuple[torch.device, torch.dtype]:
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if dtype is None:
-        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    return device, dtype
 
 
 def load_t5(path: str | None, device: torch.device, dtype: torch.dtype = torch.float32, *,
@@ -54,10 +47,10 @@ def load_t5(path: str | None, device: torch.device, dtype: torch.dtype = torch.f
 
 
 def load_cosmos(name_or_path: str, device: str | torch.device | None = None,
-                dtype: torch.dtype | None = None, tokenizer_path: str | None = None,
+                dtype: str | torch.dtype | None = None, tokenizer_path: str | None = None,
                 t5_path: str | None = None, load_text_encoder: bool = True,
                 config: CosmosConfig | None = None, t5_device: str | torch.device | None = None,
-                t5_dtype: torch.dtype = torch.float32, num_input_frames: int = NUM_INPUT_FRAMES, *,
+                t5_dtype: str | torch.dtype = torch.float32, num_input_frames: int = NUM_INPUT_FRAMES, *,
                 local_files_only: bool = False, progress: ProgressFn | None = None,
                 trust_pickle=None) -> CosmosVideoModel:
     """Load a Cosmos-1 AR model: a registry name, a folder holding model.pt, or the file.
@@ -73,6 +66,8 @@ def load_cosmos(name_or_path: str, device: str | torch.device | None = None,
     """
     if not isinstance(name_or_path, str) or not name_or_path:
         raise ValueError(f"name_or_path: expected a model name or path, got {name_or_path!r}")
+    device, dtype = pick_device_dtype(device, dtype)         # None / "auto": CUDA + bfloat16 where a GPU is
+    t5_dtype = as_dtype(t5_dtype)
     hub = {"local_files_only": local_files_only, "progress": progress}
     ckpt = find_checkpoint(name_or_path)
     if ckpt is None and name_or_path in HUB_FILES:
@@ -86,7 +81,6 @@ def load_cosmos(name_or_path: str, device: str | torch.device | None = None,
     if tok_dir is None:
         raise FileNotFoundError(f"tokenizer_path: Cosmos DV tokenizer (encoder.jit, decoder.jit) not found "
                                 f"in {tokenizer_path!r}")
-    device, dtype = _default_device_dtype(device, dtype)
     net = load_network(ckpt, config, device=device, dtype=dtype, trust_pickle=trust_pickle)
     tokenizer = dv.DVTokenizer.load(tok_dir, device=device, dtype=dtype, levels=levels_for(net.cfg.vocab_size))
     text = None

@@ -29,18 +29,19 @@ def latent_coords(seq_pos: torch.Tensor, cfg: CosmosConfig) -> tuple[torch.Tenso
     return i // (h_n * w_n), (i // w_n) % h_n, i % w_n, valid
 
 
-def rope_inv_freqs(cfg: CosmosConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """(temporal, spatial) inverse frequencies of the published 3-D RoPE."""
+def rope_inv_freqs(cfg: CosmosConfig, device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(temporal, spatial) inverse frequencies of the published 3-D RoPE, computed on `device`
+    (nothing is copied there)."""
     dim_h = cfg.hd // 6 * 2
     dim_t = cfg.hd - 2 * dim_h
-    spatial = torch.arange(0, dim_h, 2)[: dim_h // 2].float() / dim_h     # float32, as published
-    temporal = torch.arange(0, dim_t, 2)[: dim_t // 2].float() / dim_t
+    spatial = torch.arange(0, dim_h, 2, device=device)[: dim_h // 2].float() / dim_h     # float32, as published
+    temporal = torch.arange(0, dim_t, 2, device=device)[: dim_t // 2].float() / dim_t
     return 1.0 / cfg.rope_theta ** temporal, 1.0 / cfg.rope_theta ** spatial
 
 
 def rope_angles(seq_pos: torch.Tensor, cfg: CosmosConfig) -> torch.Tensor:
     """Angles [..., head_dim] of sequence positions: cat([t f_t, h f_s, w f_s] * 2)."""
-    f_t, f_s = (f.to(seq_pos.device) for f in rope_inv_freqs(cfg))
+    f_t, f_s = rope_inv_freqs(cfg, seq_pos.device)
     t, h, w, valid = latent_coords(seq_pos, cfg)
     half = torch.cat([t[..., None] * f_t, h[..., None] * f_s, w[..., None] * f_s], dim=-1)
     half = half * valid[..., None]
@@ -49,8 +50,8 @@ def rope_angles(seq_pos: torch.Tensor, cfg: CosmosConfig) -> torch.Tensor:
 
 def sincos_1d(dim: int, pos: torch.Tensor) -> torch.Tensor:
     """The published get_1d_sincos_pos_embed_from_grid: cat(sin(p w), cos(p w)), float64."""
-    omega = 1.0 / 10000 ** (torch.arange(dim // 2, dtype=torch.float64) / (dim / 2.0))
-    out = pos.double()[..., None] * omega.to(pos.device)
+    omega = 1.0 / 10000 ** (torch.arange(dim // 2, dtype=torch.float64, device=pos.device) / (dim / 2.0))
+    out = pos.double()[..., None] * omega
     return torch.cat([out.sin(), out.cos()], dim=-1)
 
 
@@ -200,14 +201,13 @@ class KVCache:
             self.k, self.v = [pad(t) for t in self.k], [pad(t) for t in self.v]
 
     def keep_nodes(self, index: torch.Tensor, kept: torch.Tensor, slots: torch.Tensor) -> None:
-        """Write the last tree's nodes `index` [B, P] at positions `slots` [B, P] where `kept`;
-        forget the other nodes."""
-        if bool(kept.any()):
-            self.grow(int(slots[kept].max()) + 1)
-        b, i = kept.nonzero(as_tuple=True)
+        """Write the last tree's nodes `index` [B, P] at positions `slots` [B, P] where `kept`,
+        the others at the last slot (scratch: no query sees it); forget the other nodes."""
+        slots = torch.where(kept, slots, self.capacity - 1)
         for layer, (k, v) in enumerate(self.nodes):
-            self.k[layer][b, :, slots[b, i]] = gather_nodes(k, index, 2)[b, :, i]
-            self.v[layer][b, :, slots[b, i]] = gather_nodes(v, index, 2)[b, :, i]
+            at = slots[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
+            self.k[layer].scatter_(2, at, gather_nodes(k, index, 2))
+            self.v[layer].scatter_(2, at, gather_nodes(v, index, 2))
         self.nodes = []
 
     def keep(self, rows: torch.Tensor) -> None:
@@ -262,18 +262,15 @@ class CosmosTransformer(nn.Module):
         values stay in `cache.nodes` until `cache.keep_nodes`.
         """
         cfg = self.cfg
-        if int(seq_pos.max()) >= cache.capacity:
-            cache.grow(int(seq_pos.max()) + 1)
         h = self.tok_embeddings(tokens)
         angles = rope_angles(seq_pos, cfg)
         cos, sin = angles.cos(), angles.sin()
+        keys = torch.arange(cache.capacity, device=tokens.device)          # every slot: a fixed shape
         if tree is None:
-            span = int(seq_pos.max()) + 1
-            keys = torch.arange(span, device=tokens.device)
-            mask = (keys[None, None, None, :] <= seq_pos[:, None, :, None])    # [B, 1, L, span]
+            mask = (keys[None, None, None, :] <= seq_pos[:, None, :, None])    # [B, 1, L, capacity]
         else:
             first, seen = tree
-            mask = tree_mask(torch.arange(int(first.max()), device=tokens.device) < first[:, None], seen)
+            mask = tree_mask(keys < first[:, None], seen)
             cache.nodes = []
         ape = abs_pos_embedding(seq_pos, cfg).to(h.dtype) if cfg.abs_pos_emb else None
         for i, layer in enumerate(self.layers):

@@ -118,6 +118,8 @@ class LlamaGenSession(GuidedRows):
     """Cond rows 0..B-1, uncond rows B..2B-1 (when cfg_scale != 1), one static cache; rows join
     with `add_rows` and leave with `keep_rows` (a `ResizableSession`)."""
 
+    compilable = True                                   # `step` is tensor code alone: it compiles with the pass
+
     def __init__(self, tm: LlamaGenTokenModel, prompts: list[str], cfg_scale: float) -> None:
         self.tm = tm
         self.batch = len(prompts)
@@ -160,24 +162,24 @@ class LlamaGenSession(GuidedRows):
     def _mask(self, q_pos: torch.Tensor) -> torch.Tensor:
         """[R, 1, T, S]: causal by position; condition slots per the text mask; self always.
 
-        S = furthest query position + 1: later slots are invisible to every query anyway.
-        """
-        view = int(q_pos.max()) + 1
-        k = torch.arange(view, device=q_pos.device)
+        S = every slot of the cache (a fixed shape): later slots and the scratch slot are
+        invisible to every query by position."""
+        k = torch.arange(self.slots, device=q_pos.device)
         causal = k <= q_pos[:, :, None]
-        cond_ok = torch.ones(self.R, view, dtype=torch.bool, device=q_pos.device)
-        cond_ok[:, : self.cls] = self.cond_mask
+        cond_ok = torch.cat([self.cond_mask, self.cond_mask.new_ones(self.R, self.slots - self.cls)], 1)
         own = k == q_pos[:, :, None]
         return ((causal & cond_ok[:, None, :]) | own)[:, None]
 
+    @property
+    def slots(self) -> int:
+        """Slots of the cache: the condition, the grid, then one scratch slot."""
+        return self.cache[0].k.shape[2]
+
     @torch.no_grad()
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
-        tokens, start = check_step(tokens, start, self.batch, self.tm.vocab_size)
         n = self.tm.cfg.block_size
-        if int((start + tokens.shape[1]).max()) > n:
-            raise ValueError(f"start: start + W must be <= {n}, got starts {start.tolist()}")
         dev = self.tm.device
-        tokens, start = tokens.to(dev), start.to(dev)
+        tokens, start = check_step(tokens, start, self.batch, self.tm.vocab_size, device=dev, length=n)
         reps = self.reps
         pos = (self.cls + start[:, None] + torch.arange(tokens.shape[1], device=dev)).repeat(reps, 1)
         h = self.tm.gpt.tok_embeddings(tokens.repeat(reps, 1))
@@ -190,28 +192,23 @@ class LlamaGenSession(GuidedRows):
     @torch.no_grad()
     def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
                   start: torch.LongTensor) -> torch.Tensor:
-        tree = check_tree(tokens, parents, start, self.batch, self.tm.vocab_size)
         n = self.tm.cfg.block_size
-        if int(tree.positions.max()) >= n:
-            raise ValueError(f"start: every node's position start + depth must be < {n}, got starts "
-                             f"{tree.start.tolist()}")
         dev = self.tm.device
+        tree = check_tree(tokens, parents, start, self.batch, self.tm.vocab_size, device=dev, length=n)
         rows = tree.repeat(self.reps)                       # unconditional rows: the same tree
-        first = self.cls + rows.start.to(dev)               # slot of each row's generated start
-        view = int(first.max())
-        prefix = torch.arange(view, device=dev) < first[:, None]
-        prefix[:, : self.cls] &= self.cond_mask            # condition slots per the text mask
-        h = self.tm.gpt.tok_embeddings(rows.tokens.to(dev))
-        logits = self.tm.gpt.forward_embeddings(h, self.cls + rows.positions.to(dev),
-                                                tree_mask(prefix, rows.seen.to(dev)), self.cache, tree=True)
+        first = self.cls + rows.start                       # slot of each row's generated start
+        prefix = torch.arange(self.slots, device=dev) < first[:, None]
+        prefix = prefix & torch.cat([self.cond_mask, prefix.new_ones(self.R, self.slots - self.cls)], 1)
+        h = self.tm.gpt.tok_embeddings(rows.tokens)
+        logits = self.tm.gpt.forward_embeddings(h, self.cls + rows.positions, tree_mask(prefix, rows.seen),
+                                                self.cache, tree=True)
         self.tree = tree
         return self._mix(logits)
 
     def keep_path(self, nodes: torch.LongTensor) -> None:
         index, kept = check_path(self.tree, nodes)
         dev = self.tm.device
-        slots = self.cls + self.tree.start.to(dev)[:, None] + torch.arange(index.shape[1], device=dev)
+        slots = self.cls + self.tree.start[:, None] + torch.arange(index.shape[1], device=dev)
         for layer in self.cache:
-            layer.keep_nodes(index.repeat(self.reps, 1).to(dev), kept.repeat(self.reps, 1).to(dev),
-                             slots.repeat(self.reps, 1))
+            layer.keep_nodes(index.repeat(self.reps, 1), kept.repeat(self.reps, 1), slots.repeat(self.reps, 1))
         self.tree = None

@@ -117,18 +117,19 @@ class CaptionEmbedder(nn.Module):
 
 
 class StaticKV:
-    """Per-layer static key/value tensors [R, kv_heads, S, head_dim], written by slot."""
+    """Per-layer static key/value tensors [R, kv_heads, S, head_dim], written by slot; the last
+    slot is scratch (where `keep_nodes` writes the path entries not kept: no query sees it)."""
 
     def __init__(self, rows: int, cfg: GPTConfig, length: int, device, dtype) -> None:
-        shape = (rows, cfg.kv_heads, length, cfg.head_dim)
+        shape = (rows, cfg.kv_heads, length + 1, cfg.head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
 
     def write(self, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor, view: int):
         """Write at `slots` [R, T]; return the keys/values of slots [0, view)."""
-        rows = torch.arange(k.shape[0], device=k.device)[:, None]
-        self.k[rows, :, slots] = k.transpose(1, 2)
-        self.v[rows, :, slots] = v.transpose(1, 2)
+        at = slots[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
+        self.k.scatter_(2, at, k)
+        self.v.scatter_(2, at, v)
         return self.k[:, :, :view], self.v[:, :, :view]
 
     def beside(self, k: torch.Tensor, v: torch.Tensor, view: int):
@@ -138,11 +139,13 @@ class StaticKV:
         return torch.cat([self.k[:, :, :view], k], 2), torch.cat([self.v[:, :, :view], v], 2)
 
     def keep_nodes(self, index: torch.Tensor, kept: torch.Tensor, slots: torch.Tensor) -> None:
-        """Write the aside nodes `index` [R, P] at `slots` [R, P] where `kept`; forget the rest."""
+        """Write the aside nodes `index` [R, P] at `slots` [R, P] where `kept`, the others at
+        the scratch slot (fixed shapes: no value decides what is written)."""
         k, v = self.nodes
-        b, i = kept.nonzero(as_tuple=True)
-        self.k[b, :, slots[b, i]] = gather_nodes(k, index, 2)[b, :, i]
-        self.v[b, :, slots[b, i]] = gather_nodes(v, index, 2)[b, :, i]
+        slots = torch.where(kept, slots, self.k.shape[2] - 1)
+        at = slots[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
+        self.k.scatter_(2, at, gather_nodes(k, index, 2))
+        self.v.scatter_(2, at, gather_nodes(v, index, 2))
         self.nodes = None
 
     def keep(self, rows: torch.Tensor) -> None:

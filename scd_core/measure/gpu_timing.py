@@ -1,8 +1,9 @@
 """GPU timing of the full-size models: what one window forward costs against one
-single-token forward, and what share of a pass the engine itself takes.
+single-token forward, what share of a pass the engine itself takes, and what one image costs
+from prompt to tokens with each method, eager and compiled.
 
-    python scripts/gpu_timing.py --out bench_out/gpu_timing.json     # one H100/H200: ~3-4 min
-    python scripts/gpu_timing.py --tiny                               # CPU plumbing check, ~15 s
+    scd-gpu-timing --out bench_out/gpu_timing.json      # one H100/H200 (python -m scd_core.measure.gpu_timing)
+    scd-gpu-timing --tiny                               # the same code on tiny configs, on the CPU
 
 It needs transformers 5.24 (the Lumina adapter's slot cache).
 
@@ -24,6 +25,16 @@ run.nfe` (everything outside `Session.step`: sampling, verification, coupling, t
 at L = 1 and for each method at L > 1. The grid of the engine runs is cut to at most
 `--engine-tokens` positions (full rows / frames kept) so a run takes seconds; the per-iteration
 cost depends on V, L and the batch, not on the grid length.
+
+Per image (`--images`, the models with a text prompt: Janus-Pro-7B and Lumina-mGPT-7B-768; Cosmos
+continues a clip, which needs its tokenizer): one prompt decoded by `scd_core.generate` with AR,
+SJD and both SCD couplings at the model's own window, eager and, for `--compile-methods`,
+compiled (`Settings.compile`: on a GPU the pass is captured as a CUDA graph; the first run,
+which compiles, is timed apart as the compile time), and for Janus-Pro transformers' own
+`generate` (its image mode, static cache, CFG) as the reference. Each is timed from the call to
+the tokens on the host, synchronised. With random weights the speculative methods' NFE is not
+a real model's (near-uniform logits accept far more drafts): read the milliseconds per pass,
+and scale them by a real model's NFE.
 
 Output: a markdown table (model, L, forward ms, forward(L)/forward(1), engine ms per iteration
 per method, engine share = engine ms / forward ms, as the paper's 1.66 ms of 36.41 ms on
@@ -50,13 +61,9 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import scd_core  # noqa: E402
-from scd_core.models.toy import RandomLogitsModel  # noqa: E402
-from scd_core.protocols import optional  # noqa: E402
+import scd_core
+from scd_core.models.toy import RandomLogitsModel
+from scd_core.protocols import optional
 
 MODELS = ("janus-pro-7b", "lumina-mgpt-7b-768", "cosmos-1-ar-4b")
 DEFAULT_WINDOWS = {"janus-pro-7b": (1, 16, 32, 64), "lumina-mgpt-7b-768": (1, 16, 32, 64),
@@ -226,6 +233,7 @@ class Bench:
     init: str                              # the engine's draft init
     params: int
     build_s: float = 0.0
+    hf_generate: Callable[[], torch.Tensor] | None = None   # transformers' own generate of one image
 
 
 def prompt_ids(n: int, low: int, high: int, seed: int = 0) -> list[int]:
@@ -242,8 +250,19 @@ def janus_bench(tiny: bool, device: torch.device, prompt_tokens: int) -> Bench:
     tm = JanusTokenModel(net, encode=lambda _prompt: [ids["bos"], *body, ids["boi"]], bos_token_id=ids["bos"],
                          boi_token_id=ids["boi"], pad_token_id=ids["pad"], name="janus-pro-7b")
     cfg = tm.default_settings["cfg_scale"]
+
+    def hf_generate() -> torch.Tensor:
+        """One image by transformers' JanusForConditionalGeneration.generate (image mode)."""
+        from transformers import GenerationConfig
+        config = GenerationConfig(do_sample=True, guidance_scale=cfg, bos_token_id=ids["bos"], pad_token_id=ids["pad"],
+                                  top_k=tm.default_settings.get("top_k") or None, max_new_tokens=1)
+        config.generation_kwargs = {"boi_token_id": ids["boi"]}
+        prompt = torch.tensor([[ids["bos"], *body, ids["boi"]]], device=device)
+        return net.generate(prompt, attention_mask=torch.ones_like(prompt), generation_mode="image",
+                            generation_config=config)
+
     return Bench("janus-pro-7b", tm, lambda: tm.start(["a timing prompt"], cfg), 2, len(body) + 2,
-                 engine_settings(tm), "random", count_params(net))
+                 engine_settings(tm), "random", count_params(net), hf_generate=hf_generate)
 
 
 def lumina_bench(tiny: bool, device: torch.device, prompt_tokens: int) -> Bench:
@@ -383,6 +402,88 @@ def time_engines(bench: Bench, windows: Sequence[int], methods: Sequence[str], m
     return out, grid
 
 
+IMAGE_METHODS = ("ar", "sjd", "scd-mc", "scd-gumbel")
+IMAGE_MODELS = ("janus-pro-7b", "lumina-mgpt-7b-768")        # a text prompt each (Cosmos continues a clip)
+
+
+@dataclass
+class Image:
+    """One image decoded from a prompt, timed from the call to the tokens on the host."""
+    model: str
+    how: str                               # "ar", "sjd", "scd-mc", "scd-gumbel" or "transformers"
+    compiled: bool
+    window: int
+    nfe: int
+    seconds: float
+    engine_share: float | None = None      # the engine's share of the run's wall time
+    compile_s: float | None = None         # the first, compiling run's extra seconds
+
+    @property
+    def ms_per_pass(self) -> float:
+        return 1e3 * self.seconds / self.nfe
+
+
+def time_image(bench: Bench, method: str, compiled: bool, device: torch.device) -> Image:
+    """One image of `bench`'s prompt by `scd_core.generate` at the model's own settings."""
+    from scd_core.settings import Settings
+
+    settings = Settings.for_model(bench.model, method=method, compile=compiled)
+    decode = lambda: scd_core.generate(bench.model, ["a timing prompt"], seed=0, settings=settings)  # noqa: E731
+    compile_s = None
+    if compiled:                            # the compile, apart: a server pays it once per setting
+        sync(device)
+        t0 = time.perf_counter()
+        decode()
+        sync(device)
+        compile_s = time.perf_counter() - t0
+    sync(device)
+    t0 = time.perf_counter()
+    run = decode()
+    sync(device)
+    seconds = time.perf_counter() - t0
+    if compile_s is not None:
+        compile_s -= seconds
+    return Image(bench.name, method, compiled, 1 if method == "ar" else settings.window, run.nfe, seconds,
+                 run.engine_time / run.wall_time, compile_s)
+
+
+def time_hf_image(bench: Bench, device: torch.device) -> Image:
+    """One image by transformers' own `generate` (one pass per token, as our AR), after a warm-up."""
+    n = math.prod(bench.model.grid)
+    with torch.no_grad():
+        bench.hf_generate()                 # warm-up: kernels, the static cache's first allocation
+        sync(device)
+        t0 = time.perf_counter()
+        tokens = bench.hf_generate()
+        sync(device)
+    assert tokens.shape[-1] == n, f"transformers generated {tokens.shape[-1]} tokens, the grid has {n}"
+    return Image(bench.name, "transformers", False, 1, n, time.perf_counter() - t0)     # its first pass is the prefill
+
+
+def time_images(bench: Bench, methods: Sequence[str], compile_methods: Sequence[str],
+                device: torch.device) -> list[Image]:
+    """Transformers' generate (where the model has one here), then each method eager and, for
+    `compile_methods`, compiled."""
+    images = [time_hf_image(bench, device)] if bench.hf_generate is not None else []
+    for method in methods:
+        images.append(time_image(bench, method, False, device))
+        if method in compile_methods:
+            images.append(time_image(bench, method, True, device))
+    return images
+
+
+def images_markdown(images: list[Image]) -> str:
+    lines = ["| model | how | L | NFE | s per image | ms per pass | engine share | compile s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for im in images:
+        how = f"{im.how} compiled" if im.compiled else im.how
+        share = "-" if im.engine_share is None else f"{100 * im.engine_share:.1f}%"
+        comp = "-" if im.compile_s is None else f"{im.compile_s:.1f}"
+        lines.append(f"| {im.model} | {how} | {im.window} | {im.nfe} | {im.seconds:.2f} | {im.ms_per_pass:.2f} | "
+                     f"{share} | {comp} |")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------------------------ report
 
 @dataclass
@@ -465,7 +566,7 @@ def write_json(path: Path, report: dict) -> None:
 # ------------------------------------------------------------------------------------ main
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python scripts/gpu_timing.py", description=__doc__,
+    ap = argparse.ArgumentParser(prog="scd-gpu-timing", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     ap.add_argument("--windows", default=None,
@@ -477,6 +578,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help="fraction of the grid fed before timing (0.5: the mean context of a run)")
     ap.add_argument("--prompt-tokens", type=int, default=64, help="prompt length of Janus / Lumina")
     ap.add_argument("--engine-tokens", type=int, default=576, help="grid positions of the engine runs")
+    ap.add_argument("--images", default=",".join(IMAGE_METHODS),
+                    help="methods timed per image from the prompt (Janus-Pro, Lumina-mGPT); empty: none")
+    ap.add_argument("--compile-methods", default=None,
+                    help="of those, the methods also timed compiled (default: all on CUDA, none elsewhere)")
     ap.add_argument("--tiny", action="store_true", help="tiny configs of the same classes (CPU plumbing check)")
     ap.add_argument("--device", default=None, help="cuda (default) or, with --tiny, cpu")
     ap.add_argument("--dtype", default=None, help="bfloat16 (default on CUDA) / float32 (default on CPU) / float16")
@@ -548,11 +653,16 @@ def run_model(name: str, args: argparse.Namespace, methods: list[str], device: t
     log(f"{name}: forwards timed " + ", ".join(f"L={L} {statistics.median(t):.2f}ms" for L, t in times.items()), t0)
     engine, grid = time_engines(bench, windows, methods, args.engine_tokens, device)
     log(f"{name}: engine timed on grid {grid}", t0)
+    images = time_images(bench, args.image_methods, args.compiled_methods, device) \
+        if name in IMAGE_MODELS and args.image_methods else []
+    for im in images:
+        log(f"{name}: one image by {im.how}{' compiled' if im.compiled else ''}: {im.seconds:.2f}s, NFE {im.nfe}", t0)
     info = {"params": bench.params, "published_params": PUBLISHED_PARAMS[name], "vocab_size": int(bench.model.vocab_size),
             "grid": list(bench.model.grid), "forward_rows": bench.rows, "prompt_tokens": bench.prompt_tokens,
             "context_tokens": n_fill, "prefill_s": prefill_s, "build_s": bench.build_s, "windows": windows,
             "engine_grid": list(grid), "engine_settings": bench.settings, "engine_init": bench.init,
             "peak_gpu_gb": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None}
+    info["images"] = [dict(vars(im), ms_per_pass=im.ms_per_pass) for im in images]
     del bench
     return info, make_rows(name, times, engine)
 
@@ -562,6 +672,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         models = parse_list(args.models, "--models", MODELS)
         methods = parse_list(args.methods, "--methods", METHODS)
+        args.image_methods = parse_list(args.images, "--images", IMAGE_METHODS) if args.images.strip() else []
+        device_kind = args.device or ("cuda" if torch.cuda.is_available() or not args.tiny else "cpu")
+        default_compiled = ",".join(args.image_methods) if device_kind.startswith("cuda") else ""
+        compiled_text = default_compiled if args.compile_methods is None else args.compile_methods
+        args.compiled_methods = parse_list(compiled_text, "--compile-methods", args.image_methods) \
+            if compiled_text.strip() else []
         for name in models:
             windows_for(name, args.windows)
         if args.repeats < 1 or args.warmup < 0 or not 0 <= args.context < 1:
@@ -593,6 +709,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         report["total_s"] = time.perf_counter() - t0
         write_json(out, report)
     print(markdown(rows, methods))
+    images = [Image(**{k: v for k, v in im.items() if k != "ms_per_pass"})
+              for info in report["models"].values() for im in info.get("images", [])]
+    if images:
+        print("\n" + images_markdown(images))
     for name, info in report["models"].items():
         if "error" in info:
             print(f"\n{name}: FAILED: {info['error']}")

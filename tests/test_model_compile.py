@@ -1,0 +1,87 @@
+"""Every shipped model's and adapter's session compiles with the pass: `compile=True` builds one
+graph a pass (`torch.compile(fullgraph=True)` of the pass with the model's step inside it: a
+graph break would be an error) and gives the eager run's tokens and passes, for AR and every
+speculative method, on the embedded models as shipped and the adapters' tiny configs.
+
+Compiling costs about a minute per case on a small CPU (tens of seconds when inductor's disk
+cache is warm), so the default run compiles each adapter once (SCD-MC, the method whose
+pass draws the most); the other cases are marked `slow`. `tests/test_compiled.py` covers
+texture and tiny in the default run.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+
+import scd_core
+import models_util
+
+pytestmark = pytest.mark.compile
+
+MODELS = ["texture", "tiny", "tiny-64", "tiny-video", "janus-pro", "emu3", "lumina-mgpt", "llamagen", "cosmos"]
+METHODS = ["ar", "sjd", "scd-mc", "scd-gumbel"]
+DEFAULT = {(name, "scd-mc") for name in ("janus-pro", "emu3", "lumina-mgpt", "llamagen", "cosmos")}
+CASES = [pytest.param(name, method, marks=() if (name, method) in DEFAULT else pytest.mark.slow,
+                      id=f"{name}-{method}") for name in MODELS for method in METHODS]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    cache = {}
+
+    def get(name: str):
+        if name not in cache:
+            small = dict(grid=(8, 8)) if name == "texture" else {}
+            model, prompts, cfg = models_util.build(name, torch.float32, tmp_path_factory, **small)
+            cache[name] = model, (prompts[:1] if name == "tiny-video" else prompts), cfg
+        return cache[name]
+    return get
+
+
+@pytest.mark.parametrize("name,method", CASES)
+def test_the_compiled_pass_is_one_graph_with_the_eager_tokens(built, name, method):
+    model, prompts, cfg = built(name)
+    kw = dict(method=method, window=1 if method == "ar" else 6, seed=3, cfg_scale=cfg, top_k=40)
+    if name == "cosmos":
+        kw["init"] = "random"
+    assert getattr(model.start(prompts[:1], cfg), "compilable", False), f"{name}: its session is not compilable"
+    eager = scd_core.generate(model, prompts, **kw)
+    stats = torch._dynamo.utils.counters["stats"]
+    graphs = stats["unique_graphs"]
+    compiled = scd_core.generate(model, prompts, compile=True, **kw)
+    built_now = stats["unique_graphs"] - graphs
+    # one graph: the pass and the step fused (the pass compiled around an eager step is two)
+    assert built_now == 1, f"{name}, {method}: {built_now} graphs built for one run's passes"
+    assert torch.equal(compiled.tokens.cpu(), eager.tokens.cpu()) and compiled.nfe == eager.nfe
+    assert [int(it.num_accepted.sum()) for it in compiled.iterations] == \
+        [int(it.num_accepted.sum()) for it in eager.iterations]
+    again = scd_core.generate(model, prompts, compile=True, **kw)      # the graph is reused, not rebuilt
+    assert stats["unique_graphs"] - graphs == 1 and torch.equal(again.tokens, compiled.tokens)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODELS)
+def test_a_tree_step_and_its_kept_path_trace_as_one_graph(built, name):
+    """`step_tree` then `keep_path` compile whole (`fullgraph=True`: a graph break is an
+    error) and give the eager logits, and the session afterwards steps as the eager one."""
+    model, prompts, cfg = built(name)
+    B = len(prompts)
+    parents = torch.tensor([[-1, 0, 0, 1, 1, 2, 2]] * B)
+    tokens = torch.randint(0, model.vocab_size, (B, 7), generator=torch.Generator().manual_seed(0))
+    nodes = torch.tensor([[0, 1, 4]] * B)
+
+    def tree_pass(session, tokens, parents, start, nodes):
+        logits = session.step_tree(tokens, parents, start)
+        session.keep_path(nodes)
+        return logits
+
+    outs = []
+    for fn in (tree_pass, torch.compile(tree_pass, fullgraph=True)):
+        with torch.no_grad():
+            session = model.start(prompts, cfg)
+            session.step(tokens[:, :3], torch.zeros(B, dtype=torch.long))
+            logits = fn(session, tokens, parents, torch.full((B,), 2), nodes)
+            outs.append((logits, session.step(tokens[:, :2], torch.full((B,), 5))))
+    for got, want in zip(outs[1], outs[0]):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
