@@ -152,7 +152,7 @@ def test_models_follow_the_contract_in_bfloat16(models, name):
 
 
 @pytest.mark.parametrize("dtype", [None, "auto"])
-@pytest.mark.parametrize("name", ["texture", "toy", "toy-grid", "tiny"])
+@pytest.mark.parametrize("name", ["texture", "toy", "toy-grid", "tiny", "tiny-64"])
 def test_embedded_models_take_the_dtype_words_every_loader_takes(name, dtype):
     """None and "auto" pick the model's own dtype, as they do for the downloaded models (float32
     on the CPU)."""
