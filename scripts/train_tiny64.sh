@@ -11,8 +11,14 @@
 # interruption and it continues), and stops itself with a checkpoint after --max-minutes (run
 # it again to go on). FRESH=1 deletes this recipe's checkpoints first.
 #
-# Time on a 2-core CPU, one thread: data 15-50 s, tokenizer ~10 min, tokens ~2 min, prior
-# ~2-3 h (PRIOR_STEPS), measurements ~20 min. THREADS=2 is faster where the cores are free.
+# Time on a 2-core CPU shared with other work, one thread: data 15-50 s, tokenizer ~10-15 min,
+# tokens ~2 min, prior ~2.5-3 h (1,200 steps of 5-9 s), export and samples ~1 min, the
+# benchmark ~15 min. THREADS=2 is faster where the cores are free.
+#
+# The shipped weights (scd_core/assets/tiny64/config.json) came from exactly these settings:
+# seed 0, tokenizer 300 steps; prior 1,200 steps whose first 632 ran under the cosine schedule
+# of a 1,500-step run (PRIOR_FIRST_STEPS, PRIOR_FIRST_SCHEDULE) and the rest under the 1,200-step
+# one. PRIOR_FIRST_STEPS=0 trains the plain 1,200-step schedule instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python}
@@ -22,8 +28,10 @@ THREADS=${THREADS:-1}
 DEVICE=${DEVICE:-cpu}
 OUT=${OUT:-scd_core/assets/tiny64}
 VQ_STEPS=${VQ_STEPS:-300}
-PRIOR_STEPS=${PRIOR_STEPS:-3000}
-PRIOR_ARGS=${PRIOR_ARGS:-"--d-model 192 --layers 4 --heads 4 --attention local,local,self,self --local-rows 1 --local-cols 1"}
+PRIOR_STEPS=${PRIOR_STEPS:-1200}
+PRIOR_FIRST_STEPS=${PRIOR_FIRST_STEPS:-632}
+PRIOR_FIRST_SCHEDULE=${PRIOR_FIRST_SCHEDULE:-1500}
+PRIOR_ARGS=${PRIOR_ARGS:-"--d-model 128 --layers 4 --heads 4 --attention local,local,self,self --local-rows 1 --local-cols 1"}
 MAX_MINUTES=${MAX_MINUTES:-600}
 if [ "${FRESH:-0}" = 1 ]; then rm -f checkpoints/vq64.* checkpoints/image_prior64.* checkpoints/image_prior64_step*; fi
 T0=$SECONDS
@@ -49,10 +57,21 @@ if [ ! -f data/tokens64/image.safetensors ] || [ checkpoints/vq64.safetensors -n
 fi
 
 # 4. Image prior over [prompt, 256 tokens], two layers local in 2-D and two per-position.
+#    Snapshots at 500, 800 and 1000 steps: the "training longer" experiment's models.
 stamp "image prior"
-$PY -m scd_core.train.prior --kind image --tokens data/tokens64 --ckpt checkpoints/image_prior64 \
-  --steps "$PRIOR_STEPS" --batch 32 --lr 2e-3 $PRIOR_ARGS --eval-every 250 --max-eval 320 \
-  --max-minutes "$MAX_MINUTES" --device "$DEVICE" --threads "$THREADS"
+prior() {
+  $PY -m scd_core.train.prior --kind image --tokens data/tokens64 --ckpt checkpoints/image_prior64 \
+    --batch 32 --lr 2e-3 $PRIOR_ARGS --eval-every 200 --max-eval 320 --snapshots 500,800,1000 \
+    --max-minutes "$MAX_MINUTES" --device "$DEVICE" --threads "$THREADS" "$@"
+}
+if [ "$PRIOR_FIRST_STEPS" -gt 0 ]; then
+  prior --steps "$PRIOR_FIRST_SCHEDULE" --stop-at "$PRIOR_FIRST_STEPS"
+  step=$($PY -c "import json; print(json.load(open('checkpoints/image_prior64.json'))['step'])")
+  if [ "$step" -lt "$PRIOR_FIRST_STEPS" ]; then
+    echo "the prior stopped at step $step of $PRIOR_FIRST_STEPS (time limit): run the script again to go on"; exit 3
+  fi
+fi
+prior --steps "$PRIOR_STEPS"
 step=$($PY -c "import json; print(json.load(open('checkpoints/image_prior64.json'))['step'])")
 if [ "$step" -lt "$PRIOR_STEPS" ]; then
   echo "the prior stopped at step $step of $PRIOR_STEPS (time limit): run the script again to go on"; exit 3
@@ -65,8 +84,15 @@ $PY -m scd_core.train.export --vq checkpoints/vq64 --image checkpoints/image_pri
 stamp "samples"
 $PY -m scd_core.train.samples --model "$OUT" --threads "$THREADS"
 
-# 6. Measurements (docs/embedded-models.md): step compression on held-out prompts, 4 seeds.
+# 6. Measurements (docs/embedded-models.md): step compression on held-out prompts, 4 seeds;
+#    the influence curve; the nearest-emoji rate (against `tiny`'s, at 32 px).
 stamp "bench"
 $PY -m scd_core.bench --model "$OUT" --methods ar,sjd,scd-mc,scd-gumbel --windows 16,32,64 --seeds 4 \
-  --prompts scd_core/assets/tiny64/heldout_prompts.txt --threads "$THREADS" --csv "bench_out/tiny64.csv"
+  --prompts scd_core/assets/tiny64/heldout_prompts.txt --threads "$THREADS" --csv bench_out/tiny64.csv \
+  --prompts-csv bench_out/tiny64-prompts.csv
+stamp "influence"
+$PY scripts/influence_curve.py --model "$OUT" --threads "$THREADS" --csv bench_out/tiny64-influence.csv
+stamp "nearest emoji"
+[ -f data/emoji32/images.safetensors ] || $PY -m scd_core.train.data --out data/emoji32 --size 32 --big 0
+$PY scripts/nearest_emoji.py --model tiny --model "$OUT" --data data/emoji32 --threads "$THREADS"
 stamp "done"
