@@ -13,11 +13,12 @@ import torch
 from scd_core.models import load_model
 
 PROMPTS = ["a red apple", "two cats on a long sofa"]
-EMBEDDED = ["texture", "tiny", "tiny-video", "toy", "toy-grid", "random-logits"]
+EMBEDDED = ["texture", "tiny", "tiny-64", "tiny-video", "toy", "toy-grid", "random-logits"]
 ADAPTERS = ["llamagen", "cosmos", "janus-pro", "emu3", "lumina-mgpt"]
 NAMES = EMBEDDED + ADAPTERS
-CFG = {"texture": 2.0, "tiny": 3.0, "tiny-video": 3.0, "toy": 2.0, "toy-grid": 2.0, "random-logits": 1.0}
+CFG = {"texture": 2.0, "tiny": 3.0, "tiny-64": 3.0, "tiny-video": 3.0, "toy": 2.0, "toy-grid": 2.0, "random-logits": 1.0}
 EMBEDDED_PROMPTS = {"texture": ["lava rings", "ice waves"], "tiny": ["red heart", "cat face"],
+                    "tiny-64": ["red heart", "cat face"],
                     "tiny-video": ["red heart zooming in"]}
 
 

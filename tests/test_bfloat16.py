@@ -87,9 +87,18 @@ def check_greedy(model, prompts, cfg, tokens: torch.Tensor, reference: torch.Ten
             f"{what}, row {b}: differs from AR before its first near tie (position {until})"
 
 
-@pytest.mark.parametrize("shape", list(SHAPES))
-@pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("name", models_util.NAMES)
+# Its 256-token grid costs seconds a run: one case of each test in the default run, the rest `slow`.
+LARGE = {"tiny-64": {("scd-mc", "chain"), ("scd-mc", None)}}
+
+
+def cases(methods, shapes=(None,)):
+    return [pytest.param(name, method, *([shape] if shape else []),
+                         marks=pytest.mark.slow if name in LARGE and (method, shape) not in LARGE[name] else (),
+                         id="-".join([name, method] + ([shape] if shape else [])))
+            for name in models_util.NAMES for method in methods for shape in shapes]
+
+
+@pytest.mark.parametrize("name,method,shape", cases(METHODS, list(SHAPES)))
 def test_greedy_runs_in_bfloat16_are_greedy_decoding(models, references, name, method, shape):
     model, prompts, cfg = models(name)
     assert can_tree(model.start(prompts[:1], cfg)), f"{name}'s session feeds no trees"   # every shipped model does
@@ -100,8 +109,7 @@ def test_greedy_runs_in_bfloat16_are_greedy_decoding(models, references, name, m
         check_greedy(model, prompts, cfg, run.tokens, references(name).tokens, f"{name} {method} {shape}")
 
 
-@pytest.mark.parametrize("method", ["ar"] + METHODS)
-@pytest.mark.parametrize("name", models_util.NAMES)
+@pytest.mark.parametrize("name,method", cases(["ar"] + METHODS))
 def test_a_sampled_run_streams_to_the_end_in_bfloat16(models, name, method):
     """Sampling (top-k; a tree of drafts for the drafting methods) streamed pass by pass: every
     row's grid fills with tokens of the vocabulary, the logits (float32 or bfloat16) read as
@@ -152,7 +160,7 @@ def test_models_follow_the_contract_in_bfloat16(models, name):
 
 
 @pytest.mark.parametrize("dtype", [None, "auto"])
-@pytest.mark.parametrize("name", ["texture", "toy", "toy-grid", "tiny"])
+@pytest.mark.parametrize("name", ["texture", "toy", "toy-grid", "tiny", "tiny-64"])
 def test_embedded_models_take_the_dtype_words_every_loader_takes(name, dtype):
     """None and "auto" pick the model's own dtype, as they do for the downloaded models (float32
     on the CPU)."""

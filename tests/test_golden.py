@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:
 import scd_core  # noqa: E402
 
 GOLDEN = Path(__file__).with_name("golden_tokens.json")
-MODELS = {"texture": {}, "tiny": {}, "toy-grid": dict(grid=(8, 8), vocab_size=64, hidden=64)}
+MODELS = {"texture": {}, "tiny": {}, "tiny-64": {}, "toy-grid": dict(grid=(8, 8), vocab_size=64, hidden=64)}
 METHODS = ("ar", "sjd", "scd-mc", "scd-gumbel")
 # (model, prompts, seed, window, extra settings): one row and a batch of two, small windows
 CASES = [(model, prompts, seed, window, extra)

@@ -20,7 +20,7 @@ from scd_core import chain, passes
 import models_util
 from ops_util import OpCounter, model_only
 
-MODELS = ["texture", "tiny", "tiny-video", "janus-pro", "emu3", "lumina-mgpt", "llamagen", "cosmos"]
+MODELS = ["texture", "tiny", "tiny-64", "tiny-video", "janus-pro", "emu3", "lumina-mgpt", "llamagen", "cosmos"]
 CASES = {"ar": dict(method="ar"), "scd-mc": dict(method="scd-mc", window=8),
          "sjd-tree": dict(method="sjd", window=8, tree=(2, 2))}
 

@@ -19,7 +19,7 @@ import models_util
 
 pytestmark = pytest.mark.compile
 
-MODELS = ["texture", "tiny", "tiny-video", "janus-pro", "emu3", "lumina-mgpt", "llamagen", "cosmos"]
+MODELS = ["texture", "tiny", "tiny-64", "tiny-video", "janus-pro", "emu3", "lumina-mgpt", "llamagen", "cosmos"]
 METHODS = ["ar", "sjd", "scd-mc", "scd-gumbel"]
 DEFAULT = {(name, "scd-mc") for name in ("janus-pro", "emu3", "lumina-mgpt", "llamagen", "cosmos")}
 CASES = [pytest.param(name, method, marks=() if (name, method) in DEFAULT else pytest.mark.slow,

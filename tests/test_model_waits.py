@@ -18,7 +18,7 @@ import scd_core
 import models_util
 from ops_util import OpCounter, model_only
 
-MODELS = ["texture", "tiny", "tiny-video", "janus-pro", "emu3", "lumina-mgpt", "llamagen", "cosmos"]
+MODELS = ["texture", "tiny", "tiny-64", "tiny-video", "janus-pro", "emu3", "lumina-mgpt", "llamagen", "cosmos"]
 
 
 @pytest.fixture(scope="module")

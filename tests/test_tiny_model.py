@@ -33,13 +33,24 @@ def video_model() -> TinyModel:
     return scd_core.load_model("tiny-video")
 
 
-def random_model(grid=(8, 8), seed: int = 0) -> TinyModel:
-    """A randomly initialised small model, for contract tests independent of the weights."""
+@pytest.fixture(scope="module")
+def model64() -> TinyModel:
+    return scd_core.load_model("tiny-64")
+
+
+def random_model(grid=(8, 8), seed: int = 0, **attention) -> TinyModel:
+    """A randomly initialised small model, for contract tests independent of the weights;
+    `attention` (attention=, local_rows=, local_cols=) goes to its GPTConfig."""
     torch.manual_seed(seed)
-    vq = VQLite(VQConfig(channels=32, dec_channels=32, out_channels=8, enc_blocks=1, dec_blocks=1))
-    gpt = TinyGPT(GPTConfig(grid=grid, n_words=5, d_model=32, n_layers=2, n_heads=2, dropout=0.0))
+    vq = VQLite(VQConfig(image_size=4 * grid[-1], channels=32, dec_channels=32, out_channels=8, enc_blocks=1,
+                         dec_blocks=1))
+    gpt = TinyGPT(GPTConfig(grid=grid, n_words=5, d_model=32, n_layers=len(attention.get("attention", "ab")),
+                            n_heads=2, dropout=0.0, **attention))
     kind = "video" if len(grid) == 3 else "image"
     return TinyModel(vq, gpt, WordVocab(["cat", "dog", "face", "red", "apple"]), kind, "random")
+
+
+LOCAL = dict(attention=("local", "self", "self"), local_rows=1, local_cols=1)    # a 3-layer prior, local in 2-D
 
 
 # --------------------------------------------------------------------------- shipped weights
@@ -54,6 +65,42 @@ def test_shipped_weights_load_offline(image_model, video_model):
     config = json.loads((tiny.ASSETS / "config.json").read_text())
     assert config["family"] == "scd-tiny-emoji"
     assert (tiny.ASSETS / "NOTICE").exists()
+
+
+def test_the_64_px_model_loads_offline_within_its_budget(model64):
+    """`tiny-64`: 16x16 tokens of 64 px images, at most 40 MB of fp16 weights, a prior whose
+    attention is local in 2-D as its config says."""
+    assert tiny.availability("tiny-64") is None
+    assert model64.grid == (16, 16) and model64.vocab_size == 512 and model64.name == "tiny-64"
+    total = sum(p.stat().st_size for p in tiny.ASSETS_64.glob("*.safetensors"))
+    assert total <= 40e6
+    config = json.loads((tiny.ASSETS_64 / "config.json").read_text())
+    assert config["family"] == "scd-tiny-emoji" and config["vq"]["image_size"] == 64
+    assert "local" in config["image_prior"]["attention"]
+    assert (tiny.ASSETS_64 / "NOTICE").exists()
+    images = model64.decode(torch.zeros(2, 256, dtype=torch.long))
+    assert [im.size for im in images] == [(64, 64)] * 2
+    assert model64.decode_pixels(torch.zeros(1, 256, dtype=torch.long)).mean().item() > 0.97   # code 0: white
+    run = scd_core.generate(model64, ["red heart"], method="scd-mc", window=32, seed=0)
+    assert run.tokens.shape == (1, 256) and 1 < run.nfe < 257
+
+
+def test_the_64_px_model_reads_only_its_neighbourhood(model64):
+    """The shipped local prior (two local layers of one row and one column, then two
+    per-position layers): a token changed at cell (r, c) away from the edges moves p only at
+    (r, c + 1), at (r + 1, c - 1 .. c + 1) and at (r + 2, c - 3 .. c + 1) (the second layer
+    reads the row above through positions that each predict the cell to the right of the
+    token they hold)."""
+    g = torch.Generator().manual_seed(6)
+    tokens = torch.randint(512, (1, 256), generator=g)
+    changed = tokens.clone()
+    site = 5 * 16 + 7
+    changed[0, site] = (tokens[0, site] + 1) % 512
+    before, after = (feed_sequential(model64, ["cat face"], t, 3.0) for t in (tokens, changed))
+    moved = ((after - before).abs().amax(-1) > 1e-4)[0].nonzero().flatten().tolist()
+    cells = [divmod(j, 16) for j in moved]
+    allowed = {(5, 8)} | {(6, c) for c in range(6, 9)} | {(7, c) for c in range(4, 9)}
+    assert (5, 8) in cells and set(cells) <= allowed, cells
 
 
 def test_decode_shapes(image_model, video_model):
@@ -130,6 +177,63 @@ def test_tree_of_drafts_equals_its_paths_fed_as_chains(image_model, video_model,
     """The tree contract (scd_core.testing) on the shipped image and clip models."""
     testing.check_tree_session(image_model, ["red heart", "cat face"], cfg_scale)
     testing.check_tree_session(video_model, ["red heart zooming in", "basketball moving down"], cfg_scale)
+
+
+# --------------------------------------------------------------------------- attention local in 2-D
+
+def spread_weights(model: TinyModel, std: float = 0.2) -> TinyModel:
+    """Larger random weights, so that the logits depend on the tokens they may see."""
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in model.gpt.parameters():
+            if p.dim() >= 2:
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+    return model
+
+
+def test_a_local_layer_sees_the_prompt_its_row_to_the_left_and_the_rows_above():
+    """Sequence position q predicts cell divmod(q, W) and sees the prompt, itself, local_cols
+    tokens to the left in its row and local_rows rows above within local_cols columns."""
+    cfg = GPTConfig(grid=(6, 6), n_words=5, n_layers=2, attention=("local", "self"), local_rows=1, local_cols=1)
+    table = tiny.attention_table(cfg, "local")
+    q = 2 * 6 + 3                                     # predicts cell (2, 3); holds the token of cell (2, 2)
+    cells = [divmod(int(k) - 1, 6) for k in table[q].nonzero().flatten() if k > 0]
+    assert table[q, 0] and cells == [(1, 2), (1, 3), (1, 4), (2, 2)]
+    assert torch.equal(tiny.attention_table(cfg, "self"), torch.eye(37, dtype=torch.bool) | (torch.arange(37) == 0))
+    assert tiny.attention_table(cfg, "full") is None
+    assert not table.triu(1).any()                   # never a later position
+
+
+@pytest.mark.parametrize("bad,match", [(dict(attention=("local",)), "one entry per layer"),
+                                       (dict(attention=("local", "wide")), "unknown"),
+                                       (dict(attention=("local", "full"), grid=(2, 4, 4)), "2-D grid"),
+                                       (dict(attention=("local", "full"), local_rows=-1), "local_rows")])
+def test_attention_settings_are_checked(bad, match):
+    with pytest.raises(ValueError, match=match):
+        GPTConfig(**{"grid": (4, 4), "n_layers": 2, **bad})
+
+
+def test_a_local_prior_reads_only_its_neighbourhood():
+    """One local layer (1 row, 1 column), the others per-position: a changed token moves p only
+    at the cell after it (its left neighbour and raster predecessor) and at the three cells below
+    it, in the session as in training."""
+    model = spread_weights(random_model(grid=(6, 6), **LOCAL))
+    tokens = torch.randint(512, (2, 36), generator=torch.Generator().manual_seed(4))
+    changed = tokens.clone()
+    changed[:, 14] = (tokens[:, 14] + 1) % 512       # cell (2, 2)
+    ids, mask = model.encode_prompts(["cat", "dog"])
+    before, after = feed_sequential(model, ["cat", "dog"], tokens, 1.0), feed_sequential(model, ["cat", "dog"], changed, 1.0)
+    moved = ((after - before).abs().amax(-1) > 1e-4).any(0).nonzero().flatten().tolist()
+    assert moved == [15, 19, 20, 21]                  # cells (2, 3), (3, 1), (3, 2), (3, 3)
+    torch.testing.assert_close(model.gpt(ids, mask, tokens), before, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cfg_scale", [1.0, 3.0])
+def test_a_local_prior_follows_the_contract(cfg_scale):
+    """Windows, forgetting and trees (`scd_core.testing`) with local and per-position layers."""
+    model = spread_weights(random_model(grid=(6, 6), **LOCAL))
+    testing.check_model(model, ["cat", "dog"], cfg_scale)
+    testing.check_tree_session(model, ["cat", "dog"], cfg_scale)
 
 
 def test_step_forgets_positions_at_and_after_start():
@@ -252,10 +356,14 @@ def two_sample_pvalue(a: torch.Tensor, b: torch.Tensor, vocab: int) -> float:
 
 
 @pytest.mark.slow
-def test_sjd_and_scd_match_ar_per_position_histograms(image_model):
-    rows, positions = 192, list(range(0, 64, 3))
+@pytest.mark.parametrize("name", ["tiny", "tiny-64"])
+def test_sjd_and_scd_match_ar_per_position_histograms(name, image_model, model64):
+    model = {"tiny": image_model, "tiny-64": model64}[name]
+    n = math.prod(model.grid)
+    rows, positions = 192, list(range(0, n, 3 * n // 64))
     settings = dict(window=8, top_k=8, cfg_scale=3.0, temperature=1.0)
     prompts = ["grinning face"] * rows
+    image_model = model
     ar = scd_core.generate(image_model, prompts, method="ar", seed=11, **settings).tokens
     alpha = 1e-3 / len(positions)
     for method, seed in (("sjd", 12), ("scd-mc", 13), ("scd-gumbel", 14)):

@@ -57,6 +57,7 @@ def _builtin_entries() -> list[ModelEntry]:
           "synthetic textures (hand-built, not trained): where coupling helps most", False, 576, 1.0, vocab=2048),
         e("tiny", "tiny", "load_tiny", "image", "embedded emoji model (32x32, 8x8 tokens)", False, 64, 2.0, vocab=512),
         e("tiny-video", "tiny", "load_tiny_video", "video", "embedded emoji clip model", False, 512, 2.0, vocab=512),
+        e("tiny-64", "tiny", "load_tiny_64", "image", "embedded emoji model (64x64, 16x16 tokens)", False, 256, 2.0, vocab=512),
         e("janus-pro-1b", "janus", "load_janus", "image", "Janus-Pro 1B (deepseek-community/Janus-Pro-1B)", True,
           576, 15.0, vocab=16384),
         e("janus-pro-7b", "janus", "load_janus", "image", "Janus-Pro 7B (deepseek-community/Janus-Pro-7B)", True,

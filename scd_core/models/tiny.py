@@ -37,6 +37,7 @@ from .rows import GuidedRows
 from .tree import Tree, check_path, check_tree, gather_nodes, tree_mask
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets" / "tiny"
+ASSETS_64 = Path(__file__).resolve().parents[1] / "assets" / "tiny64"    # `tiny-64`: 64 px, 16x16 tokens
 WHITE_LEVEL = 250 / 255
 BACKGROUND_CODE = 0
 
@@ -186,10 +187,63 @@ class GPTConfig:
     n_layers: int = 4
     n_heads: int = 4
     dropout: float = 0.1
+    # What each layer attends to (one entry per layer; empty: every layer "full"). Sequence
+    # position q predicts the token at grid cell (r, c) = divmod(q, W) and holds the one before
+    # it in raster order; "local" is about the cell it predicts:
+    # "full"  the prompt and every earlier token (the shipped `tiny`);
+    # "local" the prompt, itself, the `local_cols` tokens left of (r, c) in row r and the tokens
+    #         of the `local_rows` rows above within `local_cols` columns of c either side;
+    # "self"  the prompt and itself only (a per-position layer: it widens no receptive field).
+    # With one "local" layer and the others "self", p at (r, c) depends on the prompt, that
+    # neighbourhood and the token before (r, c) in raster order, and on nothing else.
+    attention: tuple[str, ...] = ()
+    local_rows: int = 2
+    local_cols: int = 2
+
+    def __post_init__(self) -> None:
+        self.grid = tuple(self.grid)
+        self.attention = tuple(self.attention)
+        if self.attention and len(self.attention) != self.n_layers:
+            raise ValueError(f"attention: expected one entry per layer ({self.n_layers}), got {list(self.attention)}")
+        unknown = sorted(set(self.attention) - set(ATTENTION_KINDS))
+        if unknown:
+            raise ValueError(f"attention: unknown kind(s) {unknown}; expected {', '.join(ATTENTION_KINDS)}")
+        if "local" in self.attention:
+            if len(self.grid) != 2:
+                raise ValueError(f"attention: 'local' layers need a 2-D grid (H, W), got {self.grid}")
+            if self.local_rows < 0 or self.local_cols < 0:
+                raise ValueError(f"local_rows, local_cols: expected >= 0, got {self.local_rows}, {self.local_cols}")
 
     @property
     def n_tokens(self) -> int:
         return math.prod(self.grid)
+
+    def layer_kinds(self) -> tuple[str, ...]:
+        return self.attention or ("full",) * self.n_layers
+
+
+ATTENTION_KINDS = ("full", "local", "self")
+
+
+def attention_table(cfg: GPTConfig, kind: str) -> torch.Tensor | None:
+    """[N+1, N+1] bool: may sequence position q (row) attend to key position k (column) in a
+    layer of this kind. Position 0 holds the prompt, position k >= 1 the token at grid cell
+    divmod(k - 1, W); position q predicts the token at cell divmod(q, W). None for "full"
+    (plain causal attention)."""
+    if kind == "full":
+        return None
+    length = cfg.n_tokens + 1
+    q = torch.arange(length).view(-1, 1)
+    k = torch.arange(length).view(1, -1)
+    allowed = (k == 0) | (k == q)
+    if kind == "local":
+        width = cfg.grid[-1]
+        qr, qc = q.div(width, rounding_mode="floor"), q % width
+        kr, kc = (k - 1).div(width, rounding_mode="floor"), (k - 1) % width
+        above = (kr < qr) & (kr >= qr - cfg.local_rows) & ((kc - qc).abs() <= cfg.local_cols)
+        left = (kr == qr) & (kc < qc) & (kc >= qc - cfg.local_cols)
+        allowed = allowed | ((k >= 1) & (above | left))
+    return allowed & (k <= q)
 
 
 class Block(nn.Module):
@@ -212,9 +266,10 @@ class Block(nn.Module):
         x = x + self.drop(self.proj(att.transpose(1, 2).reshape(b, n, h * dh)))
         return x + self.drop(self.mlp(self.ln2(x)))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Teacher-forced: causal attention, or the bool `mask` [n, n] (`attention_table`)."""
         q, k, v = self.heads(x)
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=mask is None, attn_mask=mask,
                                              dropout_p=self.dropout if self.training else 0.0)
         return self.finish(x, att)
 
@@ -259,6 +314,13 @@ class TinyGPT(nn.Module):
         self.apply(self._init)
         for p in [self.pos_emb, self.null_prompt, *self.axis_emb]:
             nn.init.normal_(p, std=0.02)
+        for kind in sorted(set(cfg.layer_kinds()) - {"full"}):    # not saved: made from the config
+            self.register_buffer(f"mask_{kind}", attention_table(cfg, kind), persistent=False)
+
+    def layer_table(self, layer: int) -> torch.Tensor | None:
+        """The attention table of block `layer` ([N+1, N+1] bool), None for plain causal attention."""
+        kind = self.cfg.layer_kinds()[layer]
+        return None if kind == "full" else getattr(self, f"mask_{kind}")
 
     @staticmethod
     def _init(m: nn.Module) -> None:
@@ -290,8 +352,10 @@ class TinyGPT(nn.Module):
         prompt = self.prompt_embedding(word_ids, word_mask).unsqueeze(1)
         x = torch.cat([prompt, self.tok_emb(tokens[:, :-1])], 1) + pos[: tokens.shape[1]]
         x = self.drop(x)
-        for block in self.blocks:
-            x = block(x)
+        n = x.shape[1]
+        for i, block in enumerate(self.blocks):
+            table = self.layer_table(i)
+            x = block(x, None if table is None else table[:n, :n])
         return self.head(self.ln_f(x))
 
 
@@ -320,6 +384,11 @@ class TinySession(GuidedRows):
         self.pos_table = self.gpt.positions().to(p.dtype)
         self.key_pos = torch.arange(length, device=p.device)
         self.scratch = length - 1                           # what keep_path writes for nodes not kept: no query sees it
+        # each block's attention table over the cache's keys [N+1, N+2] (the scratch column:
+        # False), made here on the model's device so that no step makes one; None: causal
+        no_scratch = torch.zeros(length - 1, 1, dtype=torch.bool, device=p.device)
+        self.tables = [None if table is None else torch.cat([table, no_scratch], 1)
+                       for table in map(self.gpt.layer_table, cfg_blocks(cfg))]
         with torch.inference_mode():
             prompt = self.gpt.prompt_embedding(word_ids.to(p.device), word_mask.to(p.device)).to(p.dtype)
             x = prompt.unsqueeze(1) + self.pos_table[:1]
@@ -329,9 +398,10 @@ class TinySession(GuidedRows):
         self.tree_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def _run(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        mask = (self.key_pos.view(1, 1, 1, -1) <= pos.view(pos.shape[0], 1, -1, 1))
-        for block, (ck, cv) in zip(self.gpt.blocks, self.cache):
-            x = block.forward_cached(x, pos, ck, cv, mask)
+        causal = (self.key_pos.view(1, 1, 1, -1) <= pos.view(pos.shape[0], 1, -1, 1))
+        for block, (ck, cv), table in zip(self.gpt.blocks, self.cache, self.tables):
+            # a local or per-position layer: its table's row per query [B, 1, W, S]
+            x = block.forward_cached(x, pos, ck, cv, causal if table is None else table[pos].unsqueeze(1))
         logits = self.gpt.head(self.gpt.ln_f(x)).float()
         if self.guided:
             logits = guide(logits[: self.batch], logits[self.batch:], self.cfg_scale)
@@ -384,12 +454,22 @@ class TinySession(GuidedRows):
         with torch.no_grad():                       # (not inference_mode: it compiles)
             x = self.gpt.tok_emb(rows.tokens) + self.pos_table[write_pos]
             self.tree_kv = []
-            for block, (ck, cv) in zip(self.gpt.blocks, self.cache):
-                x, k, v = block.forward_tree(x, ck, cv, mask)
+            for i, (block, (ck, cv)) in enumerate(zip(self.gpt.blocks, self.cache)):
+                x, k, v = block.forward_tree(x, ck, cv, self._tree_layer_mask(i, mask, write_pos))
                 self.tree_kv.append((k, v))
             logits = self.gpt.head(self.gpt.ln_f(x)).float()
         self.tree = tree
         return guide(logits[: self.batch], logits[self.batch:], self.cfg_scale) if self.guided else logits
+
+    def _tree_layer_mask(self, layer: int, mask: torch.Tensor, node_pos: torch.Tensor) -> torch.Tensor:
+        """`mask` [R, 1, T, S + T] narrowed to what block `layer` may see: the cache slots and
+        the nodes (sequence positions `node_pos` [R, T]) that its attention table allows."""
+        table = self.tables[layer]                                           # [N+1, S]
+        if table is None:
+            return mask
+        cache_part = table[node_pos]                                         # [R, T, S]
+        node_part = table[node_pos[:, :, None], node_pos[:, None, :]]        # [R, T, T]
+        return mask & torch.cat([cache_part, node_part], 2)[:, None]
 
     def keep_path(self, nodes: torch.LongTensor) -> None:
         """Write the kept nodes' keys/values at their positions; the rest of the path's
@@ -430,8 +510,14 @@ class TinyModel:
 
     default_settings = {"top_k": 100, "top_p": 1.0, "temperature": 1.0, "cfg_scale": 3.0}
 
-    def __init__(self, vq: VQLite, gpt: TinyGPT, vocab: WordVocab, kind: str, name: str) -> None:
+    def __init__(self, vq: VQLite, gpt: TinyGPT, vocab: WordVocab, kind: str, name: str,
+                 settings: dict | None = None) -> None:
         self.vq, self.gpt, self.vocab = vq.eval(), gpt.eval(), vocab
+        if settings:                                       # a model folder's own (config.json "default_settings")
+            unknown = sorted(set(settings) - set(TinyModel.default_settings))
+            if unknown:
+                raise ValueError(f"model: default_settings has unknown keys {unknown}")
+            self.default_settings = {**TinyModel.default_settings, **settings}
         self.kind, self.name = kind, name
         self.vocab_size = gpt.cfg.vocab_size
         self.grid = tuple(gpt.cfg.grid)
@@ -496,12 +582,20 @@ def asset_files(folder: Path, prior: str) -> list[Path]:
     return [folder / "config.json", folder / "vocab.json", folder / "vq.safetensors", folder / f"{prior}.safetensors"]
 
 
+# models of this family with a folder of their own: name -> (kind, prior, folder)
+OTHER_FOLDERS = {"tiny-64": ("image", "image_prior", ASSETS_64)}
+
+
 def availability(name: str) -> str | None:
     """None when the shipped weights of `name` are present; otherwise why not."""
-    if name not in VARIANTS:
+    if name in OTHER_FOLDERS:
+        _, prior, folder = OTHER_FOLDERS[name]
+    elif name in VARIANTS:
+        prior, folder = VARIANTS[name][1], ASSETS
+    else:
         return f"unknown tiny model {name!r}"
-    missing = [p.name for p in asset_files(ASSETS, VARIANTS[name][1]) if not p.exists()]
-    return f"missing scd_core/assets/tiny/{', '.join(missing)}" if missing else None
+    missing = [p.name for p in asset_files(folder, prior) if not p.exists()]
+    return f"missing scd_core/assets/{folder.name}/{', '.join(missing)}" if missing else None
 
 
 def claims_folder(path: str) -> bool:
@@ -547,7 +641,7 @@ def _load(kind: str, prior: str, name: str, folder: str | Path | None, device: s
     gcfg = dict(config[prior])
     gcfg["grid"] = tuple(gcfg["grid"])
     gpt = load_weights(TinyGPT(GPTConfig(**gcfg)), folder / f"{prior}.safetensors", device, dtype)
-    return TinyModel(vq, gpt, vocab, kind, name)
+    return TinyModel(vq, gpt, vocab, kind, name, config.get("default_settings", {}).get(kind))
 
 
 def load_tiny(name_or_path: str = "tiny", *, device: str | torch.device = "cpu",
@@ -565,3 +659,11 @@ def load_tiny_video(name_or_path: str = "tiny-video", *, device: str | torch.dev
     """The embedded emoji clip model: T frames of 32x32, T x 8x8 tokens, vocab 512."""
     folder = None if name_or_path in VARIANTS else name_or_path
     return _load("video", "video_prior", "tiny-video", folder, device, dtype, threads)
+
+
+def load_tiny_64(name_or_path: str = "tiny-64", *, device: str | torch.device = "cpu",
+                 dtype: torch.dtype | str = torch.float32, threads: int | None = None) -> TinyModel:
+    """The embedded 64 px emoji image model: 64x64 images, 16x16 tokens, vocab 512 (the grain
+    of a real model's token grid; docs/embedded-models.md)."""
+    folder = ASSETS_64 if name_or_path in OTHER_FOLDERS else name_or_path
+    return _load("image", "image_prior", "tiny-64", folder, device, dtype, threads)

@@ -5,7 +5,8 @@
 
 Writes `vq.safetensors`, `image_prior.safetensors`, `video_prior.safetensors` (fp16),
 `vocab.json` (the prompt words) and `config.json` (architectures, training steps and
-held-out metrics, the commit of the training code). A prior whose checkpoint is missing
+held-out metrics, the commit of the training code; with `--image-settings`, the image model's
+own sampling settings, which the loader gives as `default_settings`). A prior whose checkpoint is missing
 is skipped, and the one already in `--out` is kept. The geometry (image size, token grid,
 codebook size) is whatever the checkpoints' configs say, so a 64 px / 16x16-token model exports
 the same way (to its own `--out`, e.g. assets_64); a prior whose vocabulary or frame grid does
@@ -58,7 +59,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--video", default="checkpoints/video_prior", help="'none': do not export a video prior")
     ap.add_argument("--vocab", default="data/tokens/vocab.json")
     ap.add_argument("--out", default="scd_core/assets/tiny")
+    ap.add_argument("--image-settings", default=None, metavar="JSON",
+                    help='the image model\'s own sampling settings, e.g. \'{"cfg_scale": 2.0}\' (default: the '
+                         "family's, top-k 100 and CFG 3)")
     args = ap.parse_args(argv)
+    image_settings = None
+    if args.image_settings:
+        try:
+            image_settings = json.loads(args.image_settings)
+        except ValueError:
+            raise SystemExit(f"--image-settings: not JSON: {args.image_settings!r}") from None
+        allowed = {"top_k", "top_p", "temperature", "cfg_scale"}
+        if not isinstance(image_settings, dict) or not set(image_settings) <= allowed:
+            raise SystemExit(f"--image-settings: expected an object with keys among {sorted(allowed)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     old = json.loads((out / "config.json").read_text()) if (out / "config.json").exists() else {}
@@ -85,6 +98,11 @@ def main(argv: list[str] | None = None) -> None:
         elif key in old:
             config[key] = old[key]
             print(f"{key}: no checkpoint at {ckpt}; keeping the exported one")
+    settings = dict(old.get("default_settings", {}))
+    if image_settings is not None:
+        settings["image"] = image_settings
+    if settings:
+        config["default_settings"] = settings
     (out / "config.json").write_text(json.dumps(config, indent=1))
     sizes = {p.name: round(p.stat().st_size / 1e6, 2) for p in sorted(out.glob("*.safetensors"))}
     g = vq_cfg["image_size"] // vq_cfg["patch"]

@@ -12,9 +12,11 @@ Condition dropout for classifier-free guidance: every prompt word is dropped wit
 probability 0.15 and the whole prompt with probability 0.1 (the empty prompt is the
 unconditional branch). Skin-tone variants are sampled at their data weight (0.2). Images
 use a random one of the 9 placements per sample. Held-out NLL (nats/token, full prompts,
-unshifted) is printed every `--eval-every` steps. Resumes from `--ckpt` (saved on any device);
-trains on `--device` (default cuda when available) with batches sampled on the CPU, and on
-the CPU is deterministic given `--seed` and the thread count.
+unshifted) is printed every `--eval-every` steps. `--attention` makes layers local in 2-D (each
+image token sees the prompt, a few tokens to its left and a few rows above) or per-position.
+Resumes from `--ckpt` (saved on any device); trains on `--device` (default cuda when
+available) with batches sampled on the CPU, and on the CPU is deterministic given `--seed` and
+the thread count.
 """
 from __future__ import annotations
 
@@ -152,6 +154,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--dropout", type=float, default=0.1)
+    ap.add_argument("--attention", default="",
+                    help="what each layer attends to, comma-separated, one per layer: full, local or self "
+                         "(see scd_core.models.tiny.GPTConfig); default: every layer full")
+    ap.add_argument("--local-rows", type=int, default=2, help="a local layer: rows above it sees (default 2)")
+    ap.add_argument("--local-cols", type=int, default=2,
+                    help="a local layer: columns either side above it, and tokens to its left (default 2)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="CPU threads")
     ap.add_argument("--eval-every", type=int, default=250)
@@ -159,6 +167,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ckpt-minutes", type=float, default=3.0)
     ap.add_argument("--max-minutes", type=float, default=0.0)
     ap.add_argument("--fresh", action="store_true")
+    ap.add_argument("--stop-at", type=int, default=0,
+                    help="stop (with a checkpoint) at this step, the learning-rate schedule still that of "
+                         "--steps: the first part of a longer run (0: run to --steps)")
+    ap.add_argument("--snapshots", default="",
+                    help="comma-separated steps at which a copy of the checkpoint is kept as <ckpt>_step<N> "
+                         "(to measure the model at several training lengths)")
     ap.add_argument("--init-from", default=None,
                     help="video only: start a new run from this image prior checkpoint (same width)")
     add_device_argument(ap)
@@ -166,13 +180,22 @@ def main(argv: list[str] | None = None) -> None:
     set_threads(args.threads)
     torch.manual_seed(args.seed)
     ckpt = args.ckpt or f"checkpoints/{args.kind}_prior"
+    try:
+        snapshots = {int(s) for s in args.snapshots.split(",") if s.strip()}
+    except ValueError:
+        raise SystemExit(f"--snapshots: expected comma-separated step numbers, got {args.snapshots!r}") from None
 
     data = load_tokens(args.tokens, args.kind)
     vocab = json.loads((Path(args.tokens) / "vocab.json").read_text())["words"]
     train_rows = (~data["val"]).nonzero().flatten()
     val_rows = data["val"].nonzero().flatten()[: args.max_eval]
-    cfg = GPTConfig(vocab_size=data["codebook_size"], grid=data["grid"], n_words=len(vocab),
-                    d_model=args.d_model, n_layers=args.layers, n_heads=args.heads, dropout=args.dropout)
+    attention = tuple(a.strip() for a in args.attention.split(",") if a.strip())
+    try:
+        cfg = GPTConfig(vocab_size=data["codebook_size"], grid=data["grid"], n_words=len(vocab),
+                        d_model=args.d_model, n_layers=args.layers, n_heads=args.heads, dropout=args.dropout,
+                        attention=attention, local_rows=args.local_rows, local_cols=args.local_cols)
+    except ValueError as err:
+        raise SystemExit(f"--{str(err).split(':')[0].replace('_', '-')}: {err}") from None
     device = torch.device(args.device)
     model = TinyGPT(cfg).to(device)
     opt = make_optimizer(model, args.lr)
@@ -194,6 +217,9 @@ def main(argv: list[str] | None = None) -> None:
     clock = CheckpointClock(args.ckpt_minutes, args.max_minutes)
     running = None
     model.train()
+    if 0 < args.stop_at <= step:
+        print(f"already at step {step} (--stop-at {args.stop_at})", flush=True)
+        return
     while step < args.steps:
         for g in opt.param_groups:
             g["lr"] = cosine_lr(step, args.steps, args.lr, warmup=200)
@@ -213,7 +239,10 @@ def main(argv: list[str] | None = None) -> None:
             info["val_nll"] = round(held_out_nll(model, data, val_rows), 4)
             info["train_nll"] = round(running, 4)
             print(f"eval step {step}: held-out nll {info['val_nll']:.4f} nats/token", flush=True)
-        if clock.save_if_due(lambda: save_checkpoint(ckpt, model, opt, gen, step, info), step, args.steps):
+        if step in snapshots:
+            save_checkpoint(f"{ckpt}_step{step}", model, opt, gen, step, info)
+        last = args.stop_at if 0 < args.stop_at < args.steps else args.steps
+        if clock.save_if_due(lambda: save_checkpoint(ckpt, model, opt, gen, step, info), step, last) or step == last:
             break
     print(f"done at step {step} in {clock.elapsed():.0f} s", flush=True)
 

@@ -2,6 +2,7 @@
 
     python -m scd_core.train.samples --model tiny --out scd_core/assets/tiny/samples_image.png
     python -m scd_core.train.samples --model tiny-video --out scd_core/assets/tiny/samples_video.png
+    python -m scd_core.train.samples --model tiny-64            # into scd_core/assets/tiny64
     python -m scd_core.train.samples --model assets_64          # an exported folder: writes into it
 
 Images: one row per prompt, `--per-prompt` samples across (seeds 0..), nearest upscale to about
@@ -47,7 +48,7 @@ def stack_rows(rows: list):
 
 def main(argv: list[str] | None = None) -> None:
     import scd_core
-    from scd_core.models.tiny import ASSETS as TINY_ASSETS
+    from scd_core.models.tiny import ASSETS as TINY_ASSETS, OTHER_FOLDERS
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="tiny")
@@ -62,8 +63,9 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     model = scd_core.load_model(args.model, device=args.device, threads=args.threads)
     prompts = args.prompts.split(",") if args.prompts else model.example_prompts
-    exported = args.model not in ("tiny", "tiny-video") and Path(args.model).is_dir()
-    folder = Path(args.model) if exported else TINY_ASSETS      # an exported folder: write into it
+    exported = args.model not in ("tiny", "tiny-video", *OTHER_FOLDERS) and Path(args.model).is_dir()
+    folder = (Path(args.model) if exported                      # an exported folder: write into it
+              else OTHER_FOLDERS[args.model][2] if args.model in OTHER_FOLDERS else TINY_ASSETS)
     out = args.out or str(folder / f"samples_{'video' if len(model.grid) == 3 else 'image'}.png")
     settings = dict(model.default_settings)
     t0 = time.time()

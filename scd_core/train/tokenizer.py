@@ -12,7 +12,10 @@ Loss: MSE + 0.5 L1 on pixels, codebook + 0.25 commitment on unit-norm latents (c
 codebook), straight-through estimator, dead codes restarted from batch latents every 100
 steps. Flat-white patches take the reserved code 0 (see `scd_core.models.tiny`). Half of
 each batch is shifted/zoomed/rotated on white so that video frames stay in distribution.
-Resumes from `--ckpt` when it exists (saved on any device). Trains on `--device` (default
+Resumes from `--ckpt` when it exists (saved on any device). `--init-from` starts a new run from
+another tokenizer's weights (a checkpoint or an exported folder such as `scd_core/assets/tiny`)
+of the same architecture: the shipped 32 px tokenizer is fully convolutional, so it is a good
+start for 64 px images with the same patch size. Trains on `--device` (default
 cuda when available); batches are sampled and augmented on the CPU, so on the CPU a run is
 deterministic given `--seed` and the thread count.
 """
@@ -100,6 +103,18 @@ def check_geometry(image_size: int, patch: int, codebook_size: int) -> None:
                          f"got {codebook_size}")
 
 
+def init_from_tokenizer(model: VQLite, path: str) -> None:
+    """Copy another tokenizer's weights into `model`; everything but the image size must match."""
+    from scd_core.train.tokens import load_vq
+
+    source = load_vq(path)
+    mine, theirs = asdict(model.cfg), asdict(source.cfg)
+    mine.pop("image_size"), theirs.pop("image_size")
+    if mine != theirs:
+        raise SystemExit(f"--init-from {path}: that tokenizer is {theirs}, this one {mine} (image size aside)")
+    model.load_state_dict(source.state_dict())
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="data/emoji32")
@@ -118,6 +133,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--patch", type=int, default=4, help="pixels per token side (default 4: 32 px -> 8x8 tokens)")
     ap.add_argument("--codebook-size", type=int, default=512,
                     help="codes in the codebook, code 0 reserved for flat white (default 512)")
+    ap.add_argument("--init-from", default=None,
+                    help="start a new run from this tokenizer's weights (checkpoint or exported folder; "
+                         "same channels, patch and codebook size, any image size)")
     add_device_argument(ap)
     args = ap.parse_args(argv)
     check_geometry(args.image_size, args.patch, args.codebook_size)
@@ -151,6 +169,9 @@ def main(argv: list[str] | None = None) -> None:
                              "pass its --image-size/--patch/--codebook-size, another --ckpt, or --fresh")
         step = load_checkpoint(ckpt, model, opt, gen)["step"]
         print(f"resumed from {ckpt} at step {step}", flush=True)
+    elif args.init_from:
+        init_from_tokenizer(model, args.init_from)
+        print(f"started from the tokenizer {args.init_from}", flush=True)
     info = {"config": asdict(cfg), "args": vars(args)}
     usage = torch.zeros(cfg.codebook_size, device=device)
     clock = CheckpointClock(args.ckpt_minutes, args.max_minutes)
