@@ -6,8 +6,8 @@
 #   2. torch's CPU build, explicitly: PyPI's torch for Linux is the CUDA build (several GB of
 #      nvidia-* wheels). From PyTorch's CPU index; where that cannot be reached, from pip's
 #      configured indexes only if what pip finds there is a CPU build. Then it checks.
-#   3. The project with its dev extra (pip install -e '.[dev]'), then pytest: every lane, or with
-#      --quick as the first argument the quick lane (docs/testing.md).
+#   3. The project with its dev extra (pip install -e '.[dev]'), then pytest in two processes:
+#      every lane, or with --quick as the first argument the quick lane (docs/testing.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -82,5 +82,10 @@ if [ "${1:-}" = "--quick" ]; then
   shift
   lanes=()
 fi
+# Two test processes (pytest-xdist; SCD_TEST_WORKERS sets how many, 0 for one process), each
+# test file whole in one of them: its module fixtures (a served page, a Ray cluster) made once.
+workers=${SCD_TEST_WORKERS:-2}
+parallel=()
+[ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile)
 echo "== pytest"
-exec python -m pytest "${lanes[@]}" "$@"
+exec python -m pytest "${parallel[@]}" "${lanes[@]}" "$@"

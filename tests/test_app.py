@@ -24,6 +24,8 @@ from scd_core.models.status import model_status
 from fakehub import empty_hub_cache  # noqa: F401  (a fixture)
 from plots_util import figure
 
+pytestmark = pytest.mark.served
+
 GOOD = dict(model="texture", method="scd-mc", window=16, init="random", temperature=1.0,
             top_k=0, top_p=1.0, cfg_scale=1.0, seed=0, prompt="ocean waves", pace=0.0, samples=3)
 

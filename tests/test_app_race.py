@@ -16,6 +16,8 @@ from demo import race_view
 from scd_core import bench_rows, race
 from test_app import args
 
+pytestmark = pytest.mark.served
+
 HEADS = ("one image: seconds (vs AR)", "batch of K: images/s (vs AR)")
 
 

@@ -25,6 +25,8 @@ from scd_core.models.cache import ModelCache
 from scd_core.workers import ProcessClient
 from test_app import args, final, latest, visitor
 
+pytestmark = pytest.mark.served
+
 TINY = dict(model="tiny", prompt="red heart", method="scd-mc", window=16, top_k=100, cfg_scale=3.0,
             pace=0.0)           # the page's defaults for tiny, at full speed
 ENGINE = dict(method="scd-mc", window=16, top_k=100, cfg_scale=3.0)

@@ -25,6 +25,8 @@ from scd_core.models.cosmos import tokenizer as dv
 from test_app import final, race_rows, shown
 from test_models_cosmos import LEVELS, TINY, save_tokenizer, write_clip
 
+pytestmark = pytest.mark.served
+
 NAME = "cosmos-1-ar-4b"
 
 

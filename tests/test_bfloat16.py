@@ -23,6 +23,8 @@ from scd_core import testing
 from scd_core.protocols import can_tree
 from scd_core.sampling import SamplingConfig, processed_probs
 
+pytestmark = pytest.mark.slow
+
 BF16 = torch.bfloat16
 METHODS = ["sjd", "scd-mc", "scd-gumbel"]
 SHAPES = {"chain": (1, 0), "tree": (2, 2)}

@@ -212,6 +212,7 @@ def test_first_visit_shows_the_controls_first_every_tab_and_no_placeholder(brows
         pg.close()
 
 
+@pytest.mark.smoke
 def test_generate_shows_the_picture_with_nothing_over_it(page):
     fill(page, "pace", 0)
     page.locator("#generate").click()

@@ -80,6 +80,7 @@ def test_the_registry_knows_each_shipped_models_vocabulary(name):
     assert REGISTRY[name].vocab == scd_core.load_model(name).vocab_size
 
 
+@pytest.mark.drill
 @pytest.mark.parametrize("method", ["sjd", "scd-mc", "scd-gumbel"])
 def test_a_pass_holds_no_more_than_the_formula_says(method):
     """Measured in a process of its own (`scripts/pass_memory.py`: the growth of its peak

@@ -19,6 +19,8 @@ import models_util
 from ops_util import OpCounter, model_only
 
 MODELS = ["texture", "tiny", "tiny-64", "tiny-video", "janus-pro", "emu3", "lumina-mgpt", "llamagen", "cosmos"]
+# the longer grids (256 and 512 tokens) in the slow lane: the same code as tiny's
+MODELS = [pytest.param(m, marks=pytest.mark.slow) if m in ("tiny-64", "tiny-video") else m for m in MODELS]
 
 
 @pytest.fixture(scope="module")

@@ -47,6 +47,8 @@ import app  # noqa: E402
 import scd_core  # noqa: E402
 from scd_core.settings import Settings  # noqa: E402
 
+pytestmark = pytest.mark.served
+
 RUN = dict(init="random", temperature=1.0, top_k=0, top_p=1.0, cfg=1.0, seed=0, pace=0.0, samples=2)
 
 

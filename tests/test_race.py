@@ -273,6 +273,7 @@ def test_time_method_times_the_same_rows_again(client):
     assert race.time_method(client, "texture", settings, "ar", 2, lambda: next(calls) >= 3) is None
 
 
+@pytest.mark.served
 def test_a_race_times_two_rounds_at_least_and_more_only_within_its_budget(client):
     """Passes are the same in every round; the third round runs only while the rounds after
     the first stay within the budget."""
@@ -303,6 +304,7 @@ def test_stop_cancels_a_clients_rows_after_the_current_pass(client):
     assert last.stopped and not last.done and last.nfe < 576 and last.seconds is not None
 
 
+@pytest.mark.served
 def test_rows_submitted_together_start_in_one_pass_in_a_worker_process():
     """`submit_rows` on the page's default client: the K rows' first pass is one batch of K
     (one by one, the first would start alone), and each row is the one its seed gives."""

@@ -25,6 +25,8 @@ from scd_core.models.cache import ModelCache, Residency, model_bytes
 from scd_core.settings import Settings
 from scd_core.workers import ProcessClient
 
+pytestmark = pytest.mark.served
+
 AR = Settings(method="ar", window=1)           # 64 passes of at least 30 ms: about 2 s a row
 LOG = "SCD_TEST_RESIDENCY_LOG"
 HIDDEN = {"slow-a": 64, "slow-b": 96, "slow-c": 128, "slow-d": 160}   # four sizes

@@ -21,6 +21,8 @@ from scd_core.models import REGISTRY
 from scd_core.models.status import MAX_GPU_SECONDS, MIN_GPU_SECONDS
 from test_app import args, visitor
 
+pytestmark = pytest.mark.served
+
 REPO = Path(__file__).resolve().parent.parent
 
 
