@@ -109,10 +109,10 @@ BUSY_WAIT_S = 1.0       # a click while a run goes waits this long for it to end
 def busy(request, message=lambda text: {input_md: text}) -> dict:
     """A click while the visitor's run goes: refused with a word (`message(text)`: where it
     is said), nothing starts; {} when no run goes. A run that ends within BUSY_WAIT_S (a
-    finished run drawing its final charts, after its status said "done") lets it through; one
-    stopped from elsewhere meanwhile (a model picked) does not."""
+    finished run drawing its final charts, after its status said "done"; one stopped a moment
+    ago) lets it through."""
     run = RUNS.going(session_key(request))
-    if run is not None and run.quiet.wait(BUSY_WAIT_S) and not run.why:
+    if run is not None and run.quiet.wait(BUSY_WAIT_S):
         run = RUNS.going(session_key(request))
     return message(runs.busy_message(run)) if run is not None else {}
 

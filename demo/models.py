@@ -36,7 +36,7 @@ log = logging.getLogger("scd_demo")     # the page's one-line notes (app.main sh
 PAGE_DEFAULTS = {
     "texture": dict(window=16, init="random", pace=0.1, samples=8),
     "tiny": dict(window=16, init="random", pace=0.15, samples=8),
-    "tiny-64": dict(window=64, init="random", pace=0.05, samples=8),     # its lead over SJD shows at 64
+    "tiny-64": dict(window=64, init="random", pace=0.1, samples=8),      # its lead over SJD shows at 64
     "tiny-video": dict(window=32, init="repeat-frame", pace=0.1, samples=8),
     "toy-grid": dict(window=16, init="random", pace=0.1, samples=8),
 }

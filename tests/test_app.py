@@ -536,6 +536,26 @@ def test_the_message_beside_the_buttons_repeats_what_the_fields_say():
     assert both.index("Window L:") < both.index("Seed:") and both.count("Not started") == 1
 
 
+def test_a_click_goes_through_once_the_run_before_it_has_ended_even_a_stopped_one():
+    """A run stopped a moment ago (a new prompt typed as it drew its last charts) that ends
+    within BUSY_WAIT_S lets the next click through; one still going after it is refused."""
+    import threading
+    from demo import runs
+    for why in ("", "**Stopped:** you changed the prompt; press **Generate** to run the new one."):
+        run = app.RUNS.start("", runs.Run("generate", "texture", "scd-mc", "red heart"))
+        app.RUNS.interrupt("", why) if why else None
+        threading.Timer(app.BUSY_WAIT_S / 4, app.RUNS.end, ("", run)).start()
+        out = app.check_race(**args(), marked=[])
+        assert app.go_race in out and out[app.input_md] == "", (why, out[app.input_md])
+    run = app.RUNS.start("", runs.Run("generate", "texture", "scd-mc", "red heart"))
+    try:
+        app.RUNS.interrupt("", "**Stopped:** you changed the prompt")
+        out = app.check_race(**args(), marked=[])               # still going after BUSY_WAIT_S
+        assert app.go_race not in out and "is still going" in out[app.input_md]
+    finally:
+        app.RUNS.end("", run)
+
+
 def test_whole_number_fields_pass_what_was_typed_to_the_checks():
     """gr.Number(precision=0) would round 1.5 to 2 before any check saw it."""
     for field in (app.seed_nb, app.window_nb, app.topk_nb, app.samples_nb):
