@@ -11,9 +11,10 @@
 # interruption and it continues), and stops itself with a checkpoint after --max-minutes (run
 # it again to go on). FRESH=1 deletes this recipe's checkpoints first.
 #
-# Time on a 2-core CPU shared with other work, one thread: data 15-50 s, tokenizer ~10-15 min,
-# tokens ~2 min, prior ~2.5-3 h (1,200 steps of 5-9 s), export and samples ~1 min, the
-# benchmark ~15 min. THREADS=2 is faster where the cores are free.
+# Time on a 2-core CPU, one thread, other work on the second core: 30 min in all (data 10 s,
+# tokenizer 3 min, tokens 1 min, prior 22 min at about 1.1 s a step, export and samples 1 min,
+# the benchmark 2.5 min, the influence curve and nearest-emoji rate 1.5 min); a prior step takes
+# 5-9 s when both cores are busy. THREADS=2 is faster where the cores are free.
 #
 # The shipped weights (scd_core/assets/tiny64/config.json) came from exactly these settings:
 # seed 0, tokenizer 300 steps; prior 1,200 steps whose first 632 ran under the cosine schedule
