@@ -536,7 +536,6 @@ def on_model_change(name: str, applied: dict | None = None, stopped: dict | None
         applied_state: new, switch_md: said, greedy_cb: values["temperature"] == 0,
         prompt_words_md: prompt_words(name, values["prompt"]) if not clip else "",
         model_md: model_info(name),
-        clip_row: gr.Row(visible=models.is_video(name)),
         examples.dataset: gr.Dataset(samples=[] if clip else [[p] for p in prompts]),
         text_box: gr.Column(visible=not clip), clip_box: gr.Column(visible=clip),
         examples_box: gr.Column(visible=bool(prompts) and not clip),     # no heading over nothing
@@ -656,7 +655,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                     film = image("film")
                     gr.HTML(pictures.film_legend_html(), elem_id="film-legend")
                     summary = gr.Markdown(run_view.SUMMARY_WAITING, elem_id="summary")
-                    with gr.Row(visible=models.is_video(D0)) as clip_row:
+                    with gr.Row(visible=False) as clip_row:          # shown once a video run has its clip
                         clip_video = gr.Video(label="Finished clip (MP4)", elem_id="clip-video",
                                               interactive=False, height=260)
                         clip_files = gr.File(label="Download the clip (MP4, GIF)", file_count="multiple",
@@ -748,7 +747,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     setting_views = {k: input_views[k] for k in checks.SETTINGS}          # what a model switch sets
     gen_views = dict(zip(generate_view.VIEWS, (
         live_image, status, tree_now, chart_committed, chart_length, chart_flicker, chart_rate, heat_committed,
-        heat_unchanged, film, film_title, summary, history_state, last_run, replay_slider, clip_video,
+        heat_unchanged, film, film_title, summary, history_state, last_run, replay_slider, clip_row, clip_video,
         clip_files, replay_image, replay_text, replay_probs, export_files, export_video), strict=True))
     gen_outputs = list(gen_views.values())
     race_views = dict(zip(race_view.VIEWS, (race_status, race_table, race_note, race_why, race_chart,
@@ -774,7 +773,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
                    trigger_mode="always_last", **DECODE)
     stop_btn.click(stop, ticket, None, queue=False, api_name="stop", js="() => [Date.now()]")
     switch_outputs = [*setting_views.values(), *gen_outputs, *race_outputs, *lossless_outputs, applied_state,
-                      switch_md, greedy_cb, prompt_words_md, model_md, clip_row, examples.dataset, text_box,
+                      switch_md, greedy_cb, prompt_words_md, model_md, examples.dataset, text_box,
                       clip_box, examples_box, gen_btn, race_btn]              # every view a switch sets
     # A pick stops the visitor's run and is acknowledged at once (outside the queue), then the switch.
     model_dd.change(None, model_dd, model_md, js=texts.PICKED_JS, queue=False)

@@ -19,7 +19,7 @@ from demo.models import is_video
 from scd_core.trace import Iteration
 
 VIEWS = ("picture", "status", "tree", *charts.RUN_CHARTS, "film", "film_title", "summary", "history",
-         "last_run", "replay_slider", "clip_video", "clip_files", "replay_image", "replay_text",
+         "last_run", "replay_slider", "clip_row", "clip_video", "clip_files", "replay_image", "replay_text",
          "replay_probs", "export_files", "export_video")
 # The replay and export belong to the last run. The slider is left as it is (a value here, then
 # the final update's Slider, left a copy of the Slider in the visitor's session at every run);
@@ -35,7 +35,7 @@ def waiting(grid: tuple[int, ...] | None, tokens: int, pictured: bool = True) ->
     return charts.waiting_figures(tokens) | \
         ({"picture": pictures.blank_picture(grid) if grid else None} if pictured else {}) | \
         {"film": None, "film_title": run_view.film_title(None), "summary": run_view.SUMMARY_WAITING,
-         "tree": "", "clip_video": None, "clip_files": None}
+         "tree": "", "clip_row": gr.Row(visible=False), "clip_video": None, "clip_files": None}
 
 
 def replay(model, run: dict, i: int, picture=None) -> dict:
@@ -124,5 +124,5 @@ class GenerateView:
                                        interactive=True)} | replay(self.model, run, last, self.last_picture)
         if is_video(name):
             mp4, gif = export.export_run_clip(self.model, it, f"{name}-{self.method}", decode)
-            out |= {"clip_video": mp4, "clip_files": [mp4, gif]}
+            out |= {"clip_row": gr.Row(visible=True), "clip_video": mp4, "clip_files": [mp4, gif]}
         return out

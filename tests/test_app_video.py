@@ -72,7 +72,8 @@ def test_selecting_a_clip_model_shows_the_clip_input_and_its_defaults(served_mod
     out = app.on_model_change(NAME)
     assert out[app.init_dd] == "repeat-frame" and out[app.cfg_nb] == 1.0 and out[app.topp_nb] == 0.8
     assert out[app.samples_nb] == 2
-    assert out[app.clip_row].visible and out[app.clip_box].visible and not out[app.text_box].visible
+    assert out[app.clip_box].visible and not out[app.text_box].visible
+    assert not out[app.clip_row].visible                 # the finished clip's row: with a run's clip, not empty before
     assert out[app.gen_btn].interactive and out[app.race_btn].interactive
     out = app.on_model_change("texture")
     assert out[app.text_box].visible and not out[app.clip_box].visible
@@ -104,7 +105,8 @@ def test_continuing_a_clip_streams_new_frames_then_an_mp4(served_model):
     assert not np.array_equal(pictures[0], pictures[-1])   # the frames formed on screen
     assert "done" in final(updates, app.status)
     mp4, gif = final(updates, app.clip_files)
-    assert final(updates, app.clip_video) == mp4
+    assert final(updates, app.clip_video) == mp4 and final(updates, app.clip_row).visible
+    assert not updates[0][app.clip_row].visible           # hidden while the run forms, no empty frames
     frames = iio.imread(mp4)
     assert frames.shape[0] == 33 and frames.shape[-1] == 3    # 9 given + 24 new frames
     assert gif.endswith(".gif") and os.path.getsize(gif) > 0
@@ -159,7 +161,7 @@ def test_served_bad_clip_is_an_error_then_a_clip_gives_an_mp4(served_model):
         job.result(timeout=120)
         last = lambda i: next(o[i] for o in reversed(job.outputs())  # noqa: E731
                               if o[i] and not (isinstance(o[i], dict) and "__type__" in o[i]))
-        at = [o for o in app.gen_outputs if not isinstance(o, gr.State)].index    # the API leaves states out
+        at = [o for o in app.gen_outputs if not isinstance(o, (gr.State, gr.Row))].index   # the API leaves states, rows out
         assert os.path.exists(last(at(app.live_image)))                     # the live picture
         clip = last(at(app.clip_video))
         mp4 = clip["video"] if isinstance(clip, dict) else clip

@@ -29,6 +29,7 @@ IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 SHOTS = os.environ.get("SCD_SCREENSHOT_DIR", tempfile.gettempdir())
+SIZES = [(1400, 1000), (390, 844)]
 
 
 @pytest.fixture(scope="module")
@@ -498,6 +499,31 @@ def test_phone_race_keeps_the_page_width_every_panel_reachable_and_words_whole(b
         pg.close()
 
 
+@pytest.mark.parametrize("size", SIZES)
+def test_a_video_model_shows_no_empty_clip_frames_before_or_during_a_run_and_its_clip_after(browser, size):
+    """On a video model the finished clip's player and downloads appear with the clip: not as
+    two empty frames before a run, nor while one forms, nor while the next one does."""
+    pg = open_page(browser, *size)
+    try:
+        pick_model(pg, "tiny-video")
+        assert placeholders(pg) == [] and not pg.locator("#clip-video").is_visible()
+        for run in range(2):
+            fill(pg, "pace", 0.1)
+            pg.locator("#generate").click()
+            wait_text(pg, "status", "decoding")
+            pg.wait_for_timeout(800)
+            assert placeholders(pg) == [] and not pg.locator("#clip-video").is_visible(), (size, run)
+            pg.locator("#stop").click() if run else None
+            wait_text(pg, "status", "stopped at NFE" if run else "done", timeout=120_000)
+            pg.wait_for_timeout(1500)
+            assert placeholders(pg) == [], (size, run)
+            assert run or pg.locator("#clip-video video").is_visible(), size     # the finished clip
+        pick_model(pg, "texture")
+        assert not pg.locator("#clip-video").is_visible()
+    finally:
+        pg.close()
+
+
 def test_phone_run_brings_stop_and_the_picture_into_sight_and_every_view_in_reach(browser):
     """On a phone a run brings Stop and the picture into sight; after it, nothing is an
     empty placeholder, every metric can be read whole, and the replay opens on the last pass
@@ -641,7 +667,6 @@ def test_a_model_switch_keeps_the_visitors_settings_and_leaves_no_view_of_the_la
 
 # ---------------------------------------------------------------- the page under a visitor's hands
 
-SIZES = [(1400, 1000), (390, 844)]
 
 IN_SIGHT = """el => {   // shown, inside the window, and what is drawn at its middle and corners is its own
   const r = el.getBoundingClientRect();
