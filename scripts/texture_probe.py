@@ -51,7 +51,8 @@ if str(ROOT) not in sys.path:
 from scd_core.models.tiny import ASSETS, WordVocab, prompt_words  # noqa: E402
 from scd_core.train.data import (FONT_PATH, FONT_SIZE, read_emoji_test, render_all,  # noqa: E402
                                  render_glyph_rgba, to_square)
-from scd_core.train.tokens import encode_all, load_vq, save_image_tokens, shifts_for  # noqa: E402
+from scd_core.train.tokenizer import load_vq  # noqa: E402
+from scd_core.train.tokens import encode_all, save_image_tokens, shifts_for  # noqa: E402
 
 
 def texture(rng: np.random.Generator, size: int) -> np.ndarray:

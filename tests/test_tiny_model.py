@@ -113,7 +113,7 @@ def test_decode_shapes(image_model, video_model):
 
 
 def test_tokens_step_loads_the_shipped_tokenizer_from_its_folder(image_model):
-    from scd_core.train.tokens import load_vq
+    from scd_core.train.tokenizer import load_vq
 
     vq = load_vq(str(tiny.ASSETS))
     assert all(torch.equal(a, b) for a, b in zip(vq.state_dict().values(), image_model.vq.state_dict().values()))

@@ -25,13 +25,11 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from scd_core.sampling import guide
-
 from .checkpoints import config_model_type, pick_device_dtype, resolve_weights
-from .checks import check_cfg, check_prompts, check_step, check_tokens, left_pad
-from .transformers_session import ResizableRows, RowEnds, SlotCache, entries_of, head_rows, load_pretrained
+from .checks import check_cfg, check_prompts, check_tokens, left_pad
+from .transformers_session import RowEnds, RowEndsSession, SlotCache, head_rows, load_pretrained
 from .hub import HubFiles, ProgressFn
-from .tree import Forced, Tree, check_path, check_tree
+from .tree import Forced, Tree
 
 # The transformers port (Emu3ForConditionalGeneration); BAAI/Emu3-Gen itself needs remote code.
 HUB_FILES = {"emu3-gen": HubFiles.transformers("BAAI/Emu3-Gen-hf", approx_gb=17.0)}
@@ -176,78 +174,28 @@ class Emu3TokenModel:
         return [_to_pil(img, self.processor) for img in pixels]                     # [3, H', W'] each
 
 
-class Emu3Session(ResizableRows):
+class Emu3Session(RowEndsSession):
     """Prompt rows then negative-prompt rows of one batch, prefilled in one forward into a
     cache of fixed size (`transformers_session.SlotCache`: the prompts, the H x (W + 1)
     sequence and a scratch slot); rows join with `add_rows` and leave with `keep_rows` (a
-    `ResizableSession`)."""
+    `ResizableSession`); its passes are `transformers_session.RowEndsSession`'s."""
 
     compilable = True                                    # `step` is tensor code alone: it compiles with the pass
 
     def __init__(self, tm: Emu3TokenModel, rows: list[list[int]], batch: int, cfg_scale: float):
         self.tm, self.batch, self.cfg_scale = tm, batch, cfg_scale
         self.reps = len(rows) // batch                   # 2 with guidance: prompt block, negative block
-        self._text = tm.model.model.text_model
+        self.decoder = tm.model.model.text_model
+        self.row_ends, self.code_ids = tm.layout, tm.code_to_bpe   # end-of-line tokens; code -> model id
         ids, mask = left_pad(rows, tm.pad_token_id, tm.device)
         h, w = tm.grid
-        self.kv = SlotCache(self._text.config.num_hidden_layers, mask.sum(1), ids.shape[1], h * (w + 1))
+        self.kv = SlotCache(self.decoder.config.num_hidden_layers, mask.sum(1), ids.shape[1], h * (w + 1))
         self.fed = torch.zeros(batch, dtype=torch.long, device=tm.device)   # grid positions each row holds
         with torch.no_grad():
             hidden = self._forward(ids, *self.kv.prefill(tm.image_head.dtype))
-            self.first_logits = self._logits(hidden[:, -1])
+            self.first_logits = self._guided(hidden[:, -1])
         self.tree: Tree | None = None                    # the last step_tree's, until keep_path
         self.forced: Forced | None = None
-
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        out = self._text(input_ids=ids, attention_mask=mask, position_ids=position_ids,
-                         cache=self.kv.cache, use_cache=True)
-        return out.last_hidden_state
-
-    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Hidden states of all rows -> guided visual-code logits of the B prompts (float32)."""
-        scores = self.tm.image_logits(hidden)
-        if self.reps == 1:
-            return scores
-        cond, uncond = scores[: self.batch], scores[self.batch:]
-        return guide(cond, uncond, self.cfg_scale)
-
-    @torch.no_grad()
-    def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
-        tm = self.tm
-        tokens, start = check_step(tokens, start, self.batch, tm.vocab_size, device=tm.device, fed=self.fed,
-                                   length=tm.grid[0] * tm.grid[1])
-        ids, offsets, out = tm.layout.chain(tm.code_to_bpe[tokens], start)   # end-of-line tokens inserted
-        mask, position_ids = self.kv.write_at(offsets.repeat(self.reps, 1), tm.image_head.dtype)
-        hidden = self._forward(ids.repeat(self.reps, 1), mask, position_ids)
-        self.fed = start + tokens.shape[1]
-        self.tree = None
-        return self._logits(entries_of(hidden, out, self.reps))
-
-    # a tree of drafts (`protocols.TreeSession`): the nodes, then an end-of-line entry after
-    # each node that ends a row (`tree.force_after`: seen by that node's children only); a
-    # 4-D mask and position ids through public inputs; the entries' keys/values stay beside
-    # the cache until `keep_path` writes the kept path's into place (`SlotCache.hold` / `keep`)
-    @torch.no_grad()
-    def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
-                  start: torch.LongTensor) -> torch.Tensor:
-        tm = self.tm
-        tree = check_tree(tokens, parents, start, self.batch, tm.vocab_size, device=tm.device, fed=self.fed,
-                          length=tm.grid[0] * tm.grid[1])
-        ids, self.entry_offsets, forced = tm.layout.tree(tm.code_to_bpe[tree.tokens], tree)
-        reps = self.reps                                 # negative rows: the same tree
-        mask, position_ids = self.kv.hold(tm.offsets(tree.start).repeat(reps), self.entry_offsets.repeat(reps, 1),
-                                          forced.seen.repeat(reps, 1, 1), tm.image_head.dtype)
-        hidden = self._forward(ids.repeat(reps, 1), mask, position_ids)
-        self.tree, self.forced, self.fed = tree, forced, tree.start
-        return self._logits(entries_of(hidden, forced.out, self.reps))
-
-    def keep_path(self, nodes: torch.LongTensor) -> None:
-        index, kept = check_path(self.tree, nodes)
-        entries, valid, offsets = RowEnds.kept(self.forced, self.entry_offsets, index, kept)
-        self.kv.keep(entries.repeat(self.reps, 1), valid.repeat(self.reps, 1), offsets.repeat(self.reps, 1))
-        self.fed = self.tree.start + kept.sum(1)
-        self.tree = self.forced = None
-
 
 def _check_ratio(ratio: str) -> str:
     parts = ratio.split(":") if isinstance(ratio, str) else []

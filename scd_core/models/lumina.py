@@ -30,12 +30,10 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
-from scd_core.sampling import guide
-
 from .checkpoints import pick_device_dtype, resolve_weights
-from .checks import check_prompts, check_step, left_pad
-from .transformers_session import ResizableRows, RowEnds, SlotCache, entries_of, head_rows
-from .tree import Forced, Tree, check_path, check_tree
+from .checks import check_prompts, left_pad
+from .transformers_session import RowEnds, RowEndsSession, SlotCache, head_rows
+from .tree import Forced, Tree
 from .hub import HubFiles, ProgressFn, cached
 
 HUB_FILES = {name: HubFiles.transformers(repo, approx_gb=14.0) for name, repo in (
@@ -198,11 +196,11 @@ def _check_tokens(tokens, vocab_size: int, name: str) -> torch.Tensor:
     return tokens.long()
 
 
-class LuminaSession(ResizableRows):
+class LuminaSession(RowEndsSession):
     """One batch being decoded; cond rows 0..B-1, uncond rows B..2B-1 when cfg_scale != 1, in a
     cache of fixed size (`transformers_session.SlotCache`: the prompts, the h x (w + 1)
     sequence and a scratch slot). Rows join with `add_rows` and leave with `keep_rows` (a
-    `ResizableSession`)."""
+    `ResizableSession`); its passes are `transformers_session.RowEndsSession`'s."""
 
     compilable = True                                    # `step` is tensor code alone: it compiles with the pass
 
@@ -210,6 +208,8 @@ class LuminaSession(ResizableRows):
         self.tm = tm
         self.cfg_scale = cfg_scale
         self.batch = len(prompts)
+        self.decoder = tm.model.model
+        self.row_ends, self.code_ids = tm.rows, tm.code2bpe   # end-of-row tokens; code -> model id
         rows = [tm.cond_ids(p) for p in prompts]
         if cfg_scale != 1.0:
             rows += [tm.uncond_ids() for _ in prompts]
@@ -220,7 +220,7 @@ class LuminaSession(ResizableRows):
         self.fed = torch.zeros(self.batch, dtype=torch.long, device=tm.device)   # grid positions each row holds
         with torch.no_grad():
             hidden = self._forward(ids, *self.kv.prefill(tm.image_head.dtype))
-        self.first_logits = self._mix(tm.image_logits(hidden[:, -1]))
+        self.first_logits = self._guided(hidden[:, -1])
         self.tree: Tree | None = None                        # the last step_tree's, until keep_path
         self.forced: Forced | None = None
 
@@ -232,56 +232,6 @@ class LuminaSession(ResizableRows):
     # rows joining and leaving (`transformers_session.ResizableRows`): `add_rows` left-pads the
     # prompt regions of both batches to the longer one, `keep_rows` shrinks it to the longest
     # kept prompt
-
-    # -- helpers ----------------------------------------------------------------------
-    def _mix(self, logits: torch.Tensor) -> torch.Tensor:
-        if self.reps == 1:
-            return logits
-        return guide(logits[: self.batch], logits[self.batch:], self.cfg_scale)
-
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        out = self.tm.model.model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
-                                  cache=self.kv.cache, use_cache=True)
-        return out.last_hidden_state
-
-    # -- the contract -----------------------------------------------------------------
-    @torch.no_grad()
-    def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
-        tm = self.tm
-        tokens, start = check_step(tokens, start, self.batch, tm.vocab_size, device=tm.device, fed=self.fed,
-                                   length=tm.grid[0] * tm.grid[1])
-        ids, offsets, out = tm.rows.chain(tm.code2bpe[tokens], start)     # end-of-row tokens inserted
-        mask, position_ids = self.kv.write_at(offsets.repeat(self.reps, 1), tm.image_head.dtype)
-        hidden = self._forward(ids.repeat(self.reps, 1), mask, position_ids)
-        self.fed = start + tokens.shape[1]
-        self.tree = None
-        return self._mix(tm.image_logits(entries_of(hidden, out, self.reps)))
-
-    # -- a tree of drafts (`protocols.TreeSession`) ---------------------------------------
-    # The nodes, then an end-of-row entry after each node that ends a row
-    # (`tree.force_after`: seen by that node's children only), beside the cache; a 4-D mask
-    # shows each entry the prompt, the sequence before its start and its own path.
-    # `keep_path` writes the kept entries' keys/values at their sequence slots.
-    @torch.no_grad()
-    def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
-                  start: torch.LongTensor) -> torch.Tensor:
-        tm = self.tm
-        tree = check_tree(tokens, parents, start, self.batch, tm.vocab_size, device=tm.device, fed=self.fed,
-                          length=tm.grid[0] * tm.grid[1])
-        ids, self.entry_offsets, forced = tm.rows.tree(tm.code2bpe[tree.tokens], tree)
-        reps = self.reps                                     # uncond rows: the same tree
-        mask, position_ids = self.kv.hold(tm.rows.offset(tree.start).repeat(reps), self.entry_offsets.repeat(reps, 1),
-                                          forced.seen.repeat(reps, 1, 1), tm.image_head.dtype)
-        hidden = self._forward(ids.repeat(reps, 1), mask, position_ids)
-        self.tree, self.forced, self.fed = tree, forced, tree.start
-        return self._mix(tm.image_logits(entries_of(hidden, forced.out, self.reps)))
-
-    def keep_path(self, nodes: torch.LongTensor) -> None:
-        index, kept = check_path(self.tree, nodes)
-        entries, valid, offsets = RowEnds.kept(self.forced, self.entry_offsets, index, kept)
-        self.kv.keep(entries.repeat(self.reps, 1), valid.repeat(self.reps, 1), offsets.repeat(self.reps, 1))
-        self.fed = self.tree.start + kept.sum(1)
-        self.tree = self.forced = None
 
 
 # --------------------------------------------------------------------------- loading

@@ -17,6 +17,8 @@ that need it.
   end-of-row token (Emu3, Lumina-mGPT), for a window (`chain`) and for a tree (`tree`),
   with shapes fixed by the window or the tree's size.
 - `ResizableRows`: `add_rows` / `keep_rows` for such a session (through `rows.GuidedRows`).
+- `RowEndsSession`: the chain and tree passes of a guided session over a `RowEnds` layout
+  (Emu3's and Lumina-mGPT's sessions).
 - `head_rows`: a head's rows of the image codes, as a view where they are contiguous.
 - `load_pretrained`: a transformers model and processor from a downloaded folder.
 
@@ -32,9 +34,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from scd_core.sampling import guide
+
+from .checks import check_step
 from .hub import WeightsNotFoundError
 from .rows import GuidedRows
-from .tree import Forced, Tree, force_after, gather_nodes, path_entries
+from .tree import Forced, Tree, check_path, check_tree, force_after, gather_nodes, path_entries
 
 
 @functools.cache
@@ -301,6 +306,67 @@ class ResizableRows(GuidedRows):
     def select_state(self, index: torch.Tensor) -> None:
         self.kv = self.kv.select(index)
         self.fed = self.fed[index[: len(index) // self.reps].to(self.fed.device)]
+
+
+class RowEndsSession(ResizableRows):
+    """`step`, `step_tree` and `keep_path` of a session whose sequence closes every grid row
+    with a forced end-of-row token (`RowEnds`), its `reps` blocks of rows guided by CFG. The
+    session provides, beside what `ResizableRows` asks: `row_ends` (the `RowEnds` layout),
+    `code_ids` ([V] the model id of each image code), `decoder` (the transformers module that
+    takes `input_ids`, a 4-D `attention_mask`, `position_ids` and the cache), and `tree` and
+    `forced` (None until a `step_tree`); `tm` gives `vocab_size`, `grid`, `device`,
+    `image_head` and `image_logits(hidden)`."""
+
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        out = self.decoder(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                           cache=self.kv.cache, use_cache=True)
+        return out.last_hidden_state
+
+    def _guided(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Hidden states of all rows -> guided image-code logits of the B prompts (float32)."""
+        scores = self.tm.image_logits(hidden)
+        if self.reps == 1:
+            return scores
+        return guide(scores[: self.batch], scores[self.batch:], self.cfg_scale)
+
+    @torch.no_grad()
+    def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
+        tm = self.tm
+        tokens, start = check_step(tokens, start, self.batch, tm.vocab_size, device=tm.device, fed=self.fed,
+                                   length=tm.grid[0] * tm.grid[1])
+        ids, offsets, out = self.row_ends.chain(self.code_ids[tokens], start)   # end-of-row tokens inserted
+        mask, position_ids = self.kv.write_at(offsets.repeat(self.reps, 1), tm.image_head.dtype)
+        hidden = self._forward(ids.repeat(self.reps, 1), mask, position_ids)
+        self.fed = start + tokens.shape[1]
+        self.tree = None
+        return self._guided(entries_of(hidden, out, self.reps))
+
+    # a tree of drafts (`protocols.TreeSession`): the nodes, then an end-of-row entry after
+    # each node that ends a row (`tree.force_after`: seen by that node's children only); a
+    # 4-D mask shows each entry the prompt, the sequence before its start and its own path;
+    # the entries' keys/values stay beside the cache until `keep_path` writes the kept
+    # path's at their sequence slots (`SlotCache.hold` / `keep`)
+    @torch.no_grad()
+    def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
+                  start: torch.LongTensor) -> torch.Tensor:
+        tm = self.tm
+        tree = check_tree(tokens, parents, start, self.batch, tm.vocab_size, device=tm.device, fed=self.fed,
+                          length=tm.grid[0] * tm.grid[1])
+        ids, self.entry_offsets, forced = self.row_ends.tree(self.code_ids[tree.tokens], tree)
+        reps = self.reps                                 # the unconditional rows: the same tree
+        mask, position_ids = self.kv.hold(self.row_ends.offset(tree.start).repeat(reps),
+                                          self.entry_offsets.repeat(reps, 1), forced.seen.repeat(reps, 1, 1),
+                                          tm.image_head.dtype)
+        hidden = self._forward(ids.repeat(reps, 1), mask, position_ids)
+        self.tree, self.forced, self.fed = tree, forced, tree.start
+        return self._guided(entries_of(hidden, forced.out, self.reps))
+
+    def keep_path(self, nodes: torch.LongTensor) -> None:
+        index, kept = check_path(self.tree, nodes)
+        entries, valid, offsets = RowEnds.kept(self.forced, self.entry_offsets, index, kept)
+        self.kv.keep(entries.repeat(self.reps, 1), valid.repeat(self.reps, 1), offsets.repeat(self.reps, 1))
+        self.fed = self.tree.start + kept.sum(1)
+        self.tree = self.forced = None
 
 
 def load_pretrained(folder: str, model_cls, processor_cls, device, dtype, family: str):

@@ -31,13 +31,31 @@ import torch.nn.functional as F
 
 from scd_core.models.tiny import VQConfig, VQLite, flat_white_mask
 from scd_core.train.augment import random_affine
-from scd_core.train.common import (CheckpointClock, add_device_argument, cosine_lr, load_checkpoint, save_checkpoint,
-                                   set_threads)
+from scd_core.train.common import (CheckpointClock, add_device_argument, cosine_lr, load_checkpoint, model_tensors,
+                                   save_checkpoint, set_threads)
 from scd_core.train.data import load_dataset
 
 
 def images_to_tensor(images) -> torch.Tensor:
     return torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255
+
+
+def load_vq(path: str) -> VQLite:
+    """A tokenizer checkpoint (`path`.json / .safetensors), or the tokenizer of an exported
+    model folder (`scd_core/assets/tiny`: config.json and vq.safetensors)."""
+    folder = Path(path)
+    if (folder / "config.json").exists() and (folder / "vq.safetensors").exists():
+        from scd_core.models.tiny import load_weights
+
+        cfg = json.loads((folder / "config.json").read_text())["vq"]
+        return load_weights(VQLite(VQConfig(**cfg)), folder / "vq.safetensors", "cpu", torch.float32)
+    record = folder.with_suffix(".json")
+    if not record.exists():
+        raise ValueError(f"vq: no {record}; run python -m scd_core.train.tokenizer")
+    cfg = json.loads(record.read_text())["config"]
+    vq = VQLite(VQConfig(**cfg))
+    vq.load_state_dict(model_tensors(path))
+    return vq.eval()
 
 
 def vq_losses(model: VQLite, x: torch.Tensor) -> tuple[torch.Tensor, dict, torch.Tensor]:
@@ -105,8 +123,6 @@ def check_geometry(image_size: int, patch: int, codebook_size: int) -> None:
 
 def init_from_tokenizer(model: VQLite, path: str) -> None:
     """Copy another tokenizer's weights into `model`; everything but the image size must match."""
-    from scd_core.train.tokens import load_vq
-
     source = load_vq(path)
     mine, theirs = asdict(model.cfg), asdict(source.cfg)
     mine.pop("image_size"), theirs.pop("image_size")

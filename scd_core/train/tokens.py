@@ -27,11 +27,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from scd_core.models.tiny import VQConfig, VQLite, WordVocab, prompt_words
+from scd_core.models.tiny import VQLite, WordVocab, prompt_words
 from scd_core.train.augment import affine_white, shift_white
-from scd_core.train.common import model_tensors, parse_device, set_threads
+from scd_core.train.common import parse_device, set_threads
 from scd_core.train.data import load_dataset
-from scd_core.train.tokenizer import images_to_tensor
+from scd_core.train.tokenizer import images_to_tensor, load_vq
 
 SHIFTS = [(0, 0)] + [(dx, dy) for dy in (-2, 0, 2) for dx in (-2, 0, 2) if (dx, dy) != (0, 0)]   # at 32 px
 MOTION_SIZE = 32   # `SHIFTS` and `motion_path` are in pixels of a 32 px frame
@@ -92,24 +92,6 @@ def render_clip(big: torch.Tensor, motion: str, frames: int, image_size: int = 3
     x = big.unsqueeze(0).expand(frames, -1, -1, -1)
     moved = affine_white(x, path[:, 0] * move, path[:, 1] * move, path[:, 2], -path[:, 3])
     return F.avg_pool2d(moved, factor)
-
-
-def load_vq(path: str) -> VQLite:
-    """A tokenizer checkpoint (`path`.json / .safetensors), or the tokenizer of an exported
-    model folder (`scd_core/assets/tiny`: config.json and vq.safetensors)."""
-    folder = Path(path)
-    if (folder / "config.json").exists() and (folder / "vq.safetensors").exists():
-        from scd_core.models.tiny import load_weights
-
-        cfg = json.loads((folder / "config.json").read_text())["vq"]
-        return load_weights(VQLite(VQConfig(**cfg)), folder / "vq.safetensors", "cpu", torch.float32)
-    record = folder.with_suffix(".json")
-    if not record.exists():
-        raise ValueError(f"vq: no {record}; run python -m scd_core.train.tokenizer")
-    cfg = json.loads(record.read_text())["config"]
-    vq = VQLite(VQConfig(**cfg))
-    vq.load_state_dict(model_tensors(path))
-    return vq.eval()
 
 
 @torch.no_grad()
