@@ -145,10 +145,6 @@ class Emu3TokenModel:
             rows += [self.encode_prompt(self.negative_prompt)] * len(prompts)
         return Emu3Session(self, rows, len(prompts), cfg_scale)
 
-    def offsets(self, g: torch.Tensor) -> torch.Tensor:
-        """Sequence offset of visual position g (each finished row adds one end-of-line token)."""
-        return self.layout.offset(g)
-
     def image_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Hidden states -> logits over the visual codes (float32), from the head's code rows."""
         return F.linear(hidden, self.image_head, self.image_bias).float()

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from scd_core.models.tiny import VQConfig, VQLite, flat_white_mask
+from scd_core.models.tiny import VQConfig, VQLite, flat_white_mask, load_weights
 from scd_core.train.augment import random_affine
 from scd_core.train.common import (CheckpointClock, add_device_argument, cosine_lr, load_checkpoint, model_tensors,
                                    save_checkpoint, set_threads)
@@ -45,8 +45,6 @@ def load_vq(path: str) -> VQLite:
     model folder (`scd_core/assets/tiny`: config.json and vq.safetensors)."""
     folder = Path(path)
     if (folder / "config.json").exists() and (folder / "vq.safetensors").exists():
-        from scd_core.models.tiny import load_weights
-
         cfg = json.loads((folder / "config.json").read_text())["vq"]
         return load_weights(VQLite(VQConfig(**cfg)), folder / "vq.safetensors", "cpu", torch.float32)
     record = folder.with_suffix(".json")
