@@ -19,6 +19,7 @@ from demo.clips import clip_prompt
 from demo.labels import TREE_CHOICES, TREE_LABELS
 from demo.models import is_video, listed_models, load_failure, takes_clip, unavailable
 from demo.labels import INIT_LABELS
+from demo.texts import as_text, quoted
 from scd_core.decoding import MAX_SEED, validate
 from scd_core.prompts import MAX_PROMPT_CHARS
 from scd_core.race import Race
@@ -43,7 +44,7 @@ def _given(value) -> str:
         return "nothing"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return _number_text(value) if math.isfinite(value) else str(value)
-    return repr(value)
+    return quoted(value)
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ def check_samples(samples) -> int:
 
 def check_model(name, loaded: bool = False) -> str:
     if not isinstance(name, str) or name not in listed_models():
-        raise ValueError(f"Model: unknown model {name!r}; choose one of {', '.join(listed_models())}.")
+        raise ValueError(f"Model: unknown model {quoted(name)}; choose one of {', '.join(listed_models())}.")
     reason = unavailable(name, loaded)
     if reason is not None:
         raise ValueError(f"Model: {name} cannot run here: {reason}")
@@ -151,7 +152,7 @@ def check_tree(label) -> tuple[int, int]:
     if label is None or label == "":
         return CHAIN
     if not isinstance(label, str) or label not in TREE_LABELS:
-        raise ValueError(f"Draft tree: unknown draft tree {label!r}; choose one of {', '.join(TREE_CHOICES)}.")
+        raise ValueError(f"Draft tree: unknown draft tree {quoted(label)}; choose one of {', '.join(TREE_CHOICES)}.")
     return TREE_LABELS[label]
 
 
@@ -300,7 +301,7 @@ def _value(key: str, value) -> str:
     if key == "init":
         return INIT_LABELS.get(value, str(value))
     if key == "prompt":
-        return f"\u201c{value}\u201d"
+        return f"\u201c{as_text(value)}\u201d"
     return _given(value)
 
 
@@ -412,6 +413,6 @@ def checked(model, values: dict) -> tuple[dict[str, str], Race | None]:
         race = race_of(shape, prompt, settings_of(values, shape), values["seed"])
     except ValueError as exc:           # the library's message starts with the argument's name
         arg = str(exc).split(" ", 1)[0].strip("':")
-        out[{"cfg_scale": "cfg", "prompts": "prompt"}.get(arg, arg)] = str(exc)
+        out[{"cfg_scale": "cfg", "prompts": "prompt"}.get(arg, arg)] = as_text(exc)   # plain text
         return out, None
     return out, (race if not out else None)

@@ -14,6 +14,7 @@ import gradio as gr
 from demo.charts import RACE_WAITING, race_figures, race_progress_figure
 from demo.labels import METHOD_LABELS
 from demo.pictures import blank_picture, render_iteration, tile_frames
+from demo.texts import code_block
 from demo.servers import FULL_SPEED_EVERY, PLOT_EVERY, STATUS_EVERY, Pacer
 from scd_core.settings import METHODS
 from scd_core.race import (TIMING_ROUNDS, MethodSummary, Race, Sensitivity, Spread, Timing, apart,
@@ -286,10 +287,10 @@ def bench_markdown(name: str, race: Race, samples: int) -> str:
     seed = race.seed
     return ("The same NFE, step compression, mean accepted length, acceptance rate and draft "
             "stability from the benchmark" + (" (it numbers seeds from 0)" if seed else "") + ":\n\n"
-            f"```\n{bench_command(name, race, samples)}\n```\n\n"
+            f"{code_block(bench_command(name, race, samples))}\n\n"
             f"One image's seconds: the same with `--seeds 1` (column wall_s); the batch's "
             f"({samples} / wall_s images per second):\n\n"
-            f"```\n{bench_command(name, race, samples, seeds=1, batch=samples)}\n```")
+            f"{code_block(bench_command(name, race, samples, seeds=1, batch=samples))}")
 
 
 BENCH_WAITING = "After a race: the benchmark commands that give its figures."
