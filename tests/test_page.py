@@ -62,8 +62,18 @@ def test_each_field_range_is_defined_once_and_is_the_librarys():
         Settings(cfg_scale=cfg.high + 1)
     seed = checks.FIELDS["seed"]
     scd_core.decoding.validate_seeds(seed.check(seed.high), checks.MAX_SAMPLES)   # the race's last row fits
-    with pytest.raises(ValueError, match="^Seed: a whole number from 0 to 9,223,372,036,854,775,792, got -1."):
+    assert seed.high + checks.MAX_SAMPLES <= checks.BROWSER_WHOLE == 2**53 - 1     # and the browser carries it
+    assert float(seed.high) == seed.high                # what the page's number field sends for it
+    with pytest.raises(ValueError, match="^Seed: a whole number from 0 to 1,000,000,000,000,000, got -1."):
         seed.check(-1)
+    temperature = checks.FIELDS["temperature"]
+    for value in (0.0, temperature.next_low, 1.0, temperature.high):
+        Settings(temperature=temperature.check(value))
+    for value in (temperature.next_low / 2, temperature.high * 2, 1e39):
+        with pytest.raises(ValueError):
+            Settings(temperature=value)
+        with pytest.raises(ValueError, match=r"^Temperature: 0 or a number from 1e-30 to 1e\+30 \(0: greedy\), got "):
+            temperature.check(value)
 
 
 def test_top_k_is_bounded_by_the_models_vocabulary_once_it_is_known():
