@@ -13,6 +13,9 @@ import shutil
 import tempfile
 import time
 
+from pathlib import Path
+
+import axe_playwright_python
 import pytest
 
 import app
@@ -59,9 +62,9 @@ def missing(reason: str) -> None:
     pytest.skip(reason)
 
 
-def open_page(browser, width: int, height: int):
-    pg = browser.new_page(viewport={"width": width, "height": height})
-    pg.goto(app.demo.local_url)
+def open_page(browser, width: int, height: int, theme: str = "light"):
+    pg = browser.new_page(viewport={"width": width, "height": height}, color_scheme=theme)
+    pg.goto(app.demo.local_url + ("?__theme=dark" if theme == "dark" else ""))
     pg.wait_for_selector("#generate", timeout=60_000)
     pg.wait_for_timeout(500)
     return pg
@@ -999,5 +1002,50 @@ def test_before_any_run_no_empty_frame_and_a_model_pick_is_heard_at_once(browser
         assert in_sight(pg, "#model-info") == "ok", size
         wait_text(pg, "model-info", "Janus-Pro", timeout=30_000)    # then where it stands
         pick_model(pg, "texture", wait=6000)
+    finally:
+        pg.close()
+
+
+# ------------------------------------------------------------------------ accessibility
+
+AXE = (Path(axe_playwright_python.__file__).parent / "axe.min.js").read_text(encoding="utf-8")   # axe-core 4
+AXE_RUN = """() => axe.run(document, {resultTypes: ['violations']}).then(r => r.violations
+    .filter(v => v.impact === 'critical' || v.impact === 'serious')
+    .flatMap(v => v.nodes.map(n => `${v.id}: ${n.target.join(' ')} ${(n.failureSummary || '').split('\\n')[1] || ''}`)))"""
+PICTURES = """() => [...document.querySelectorAll('.bare img')].filter(i => i.offsetParent !== null)
+    .map(i => [i.closest('[id]').id, i.alt])"""
+
+
+def axe_findings(pg) -> list[str]:
+    """What axe-core finds critical or serious on the page as it is now, a line a node."""
+    if not pg.evaluate("() => typeof axe !== 'undefined'"):
+        pg.evaluate(AXE)
+    return pg.evaluate(AXE_RUN)
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+@pytest.mark.parametrize("size", SIZES)
+def test_axe_finds_nothing_critical_or_serious_on_a_first_visit_and_after_a_generate(browser, size, theme):
+    """Every picture named by what it shows and where its run stands, text at AA contrast in
+    both themes, one h1, and the charts in the page's theme."""
+    pg = open_page(browser, *size, theme)
+    try:
+        assert pg.evaluate("() => document.body.classList.contains('dark')") == (theme == "dark")
+        assert axe_findings(pg) == []
+        assert pg.locator("h1").count() == 1
+        fill(pg, "pace", 0)
+        pg.locator("#generate").click()
+        wait_text(pg, "status", "done")
+        pg.wait_for_function("() => document.querySelector('#live-image img')?.alt.includes('done') && "
+                             "document.querySelector('#film img')?.alt", timeout=10_000)
+        pictures = dict(pg.evaluate(PICTURES))
+        assert set(pictures) == {"live-image", "film"}, pictures
+        assert pictures["live-image"].startswith("Committed tokens + current drafts. ") and "done" in pictures["live-image"]
+        assert pictures["film"].startswith("Drafts after each pass")
+        assert axe_findings(pg) == []
+        backgrounds = pg.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot .main-svg:first-of-type')]
+            .filter(s => s.getBoundingClientRect().width > 0).map(s => getComputedStyle(s).backgroundColor)""")
+        assert backgrounds and all((b == "rgb(255, 255, 255)") == (theme == "light") for b in backgrounds), backgrounds
+        pg.screenshot(path=os.path.join(SHOTS, f"scd_axe_{theme}_{size[0]}.png"), full_page=True)
     finally:
         pg.close()

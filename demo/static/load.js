@@ -1,12 +1,38 @@
 () => {
   // On a phone or tablet (one column) the Settings start closed, so that Generate and the results follow the
   // model, prompt and method; one tap on "Settings" opens them.
-  if (window.innerWidth > NARROW_PX) return;
-  let tries = 0;
-  const close = () => {
-    const header = document.querySelector('#settings button.label-wrap');
-    if (header) { if (header.classList.contains('open')) header.click(); return; }
-    if (++tries < 100) setTimeout(close, 50);
+  if (window.innerWidth <= NARROW_PX) {
+    let tries = 0;
+    const close = () => {
+      const header = document.querySelector('#settings button.label-wrap');
+      if (header) { if (header.classList.contains('open')) header.click(); return; }
+      if (++tries < 100) setTimeout(close, 50);
+    };
+    close();
+  }
+  // Every picture named for a screen reader (Gradio wraps it, alt="", in a button without a
+  // name): what it shows (the panel title above it) and where its run stands (the status of
+  // its tab), renewed as the pictures and the statuses change.
+  const STATE = [['replay-', '#replay-text'], ['race-', '#race-status'], ['lossless-', '#lossless-status'], ['', '#status']];
+  const firstLine = el => ((el && el.innerText) || '').trim().split('\n')[0].slice(0, 240);
+  const titleOf = box => {
+    for (let el = box.previousElementSibling; el; el = el.previousElementSibling)
+      if (el.classList.contains('panel-title')) return firstLine(el);
+    return box.id === 'replay-image' ? 'The replayed pass: committed tokens and the drafts verified' : 'A picture of the run';
   };
-  close();
+  const name = () => {
+    for (const img of document.querySelectorAll('.bare img')) {
+      const box = img.closest('.bare[id]');
+      if (!box) continue;
+      const title = titleOf(box);
+      let state = firstLine(document.querySelector(STATE.find(([start]) => box.id.startsWith(start))[1]));
+      if (box.id.startsWith('race-'))      // a race's status: one part per method, this one's
+        state = state.split(' · ').find(part => part.startsWith(title + ' ')) || state;
+      const alt = title + (state ? '. ' + state : '');
+      if (img.alt !== alt) img.alt = alt;
+    }
+  };
+  let due = null;
+  new MutationObserver(() => { if (!due) due = setTimeout(() => { due = null; name(); }, 150); })
+    .observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true, attributeFilter: ['src']});
 }
