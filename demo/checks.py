@@ -41,7 +41,7 @@ def _number_text(value) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:g}"
 
 
-def _given(value) -> str:
+def given(value) -> str:
     """What the visitor gave, for a message."""
     if value is None or value == "":
         return "nothing"
@@ -92,7 +92,7 @@ class Field:
             and (high is None or number <= high) \
             and (self.next_low is None or number == self.low or number >= self.next_low)
         if not ok:
-            raise ValueError(f"{self.label}: {self.allowed(high)}, got {_given(value)}.")
+            raise ValueError(f"{self.label}: {self.allowed(high)}, got {given(value)}.")
         return number
 
 
@@ -310,7 +310,7 @@ def _value(key: str, value) -> str:
         return INIT_LABELS.get(value, str(value))
     if key == "prompt":
         return f"\u201c{as_text(value)}\u201d"
-    return _given(value)
+    return given(value)
 
 
 def _same(a, b) -> bool:
