@@ -777,10 +777,12 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=CACHE_SWEEP) a
                        api_name="lossless", validator=validate_lossless, show_progress_on=[loss_status],
                        time_limit=runs.TIME_LIMIT_S["lossless"],
                        js=texts.click_js("Lossless", "#lossless"), trigger_mode="always_last", **DECODE)
-    race_sample.release(show_race_sample, [race_sample, race_state], list(race_images.values()),
-                        api_visibility="private")
-    replay_slider.release(replay_view, [replay_slider, last_run],
-                          [replay_image, replay_text, replay_probs], api_name="replay", validator=validate_replay)
+    # A slider redraws on any change a visitor makes (a drag, the arrow keys, a number typed):
+    # one redraw at a time, then the last value asked meanwhile (the ones between are skipped).
+    race_sample.input(show_race_sample, [race_sample, race_state], list(race_images.values()),
+                      api_visibility="private", trigger_mode="always_last")
+    replay_slider.input(replay_view, [replay_slider, last_run], [replay_image, replay_text, replay_probs],
+                        api_name="replay", validator=validate_replay, trigger_mode="always_last")
     export_btn.click(export_run, last_run, [export_video, export_files], api_name="export",
                      validator=validate_export, time_limit=runs.TIME_LIMIT_S["export"], **DECODE)
     demo.unload(forget)

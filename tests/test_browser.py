@@ -1049,3 +1049,72 @@ def test_axe_finds_nothing_critical_or_serious_on_a_first_visit_and_after_a_gene
         pg.screenshot(path=os.path.join(SHOTS, f"scd_axe_{theme}_{size[0]}.png"), full_page=True)
     finally:
         pg.close()
+
+
+# ----------------------------------------------------------------------------- keyboard
+
+FOCUSED = """() => { const e = document.activeElement, ring = el => getComputedStyle(el).outlineStyle !== 'none';
+    const box = e.closest('label') || e.closest('.wrap-inner') || e;
+    return [e.closest('[id]')?.id || '', e.tagName.toLowerCase() + (e.type ? '/' + e.type : ''), ring(e) || ring(box)]; }"""
+
+
+def tab_stops(pg, start: str, count: int) -> list[tuple[str, str, bool]]:
+    """The next `count` Tab stops from `start`: its element's id, tag/type, and a visible ring."""
+    pg.locator(start).focus()
+    stops = []
+    for _ in range(count):
+        pg.keyboard.press("Tab")
+        stops.append(tuple(pg.evaluate(FOCUSED)))
+    return stops
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_every_control_works_from_the_keyboard_and_the_replay_follows_the_pass_slider(browser, size):
+    pg = open_page(browser, *size)
+    try:
+        fill(pg, "pace", 0)
+        stops = tab_stops(pg, "#model input", 26)
+        ids = [s[0] for s in stops]
+        assert all(ring for _, _, ring in stops), stops                   # every stop shows its focus
+        for name in ("prompt", "generate", "race", "stop", "method", "init", "tree", "window", "seed",
+                     "temperature", "greedy", "top-k", "top-p", "cfg", "samples", "pace"):
+            assert name in ids, (name, stops)
+        assert ids.count("method") == 1                                  # the radio group: one stop
+        pg.locator("#method input[value=scd-mc]").focus()
+        pg.keyboard.press("ArrowRight")                                  # ... whose arrows choose
+        pg.wait_for_function("() => document.querySelector('#method input[value=scd-gumbel]').checked")
+        pg.keyboard.press("ArrowLeft")
+        pg.wait_for_function("() => document.querySelector('#method input[value=scd-mc]').checked")
+        pg.locator("#model input").focus()
+        pg.keyboard.type("tin")                                          # typing replaces the name shown
+        assert pg.locator("#model input").input_value() == "tin"
+        pg.keyboard.press("Escape")
+        pg.locator("#generate").focus()
+        pg.keyboard.press("Enter")
+        wait_text(pg, "status", "done")
+        tab = pg.locator("button[role=tab]").first
+        tab.focus()
+        pg.keyboard.press("ArrowRight")                                   # the tabs' arrows
+        assert selected_tab(pg) == "Race"
+        pg.keyboard.press("ArrowLeft")
+        assert selected_tab(pg) == "Generate"
+        pg.locator("#replay button.label-wrap").focus()
+        pg.keyboard.press("Enter")                                        # the replay opens ...
+        slider = pg.locator("#replay-slider input[type=range]")
+        slider.focus()
+        last = int(slider.get_attribute("max"))
+        pg.keyboard.press("Home")                                          # ... and follows the keys
+        wait_text(pg, "replay-text", f"pass 0 of {last}", timeout=20_000)
+        pg.keyboard.press("ArrowRight")
+        wait_text(pg, "replay-text", f"pass 1 of {last}", timeout=20_000)
+        for key in ("ArrowRight",) * 4:                                     # quick presses: the last one drawn
+            pg.keyboard.press(key)
+        wait_text(pg, "replay-text", f"pass 5 of {last}", timeout=20_000)
+        number = pg.locator("#replay-slider input[type=number]")
+        number.fill("3")                                                    # ... and a typed number
+        number.press("Enter")
+        wait_text(pg, "replay-text", f"pass 3 of {last}", timeout=20_000)
+        assert pg.evaluate("() => document.querySelector('#replay-image img')?.alt || ''").startswith(
+            "The replayed pass")
+    finally:
+        pg.close()

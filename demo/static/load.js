@@ -35,4 +35,29 @@
   let due = null;
   new MutationObserver(() => { if (!due) due = setTimeout(() => { due = null; name(); }, 150); })
     .observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true, attributeFilter: ['src']});
+  // The keyboard: a radio group is one Tab stop whose arrow keys change the choice (Gradio
+  // names each radio apart, so each was a stop of its own); the tabs' arrow keys move to the
+  // next tab; a dropdown's text is selected when it takes the focus, so that typing replaces
+  // the name shown instead of adding to it.
+  const group = () => {
+    for (const set of document.querySelectorAll('fieldset[id]'))
+      for (const radio of set.querySelectorAll('input[type=radio]'))
+        if (radio.name !== 'radio-' + set.id) radio.name = 'radio-' + set.id;
+  };
+  group();
+  new MutationObserver(group).observe(document.body, {subtree: true, childList: true, attributes: true, attributeFilter: ['name']});
+  document.addEventListener('keydown', event => {
+    const tab = event.target.closest && event.target.closest('[role=tab]');
+    if (!tab || !['ArrowLeft', 'ArrowRight', 'Home', 'End'].includes(event.key)) return;
+    const tabs = [...tab.parentElement.querySelectorAll('[role=tab]')].filter(t => t.offsetParent !== null);
+    const at = tabs.indexOf(tab), last = tabs.length - 1;
+    const next = tabs[{ArrowLeft: at ? at - 1 : last, ArrowRight: at < last ? at + 1 : 0, Home: 0, End: last}[event.key]];
+    event.preventDefault();
+    next.focus();
+    next.click();
+  });
+  document.addEventListener('focusin', event => {
+    if (event.target.matches && event.target.matches('input[role=combobox]'))
+      setTimeout(() => event.target.select(), 0);
+  });
 }
