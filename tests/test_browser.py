@@ -1118,3 +1118,34 @@ def test_every_control_works_from_the_keyboard_and_the_replay_follows_the_pass_s
             "The replayed pass")
     finally:
         pg.close()
+
+
+# ----------------------------------------------------------------------- a visitor's text
+
+HOSTILE_PROMPT = ('red heart <img src=x onerror="window.hit=1"> **giant** <script>window.hit=2</script> '
+                  '$$x^2$$ [link](http://example.com)')
+MARKUP = """() => [...document.querySelectorAll('#ID img, #ID script, #ID strong, #ID em, #ID a, #ID .katex, #ID h1')]
+    .filter(e => e.tagName !== 'STRONG' || e.innerText.includes('giant')).length"""     # the page's own bold words stay
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_prompt_with_html_markdown_and_script_shows_as_text_wherever_it_is_echoed(browser, size):
+    """Under the prompt box, in the run's summary and in a switch's note: the characters typed,
+    nothing the browser fetches, runs or formats."""
+    pg = open_page(browser, *size)
+    try:
+        pick_model(pg, "tiny")
+        fill(pg, "pace", 0)
+        pg.locator("#prompt textarea").fill(HOSTILE_PROMPT)
+        wait_text(pg, "prompt-words", "not known to tiny, ignored: <img **giant**", timeout=10_000)
+        pg.locator("#generate").click()
+        wait_text(pg, "status", "done")
+        wait_text(pg, "summary", "ignored: <img **giant**.")
+        for where in ("prompt-words", "summary"):
+            assert pg.evaluate(MARKUP.replace("ID", where)) == 0, where
+        pick_model(pg, "texture")
+        wait_text(pg, "settings-changed", f"Prompt \u201c{HOSTILE_PROMPT}\u201d", timeout=20_000)
+        assert pg.evaluate(MARKUP.replace("ID", "settings-changed")) == 0
+        assert pg.evaluate("() => window.hit") is None
+    finally:
+        pg.close()
