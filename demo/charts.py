@@ -16,6 +16,7 @@ from scd_core.trace import Iteration
 
 # --------------------------------------------------------------------------- charts
 
+MAX_TICKS = 17          # numbered ticks on an axis at most: a phone's chart reads them apart
 METHOD_COLOURS = {"ar": "#64748b", "sjd": "#f59e0b", "scd-mc": "#16a34a", "scd-gumbel": "#7c3aed"}
 
 
@@ -241,9 +242,11 @@ def histogram_figure(histograms: dict[str, list[float]], samples: int | None = N
                          hovertemplate=f"{label}: %{{y:.1%}} of passes committed %{{x}} "
                                        f"token(s)<extra></extra>"))
     over = f", {samples} samples pooled" if samples else ""
+    step = next(s for s in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, width) if width / s <= MAX_TICKS)
     return _figure(data, title("Tokens committed per pass", "share of passes" + over),
                    "tokens committed in one pass", "share of passes", barmode="group", bargap=0.15,
-                   xaxis=dict(dtick=1, range=[0.5, width + 0.5]), yaxis=dict(tickformat=".0%"))
+                   xaxis=dict(dtick=step, tick0=0 if step > 1 else 1, range=[0.5, width + 0.5]),
+                   yaxis=dict(tickformat=".0%"))
 
 
 def race_flicker_figure(changed: dict[str, np.ndarray]):
@@ -279,11 +282,12 @@ def _tile_maps(values: np.ndarray, grid: tuple[int, ...], cols: int = 4) -> np.n
 
 def _map_axes(shape: tuple[int, int]) -> dict:
     """Axes of a token map: row and column numbers, cells separated by white gaps (no grid
-    lines through the cells), square cells."""
+    lines through the cells), square cells, the grid's extent whatever is drawn (a pass's map
+    keeps its axes from pass to pass)."""
     h, w = shape
-    axis = dict(showgrid=False, zeroline=False, ticks="outside", constrain="domain")
-    return dict(xaxis=dict(axis, title=dict(text="column"), dtick=1 if w <= 16 else None),
-                yaxis=dict(axis, title=dict(text="row"), autorange="reversed", scaleanchor="x",
+    axis = dict(showgrid=False, zeroline=False, ticks="outside", constrain="domain", autorange=False)
+    return dict(xaxis=dict(axis, title=dict(text="column"), dtick=1 if w <= 16 else None, range=[-0.5, w - 0.5]),
+                yaxis=dict(axis, title=dict(text="row"), range=[h - 0.5, -0.5], scaleanchor="x",
                            dtick=1 if h <= 16 else None))
 
 

@@ -300,11 +300,14 @@ def race_decoding(run, phase: str = "") -> str:
     """A method's rows while they decode, or where Stop ended them."""
     label, N = METHOD_LABELS[run.method], run.num_tokens
     n = min((int(it.n_after[0]) for it in run.last()), default=0)
-    what = phase or f"{run.rows} samples"
+    what = phase or (f"{run.rows} samples" if run.rows > 1 else "one sample")
+    slowest = "the slowest sample" if run.rows > 1 else "the sample"
     if run.stopped:
-        return (f"**Stopped at NFE {run.nfe}, {n}/{N} tokens** (the slowest of {run.rows} samples) "
-                f"while decoding {label}; the methods before it finished.")
-    return f"Decoding **{label}**: {what} · NFE {run.nfe} · {n}/{N} tokens in the slowest sample"
+        before = [METHOD_LABELS[m] for m in METHODS[:METHODS.index(run.method)]] if run.method in METHODS else []
+        done = (f"; {', '.join(before)} had finished" if before else "; no method had finished")
+        return (f"**Stopped at NFE {run.nfe}, {n}/{N} tokens** ({slowest}"
+                + (f" of {run.rows}" if run.rows > 1 else "") + f") while decoding {label}{done}.")
+    return f"Decoding **{label}**: {what} · NFE {run.nfe} · {n}/{N} tokens in {slowest}"
 
 
 STOPPED_TIMING = ("**Stopped while timing**; every method had finished decoding: the times below are "

@@ -401,3 +401,31 @@ def test_a_stopped_run_has_no_step_compression_or_speedup(toy_grid, sjd_iteratio
     n = stats.committed[-1]
     assert f"| step compression | not measured: stopped after {n} tokens |" in text
     assert f"| latency speed-up | not measured: stopped after {n} tokens |" in text
+
+
+def test_the_histogram_numbers_at_most_a_phones_worth_of_ticks_and_a_map_keeps_its_axes(toy_grid, sjd_iterations):
+    for width, step in ((8, 1), (17, 1), (33, 2), (65, 5), (1025, 100)):
+        fig = figure(charts.histogram_figure({"sjd": [1 / width] * width}, 2))
+        assert fig.layout.xaxis.dtick == step and width / step <= charts.MAX_TICKS
+        assert tuple(fig.layout.xaxis.range) == (0.5, width + 0.5)
+    h, w = toy_grid.grid
+    axes = {(tuple(f.layout.xaxis.range), tuple(f.layout.yaxis.range))
+            for f in (figure(charts.accept_prob_figure(it, (h, w))) for it in sjd_iterations[1:6])}
+    assert axes == {((-0.5, w - 0.5), (h - 0.5, -0.5))}          # the same at every pass, rows down
+
+
+def test_a_race_stopped_names_the_methods_that_finished_and_counts_its_samples():
+    from types import SimpleNamespace
+
+    from demo import race_view
+
+    def run(method, rows, stopped=True):
+        return SimpleNamespace(method=method, num_tokens=64, rows=rows, nfe=9, stopped=stopped,
+                               last=lambda: [SimpleNamespace(n_after=torch.tensor([12] * rows))])
+    assert race_view.race_decoding(run("ar", 1)) == ("**Stopped at NFE 9, 12/64 tokens** (the sample) while "
+                                                     "decoding AR; no method had finished.")
+    assert race_view.race_decoding(run("scd-mc", 3)) == (
+        "**Stopped at NFE 9, 12/64 tokens** (the slowest sample of 3) while decoding SCD maximal coupling; "
+        "AR, SJD had finished.")
+    assert race_view.race_decoding(run("sjd", 1, False)).endswith("12/64 tokens in the sample")
+    assert "one sample" in race_view.race_decoding(run("sjd", 1, False))
