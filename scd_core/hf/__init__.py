@@ -137,7 +137,7 @@ def check_model_inputs(model_kwargs: dict) -> None:
     """Model inputs beyond the prompt's ids and mask (images, embeddings, a filled cache) are
     refused by name."""
     for name, value in model_kwargs.items():
-        if value is None:
+        if value is None or (isinstance(value, dict) and not value):     # e.g. no image encoder outputs
             continue
         if name not in MODEL_INPUTS:
             raise ValueError(f"{name}: SCD decodes from input_ids and attention_mask alone; {name} is not supported")
