@@ -58,3 +58,16 @@ def test_the_folder_needs_trust_remote_code():
     llama = tiny_llama(pad_token_id=0)
     with pytest.raises(ValueError, match="trust_remote_code"):
         llama.generate(torch.tensor([[5, 6]]), custom_generate=HUB, method="scd-mc", max_new_tokens=4)
+
+
+def test_janus_image_mode_through_the_folder_function_gives_transformers_tokens():
+    """Janus-Pro's own `generate` takes no `custom_generate` in image mode: the folder's
+    function, loaded by transformers, is called with the model."""
+    janus = models.tj.tiny_janus()
+    ids = torch.tensor([models.tj.encode(models.tj.PROMPTS[0])])
+    ref = janus.generate(ids, attention_mask=torch.ones_like(ids), generation_mode="image",
+                         generation_config=models.janus_config(3.0))
+    scd = janus.load_custom_generate(HUB, trust_remote_code=True)
+    out = scd(janus, ids, attention_mask=torch.ones_like(ids), generation_mode="image",
+              generation_config=models.janus_config(3.0), method="scd-mc", window=6)
+    assert torch.equal(out, ref)
