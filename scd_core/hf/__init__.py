@@ -62,7 +62,9 @@ def generate(model, input_ids: torch.LongTensor, logits_processor=None, stopping
     config = generation_config
     check_config(model, config)
     reading = read_processors(logits_processor, bool(config.do_sample))
-    eos = read_stopping(stopping_criteria) if generation_mode == "text" else []
+    eos = read_stopping(stopping_criteria)                              # refuses what the loop cannot honour
+    if generation_mode == "image":
+        eos = []                                                        # the image grid sets the length
     pad = config.pad_token_id if config.pad_token_id is not None else (eos[0] if eos else None)
     check_model_inputs(model_kwargs)
     mask = model_kwargs.get("attention_mask")
@@ -87,27 +89,33 @@ def generate(model, input_ids: torch.LongTensor, logits_processor=None, stopping
     if seed is None:
         seed = int(torch.randint(0, 2**62, ()).item())
     seeds = decoding.validate_seeds(seed, B)
-    if streamer is not None:
-        streamer.put(input_ids.cpu())
-    records, streamed = [], 0
-    for record in decoding.decode(engine_model, [""] * B, seeds, plan):
-        records.append(record)
-        done, ends = finished(record, eos)
-        if streamer is not None:
-            upto = int(ends[0])
-            if upto > streamed:
-                streamer.put(record.tokens_after[:, streamed:upto])
-                streamed = upto
-        if done:
-            break
-    if streamer is not None:
-        streamer.end()
+    records = run_passes(engine_model, input_ids, seeds, plan, eos, streamer)
     run = Run.from_iterations(records)
     generated = padded(run.tokens, finished(records[-1], eos)[1], pad)                # [B, T]
     sequences = torch.cat([input_ids, generated.to(input_ids.device)], 1) if keep_prompt else generated
     if not config.return_dict_in_generate:
         return sequences
     return GenerateOutput(sequences, run.nfe, run.acceptance_rate, step_compression(generated.shape[1], run.nfe), run)
+
+
+def run_passes(engine_model, input_ids: torch.LongTensor, seeds: list[int], plan: Plan, eos: list[int],
+               streamer=None) -> list:
+    """The engine's passes until every row has its tokens or its end-of-sequence token; the
+    streamer hears the prompt, then each pass's committed tokens up to the row's end."""
+    if streamer is not None:
+        streamer.put(input_ids.cpu())
+    records, streamed = [], 0
+    for record in decoding.decode(engine_model, [""] * len(seeds), seeds, plan):
+        records.append(record)
+        done, ends = finished(record, eos)
+        if streamer is not None and int(ends[0]) > streamed:
+            streamer.put(record.tokens_after[:, streamed: int(ends[0])])
+            streamed = int(ends[0])
+        if done:
+            break
+    if streamer is not None:
+        streamer.end()
+    return records
 
 
 def hub_generate(model, inputs=None, streamer=None, **arguments):

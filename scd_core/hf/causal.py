@@ -82,7 +82,8 @@ class CausalSession:
         start[b] + j + 1: each sees that position's prefix, the prompt then the tokens fed at
         positions 0 .. start[b] + j. Rows with prefixes of equal length are processed in one
         call of the whole batch (so batch indices stay those of the prompts); the other rows
-        of that call are discarded."""
+        of that call (their own tokens, cut short or followed by ones fed earlier) are
+        discarded. A host loop, run only when there are processors."""
         if not self.processors:
             return scores
         out = scores.clone()
