@@ -54,6 +54,25 @@ def test_greedy_with_prefix_processors_gives_transformers_tokens(llama, method):
     assert torch.equal(ours(llama, method, **settings), ref)
 
 
+@pytest.mark.parametrize("method", ["sjd", "scd-mc"])
+def test_prefix_allowed_tokens_fn_sees_each_row_with_its_batch_index(llama, method):
+    """Rows accept different lengths, so their window positions have prefixes of different
+    lengths; the function still gets each row's own index (row 0: even tokens after an odd
+    one, row 1: tokens below 25)."""
+    def allowed(batch_id, sent):
+        if batch_id == 0:
+            return list(range(0, 50, 2)) if int(sent[-1]) % 2 else list(range(50))
+        return list(range(25))
+
+    settings = dict(max_new_tokens=24, do_sample=False, prefix_allowed_tokens_fn=allowed)
+    ref = theirs(llama, **settings)
+    assert (ref[1, 5:] < 25).all() and not torch.equal(ref, theirs(llama, max_new_tokens=24, do_sample=False))
+    out = ours(llama, method, return_dict_in_generate=True, **settings)
+    assert torch.equal(out.sequences, ref)
+    starts = torch.stack([r.start for r in out.run.iterations[1:]])
+    assert (starts[:, 0] != starts[:, 1]).any()                               # rows at different positions
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_end_of_sequence_stops_each_row_and_pads_it(llama, method):
     plain = theirs(llama, max_new_tokens=24, do_sample=False)
@@ -105,10 +124,17 @@ class Unknown(LogitsProcessor):
         return scores
 
 
+class RepetitionPenaltyLogitsProcessor(LogitsProcessor):      # a transformers name, not transformers' class
+    def __call__(self, input_ids, scores):
+        return scores
+
+
 @pytest.mark.parametrize("settings,named", [
     (dict(do_sample=True, min_p=0.1), "MinPLogitsWarper"),
     (dict(do_sample=True, typical_p=0.5), "TypicalLogitsWarper"),
     (dict(logits_processor=LogitsProcessorList([Unknown()])), "Unknown"),
+    (dict(logits_processor=LogitsProcessorList([RepetitionPenaltyLogitsProcessor()])),
+     "test_hf.RepetitionPenaltyLogitsProcessor"),
     (dict(num_beams=2), "num_beams"),
     (dict(output_scores=True, return_dict_in_generate=True), "output_scores"),
     (dict(max_time=60.0), "MaxTimeCriteria"),

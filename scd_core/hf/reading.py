@@ -64,13 +64,20 @@ class Reading:
     sampling: dict = field(default_factory=dict)     # temperature / top_k / top_p for `Settings`
 
 
+def class_name(obj) -> str:
+    """A transformers class's name; any other class's module and name (never one of the
+    names above, which are transformers' own classes)."""
+    cls = type(obj)
+    return cls.__name__ if cls.__module__.startswith("transformers.") else f"{cls.__module__}.{cls.__qualname__}"
+
+
 def read_processors(processors, do_sample: bool) -> Reading:
     """Split transformers' prepared `LogitsProcessorList` (see the module's docstring); a
     ValueError names the first processor that cannot be applied exactly."""
     reading = Reading()
     warpers: list[str] = []                             # the sampling warpers seen: only warpers may follow
     for index, proc in enumerate(processors or []):
-        name = type(proc).__name__
+        name = class_name(proc)
         if name == GUIDANCE:
             if index != 0:
                 raise ValueError(f"logits_processor: {name} must come first (transformers puts it there)")
@@ -105,7 +112,7 @@ def read_stopping(criteria) -> list[int]:
     names a criterion the engine cannot honour exactly."""
     eos: list[int] = []
     for crit in criteria or []:
-        name = type(crit).__name__
+        name = class_name(crit)
         if name not in STOPPING:
             raise ValueError(f"stopping_criteria: {name} is refused: the engine stops at max_new_tokens and at "
                              "end-of-sequence tokens only")
