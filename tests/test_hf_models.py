@@ -117,3 +117,16 @@ def test_janus_image_mode_refuses_text_processors(janus):
     with pytest.raises(ValueError, match="RepetitionPenaltyLogitsProcessor"):
         GenerationMixin.generate(janus, ids, generation_mode="image", generation_config=janus_config(3.0),
                                  repetition_penalty=1.5, custom_generate=hf.generate)
+
+
+@pytest.mark.gpu
+def test_cuda_emu3_greedy_gives_transformers_tokens():
+    """GPU check: the loop on CUDA (float32, so the batched and transformers' own forwards
+    round alike): inputs on the device, records on the host, the sequences back on the device."""
+    model = te.tiny_emu3().to("cuda")
+    ids, kwargs = emu3_inputs(te.PROMPTS, 3.0)
+    ids = ids.to("cuda")
+    kwargs = {k: v.to("cuda") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    ref = model.generate(ids, **kwargs)
+    out = model.generate(ids, custom_generate=hf.generate, method="scd-mc", window=6, **kwargs)
+    assert out.device.type == "cuda" and torch.equal(out, ref)
