@@ -3,12 +3,13 @@ exactly the AR law of transformers' own settings, by exact enumeration.
 
 A tiny LlamaForCausalLM with V = 3 tokens decodes N = 5 new tokens (243 sequences). The exact
 joint is computed by plain forwards of every prefix (no cache), with transformers' guidance
-(log-softmax scores, a negative prompt), transformers' own processor classes, then temperature,
-top-k and top-p (`scd_core.sampling`). Each configuration decodes 24,000 rows in one call (row b
+(log-softmax scores, a negative prompt), transformers' own processor classes (a repetition
+penalty, a `prefix_allowed_tokens_fn` that forbids the token before: both depend on the drafts
+before a window position), then temperature, top-k and top-p (`scd_core.sampling`). Each configuration decodes 24,000 rows in one call (row b
 keyed by seed + b) and compares the histogram with the joint by chi-square, as the engine's
 exactness tests do (tests/test_exactness.py). transformers' own sampler is held to the same
 joint, and a biased variant (processors given the window's first prefix at every position) is
-caught.
+caught, with either processor.
 """
 from __future__ import annotations
 
@@ -32,15 +33,24 @@ SETTINGS = {
     "top-p": dict(do_sample=True, top_p=0.7),
     "cfg": dict(do_sample=True, guidance_scale=2.5),
     "repetition": dict(do_sample=True, repetition_penalty=3.0),
+    "constrained": dict(do_sample=True, prefix_allowed_tokens_fn=lambda batch_id, sent: [
+        t for t in range(V) if t != int(sent[-1])]),                  # never the token before: drafts constrain
 }
+# prefix_allowed_tokens_fn is called once per row and window position in Python: fewer rows
+# (its law has 48 possible sequences, not 243)
+ROWS_OF = {"constrained": 12_000}
 CASES = list(itertools.product(METHODS, SETTINGS))
-NUM_TESTS = len(CASES) + len(SETTINGS) + 1
+NUM_TESTS = len(CASES) + len(SETTINGS) + 2
 ALPHA = 1e-4 / NUM_TESTS
 
 
 @pytest.fixture(scope="module")
 def model():
     return tiny_llama(vocab_size=V, std=0.5, seed=2)
+
+
+def rows_of(name: str) -> int:
+    return ROWS_OF.get(name, ROWS)
 
 
 def run_kwargs(name: str, rows: int) -> dict:
@@ -60,6 +70,9 @@ def exact_joint(model, name: str) -> torch.Tensor:
     if "repetition_penalty" in s:
         from transformers import RepetitionPenaltyLogitsProcessor
         processors.append(RepetitionPenaltyLogitsProcessor(s["repetition_penalty"]))
+    if "prefix_allowed_tokens_fn" in s:
+        from transformers import PrefixConstrainedLogitsProcessor
+        processors.append(PrefixConstrainedLogitsProcessor(s["prefix_allowed_tokens_fn"], num_beams=1))
     joint = torch.ones(1, dtype=torch.float64)
     for length in range(N):
         prefixes = torch.tensor(list(itertools.product(range(V), repeat=length)), dtype=torch.long).view(V ** length, length)
@@ -76,15 +89,15 @@ def exact_joint(model, name: str) -> torch.Tensor:
 
 def pvalue(model, name: str, sequences: torch.LongTensor) -> float:
     tokens = sequences[:, len(PROMPT):]
-    assert tokens.shape == (ROWS, N)
+    assert tokens.shape == (rows_of(name), N)
     index = (tokens * V ** torch.arange(N - 1, -1, -1)).sum(1)
     return chi_square_pvalue(index, exact_joint(model, name))
 
 
 def ours(model, method: str, name: str, seed: int) -> torch.LongTensor:
-    ids = torch.tensor([PROMPT] * ROWS)
+    ids = torch.tensor([PROMPT] * rows_of(name))
     return model.generate(ids, custom_generate=hf.generate, method=method, window=3, seed=seed,
-                          **run_kwargs(name, ROWS))
+                          **run_kwargs(name, rows_of(name)))
 
 
 @pytest.mark.parametrize("method,name", [pytest.param(m, n, marks=() if m == "scd-mc" else pytest.mark.slow)
@@ -100,12 +113,13 @@ def test_rows_sample_the_exact_joint(model, method, name):
 def test_transformers_own_sampler_samples_the_same_joint(model, name):
     """The joint above is transformers' own law: its sampler passes the same test."""
     torch.manual_seed(7)
-    out = model.generate(torch.tensor([PROMPT] * ROWS), **run_kwargs(name, ROWS))
+    out = model.generate(torch.tensor([PROMPT] * rows_of(name)), **run_kwargs(name, rows_of(name)))
     p = pvalue(model, name, out)
     assert p > ALPHA, f"transformers/{name}: chi-square p = {p:.3g}"
 
 
-def test_processors_given_the_window_start_prefix_are_detected(model, monkeypatch):
+@pytest.mark.parametrize("name,method", [("repetition", "sjd"), ("constrained", "scd-mc")])
+def test_processors_given_the_window_start_prefix_are_detected(model, monkeypatch, name, method):
     """Biased: every window position processed with the prefix of the window's first
     position (the committed tokens only, not the drafts before it)."""
     real = hf.CausalSession._process
@@ -114,5 +128,5 @@ def test_processors_given_the_window_start_prefix_are_detected(model, monkeypatc
         return torch.cat([real(self, scores[:, j: j + 1], start) for j in range(scores.shape[1])], 1)
 
     monkeypatch.setattr(hf.CausalSession, "_process", first_prefix)
-    p = pvalue(model, "repetition", ours(model, "sjd", "repetition", 99))
+    p = pvalue(model, name, ours(model, method, name, 99))
     assert p < ALPHA, f"the biased variant passed: chi-square p = {p:.3g}"
