@@ -29,7 +29,7 @@ from scd_core.settings import Settings
 from scd_core.trace import Run, step_compression
 
 from .causal import CausalSession, Started, prompt_rows
-from .reading import Reading, read_processors, read_stopping
+from .reading import Reading, class_name, read_processors, read_stopping
 
 MODEL_INPUTS = ("attention_mask", "position_ids", "logits_to_keep", "use_cache", "cache")
 UNSUPPORTED_OUTPUTS = ("output_scores", "output_logits", "output_attentions", "output_hidden_states")
@@ -184,7 +184,7 @@ def _janus_image_model(model, input_ids, mask, config, reading: Reading):
     if not hasattr(model, "prepare_embeddings_for_image_generation"):
         raise ValueError(f"generation_mode: 'image' is Janus-Pro's image mode; {type(model).__name__} has none")
     if reading.processors:
-        raise ValueError(f"logits_processor: {type(reading.processors[0]).__name__} is refused in image mode "
+        raise ValueError(f"logits_processor: {class_name(reading.processors[0])} is refused in image mode "
                          "(only guidance, temperature, top-k and top-p apply to image codes)")
     if reading.negative_ids is not None:
         raise ValueError("negative_prompt_ids: Janus-Pro's image mode makes its own unconditional rows")
@@ -192,7 +192,9 @@ def _janus_image_model(model, input_ids, mask, config, reading: Reading):
     boi = (config.generation_kwargs or {}).get("boi_token_id")
     tm = JanusTokenModel(model, encode=lambda key: rows[int(key)], bos_token_id=config.bos_token_id,
                          boi_token_id=boi, pad_token_id=config.pad_token_id, name=type(model).__name__)
-    scale = reading.guidance_scale or 1.0
+    scale = reading.guidance_scale                        # transformers' guidance processor, when > 1
+    if scale is None:                                     # Janus's image mode: 5 when no scale is given
+        scale = 5.0 if config.guidance_scale is None else float(config.guidance_scale)
     session = tm.start([str(b) for b in range(len(rows))], scale)
     return Started(session, tm.vocab_size, tm.grid, tm.decode)
 
