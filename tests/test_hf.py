@@ -2,6 +2,8 @@
 adapter: greedy runs give transformers' own tokens (left padding, end-of-sequence and padding,
 prefix processors), the streamer hears each pass's tokens, and what cannot be done exactly is
 refused by name."""
+import functools
+
 import pytest
 import torch
 
@@ -108,7 +110,7 @@ class Collect(BaseStreamer):
 def test_streamer_hears_the_prompt_then_each_pass_commits(llama):
     ids = torch.tensor([[5, 6, 7, 8, 11]])
     streamer = Collect()
-    loop = __import__("functools").partial(hf.generate, streamer=streamer)
+    loop = functools.partial(hf.generate, streamer=streamer)
     out = llama.generate(ids, custom_generate=loop, method="scd-mc", window=6, max_new_tokens=20,
                          do_sample=False, return_dict_in_generate=True)
     assert streamer.ended and torch.equal(streamer.puts[0], ids)
