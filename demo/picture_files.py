@@ -8,14 +8,21 @@ copies the file into its cache once, under a temporary name renamed into place, 
 out that copy again for every repeat. So each distinct picture is encoded once, here, and
 written atomically under the hash of its bytes; the newest `KEEP` files stay (a repeat names
 a recent one), older ones are removed.
+
+The files of a run (a video's clip, an exported decoding: MP4 and GIF) go to a folder of
+their own under one root (`RUN_FILES.new_folder()`), swept by age and count as new ones come.
+Both roots are removed when the page's process exits.
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import io
 import os
+import shutil
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -23,6 +30,8 @@ import numpy as np
 from PIL import Image
 
 KEEP = 2048                   # files kept: far more than the pictures of the runs in flight
+KEEP_RUNS = 256               # run folders kept (each a clip or an export: 100-300 KB) ...
+RUN_AGE_S = 1800              # ... none older than this (Gradio sweeps its copies as soon, app.CACHE_SWEEP)
 
 
 class PictureFiles:
@@ -61,8 +70,58 @@ class PictureFiles:
                 old.unlink(missing_ok=True)
             return str(path)
 
+    def remove(self) -> None:
+        """Remove the folder and every file in it (the page's process exits)."""
+        with self._lock:
+            if self._folder is not None:
+                shutil.rmtree(self._folder, ignore_errors=True)
+            self._paths.clear()
+
+
+class RunFolders:
+    """A folder per run's files under one root (made on first use): the newest `keep`, none
+    older than `max_age_s`; older ones go as new ones are made."""
+
+    def __init__(self, root: Path | None = None, keep: int = KEEP_RUNS, max_age_s: float = RUN_AGE_S,
+                 clock=time.time) -> None:
+        self._root, self.keep, self.max_age_s, self.clock = root, keep, max_age_s, clock
+        self._lock = threading.Lock()
+        self._made: list[tuple[float, Path]] = []          # (when, folder), oldest first
+
+    @property
+    def root(self) -> Path:
+        if self._root is None:
+            self._root = Path(tempfile.mkdtemp(prefix="scd-runs-"))
+        return self._root
+
+    def new_folder(self) -> str:
+        with self._lock:
+            now = self.clock()
+            while self._made and (len(self._made) >= self.keep or now - self._made[0][0] > self.max_age_s):
+                shutil.rmtree(self._made.pop(0)[1], ignore_errors=True)
+            folder = Path(tempfile.mkdtemp(dir=self.root, prefix="run-"))
+            self._made.append((now, folder))
+            return str(folder)
+
+    def folders(self) -> int:
+        with self._lock:
+            return len(self._made)
+
+    def remove(self) -> None:
+        with self._lock:
+            if self._root is not None:
+                shutil.rmtree(self._root, ignore_errors=True)
+            self._made.clear()
+
 
 FILES = PictureFiles()
+RUN_FILES = RunFolders()
+
+
+@atexit.register
+def _remove_folders() -> None:
+    FILES.remove()
+    RUN_FILES.remove()
 
 
 def as_file(value):

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 import scd_core
-from demo import backend, checks, models, run_view, servers, streaming
+from demo import backend, checks, models, run_view, runs, servers, streaming
 from scd_core.models import load_model
 from scd_core.race import Race
 from scd_core.settings import Settings
@@ -89,7 +89,7 @@ def test_page_limits_are_its_own():
 
 
 def test_stop_reaches_runs_clicked_before_it_and_none_after():
-    stops = servers.Stops()
+    stops = runs.Stops()
     stops.stop("a", at=2000.0)                    # browser time stamps, in milliseconds
     assert stops.stopped("a", 1000.0) and stops.stopped("a", 2000.0)     # running or waiting
     assert not stops.stopped("a", 2001.0) and not stops.stopped("b", 1000.0)
@@ -395,7 +395,7 @@ def test_the_hub_probe_answers_within_its_timeout_when_finding_the_hub_hangs(mon
 
 
 def test_lossless_progress_counts_the_batches_compare_asks_about():
-    """`scd_core.lossless.compare` asks its `stop` once before each batch, AR's then the
+    """`scd_core.lossless.compare` calls its `on_batch` once before each batch, AR's then the
     method's: the progress the Lossless tab shows counts on it, and tells each method's time
     left from that method's own batches."""
     from demo import lossless as view
@@ -404,7 +404,7 @@ def test_lossless_progress_counts_the_batches_compare_asks_about():
     progress = view.Progress(8, 4, "scd-mc", clock=lambda: float(next(clock)))
     texture = load_model("texture")
     stats.compare(texture, "ocean waves", Settings(method="scd-mc", window=8), "scd-mc", 8, batch=4,
-                  stop=lambda: progress.ask() or False)
+                  on_batch=progress.ask)
     assert len(progress.asks) == 4 and progress.done() == (8, 4)   # the last batch ends after the last ask
     said = progress.said()
     assert "**AR** 8 of 8 samples · **SCD maximal coupling** 4 of 8" in said and "s left" in said
