@@ -151,3 +151,9 @@ def test_bad_engine_arguments_are_named(llama):
         ours(llama, "fast", max_new_tokens=4)
     with pytest.raises(ValueError, match="window"):
         ours(llama, "scd-mc", window=1, max_new_tokens=4)
+
+
+def test_importing_the_loop_imports_no_transformers():
+    from test_library_imports import loaded_after
+    assert "transformers" not in loaded_after("import scd_core.hf")
+    assert "transformers" in loaded_after("import scd_core.hf, transformers")      # the check can see it loaded
