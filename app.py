@@ -134,7 +134,8 @@ def checked_click(go, values: dict, marked: list | None, race_all: bool = False)
     """A Generate or Race click, checked before anything starts (outside the queue): each
     field refused gets its message beside it and the buttons' message says them all; a field
     marked before and right now loses its mark. When nothing is refused, `go` is set, which
-    starts the run. The race runs every method: its fields are checked as a speculative one."""
+    starts the run, and the note under the model (what the last switch changed, or stopped) goes.
+    The race runs every method: its fields are checked as a speculative one."""
     found = problems(values | ({"method": "scd-mc"} if race_all else {}))
     marks = {name: gr.update(info=found.get(name, view.info or ""), elem_classes=["invalid"] if name in found else [])
              for name, view in field_views.items() if name in found or name in (marked or [])}
@@ -142,7 +143,7 @@ def checked_click(go, values: dict, marked: list | None, race_all: bool = False)
         log.info("input refused: %s", "; ".join(found.values()))
     return {input_md: checks.not_started(found), marked_state: sorted(found)} | \
         {field_views[name]: update for name, update in marks.items()} | \
-        ({} if found else {go: time.time()})
+        ({} if found else {go: time.time(), switch_md: ""})
 
 
 def busy(request, message=lambda text: {input_md: text}) -> dict:
@@ -739,8 +740,8 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=CACHE_SWEEP) a
     checked = dict(inputs_kwargs=input_views | {"marked": marked_state}, queue=False, api_visibility="private",
                    show_progress="hidden")
     gr.on([gen_btn.click, prompt_tb.submit], check_generate,
-          outputs=[input_md, marked_state, go_generate, *field_views.values()], **checked)
-    race_btn.click(check_race, outputs=[input_md, marked_state, go_race, *field_views.values()], **checked)
+          outputs=[input_md, marked_state, go_generate, switch_md, *field_views.values()], **checked)
+    race_btn.click(check_race, outputs=[input_md, marked_state, go_race, switch_md, *field_views.values()], **checked)
     go_generate.change(generate_stream, None, gen_outputs, inputs_kwargs=inputs, api_name="generate",
                        validator=validate_generate,
                        show_progress_on=[status], time_limit=runs.TIME_LIMIT_S["generate"], js=texts.click_js("Generate"),

@@ -394,8 +394,8 @@ class RaceView:
         """A step of the race: the status and the pictures as they come; the finished
         methods' figures kept; a stopped method's rows said, with the table of those done."""
         self.runs = {**step.runs}
-        if step.run is None:                                 # a timing round starts
-            return {"status": timing_round(step.round, self.rounds, step.method)}
+        if step.run is None:             # a timing round starts: every method's panel complete (drawn once)
+            return {"status": timing_round(step.round, self.rounds, step.method)} | self.panels.at(step.runs)
         out = {"status": race_decoding(step.run, step.phase)} if self.status_due() or step.run.stopped else {}
         if self.picture_due() or step.run.stopped:
             out |= self.panels.at(step.runs | {step.method: step.run})

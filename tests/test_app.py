@@ -173,6 +173,16 @@ def test_race_reports_k_samples_per_method_with_spread():
     assert timing and timing[-1].startswith(f"Timing round {rounds} (of up to {rounds}): **SCD Gumbel coupling**")
 
 
+def test_while_the_race_times_the_methods_again_every_panel_shows_its_finished_samples(monkeypatch):
+    """However seldom the pictures are due while a method decodes, its panel is complete once
+    it has finished: the timing rounds that follow take seconds."""
+    monkeypatch.setattr(app.race_view, "Pacer", lambda every, **kw: (lambda: False))     # nothing due
+    updates = list(app.race_stream(**args(samples=2)))
+    timing = next(i for i, u in enumerate(updates) if "Timing round 2" in str(u.get(app.race_status, "")))
+    for m in app.METHODS:
+        assert np.array_equal(picture(updates[timing][app.race_images[m]]), final(updates, app.race_images[m])), m
+
+
 def test_a_race_timed_once_reports_every_method_and_calls_none_faster(monkeypatch):
     """A large model's race may have room for one timing round only (`zerogpu.race_rounds`)."""
     monkeypatch.setattr(app.zerogpu, "race_rounds", lambda *inputs: 1)
@@ -252,11 +262,13 @@ def test_a_click_with_a_bad_field_marks_it_and_starts_nothing_then_a_good_one_cl
     starts (the run's trigger is left alone); the next good click clears the mark and starts."""
     out = app.check_generate(**args(window=0), marked=[])
     assert app.go_generate not in out and out[app.marked_state] == ["window"]
+    assert app.switch_md not in out                          # a switch's note stays until a run starts
     mark = out[app.window_nb]
     assert mark["info"].startswith("Window L: a whole number from 2 to 1,024") and mark["elem_classes"] == ["invalid"]
     assert out[app.input_md].startswith("**Not started:** Window L:")
     out = app.check_generate(**args(), marked=["window"])
     assert out[app.go_generate] > 0 and out[app.marked_state] == [] and out[app.input_md] == ""
+    assert out[app.switch_md] == ""                          # ... then goes (a stop it said is old news)
     assert out[app.window_nb]["info"] == "" and out[app.window_nb]["elem_classes"] == []
     assert app.seed_nb not in out                            # a field never marked is left alone
     race_out = app.check_race(**args(method="ar", window=1), marked=[])   # the race runs every method
