@@ -78,7 +78,11 @@ HOW_IT_WORKS = "\n" + _read("texts/how_it_works.md").replace("FILM_LAYOUT", FILM
 NARROW_PX = 1023
 CSS = "\n" + _read("static/page.css").replace("NARROW_PX", str(NARROW_PX))
 CLICK_JS = _read("static/page.js").strip().replace("NARROW_PX", str(NARROW_PX))
-LOAD_JS = _read("static/load.js").strip().replace("NARROW_PX", str(NARROW_PX))   # run once when the page loads
+# Beside the prompt clip when the browser cannot play the file uploaded (said in the browser)
+UNPLAYABLE_CLIP = ("Prompt clip: your browser cannot play this file as a video; "
+                   "upload an MP4 (H.264) or WebM clip, or pick an example clip.")
+LOAD_JS = _read("static/load.js").strip().replace("NARROW_PX", str(NARROW_PX)) \
+    .replace("UNPLAYABLE_CLIP", json.dumps(UNPLAYABLE_CLIP))       # run once when the page loads
 # The note under the model the moment one is picked, in the browser: where it stands comes after
 PICKED_JS = "(name) => '`' + name + '`: finding out where it stands here…'"
 

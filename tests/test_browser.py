@@ -1149,3 +1149,21 @@ def test_a_prompt_with_html_markdown_and_script_shows_as_text_wherever_it_is_ech
         assert pg.evaluate("() => window.hit") is None
     finally:
         pg.close()
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_clip_the_browser_cannot_play_is_refused_beside_the_field_which_keeps_its_label(browser, size, tmp_path):
+    from demo import texts
+
+    bad = tmp_path / "notes.mp4"
+    bad.write_text("not a video\n" * 20)
+    pg = open_page(browser, *size)
+    try:
+        pick_model(pg, "cosmos-1-ar-4b", wait=2500)
+        pg.locator("#prompt-clip input[type=file]").set_input_files(str(bad))
+        wait_text(pg, "clip-refused", texts.UNPLAYABLE_CLIP, timeout=20_000)
+        assert error_badges(pg) == 0 and not pg.locator("#prompt-clip .error").is_visible()
+        label = pg.locator("#prompt-clip label[data-testid=block-label]")
+        assert label.is_visible() and "Prompt clip" in label.inner_text()
+    finally:
+        pg.close()

@@ -60,4 +60,26 @@
     if (event.target.matches && event.target.matches('input[role=combobox]'))
       setTimeout(() => event.target.select(), 0);
   });
+  // A prompt clip the browser cannot play is refused beside its field, the field keeping its
+  // label (Gradio would mark the whole box "Error"): said under it until another clip plays.
+  const clipNote = () => {
+    const box = document.querySelector('#prompt-clip');
+    let note = document.querySelector('#clip-refused');
+    if (box && !note) {
+      note = Object.assign(document.createElement('p'), {id: 'clip-refused', className: 'clip-refused'});
+      note.setAttribute('role', 'alert');
+      box.after(note);
+    }
+    return note;
+  };
+  document.addEventListener('error', event => {
+    if (!(event.target instanceof HTMLVideoElement) || !event.target.closest('#prompt-clip')) return;
+    event.stopImmediatePropagation();
+    const note = clipNote();
+    if (note) note.textContent = UNPLAYABLE_CLIP;
+  }, true);
+  document.addEventListener('loadeddata', event => {
+    if (event.target instanceof HTMLVideoElement && event.target.closest('#prompt-clip'))
+      document.querySelector('#clip-refused')?.replaceChildren();
+  }, true);
 }
