@@ -106,10 +106,12 @@ def run_figures(stats: TraceStats, history: dict, method: str, live: bool = Fals
     more to draw than the server to make. AR has no drafts: its draft charts say so in words."""
     curves = {m: (h["nfe"], h["committed"]) for m, h in history.items() if not m.startswith("_")}
     curves[method] = (stats.nfe, stats.committed)
+    stabilities = {m: h["stability"] for m, h in history.items()
+                   if not m.startswith("_") and m != method and h.get("stability") is not None}
     ar = method == "ar"
     out = {"committed": committed_vs_nfe_figure(curves, stats.num_tokens, method),
            "flicker": note_figure("Drafts changed since the last pass", AR_NO_DRAFTS) if ar
-           else flicker_figure(stats),
+           else flicker_figure(stats, stabilities),
            "rate": note_figure("Acceptance rate", AR_NO_DRAFTS + ":<br>nothing to accept") if ar
            else acceptance_figure(stats)}
     if not live:
@@ -202,9 +204,11 @@ def accepted_length_figure(stats: TraceStats):
                    bargap=0.1, showlegend=True)            # its colours named, one kind or several
 
 
-def flicker_figure(stats: TraceStats):
+def flicker_figure(stats: TraceStats, others: dict[str, float] | None = None):
     """Per pass: carried-over drafts whose token changed since the previous pass (flicker)
-    against those that stayed the same. SJD redraws nearly all; coupling keeps most."""
+    against those that stayed the same. SJD redraws nearly all; coupling keeps most. `others`:
+    the draft stability of this session's last run of each other method, said beside this
+    run's (SJD's and SCD's side by side)."""
     kept = (np.asarray(stats.carried) - np.asarray(stats.changed)).tolist()
     data = [dict(type="bar", x=stats.index, y=stats.changed, name="drafts changed (flicker)",
                  marker=dict(color=_css(FILM_STYLE[F_CHANGED][1])),
@@ -213,8 +217,12 @@ def flicker_figure(stats: TraceStats):
                  marker=dict(color=_css(FILM_STYLE[F_KEPT][1])),
                  hovertemplate="pass %{x}: %{y} carried drafts unchanged<extra></extra>")]
     stab = stats.sample().draft_stability if stats.records else 0.0
-    return _figure(data, title("Drafts changed since the last pass", f"draft stability {stab:.2f}"),
-                   "pass", "carried drafts", barmode="stack", bargap=0.1)
+    said = f"draft stability {stab:.2f}"
+    if others:                               # a line under it: the other methods' last runs
+        said = (f"draft stability: {METHOD_LABELS.get(stats.method, stats.method)} {stab:.2f}<br>your last runs: "
+                + " · ".join(f"{METHOD_LABELS.get(m, m)} {v:.2f}" for m, v in others.items()))
+    return _figure(data, title("Drafts changed since the last pass", said), "pass", "carried drafts",
+                   barmode="stack", bargap=0.1, **(dict(margin=dict(t=76)) if others else {}))
 
 
 def acceptance_figure(stats: TraceStats):

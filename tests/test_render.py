@@ -429,3 +429,16 @@ def test_a_race_stopped_names_the_methods_that_finished_and_counts_its_samples()
         "AR, SJD had finished.")
     assert race_view.race_decoding(run("sjd", 1, False)).endswith("12/64 tokens in the sample")
     assert "one sample" in race_view.race_decoding(run("sjd", 1, False))
+
+
+def test_the_flicker_chart_sets_this_runs_draft_stability_beside_the_other_methods_last(toy_grid, sjd_iterations):
+    stats = run_view.TraceStats(tuple(toy_grid.grid))
+    for it in sjd_iterations:
+        stats.add(it)
+    own = stats.sample().draft_stability
+    alone = figure(charts.flicker_figure(stats)).layout.title.text
+    assert alone.endswith(f"<sub>draft stability {own:.2f}</sub>")
+    history = {"_model": "toy-grid", "scd-mc": {"nfe": [1], "committed": [1], "wall": None, "stability": 0.53},
+               "ar": {"nfe": [1], "committed": [1], "wall": None, "stability": None}}
+    both = figure(charts.run_figures(stats, history, "sjd")["flicker"]).layout.title.text
+    assert f"draft stability: SJD {own:.2f}<br>your last runs: SCD maximal coupling 0.53" in both and "AR" not in both
