@@ -336,10 +336,46 @@ def unchanged_figure(stats: TraceStats):
                           "<br>(0: never drafted)", colorscale="Magma", colorbar="passes")
 
 
+def draft_words(it: Iteration, row: int = 0) -> dict[int, str]:
+    """What a pass did with each draft it fed, by position, in words for the p/q map's hover:
+    the draft's token, its test (accepted, or the first rejection and the residual's token, or
+    never tested), and the next pass's draft there (the same token kept, by coupling for SCD,
+    or redrawn). A chain's drafts only (a tree's nodes share positions): {} for a tree."""
+    if it.parents is not None:
+        return {}
+    fed, a = it.window_tokens[row].tolist(), it.accept_prob[row].float().tolist()
+    n_before, n_after, accepted = int(it.n_before[row]), int(it.n_after[row]), int(it.num_accepted[row])
+    committed, nxt = it.tokens_after[row].tolist(), it.drafts_after[row].tolist()
+    kept = "kept by the coupling" if it.method.startswith("scd") else "drawn again, the same token"
+    out = {}
+    for i, p_q in enumerate(a):
+        pos = n_before + i
+        if pos >= len(committed) or np.isnan(p_q):
+            continue
+        token = fed[1 + i]
+        if i < accepted:
+            said = f"draft token {token}: accepted (U < min(1, p/q) = {p_q:.3f}), committed"
+        elif i == accepted:
+            said = (f"draft token {token}: rejected (U ≥ min(1, p/q) = {p_q:.3f}); the residual "
+                    f"norm(max(0, p − q)) drew token {committed[pos]}")
+        else:
+            said = f"draft token {token}: fed after the first rejection, not tested"
+        if pos >= n_after and pos - n_after < len(nxt) and nxt[pos - n_after] >= 0:
+            again = nxt[pos - n_after]
+            said += f"<br>next pass's draft here: {kept}" if again == token else \
+                f"<br>next pass's draft here: redrawn, token {again}"
+        out[pos] = said
+    return out
+
+
 def accept_prob_figure(it: Iteration, grid: tuple[int, ...], row: int = 0):
     """min(1, p/q) of the drafts this pass verified (the accepted ones and the first
-    rejection), at their positions; drafts fed after the first rejection were never tested."""
+    rejection), at their positions; drafts fed after the first rejection were never tested.
+    Pointing at a cell says what the pass did with its draft (`draft_words`)."""
     n = int(np.prod(grid))
+    words = draft_words(it, row)
+    at = _tile_maps(np.arange(n, dtype=np.float64), grid)          # each cell's position (NaN: a gap)
+    said = [[words.get(int(p), "") if np.isfinite(p) else "" for p in r] for r in at]
     probs = it.accept_prob[row].float().numpy()
     pos = int(it.n_before[row]) + np.arange(probs.shape[0])
     verified = it.verified[row].numpy() & (pos < n)
@@ -352,14 +388,15 @@ def accept_prob_figure(it: Iteration, grid: tuple[int, ...], row: int = 0):
     untested_cells = dict(type="scatter", x=xs.tolist(), y=ys.tolist(), mode="markers",
                           marker=dict(symbol="square-open", size=7, color="#94a3b8"),
                           name="fed, not verified (after the first rejection)",
-                          hovertemplate="row %{y}, column %{x}<br>draft fed after the first rejection: "
-                                        "not tested<extra></extra>")
+                          customdata=[said[y][x] or "draft fed after the first rejection: not tested"
+                                      for y, x in zip(ys.tolist(), xs.tolist())],
+                          hovertemplate="row %{y}, column %{x}<br>%{customdata}<extra></extra>")
     key = dict(type="scatter", x=[None], y=[None], mode="markers", name="verified draft, coloured by min(1, p/q)",
                marker=dict(symbol="square", size=9, color="rgb(26, 152, 80)"))
     return heatmap_figure(vals, grid, title("min(1, p/q) of the verified drafts", f"pass {it.index}"),
-                          "row %{y}, column %{x}<br>verified: min(1, p/q) = %{z:.3f}",
+                          "row %{y}, column %{x}<br>verified: min(1, p/q) = %{z:.3f}<br>%{customdata}",
                           colorscale="RdYlGn", colorbar="min(1, p/q)", extra=(untested_cells, key),
-                          heat=dict(zmin=0, zmax=1), height=420, legend=dict(y=-0.28),
+                          heat=dict(zmin=0, zmax=1, customdata=said), height=420, legend=dict(y=-0.28),
                           margin=dict(b=70))           # + 40 for the legend's line
 
 

@@ -442,3 +442,26 @@ def test_the_flicker_chart_sets_this_runs_draft_stability_beside_the_other_metho
                "ar": {"nfe": [1], "committed": [1], "wall": None, "stability": None}}
     both = figure(charts.run_figures(stats, history, "sjd")["flicker"]).layout.title.text
     assert f"draft stability: SJD {own:.2f}<br>your last runs: SCD maximal coupling 0.53" in both and "AR" not in both
+
+
+def test_pointing_at_a_draft_of_the_replayed_pass_says_its_token_its_test_and_its_next_draft():
+    model = scd_core.load_model("texture")
+    its = list(scd_core.stream(model, ["ocean waves"], method="scd-mc", window=8, seed=0))
+    kept = redrawn = 0
+    for it in its[1:]:
+        words = charts.draft_words(it)
+        n_before, accepted = int(it.n_before[0]), int(it.num_accepted[0])
+        verified = int(it.verified[0].sum())
+        assert sum("accepted (U < min(1, p/q)" in w for w in words.values()) == accepted
+        assert sum("rejected" in w for w in words.values()) == verified - accepted
+        if verified > accepted:                          # the residual's token is the one committed
+            assert words[n_before + accepted].endswith(f"drew token {int(it.tokens_after[0, n_before + accepted])}")
+        kept += sum("kept by the coupling" in w for w in words.values())
+        redrawn += sum("redrawn, token" in w for w in words.values())
+        fig = figure(charts.accept_prob_figure(it, tuple(model.grid)))
+        said = [c for r in fig.data[0].customdata for c in r if c]
+        assert len(said) == len(words) and "%{customdata}" in fig.data[0].hovertemplate
+    assert kept > 0 and redrawn > 0
+    sjd = list(scd_core.stream(model, ["ocean waves"], method="sjd", window=8, seed=0))
+    same = sum("drawn again, the same token" in w for it in sjd[1:] for w in charts.draft_words(it).values())
+    assert 3 * same < kept                               # SJD redraws its drafts afresh: fewer stay
