@@ -1072,8 +1072,10 @@ def tab_stops(pg, start: str, count: int) -> list[tuple[str, str, bool]]:
 def test_every_control_works_from_the_keyboard_and_the_replay_follows_the_pass_slider(browser, size):
     pg = open_page(browser, *size)
     try:
-        fill(pg, "pace", 0)
-        stops = tab_stops(pg, "#model input", 26)
+        pg.wait_for_timeout(1000)                   # a phone's Settings closed (load.js) ...
+        fill(pg, "pace", 0)                         # ... and opened here
+        assert pg.locator("#pace input").is_visible()
+        stops = tab_stops(pg, "#model input", 36)
         ids = [s[0] for s in stops]
         assert all(ring for _, _, ring in stops), stops                   # every stop shows its focus
         for name in ("prompt", "generate", "race", "stop", "method", "init", "tree", "window", "seed",
