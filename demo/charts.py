@@ -406,3 +406,34 @@ def race_figures(runs: dict, samples: int) -> tuple:
                                  next(iter(runs.values())).num_tokens),
             histogram_figure({m: r.histogram() for m, r in runs.items() if m != "ar"}, samples),
             race_flicker_figure({m: r.changed_per_pass() for m, r in runs.items()}))
+
+
+COUPLING = "texts/coupling.json"       # one position of a real run (scripts/coupling_figure.py)
+
+
+def coupling_figure(data: dict | None = None):
+    """"How it works": maximal coupling at one position of a real SCD-MC run: the law q the
+    draft was drawn from (p at the pass before), p now, their overlap, and the draft kept."""
+    if data is None:
+        from pathlib import Path
+        data = json.loads((Path(__file__).parent / COUPLING).read_text(encoding="utf-8"))
+    x = [str(t) for t in data["tokens"]]
+    q, p = data["q"], data["p"]
+    overlap = [min(a, b) for a, b in zip(q, p)]
+    draft, i = str(data["draft"]), data["tokens"].index(data["draft"])
+    keep = 1.0 if q[i] == 0 else min(1.0, p[i] / q[i])
+    before, now = data["before"], data["now"]
+    bars = [dict(type="bar", x=x, y=q, name=f"q: p at pass {before}, the law the draft was drawn from",
+                 marker=dict(color=METHOD_COLOURS["sjd"]),
+                 hovertemplate=f"token %{{x}}: q = %{{y:.3f}} (pass {before})<extra></extra>"),
+            dict(type="bar", x=x, y=p, name=f"p at pass {now}, now", marker=dict(color=METHOD_COLOURS["scd-gumbel"]),
+                 hovertemplate=f"token %{{x}}: p = %{{y:.3f}} (pass {now})<extra></extra>"),
+            dict(type="bar", x=x, y=overlap, name="overlap min(p, q)", marker=dict(color=METHOD_COLOURS["scd-mc"]),
+                 hovertemplate="token %{x}: min(p, q) = %{y:.3f}<extra></extra>")]
+    said = (f"{data['model']}, \u201c{data['prompt']}\u201d, position {data['position']}<br>overlap "
+            f"\u03a3 min(p, q) = {data['overlap']:.2f} = 1 \u2212 TV(p, q)")
+    note = dict(x=draft, y=max(q[i], p[i]), text=f"the draft, {draft}: kept with<br>probability min(1, p/q) = {keep:.2f}",
+                showarrow=True, arrowhead=2, ax=-70, ay=-30, font=dict(size=11))
+    return _figure(bars, title("Maximal coupling at one position", said), "token (the most likely ones)",
+                   "probability", barmode="group", bargap=0.2, height=380, annotations=[note],
+                   margin=dict(t=64))
