@@ -702,6 +702,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=CACHE_SWEEP) a
                         loss_greedy = image("lossless-greedy")
                 with gr.Tab("How it works", id="tab-explain"):
                     gr.Markdown(texts.HOW_IT_WORKS, elem_id="how-it-works")
+                    plot("coupling-figure", charts.coupling_figure())       # one position of a real run
     go_generate, go_race, go_lossless = (gr.Number(None, visible=False) for _ in range(3))   # set by a passed check
     stopped_state = gr.State(None)                     # the run a model pick stopped, for the switch to say
     marked_state = gr.State([])                        # the fields marked with a message now

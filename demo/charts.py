@@ -432,8 +432,10 @@ def coupling_figure(data: dict | None = None):
                  hovertemplate="token %{x}: min(p, q) = %{y:.3f}<extra></extra>")]
     said = (f"{data['model']}, \u201c{data['prompt']}\u201d, position {data['position']}<br>overlap "
             f"\u03a3 min(p, q) = {data['overlap']:.2f} = 1 \u2212 TV(p, q)")
-    note = dict(x=draft, y=max(q[i], p[i]), text=f"the draft, {draft}: kept with<br>probability min(1, p/q) = {keep:.2f}",
-                showarrow=True, arrowhead=2, ax=-70, ay=-30, font=dict(size=11))
+    top = max(max(q), max(p))
+    note = dict(x=i, y=max(q[i], p[i]) * 0.6,                 # x: the draft's category, by its index
+                text=f"the draft, {draft}: kept with<br>probability min(1, p/q) = {keep:.2f}",
+                showarrow=True, arrowhead=2, ax=-90 if i > len(x) // 2 else 90, ay=0, font=dict(size=11))
     return _figure(bars, title("Maximal coupling at one position", said), "token (the most likely ones)",
-                   "probability", barmode="group", bargap=0.2, height=380, annotations=[note],
-                   margin=dict(t=64))
+                   "probability", barmode="group", bargap=0.2, height=400, annotations=[note],
+                   margin=dict(t=72), xaxis=dict(type="category"), yaxis=dict(range=[0, top * 1.1]))

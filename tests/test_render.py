@@ -465,3 +465,26 @@ def test_pointing_at_a_draft_of_the_replayed_pass_says_its_token_its_test_and_it
     sjd = list(scd_core.stream(model, ["ocean waves"], method="sjd", window=8, seed=0))
     same = sum("drawn again, the same token" in w for it in sjd[1:] for w in charts.draft_words(it).values())
     assert 3 * same < kept                               # SJD redraws its drafts afresh: fewer stay
+
+
+def test_the_coupling_figure_is_the_runs_own_and_its_words_its_numbers():
+    """"How it works" draws one position of a real SCD-MC run: the script that measured it
+    measures it again, and the figure says the overlap and the draft's keep probability."""
+    import json
+    from pathlib import Path
+
+    from script_util import load_script
+
+    shipped = json.loads((Path(charts.__file__).parent / charts.COUPLING).read_text(encoding="utf-8"))
+    again = load_script("coupling_figure").measure()
+    assert again["tokens"] == shipped["tokens"] and again["draft"] == shipped["draft"]
+    assert again["q"] == pytest.approx(shipped["q"], abs=2e-4) and again["p"] == pytest.approx(shipped["p"], abs=2e-4)
+    assert sum(min(a, b) for a, b in zip(shipped["q"], shipped["p"])) <= shipped["overlap"] + 1e-3   # shown tokens: part of it
+    assert shipped["overlap"] <= sum(min(a, b) for a, b in zip(shipped["q"], shipped["p"])) + min(
+        shipped["rest_q"], shipped["rest_p"]) + 1e-3
+    fig = figure(charts.coupling_figure(shipped))
+    i = shipped["tokens"].index(shipped["draft"])
+    keep = min(1.0, shipped["p"][i] / shipped["q"][i])
+    assert f"= {shipped['overlap']:.2f} = 1 − TV(p, q)" in fig.layout.title.text
+    assert f"min(1, p/q) = {keep:.2f}" in fig.layout.annotations[0].text
+    assert [d.name.split(":")[0] for d in fig.data] == ["q", f"p at pass {shipped['now']}, now", "overlap min(p, q)"]
