@@ -1051,6 +1051,31 @@ def test_axe_finds_nothing_critical_or_serious_on_a_first_visit_and_after_a_gene
         pg.close()
 
 
+def test_axe_finds_nothing_critical_or_serious_after_a_race_and_a_lossless_comparison_on_a_dark_phone(browser):
+    """The race's panels, table cards and charts and the Lossless pictures, in the theme whose
+    contrast was the hardest (dark, cards on a phone)."""
+    pg = open_page(browser, 390, 844, "dark")
+    try:
+        fill(pg, "pace", 0)
+        fill(pg, "samples", 2)
+        pg.locator("#race").click()
+        wait_text(pg, "race-status", "Done", timeout=300_000)
+        pg.wait_for_function("() => document.querySelector('#race-scd-gumbel img')?.alt.includes('all done')",
+                             timeout=10_000)                    # renamed as the status changes
+        pictures = dict(pg.evaluate(PICTURES))
+        assert {f"race-{m}" for m in app.METHODS} <= set(pictures), pictures
+        assert pictures["race-scd-gumbel"].startswith("SCD Gumbel coupling. SCD Gumbel coupling all done"), pictures
+        assert axe_findings(pg) == []
+        pg.locator("button[role=tab]", has_text="Lossless").click()
+        fill(pg, "loss-samples", 32)
+        pg.locator("#lossless").click()
+        wait_text(pg, "lossless-status", "Done", timeout=300_000)
+        pg.wait_for_function("() => document.querySelector('#lossless-ar img')?.alt.includes('Done')", timeout=10_000)
+        assert axe_findings(pg) == []
+    finally:
+        pg.close()
+
+
 # ----------------------------------------------------------------------------- keyboard
 
 FOCUSED = """() => { const e = document.activeElement, ring = el => getComputedStyle(el).outlineStyle !== 'none';
