@@ -340,25 +340,31 @@ class Control:
 
     def queued(self, queue: str):
         """A handler as a job on `queue`: counted as started while it runs, ended however it
-        ends (also when Gradio closes it, the event cancelled)."""
+        ends (also when Gradio closes it, the event cancelled). Its visitor is its `request`
+        argument, however Gradio passes it."""
         def wrap(fn):
+            signature = inspect.signature(fn)
+
+            def visitor(args, kwargs) -> str:
+                return session_key(signature.bind_partial(*args, **kwargs).arguments.get("request"))
+
             if inspect.isgeneratorfunction(fn):
                 @functools.wraps(fn)
-                def stream(*args, request=None, **kwargs):
-                    key = session_key(request)
+                def stream(*args, **kwargs):
+                    key = visitor(args, kwargs)
                     self.tickets.started(key, queue)
                     try:
-                        yield from fn(*args, request=request, **kwargs)
+                        yield from fn(*args, **kwargs)
                     finally:
                         self.tickets.ended(key, queue)
                 return stream
 
             @functools.wraps(fn)
-            def once(*args, request=None, **kwargs):
-                key = session_key(request)
+            def once(*args, **kwargs):
+                key = visitor(args, kwargs)
                 self.tickets.started(key, queue)
                 try:
-                    return fn(*args, request=request, **kwargs)
+                    return fn(*args, **kwargs)
                 finally:
                     self.tickets.ended(key, queue)
             return once

@@ -47,6 +47,7 @@ class Abuser:
     def __init__(self, url: str) -> None:
         self.client, self.stop = visitor(url), threading.Event()
         self.started = self.refused = self.other = 0
+        self.others: list[str] = []                    # what the other answers said, the first few
         self.thread = threading.Thread(target=self.run, name="abuser", daemon=True)
 
     def run(self) -> None:
@@ -66,6 +67,8 @@ class Abuser:
                         self.started += 1
                     else:
                         self.other += 1
+                        if len(self.others) < 3:
+                            self.others.append(f"{type(exc).__name__}: {str(exc)[:100]}")
 
 
 def bursts(url: str, count: int, repeats: int) -> tuple[list[float], list[str]]:
@@ -115,6 +118,8 @@ def main(argv: list[str] | None = None) -> None:
                 abuser.thread.join(60)
             time.sleep(2.0)
             rows.append((abusive, latencies, failures, status(server.pid), abuser))
+            for said in abuser.others if abuser else []:
+                print(f"  the abuser also got: {said}")
             for f in sorted(set(failures))[:5]:
                 print(f"  failed: {f}")
     finally:

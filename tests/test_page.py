@@ -7,6 +7,7 @@ import threading
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 import scd_core
@@ -410,3 +411,26 @@ def test_lossless_progress_counts_the_batches_compare_asks_about():
     assert "**AR** 8 of 8 samples · **SCD maximal coupling** 4 of 8" in said and "s left" in said
     fresh = view.Progress(8, 4, "scd-mc", clock=lambda: 0.0)
     assert "the time left comes with AR's first 4" in fresh.said()
+
+
+def test_run_folders_and_picture_files_are_swept_by_count_and_age(tmp_path):
+    """A run's files go to a folder of their own, the newest `keep` kept, none older than
+    `max_age_s`; picture files the same, by when they were last handed out."""
+    from demo.picture_files import PictureFiles, RunFolders
+    now = [0.0]
+    (tmp_path / "runs").mkdir()
+    folders = RunFolders(tmp_path / "runs", keep=3, max_age_s=10, clock=lambda: now[0])
+    made = [folders.new_folder() for _ in range(4)]
+    assert [os.path.isdir(f) for f in made] == [False, True, True, True] and folders.folders() == 3
+    now[0] = 11.0
+    last = folders.new_folder()
+    assert folders.folders() == 1 and os.listdir(tmp_path / "runs") == [os.path.basename(last)]
+    pictures = PictureFiles(tmp_path / "pictures", keep=3, max_age_s=10, clock=lambda: now[0])
+    (tmp_path / "pictures").mkdir()
+    paths = [pictures.path_of(np.full((2, 2), v, np.uint8)) for v in range(4)]
+    assert [os.path.exists(p) for p in paths] == [False, True, True, True]
+    now[0] = 15.0
+    assert pictures.path_of(np.full((2, 2), 3, np.uint8)) == paths[3]        # handed out again: kept
+    now[0] = 22.0
+    fresh = pictures.path_of(np.full((2, 2), 9, np.uint8))
+    assert sorted(os.listdir(tmp_path / "pictures")) == sorted(os.path.basename(p) for p in (paths[3], fresh))
