@@ -54,8 +54,10 @@ def sample(pid: int, folder: Path, runs: int, t0: float) -> dict:
         elif line.startswith("Threads:"):
             st["threads"] = int(line.split()[1])
     count, mb = files(folder)
+    where = {entry.name.split("-")[0] if entry.name.startswith("scd-") is False else entry.name.rsplit("-", 1)[0]:
+             files(entry)[0] for entry in folder.iterdir() if entry.is_dir()}
     return {"runs": runs, "s": round(time.perf_counter() - t0), **st, "fds": len(os.listdir(f"/proc/{pid}/fd")),
-            "files": count, "files_mb": round(mb, 1)}
+            "files": count, "files_mb": round(mb, 1), "by_folder": where}
 
 
 def main(argv: list[str] | None = None) -> None:

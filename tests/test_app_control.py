@@ -15,7 +15,7 @@ import pytest
 from gradio_client import Client
 
 import app
-from test_app import args, latest
+from test_app import args
 
 pytestmark = pytest.mark.served
 
