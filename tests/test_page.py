@@ -434,3 +434,24 @@ def test_run_folders_and_picture_files_are_swept_by_count_and_age(tmp_path):
     now[0] = 22.0
     fresh = pictures.path_of(np.full((2, 2), 9, np.uint8))
     assert sorted(os.listdir(tmp_path / "pictures")) == sorted(os.path.basename(p) for p in (paths[3], fresh))
+
+
+def test_a_visitor_has_one_job_queued_or_running_on_each_queue():
+    """Admitted before the queue, counted until it ends; a second refused meanwhile, on that
+    queue only; an admission never started (cancelled while it waited) is forgotten after
+    `pending_s`, or at the visitor's Stop."""
+    now = [0.0]
+    tickets = runs.Tickets(pending_s=100, clock=lambda: now[0])
+    assert tickets.admit("a", "decode") and not tickets.admit("a", "decode")
+    assert tickets.admit("a", "generate") and tickets.admit("b", "decode")       # other queues, other visitors
+    tickets.started("a", "decode")
+    assert not tickets.admit("a", "decode") and tickets.held("a", "decode") == 1
+    tickets.ended("a", "decode")
+    assert tickets.held("a", "decode") == 0 and tickets.admit("a", "decode")
+    now[0] = 101.0                                             # never started: forgotten
+    assert tickets.held("a", "decode") == 0 and tickets.admit("a", "decode")
+    tickets.drop_pending("a")
+    assert tickets.held("a", "decode") == 0 and tickets.admit("a", "decode")
+    assert tickets.admit("b", "generate")
+    tickets.forget("a")                                        # a's session ended: b's job stays
+    assert tickets.held("a", "decode") == 0 and tickets.held("b", "generate") == 1
