@@ -539,9 +539,9 @@ def plot(elem_id: str, value=None) -> gr.Plot:
     return gr.Plot(value, show_label=False, elem_id=elem_id, elem_classes="chart")
 
 
-# Gradio's cache (the copies of the pictures and files it served) is swept every 5 minutes of
-# what is older than half an hour: a busy Space adds ~100 KB a run (docs/deploy.md).
-CACHE_SWEEP = (300, picture_files.RUN_AGE_S)
+# Gradio's cache (the copies of the pictures and files it served) is swept of what is older
+# than half an hour (SCD_FILES_S), every sixth of that: a busy Space adds ~100 KB a run (docs/deploy.md).
+CACHE_SWEEP = (max(10, picture_files.RUN_AGE_S // 6), picture_files.RUN_AGE_S)
 
 with gr.Blocks(title="Speculative coupled decoding", delete_cache=CACHE_SWEEP) as demo:
     history_state, last_run = gr.State({}, time_to_live=3600), gr.State(None, time_to_live=3600)
@@ -828,9 +828,13 @@ def shut_down() -> None:
     started = time.monotonic()
     left = CONTROL.drain(runs.CLOSING, DRAIN_S)
     time.sleep(FLUSH_S)                 # their last updates leave the server
+    drained = time.monotonic()
     demo.close()
+    closed = time.monotonic()
     if KIND == "process":
         REQUESTS.client.close(CLOSE_WORKERS_S)
     elif hasattr(REQUESTS.client, "close"):
         REQUESTS.client.close()
-    log.info("stopped in %.1f s (%d runs still going were cut)", time.monotonic() - started, left)
+    log.info("stopped in %.1f s: runs drained in %.1f s (%d still going were cut), the server closed in %.1f s, "
+             "the workers in %.1f s", time.monotonic() - started, drained - started, left, closed - drained,
+             time.monotonic() - closed)

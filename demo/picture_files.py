@@ -7,7 +7,7 @@ browser may be reading it: the browser then gets a file shorter than its announc
 copies the file into its cache once, under a temporary name renamed into place, and hands
 out that copy again for every repeat. So each distinct picture is encoded once, here, and
 written atomically under the hash of its bytes; the newest `KEEP` files stay (a repeat names
-a recent one), older ones are removed.
+a recent one), none unused for `RUN_AGE_S`; older ones are removed.
 
 The files of a run (a video's clip, an exported decoding: MP4 and GIF) go to a folder of
 their own under one root (`RUN_FILES.new_folder()`), swept by age and count as new ones come.
@@ -29,17 +29,21 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-KEEP = 2048                   # files kept: far more than the pictures of the runs in flight
+from demo.backend import env_count
+
+KEEP = 2048                   # picture files kept: far more than the pictures of the runs in flight ...
 KEEP_RUNS = 256               # run folders kept (each a clip or an export: 100-300 KB) ...
-RUN_AGE_S = 1800              # ... none older than this (Gradio sweeps its copies as soon, app.CACHE_SWEEP)
+RUN_AGE_S = env_count("SCD_FILES_S", 1800)   # ... none older than this (s; Gradio sweeps its copies as soon, app.CACHE_SWEEP)
 
 
 class PictureFiles:
-    """PNG files of pictures under one folder (made on first use)."""
+    """PNG files of pictures under one folder (made on first use): the newest `keep`, none
+    unused for `max_age_s` (older ones go as new ones are written)."""
 
-    def __init__(self, folder: Path | None = None, keep: int = KEEP) -> None:
-        self._folder, self._keep = folder, keep
-        self._paths: OrderedDict[str, Path] = OrderedDict()    # digest -> file, oldest first
+    def __init__(self, folder: Path | None = None, keep: int = KEEP, max_age_s: float = RUN_AGE_S,
+                 clock=time.monotonic) -> None:
+        self._folder, self._keep, self.max_age_s, self.clock = folder, keep, max_age_s, clock
+        self._paths: OrderedDict[str, tuple[Path, float]] = OrderedDict()   # digest -> (file, last used), oldest first
         self._lock = threading.Lock()
 
     @property
@@ -55,8 +59,10 @@ class PictureFiles:
         data = buffer.getvalue()
         digest = hashlib.sha256(data).hexdigest()[:32]
         with self._lock:
-            path = self._paths.get(digest)
+            now = self.clock()
+            path, _ = self._paths.get(digest, (None, 0.0))
             if path is not None and path.exists():
+                self._paths[digest] = (path, now)
                 self._paths.move_to_end(digest)
                 return str(path)
             path = self.folder / f"{digest}.png"
@@ -64,9 +70,9 @@ class PictureFiles:
             with os.fdopen(fd, "wb") as out:
                 out.write(data)
             os.replace(staging, path)                            # whole, or not there at all
-            self._paths[digest] = path
-            while len(self._paths) > self._keep:
-                _, old = self._paths.popitem(last=False)
+            self._paths[digest] = (path, now)
+            while len(self._paths) > self._keep or now - next(iter(self._paths.values()))[1] > self.max_age_s:
+                _, (old, _) = self._paths.popitem(last=False)
                 old.unlink(missing_ok=True)
             return str(path)
 

@@ -195,48 +195,48 @@ class Tickets:
     def __init__(self, per_visitor: int = 1, pending_s: float = PENDING_S, clock=time.monotonic) -> None:
         self.per_visitor, self.pending_s, self.clock = per_visitor, pending_s, clock
         self._lock = threading.Lock()
-        self._pending: dict[tuple[str, str], collections.deque] = collections.defaultdict(collections.deque)
+        self._pending: dict[tuple[str, str], collections.deque] = {}     # (visitor, queue) -> admission times
         self._running: collections.Counter = collections.Counter()
 
-    def _fresh(self, slot: tuple[str, str]) -> collections.deque:
-        pending = self._pending[slot]
+    def _queued(self, slot: tuple[str, str]) -> int:
+        """The slot's admissions not yet started and not forgotten (with self._lock held)."""
+        pending = self._pending.get(slot)
         while pending and self.clock() - pending[0] > self.pending_s:
             pending.popleft()
-        return pending
+        if pending is not None and not pending:
+            del self._pending[slot]
+        return len(pending or ())
 
     def admit(self, key: str, queue: str) -> bool:
         """Count a new job of the visitor on `queue` as queued; False (nothing counted) when
         they have `per_visitor` there already."""
         slot = (key, queue)
         with self._lock:
-            pending = self._fresh(slot)
-            if len(pending) + self._running[slot] >= self.per_visitor:
+            if self._queued(slot) + self._running[slot] >= self.per_visitor:
                 return False
-            pending.append(self.clock())
+            self._pending.setdefault(slot, collections.deque()).append(self.clock())
             return True
 
     def started(self, key: str, queue: str) -> None:
         slot = (key, queue)
         with self._lock:
-            pending = self._fresh(slot)
-            if pending:
-                pending.popleft()
+            if self._queued(slot):
+                self._pending[slot].popleft()
+                self._queued(slot)
             self._running[slot] += 1
 
     def ended(self, key: str, queue: str) -> None:
         slot = (key, queue)
         with self._lock:
-            self._running[slot] = max(0, self._running[slot] - 1)
-            if not self._running[slot]:
+            self._running[slot] -= 1
+            if self._running[slot] <= 0:
                 del self._running[slot]
-            if not self._pending.get(slot):
-                self._pending.pop(slot, None)
 
     def held(self, key: str, queue: str) -> int:
         """The visitor's jobs queued or running on `queue`."""
         slot = (key, queue)
         with self._lock:
-            return len(self._fresh(slot)) + self._running[slot]
+            return self._queued(slot) + self._running[slot]
 
     def drop_pending(self, key: str) -> None:
         """Forget the visitor's queued jobs (they were stopped: each ends at once when it starts)."""
@@ -340,25 +340,31 @@ class Control:
 
     def queued(self, queue: str):
         """A handler as a job on `queue`: counted as started while it runs, ended however it
-        ends (also when Gradio closes it, the event cancelled)."""
+        ends (also when Gradio closes it, the event cancelled). Its visitor is its `request`
+        argument, however Gradio passes it."""
         def wrap(fn):
+            signature = inspect.signature(fn)
+
+            def visitor(args, kwargs) -> str:
+                return session_key(signature.bind_partial(*args, **kwargs).arguments.get("request"))
+
             if inspect.isgeneratorfunction(fn):
                 @functools.wraps(fn)
-                def stream(*args, request=None, **kwargs):
-                    key = session_key(request)
+                def stream(*args, **kwargs):
+                    key = visitor(args, kwargs)
                     self.tickets.started(key, queue)
                     try:
-                        yield from fn(*args, request=request, **kwargs)
+                        yield from fn(*args, **kwargs)
                     finally:
                         self.tickets.ended(key, queue)
                 return stream
 
             @functools.wraps(fn)
-            def once(*args, request=None, **kwargs):
-                key = session_key(request)
+            def once(*args, **kwargs):
+                key = visitor(args, kwargs)
                 self.tickets.started(key, queue)
                 try:
-                    return fn(*args, request=request, **kwargs)
+                    return fn(*args, **kwargs)
                 finally:
                     self.tickets.ended(key, queue)
             return once

@@ -70,7 +70,8 @@ log = logging.getLogger(__name__)
 def serve_model(name: str, load: Callable[[str], Any], max_batch: int, threads: int, commands, events) -> None:
     """A worker process's life: load the model, then serve the parent's commands until it
     says close or is gone."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C reaches the whole process group: the parent closes it
+    for sig in (signal.SIGINT, signal.SIGTERM):      # Ctrl-C (or a stop sent to the whole process group) reaches the
+        signal.signal(sig, signal.SIG_IGN)            # workers too: their parent closes them (or they see it gone)
     torch.set_num_threads(threads)
     outbox: queue.SimpleQueue = queue.SimpleQueue()   # the server's events, in order
     client = LocalClient(load, max_batch=max_batch, on_event=outbox.put)

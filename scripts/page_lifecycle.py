@@ -1,6 +1,7 @@
 """The served page's life as a Space lives it: start `python app.py` on a loopback port
 (decode workers: SCD_DECODE=process), one Generate on tiny through gradio_client (its worker
-starts), a second (warm), each worker's memory, then a slow Generate in flight and SIGTERM:
+starts), a second (warm), each worker's memory, then a slow Generate in flight and SIGTERM
+(to the page, or with --group to its whole process group):
 the exit status, the seconds to exit, what the visitor in flight was told last and whether
 any worker outlived the page. Prints one JSON line.
 
@@ -69,14 +70,15 @@ def generate(client: Client, **override) -> tuple[float, str]:
     return time.perf_counter() - t, job.outputs()[-1][1]
 
 
-def measure(checkout: str = ".", start_timeout: float = 240.0) -> dict:
-    """Everything the module docstring says, by name."""
+def measure(checkout: str = ".", start_timeout: float = 240.0, group: bool = False) -> dict:
+    """Everything the module docstring says, by name (`group`: SIGTERM to the page's whole
+    process group, its workers included, not to the page alone)."""
     port = free_port()
     env = os.environ | {"SCD_DECODE": "process", "GRADIO_SERVER_PORT": str(port), "SCD_THREADS": "1",
                         "GRADIO_ANALYTICS_ENABLED": "False"}
     started = time.perf_counter()
     page = subprocess.Popen([sys.executable, "app.py"], cwd=checkout, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)   # its own process group
     url = f"http://127.0.0.1:{port}/"
     workers: list[int] = []
     try:
@@ -101,7 +103,10 @@ def measure(checkout: str = ".", start_timeout: float = 240.0) -> dict:
         while not any("decoding" in str(o[1]) for o in job.outputs() if len(o) > 1) and time.time() < deadline:
             time.sleep(0.05)
         t = time.perf_counter()
-        page.send_signal(signal.SIGTERM)
+        if group:                                        # as a terminal's Ctrl-C or a container's stop may
+            os.killpg(page.pid, signal.SIGTERM)          # do: the workers get it too
+        else:
+            page.send_signal(signal.SIGTERM)
         out["sigterm_exit_code"] = page.wait(timeout=60)
         out["sigterm_exit_s"] = round(time.perf_counter() - t, 2)
         out["page_log_tail"] = page.stderr.read()[-600:]
@@ -126,8 +131,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", default=".", help="the checkout whose app.py runs (default: this one)")
     parser.add_argument("--start-timeout", type=float, default=240.0)
+    parser.add_argument("--group", action="store_true", help="SIGTERM to the whole process group, workers included")
     args = parser.parse_args()
-    print(json.dumps(measure(args.dir, args.start_timeout)))
+    print(json.dumps(measure(args.dir, args.start_timeout, args.group)))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,9 @@ does what one client can: it submits Lossless comparisons of 1,024 samples and r
 and again, several at once, and cancels each a moment later. Printed per way: the visitors
 served and failed, their latency p50 and p95 (nearest rank, over every burst), the page's
 memory and threads after, and what the abuser got (started, refused before the queue).
+Then a flood (--flood, default 70): one client submits that many Lossless comparisons at once
+and cancels them all 2 s later; printed: the page's memory and threads before and 10 s
+after, and one other visitor's Generate alone before it and while it is cancelled.
 """
 from __future__ import annotations
 
@@ -47,6 +50,7 @@ class Abuser:
     def __init__(self, url: str) -> None:
         self.client, self.stop = visitor(url), threading.Event()
         self.started = self.refused = self.other = 0
+        self.others: list[str] = []                    # what the other answers said, the first few
         self.thread = threading.Thread(target=self.run, name="abuser", daemon=True)
 
     def run(self) -> None:
@@ -66,6 +70,8 @@ class Abuser:
                         self.started += 1
                     else:
                         self.other += 1
+                        if len(self.others) < 3:
+                            self.others.append(f"{type(exc).__name__}: {str(exc)[:100]}")
 
 
 def bursts(url: str, count: int, repeats: int) -> tuple[list[float], list[str]]:
@@ -90,12 +96,33 @@ def bursts(url: str, count: int, repeats: int) -> tuple[list[float], list[str]]:
     return sorted(latencies), failures
 
 
+def flood(url: str, pid: int, count: int) -> dict:
+    """One client's `count` Lossless comparisons at once, cancelled 2 s later (see the docstring)."""
+    other = visitor(url)
+    before = status(pid) | {"generate_s": request(other, 1000)}
+    abuser = visitor(url)
+    jobs = [abuser.submit(**LOSSLESS, api_name="/lossless") for _ in range(count)]
+    time.sleep(2.0)
+    for job in jobs:
+        job.cancel()
+    during = request(other, 1001)
+    refused = 0
+    for job in jobs:
+        try:
+            job.result(timeout=30)
+        except Exception as exc:                           # noqa: BLE001: counted
+            refused += "still waiting in the queue or running" in str(exc)
+    time.sleep(10.0)
+    return {"before": before, "after": status(pid), "generate_during_s": during, "refused": refused}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--visitors", type=int, default=64)
     ap.add_argument("--bursts", type=int, default=3)
     ap.add_argument("--app-dir", type=Path, default=page_timing.ROOT)
     ap.add_argument("--port", type=int, default=7872)
+    ap.add_argument("--flood", type=int, default=70, help="Lossless comparisons one client submits at once (0: none)")
     args = ap.parse_args(argv)
     if args.visitors < 1 or args.bursts < 1:
         ap.error("--visitors and --bursts: whole numbers >= 1")
@@ -115,8 +142,11 @@ def main(argv: list[str] | None = None) -> None:
                 abuser.thread.join(60)
             time.sleep(2.0)
             rows.append((abusive, latencies, failures, status(server.pid), abuser))
+            for said in abuser.others if abuser else []:
+                print(f"  the abuser also got: {said}")
             for f in sorted(set(failures))[:5]:
                 print(f"  failed: {f}")
+        flooded = flood(url, server.pid, args.flood) if args.flood else None
     finally:
         server.terminate()
         server.wait()
@@ -129,6 +159,12 @@ def main(argv: list[str] | None = None) -> None:
         said = f"{abuser.started}, {abuser.refused}, {abuser.other}" if abuser else ""
         print(f"| {'yes' if abusive else 'no'} | {len(latencies)} | {len(failures)} | {p50:.2f} s | {p95:.2f} s | "
               f"{st.get('rss_mb', 0):.0f} MB | {st.get('threads', 0)} | {said} |", flush=True)
+    if flooded:
+        b, a = flooded["before"], flooded["after"]
+        print(f"flood of {args.flood} Lossless comparisons from one client, cancelled: {flooded['refused']} refused "
+              f"before the queue; page {b['rss_mb']:.0f} MB, {b['threads']} threads before, {a['rss_mb']:.0f} MB, "
+              f"{a['threads']} threads 10 s after; another visitor's Generate {b['generate_s']:.2f} s alone, "
+              f"{flooded['generate_during_s']:.2f} s during")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@
 
 `python app.py` (the checkout measured) in a subprocess, decode workers as deployed, with a
 temp folder of its own (TMPDIR and GRADIO_TEMP_DIR: every file the page and Gradio write
-lands there). A few visitors take turns (a new one every 25 runs, as sessions come and go):
+lands there) and SCD_FILES_S=--files-s (files older than that are swept: the page's default,
+half an hour, would show nothing swept in a short soak). A few visitors take turns (a new one every 25 runs, as sessions come and go):
 mostly Generate on tiny at full speed, every 10th a video Generate on tiny-video (it writes
 its clip as MP4 and GIF), every 10th an export, every 25th a Lossless comparison cancelled
 after a second. Every --every runs: the page's resident memory, threads, open descriptors,
@@ -53,8 +54,10 @@ def sample(pid: int, folder: Path, runs: int, t0: float) -> dict:
         elif line.startswith("Threads:"):
             st["threads"] = int(line.split()[1])
     count, mb = files(folder)
+    where = {entry.name.split("-")[0] if entry.name.startswith("scd-") is False else entry.name.rsplit("-", 1)[0]:
+             files(entry)[0] for entry in folder.iterdir() if entry.is_dir()}
     return {"runs": runs, "s": round(time.perf_counter() - t0), **st, "fds": len(os.listdir(f"/proc/{pid}/fd")),
-            "files": count, "files_mb": round(mb, 1)}
+            "files": count, "files_mb": round(mb, 1), "by_folder": where}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -63,12 +66,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--every", type=int, default=50, help="runs between two samples (default 50)")
     ap.add_argument("--app-dir", type=Path, default=page_timing.ROOT)
     ap.add_argument("--port", type=int, default=7873)
+    ap.add_argument("--files-s", type=int, default=60,
+                    help="the page's SCD_FILES_S: files kept this long (default 60, to see the sweep in a short soak)")
     args = ap.parse_args(argv)
     if args.runs < 1 or args.every < 1:
         ap.error("--runs and --every: whole numbers >= 1")
     page_timing.ROOT = args.app_dir.resolve()
     folder = Path(tempfile.mkdtemp(prefix="scd-soak-"))
-    server, url = serve(args.port, {"TMPDIR": str(folder), "GRADIO_TEMP_DIR": str(folder / "gradio")})
+    server, url = serve(args.port, {"TMPDIR": str(folder), "GRADIO_TEMP_DIR": str(folder / "gradio"),
+                                    "SCD_FILES_S": str(args.files_s)})
     t0, samples, failed = time.perf_counter(), [], []
     try:
         client = visitor(url)

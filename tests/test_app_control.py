@@ -15,7 +15,7 @@ import pytest
 from gradio_client import Client
 
 import app
-from test_app import args, latest
+from test_app import args
 
 pytestmark = pytest.mark.served
 
@@ -89,7 +89,8 @@ def test_bad_values_are_refused_before_the_queue_and_unknown_routes_are_404(url,
     """/replay with a non-number (Gradio's slider reads it in the page's validator) and
     /lossless with bad values are refused before the queue with the field's message, and log
     no traceback; an unknown API route is 404; a Stop stamped
-    in the far future does not stop the visitor's later runs."""
+    in the far future does not stop the visitor's later runs, and their export then runs
+    and gives back its place on the queue."""
     client = Client(url, verbose=False)
     for index, said in (("abc", "Expected a `float`"), (float("inf"), "greater than maximum value")):
         r = httpx.post(f"{url}gradio_api/call/replay", content=f'{{"data": [{json.dumps(index)}, null]}}',
@@ -104,3 +105,6 @@ def test_bad_values_are_refused_before_the_queue_and_unknown_routes_are_404(url,
     client.predict(1e308, api_name="/stop")
     done = client.submit(**args(**TINY, pace=0.0), api_name="/generate").result(timeout=60)
     assert "done" in done[1]
+    mp4, files = client.submit(api_name="/export").result(timeout=120)     # its last run, exported
+    assert mp4.endswith(".mp4") and len(files) == 2
+    assert app.CONTROL.tickets.held(client.session_hash, "decode") == 0

@@ -7,6 +7,7 @@ import threading
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 import scd_core
@@ -488,3 +489,47 @@ def test_the_page_never_logs_a_visitors_prompt():
                           env={**os.environ, "PYTHONWARNINGS": ""})
     assert done.returncode == 0, done.stderr
     assert "a warning of another kind" in done.stderr and "qqq" not in done.stderr
+
+
+def test_run_folders_and_picture_files_are_swept_by_count_and_age(tmp_path):
+    """A run's files go to a folder of their own, the newest `keep` kept, none older than
+    `max_age_s`; picture files the same, by when they were last handed out."""
+    from demo.picture_files import PictureFiles, RunFolders
+    now = [0.0]
+    (tmp_path / "runs").mkdir()
+    folders = RunFolders(tmp_path / "runs", keep=3, max_age_s=10, clock=lambda: now[0])
+    made = [folders.new_folder() for _ in range(4)]
+    assert [os.path.isdir(f) for f in made] == [False, True, True, True] and folders.folders() == 3
+    now[0] = 11.0
+    last = folders.new_folder()
+    assert folders.folders() == 1 and os.listdir(tmp_path / "runs") == [os.path.basename(last)]
+    pictures = PictureFiles(tmp_path / "pictures", keep=3, max_age_s=10, clock=lambda: now[0])
+    (tmp_path / "pictures").mkdir()
+    paths = [pictures.path_of(np.full((2, 2), v, np.uint8)) for v in range(4)]
+    assert [os.path.exists(p) for p in paths] == [False, True, True, True]
+    now[0] = 15.0
+    assert pictures.path_of(np.full((2, 2), 3, np.uint8)) == paths[3]        # handed out again: kept
+    now[0] = 22.0
+    fresh = pictures.path_of(np.full((2, 2), 9, np.uint8))
+    assert sorted(os.listdir(tmp_path / "pictures")) == sorted(os.path.basename(p) for p in (paths[3], fresh))
+
+
+def test_a_visitor_has_one_job_queued_or_running_on_each_queue():
+    """Admitted before the queue, counted until it ends; a second refused meanwhile, on that
+    queue only; an admission never started (cancelled while it waited) is forgotten after
+    `pending_s`, or at the visitor's Stop."""
+    now = [0.0]
+    tickets = runs.Tickets(pending_s=100, clock=lambda: now[0])
+    assert tickets.admit("a", "decode") and not tickets.admit("a", "decode")
+    assert tickets.admit("a", "generate") and tickets.admit("b", "decode")       # other queues, other visitors
+    tickets.started("a", "decode")
+    assert not tickets.admit("a", "decode") and tickets.held("a", "decode") == 1
+    tickets.ended("a", "decode")
+    assert tickets.held("a", "decode") == 0 and tickets.admit("a", "decode")
+    now[0] = 101.0                                             # never started: forgotten
+    assert tickets.held("a", "decode") == 0 and tickets.admit("a", "decode")
+    tickets.drop_pending("a")
+    assert tickets.held("a", "decode") == 0 and tickets.admit("a", "decode")
+    assert tickets.admit("b", "generate")
+    tickets.forget("a")                                        # a's session ended: b's job stays
+    assert tickets.held("a", "decode") == 0 and tickets.held("b", "generate") == 1
