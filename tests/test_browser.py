@@ -1006,7 +1006,6 @@ def test_before_any_run_no_empty_frame_and_a_model_pick_is_heard_at_once(browser
         pg.close()
 
 
-<<<<<<< HEAD
 # ------------------------------------------------------------------------ accessibility
 
 AXE = (Path(axe_playwright_python.__file__).parent / "axe.min.js").read_text(encoding="utf-8")   # axe-core 4
@@ -1195,7 +1194,8 @@ def test_a_clip_the_browser_cannot_play_is_refused_beside_the_field_which_keeps_
         assert label.is_visible() and "Prompt clip" in label.inner_text()
     finally:
         pg.close()
-=======
+
+
 def test_closing_the_tab_mid_run_stops_the_comparison_and_the_generate(browser):
     """A visitor who closes the tab during a Lossless comparison or a Generate in slow motion
     leaves nothing running: Gradio notices the closed connection and closes the handler, whose
@@ -1227,4 +1227,3 @@ def test_closing_the_tab_mid_run_stops_the_comparison_and_the_generate(browser):
     assert app.REQUESTS.rows_of(name) == 1
     pg.close()
     print(f"row gone {gone(lambda: app.REQUESTS.rows_of(name)):.2f} s after the tab closed")
->>>>>>> main
