@@ -1083,11 +1083,12 @@ FOCUSED = """() => { const e = document.activeElement, ring = el => getComputedS
     return [e.closest('[id]')?.id || '', e.tagName.toLowerCase() + (e.type ? '/' + e.type : ''), ring(e) || ring(box)]; }"""
 
 
-def tab_stops(pg, start: str, count: int) -> list[tuple[str, str, bool]]:
-    """The next `count` Tab stops from `start`: its element's id, tag/type, and a visible ring."""
+def tab_stops(pg, start: str, until: str, most: int = 60) -> list[tuple[str, str, bool]]:
+    """The Tab stops from `start` to the one inside `#until` (`most` at most): each one's id,
+    tag/type, and whether it shows a focus ring."""
     pg.locator(start).focus()
     stops = []
-    for _ in range(count):
+    while len(stops) < most and (not stops or stops[-1][0] != until):
         pg.keyboard.press("Tab")
         stops.append(tuple(pg.evaluate(FOCUSED)))
     return stops
@@ -1100,10 +1101,10 @@ def test_every_control_works_from_the_keyboard_and_the_replay_follows_the_pass_s
         pg.wait_for_timeout(1000)                   # a phone's Settings closed (load.js) ...
         fill(pg, "pace", 0)                         # ... and opened here
         assert pg.locator("#pace input").is_visible()
-        stops = tab_stops(pg, "#model input", 36)
-        ids = [s[0] for s in stops]
+        stops = tab_stops(pg, "#model input", "pace")
+        ids = ["model"] + [s[0] for s in stops]
         assert all(ring for _, _, ring in stops), stops                   # every stop shows its focus
-        for name in ("prompt", "generate", "race", "stop", "method", "init", "tree", "window", "seed",
+        for name in ("model", "prompt", "generate", "race", "stop", "method", "init", "tree", "window", "seed",
                      "temperature", "greedy", "top-k", "top-p", "cfg", "samples", "pace"):
             assert name in ids, (name, stops)
         assert ids.count("method") == 1                                  # the radio group: one stop
