@@ -132,6 +132,8 @@ class Verdict(NamedTuple):
     num_accepted: torch.LongTensor   # [B] drafts accepted
     resampled: torch.BoolTensor      # [B] a draft was rejected (its slot took a residual draw)
     accept_prob: torch.Tensor        # [B, D] min(1, p/q) of each fed draft on the main line (NaN: not fed)
+    p_draft: torch.Tensor            # [B, D] p(x) of each fed draft x on the main line (NaN: not fed)
+    q_draft: torch.Tensor            # [B, D] q(x), the law it was drawn from, at x (NaN: not fed)
     branches: torch.LongTensor | None = None   # draft trees: [B, depth] candidate taken at each tree level (-1: none)
     parents: torch.LongTensor | None = None    # draft trees: [B, W] parent of each fed node
 
@@ -209,7 +211,9 @@ def advance_drafts(state: State, logits: torch.Tensor, start: torch.LongTensor, 
     # 7-8. carry the redrafts after the commit with q <- p, fill the empty slots by the init scheme
     after = carry_and_fill(state, tokens, c, m, line, p, u, plan)
     accept_prob = torch.where(was_fed, alpha, float("nan"))                     # [B, D]
-    return after, Verdict(start, None, a.squeeze(1), tested.rejected.squeeze(1), accept_prob)
+    p_x = torch.where(was_fed, coupling.prob_of(p_drafts, x), float("nan"))    # [B, D] p(x)
+    q_x = torch.where(was_fed, coupling.prob_of(state.q, x), float("nan"))     # [B, D] q(x)
+    return after, Verdict(start, None, a.squeeze(1), tested.rejected.squeeze(1), accept_prob, p_x, q_x)
 
 
 def advance_ar(state: State, logits: torch.Tensor, start: torch.LongTensor, plan: Plan) -> tuple[State, Verdict]:
@@ -221,7 +225,8 @@ def advance_ar(state: State, logits: torch.Tensor, start: torch.LongTensor, plan
     after = State(commit(state.tokens, n, c, token), state.n + c.squeeze(1), state.drafts, state.q,
                   state.keys, state.passes + 1)
     none = torch.zeros_like(state.n)
-    return after, Verdict(start, None, none, none.bool(), torch.zeros(none.shape[0], 0, device=none.device))
+    no_drafts = torch.zeros(none.shape[0], 0, device=none.device)              # [B, 0]
+    return after, Verdict(start, None, none, none.bool(), no_drafts, no_drafts, no_drafts)
 
 
 def draw_line(p: torch.Tensor, support: torch.LongTensor | None, tested: Verification, u: Uniforms,

@@ -79,10 +79,14 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > 0, r / mass, p)
 
 
+def prob_of(law: torch.Tensor, x: torch.LongTensor) -> torch.Tensor:
+    """law(x) [...]: the mass a law [..., V] puts on the tokens x [...]."""
+    return law.gather(-1, x.unsqueeze(-1)).squeeze(-1)
+
+
 def accept_prob(p: torch.Tensor, q: torch.Tensor, x: torch.LongTensor) -> torch.Tensor:
     """min(1, p(x) / q(x)) for tokens x [...] drawn from q [..., V]."""
-    x = x.unsqueeze(-1)
-    return (p.gather(-1, x) / q.gather(-1, x)).clamp(max=1.0).squeeze(-1)
+    return (prob_of(p, x) / prob_of(q, x)).clamp(max=1.0)
 
 
 def residual_mass(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

@@ -84,6 +84,8 @@ class Iteration:
     window_tokens: torch.LongTensor     # [B, W] the tokens fed (committed, then drafts)
     num_accepted: torch.LongTensor      # [B] drafts accepted (slots 0 .. num_accepted - 1)
     accept_prob: torch.Tensor           # [B, D] min(1, p/q) of each draft fed (NaN: none)
+    p_draft: torch.Tensor               # [B, D] p(x) of each draft x fed, this pass's law (NaN: none)
+    q_draft: torch.Tensor               # [B, D] q(x), the law x was drawn from (NaN: none)
     resampled: torch.BoolTensor         # [B] the last committed token came from the residual
     drafts_after: torch.LongTensor      # [B, D] next pass's drafts (-1: none), slot i at n_after + i
     log: TokenLog                       # the run's committed tokens: `tokens_after` reads this pass's
@@ -104,6 +106,7 @@ class Iteration:
         n_before = before.n if before is not None else torch.zeros_like(after.n)
         tensors = dict(n_before=n_before, n_after=after.n, start=verdict.start, window_tokens=verdict.fed,
                        num_accepted=verdict.num_accepted, accept_prob=verdict.accept_prob,
+                       p_draft=verdict.p_draft, q_draft=verdict.q_draft,
                        resampled=verdict.resampled, drafts_after=after.drafts,
                        branches=getattr(verdict, "branches", None), parents=getattr(verdict, "parents", None))
         on_gpu = after.n.is_cuda
@@ -230,7 +233,7 @@ class Iteration:
         return torch.arange(self.drafts_after.shape[1]).unsqueeze(0)
 
 
-_ROW_FIELDS = ("n_before", "n_after", "start", "window_tokens", "num_accepted", "accept_prob", "resampled",
+_ROW_FIELDS = ("n_before", "n_after", "start", "window_tokens", "num_accepted", "accept_prob", "p_draft", "q_draft", "resampled",
                "drafts_after", "branches", "parents")
 
 

@@ -173,11 +173,13 @@ def advance(state: State, logits: torch.Tensor, start: torch.LongTensor, plan: P
 
     after = carry_and_fill(state, tokens, c, m, line, p_line, u, plan)
     accept_prob = torch.where(slots[:D] < m, alpha, float("nan"))               # [B, D]
+    p_x = torch.where(slots[:D] < m, coupling.prob_of(p_line[:, :D], x), float("nan"))   # [B, D] p(x)
+    q_x = torch.where(slots[:D] < m, coupling.prob_of(state.q, x), float("nan"))          # [B, D] q(x)
     j = torch.arange(S, device=logits.device)
     on_line = torch.where(j <= offset + a, j, -1)                               # [B, S] a row not fed the tree
     path = torch.where(tree.has_tree.unsqueeze(1), torch.where(walk.decides, walk.nodes, torch.where(slots <= a, slots, -1))[:, :S],
                        on_line)
-    verdict = Verdict(start, None, a.squeeze(1), rejected.squeeze(1), accept_prob, walk.branches)
+    verdict = Verdict(start, None, a.squeeze(1), rejected.squeeze(1), accept_prob, p_x, q_x, walk.branches)
     return after, verdict, path
 
 

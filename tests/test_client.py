@@ -92,8 +92,8 @@ def client(request, local, process, in_call):
 def same_record(a, b) -> None:
     """Two records of one row agree field for field (the times aside: they are measured)."""
     assert (a.index, a.method, a.nfe) == (b.index, b.method, b.nfe)
-    for name in ("n_before", "n_after", "start", "window_tokens", "num_accepted", "accept_prob", "resampled",
-                 "drafts_after", "tokens_after"):
+    for name in ("n_before", "n_after", "start", "window_tokens", "num_accepted", "accept_prob", "p_draft", "q_draft",
+                 "resampled", "drafts_after", "tokens_after"):
         x, y = getattr(a, name), getattr(b, name)
         assert x.dtype == y.dtype and x.shape == y.shape, name
         torch.testing.assert_close(x, y, rtol=0, atol=0, equal_nan=True, msg=name)

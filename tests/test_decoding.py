@@ -282,7 +282,60 @@ def test_ar_is_the_general_pass_with_no_drafts(grid, top_k):
         general, general_verdict = chain.advance_drafts(state, logits, start, plan)
         for name in chain.State.__dataclass_fields__:
             assert torch.equal(getattr(short, name), getattr(general, name)), name
-        for name in ("start", "num_accepted", "resampled", "accept_prob"):
+        for name in ("start", "num_accepted", "resampled", "accept_prob", "p_draft", "q_draft"):
             assert torch.equal(getattr(short_verdict, name), getattr(general_verdict, name)), name
         state = short
     assert (state.n == grid.N).all()
+
+
+@pytest.mark.parametrize("method", SPECULATIVE)
+@pytest.mark.parametrize("tree", [(1, 0), (2, 2)])
+def test_records_hold_p_and_q_of_each_draft(grid, method, tree):
+    """p(x) and q(x) of each fed draft sit beside min(1, p/q) in the record: NaN where it is,
+    recombined to it exactly elsewhere, and at the first speculative pass (every draft drawn by
+    the random init) q(x) is the uniform 1/V."""
+    run = scd_core.generate(grid, ["a", "b", "c"], method=method, window=8, seed=3, top_k=30,
+                            cfg_scale=2.0, tree=tree)
+    V = grid.vocab_size
+    for it in run.iterations[1:]:
+        assert it.p_draft.shape == it.q_draft.shape == it.accept_prob.shape
+        fed = ~it.accept_prob.isnan()
+        assert torch.equal(fed, ~it.p_draft.isnan()) and torch.equal(fed, ~it.q_draft.isnan())
+        assert torch.equal((it.p_draft[fed] / it.q_draft[fed]).clamp(max=1.0), it.accept_prob[fed])
+        assert ((it.p_draft[fed] >= 0) & (it.p_draft[fed] <= 1) & (it.q_draft[fed] > 0)).all()
+    first = run.iterations[1]
+    fed = ~first.q_draft.isnan()
+    assert fed.any() and torch.equal(first.q_draft[fed], torch.full_like(first.q_draft[fed], 1.0 / V))
+
+
+def test_scd_mc_records_q_of_a_redraft_as_p_of_the_pass_that_drew_it(grid):
+    """SCD-MC carries each redraft with the law of the pass that drew it: a draft redrawn after
+    a rejection (and one the coupling kept) shows, at the next pass, q(x) = that pass's p(x),
+    here recomputed from that pass's logits."""
+    from scd_core import chain
+    plan, seeds = scd_core.validate(grid, ["a", "b", "c"], scd_core.Settings("scd-mc", window=6, top_k=30, cfg_scale=2.0), 5)
+    session = grid.start(["a", "b", "c"], plan.cfg_scale)
+    state, _ = chain.start_rows(session.first_logits, seeds, plan)
+    previous = None                                         # (state, start, fed, p [B, W, V]) of the last pass
+    redrawn = 0
+    while bool((state.n < grid.N).any()):
+        start, fed = chain.window(state, plan)
+        logits = session.step(fed, start)
+        after, verdict = chain.advance(state, logits, start, plan)
+        if previous is not None:
+            before, start_p, fed_p, p_p = previous
+            for b in range(state.n.shape[0]):
+                for i in range(plan.D):
+                    pos = int(state.n[b]) + i
+                    if torch.isnan(verdict.q_draft[b, i]) or pos >= grid.N or pos < int(before.n[b]) + 1:
+                        continue
+                    x, row = int(state.drafts[b, i]), pos - int(start_p[b]) - 1     # row: the logits that predicted pos
+                    if row >= p_p.shape[1]:                         # past the last window: the random init's
+                        assert verdict.q_draft[b, i] == 1.0 / grid.vocab_size, (b, i)
+                        continue
+                    assert verdict.q_draft[b, i] == p_p[b, row, x], (b, i)
+                    j = pos - int(start_p[b])                       # its index in the last window
+                    redrawn += int(j < fed_p.shape[1] and int(fed_p[b, j]) != x and bool(previous_rejected[b]))
+        previous, previous_rejected = (state, start, fed, processed_probs(logits, plan.sampling)), verdict.resampled
+        state = after
+    assert redrawn > 0                                      # the case at hand occurred
