@@ -338,12 +338,14 @@ def unchanged_figure(stats: TraceStats):
 
 def draft_words(it: Iteration, row: int = 0) -> dict[int, str]:
     """What a pass did with each draft it fed, by position, in words for the p/q map's hover:
-    the draft's token, its test (accepted, or the first rejection and the residual's token, or
-    never tested), and the next pass's draft there (the same token kept, by coupling for SCD,
+    the draft's token x, p(x) of this pass and q(x) of the law it was drawn from, its test
+    (accepted, or the first rejection and the residual's token, or never tested), and the next
+    pass's draft there (the same token kept, by coupling for SCD,
     or redrawn). A chain's drafts only (a tree's nodes share positions): {} for a tree."""
     if it.parents is not None:
         return {}
     fed, a = it.window_tokens[row].tolist(), it.accept_prob[row].float().tolist()
+    p_x, q_x = it.p_draft[row].float().tolist(), it.q_draft[row].float().tolist()
     n_before, n_after, accepted = int(it.n_before[row]), int(it.n_after[row]), int(it.num_accepted[row])
     committed, nxt = it.tokens_after[row].tolist(), it.drafts_after[row].tolist()
     kept = "kept by the coupling" if it.method.startswith("scd") else "drawn again, the same token"
@@ -353,13 +355,14 @@ def draft_words(it: Iteration, row: int = 0) -> dict[int, str]:
         if pos >= len(committed) or np.isnan(p_q):
             continue
         token = fed[1 + i]
+        said = f"draft token {token}: p(x) = {p_x[i]:.3f} at this pass, q(x) = {q_x[i]:.3f} when drawn<br>"
         if i < accepted:
-            said = f"draft token {token}: accepted (U < min(1, p/q) = {p_q:.3f}), committed"
+            said += f"accepted (U < min(1, p/q) = {p_q:.3f}), committed"
         elif i == accepted:
-            said = (f"draft token {token}: rejected (U ≥ min(1, p/q) = {p_q:.3f}); the residual "
-                    f"norm(max(0, p − q)) drew token {committed[pos]}")
+            said += (f"rejected (U ≥ min(1, p/q) = {p_q:.3f}); the residual "
+                     f"norm(max(0, p − q)) drew token {committed[pos]}")
         else:
-            said = f"draft token {token}: fed after the first rejection, not tested"
+            said += f"fed after the first rejection, not tested (min(1, p/q) = {p_q:.3f})"
         if pos >= n_after and pos - n_after < len(nxt) and nxt[pos - n_after] >= 0:
             again = nxt[pos - n_after]
             said += f"<br>next pass's draft here: {kept}" if again == token else \

@@ -33,7 +33,7 @@ def make_iteration(n_before: int, n_after: int, accepted: int, drafts: int, N: i
         index=index, method="sjd", n_before=torch.tensor([n_before]), n_after=torch.tensor([n_after]),
         start=torch.tensor([max(n_before - 1, 0)]),
         window_tokens=torch.zeros(1, window, dtype=torch.long), num_accepted=torch.tensor([accepted]),
-        accept_prob=torch.full((1, D), 0.5),
+        accept_prob=torch.full((1, D), 0.5), p_draft=torch.full((1, D), 0.25), q_draft=torch.full((1, D), 0.5),
         resampled=torch.tensor([resampled]),
         drafts_after=drafts_after, log=TokenLog(tokens_after),
         nfe=index + 1, wall_time=0.1, step_time=0.05)
@@ -454,6 +454,9 @@ def test_pointing_at_a_draft_of_the_replayed_pass_says_its_token_its_test_and_it
         verified = int(it.verified[0].sum())
         assert sum("accepted (U < min(1, p/q)" in w for w in words.values()) == accepted
         assert sum("rejected" in w for w in words.values()) == verified - accepted
+        for i in range(verified):                        # p and q of the record, beside min(1, p/q)
+            p, q = float(it.p_draft[0, i]), float(it.q_draft[0, i])
+            assert f"p(x) = {p:.3f} at this pass, q(x) = {q:.3f} when drawn" in words[n_before + i]
         if verified > accepted:                          # the residual's token is the one committed
             assert words[n_before + accepted].endswith(f"drew token {int(it.tokens_after[0, n_before + accepted])}")
         kept += sum("kept by the coupling" in w for w in words.values())
