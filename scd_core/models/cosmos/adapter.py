@@ -109,7 +109,11 @@ class CosmosSession(GuidedRows):
 
     # a tree of drafts (`protocols.TreeSession`): the nodes attend to the cache before their
     # start and to their own paths, with RoPE and position embeddings at their depths; their
-    # keys/values stay beside the cache until `keep_path`
+    # keys/values go to the cache's tree slots until `keep_path` moves the kept ones into place
+    def reserve_tree(self, nodes: int) -> None:
+        """Tree slots for trees of `nodes` nodes in every layer's cache."""
+        self.cache.reserve(nodes)
+
     def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
                   start: torch.LongTensor) -> torch.Tensor:
         tree = check_tree(tokens, parents, start, self.batch, self.model.vocab_size, device=self.model.device,
