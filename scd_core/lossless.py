@@ -123,7 +123,7 @@ def sample_tokens(model, prompt: str, settings: Settings, samples: int, seed: in
     """[S, N] tokens of S samples, row k from seed + k (as one batch of S would give), decoded
     `batch` rows at a time (fewer where one pass of so many would pass the model's memory cap,
     `scd_core.memory`); None if `stop()` turned true between batches."""
-    batch = min(batch, memory.rows_per_pass(model, settings.method, settings.window))
+    batch = min(batch, memory.rows_per_pass(model, settings.method, settings.window, settings.top_p))
     out = []
     for start in range(0, samples, batch):
         if stop is not None and stop():
