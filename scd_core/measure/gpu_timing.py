@@ -415,7 +415,7 @@ class Image:
     window: int
     nfe: int
     seconds: float
-    engine_share: float | None = None      # the engine's share of the run's wall time
+    engine_share: float | None = None      # the engine's share of the run's wall time (None: not measurable)
     compile_s: float | None = None         # the first, compiling run's extra seconds
 
     @property
@@ -443,8 +443,11 @@ def time_image(bench: Bench, method: str, compiled: bool, device: torch.device) 
     seconds = time.perf_counter() - t0
     if compile_s is not None:
         compile_s -= seconds
+    # compiled, the model's step runs inside the pass's graph and counts as the model's: the
+    # engine's share cannot be told apart ("-"), not 0
+    share = None if compiled else run.engine_time / run.wall_time
     return Image(bench.name, method, compiled, 1 if method == "ar" else settings.window, run.nfe, seconds,
-                 run.engine_time / run.wall_time, compile_s)
+                 share, compile_s)
 
 
 def time_hf_image(bench: Bench, device: torch.device) -> Image:
