@@ -428,7 +428,7 @@ class TinySession(GuidedRows):
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
         n = self.gpt.cfg.n_tokens
         dev = self.pos_table.device
-        # no value is read on the host: the values' checks run on the device (`device_check`)
+        # no value is read on the host: the values are checked only where that is free (`device_check`)
         tokens, start = check_step(tokens, start, self.batch, self.gpt.cfg.vocab_size, device=dev, fed=n)
         w = tokens.shape[1]
         # Sequence position of generated position start+j is start+j+1; positions past the

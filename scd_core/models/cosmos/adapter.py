@@ -96,7 +96,7 @@ class CosmosSession(GuidedRows):
         self.fed = self.fed[index.to(self.fed.device)]
 
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
-        # no value is read on the host: the values' checks run on the device (`device_check`)
+        # no value is read on the host: the values are checked only where that is free (`device_check`)
         tokens, start = check_step(tokens, start, self.fed.shape[0], self.model.vocab_size, device=self.model.device,
                                    fed=self.fed, length=math.prod(self.model.grid))
         w = tokens.shape[1]
