@@ -11,9 +11,10 @@ classes, tests/models_util.py), with `stream`:
   back (CUDA only);
 - clocks: each pass's wall time is at least its step's (`scd_core.clocks`: the engine's
   share is never negative);
-- compiled: `compile=True` gives eager's tokens, and inductor's count of skipped CUDA-graph
-  captures stays 0 (CUDA only; the compile lane checks the same graphs' static inputs on
-  the CPU: tests/test_static_writes.py).
+- compiled (`--compiled`; gpu_check.sh leaves it to the GPU-only tests, which check the same
+  in tests/test_static_writes.py): `compile=True` gives eager's tokens, and inductor's count
+  of skipped CUDA-graph captures stays 0 (CUDA only; the compile lane checks the same graphs'
+  static inputs on the CPU).
 Then one pass's peak device memory at V = 64,000 (`random-logits`), top-p off and at 0.8
 (Cosmos's page setting), against `scd_core.memory.pass_bytes` (CUDA only; tests/test_memory.py
 measures the CPU's). Exit status 1 if a step failed.
@@ -73,7 +74,7 @@ def passes_raise_on_waits(device: torch.device):
         passes.pass_for = chooser
 
 
-def check_model(name: str, device: torch.device) -> dict[str, str]:
+def check_model(name: str, device: torch.device, compiled: bool = True) -> dict[str, str]:
     """The steps of one model: {step: "ok", a failure's message, or why it was skipped}."""
     import models_util
 
@@ -95,8 +96,9 @@ def check_model(name: str, device: torch.device) -> dict[str, str]:
     steps = [b.step_time - a.step_time for a, b in zip(records, records[1:])]
     short = [i + 1 for i, (w, s) in enumerate(zip(walls, steps)) if w < s]
     out["wall >= step"] = "ok" if not short else f"FAILED: passes {short[:5]}"
-    if device.type != "cuda":
-        out["compiled = eager, no skipped capture"] = CUDA_ONLY
+    if device.type != "cuda" or not compiled:
+        out["compiled = eager, no skipped capture"] = CUDA_ONLY if device.type != "cuda" else \
+            "in the GPU-only tests (tests/test_static_writes.py)"
         return out
     eager = scd_core.generate(model, prompts, **kw).tokens
     torch._dynamo.reset()
@@ -132,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--device", default=None, help="cuda where there is one, else cpu")
+    ap.add_argument("--compiled", action="store_true", help="also compile each model's run (CUDA only)")
     args = ap.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(0)
@@ -139,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models.split(","):
         t0 = time.perf_counter()
         try:
-            steps = check_model(name, device)
+            steps = check_model(name, device, args.compiled)
         except Exception as exc:                                  # one model's failure, said; the others go on
             traceback.print_exc()
             steps = {"runs": f"FAILED: {type(exc).__name__}: {exc}"}

@@ -8,16 +8,18 @@
 # 1. the GPU-only tests (`pytest -m gpu`: the adapters on CUDA, and every compiled pass
 #    replayed as a CUDA graph with no skipped capture and eager's tokens);
 # 2. scripts/gpu_check.py: `stream` on every embedded model and tiny adapter with no wait
-#    inside a pass, wall >= step for every pass, compiled = eager with no skipped capture,
-#    and a pass's peak memory against the cap;
+#    inside a pass, wall >= step for every pass, and a pass's peak memory against the cap;
 # 3. `scd-gpu-timing`: on a GPU Janus-Pro-7B's architecture at full size with random weights
-#    (a window forward against a one-token one, the engine's share, one image eager and
-#    compiled); on a CPU its tiny configs (the plumbing).
+#    (a window forward against a one-token one, the engine's share, one image); on a CPU
+#    its tiny configs (the plumbing).
+# The compiles are kept in inductor's cache (TORCHINDUCTOR_CACHE_DIR, default below), so a
+# second run starts warm.
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 OUT=${GPU_CHECK_OUT:-bench_out/gpu_check}
 mkdir -p "$OUT"
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$PWD/bench_out/inductor_cache}
 if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
     GPU=1
 else
@@ -40,12 +42,12 @@ step() {                                   # step NAME SECONDS COMMAND...: run, 
 }
 RESULTS=()
 if [ "$GPU" = 1 ]; then
-    step gpu-tests 150 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/test_static_writes.py \
+    step gpu-tests 170 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/test_static_writes.py \
         tests/test_models_janus.py tests/test_models_emu3.py tests/test_models_lumina.py \
         tests/test_models_llamagen.py tests/test_models_cosmos.py
-    step engine 120 "$PY" scripts/gpu_check.py
-    step gpu-timing 150 "$PY" -m scd_core.measure.gpu_timing --models janus-pro-7b --windows 1,16 \
-        --methods scd-mc --images scd-mc --compile-methods scd-mc --repeats 3 --warmup 2 --out "$OUT/gpu_timing.json"
+    step engine 60 "$PY" scripts/gpu_check.py
+    step gpu-timing 120 "$PY" -m scd_core.measure.gpu_timing --models janus-pro-7b --windows 1,16 \
+        --methods scd-mc --images scd-mc --compile-methods "" --repeats 3 --warmup 2 --out "$OUT/gpu_timing.json"
 else
     RESULTS+=("| gpu-tests | skipped (CUDA only) | 0 s |")
     step engine 600 "$PY" scripts/gpu_check.py --device cpu
