@@ -8,25 +8,31 @@ from that client too (`demo.models`). Every event that decodes or draws is one Z
 (`demo.zerogpu`). What the page calls lives in `demo/`, one module per job (docs/app.md)."""
 from __future__ import annotations
 
-import functools
+if __name__ == "__main__":   # `python app.py` serves the page as `python -m demo` does (demo/__main__.py says why)
+    import runpy
+    runpy.run_module("demo", run_name="__main__", alter_sys=True)
+    raise SystemExit(0)
+
 import logging
 import math
 import os
-import queue
+import signal
 import threading
 import time
 from typing import Callable
 
 import gradio as gr
 import torch
+from fastapi.responses import JSONResponse
+from gradio.route_utils import FnIndexInferError
 
 from scd_core import lossless as lossless_stats, race
 from scd_core.client import DecodeError
 from scd_core.models import cache
 from scd_core.settings import METHODS
 
-from demo import (backend, charts, checks, export, generate_view, labels, lossless, models, pictures, race_view,
-                  run_view, runs, servers, streaming, texts, uploads, zerogpu)
+from demo import (backend, charts, checks, export, generate_view, labels, lossless, models, picture_files, pictures,
+                  race_view, run_view, runs, servers, streaming, texts, uploads, zerogpu)
 from demo.clips import example_clips
 
 
@@ -38,22 +44,22 @@ log = models.log                 # the page's one-line notes
 # threads serve Stop and the page's quick events. Up to 64 more visitors wait, told their place.
 KIND = backend.backend_kind()         # where Generate and the race decode (SCD_DECODE, docs/app.md)
 SERVERS = servers.Servers(max_batch=32, threaded=KIND != "call")
-GENERATE = dict(concurrency_limit=SERVERS.max_batch, concurrency_id="generate")
-DECODE = dict(concurrency_limit=1, concurrency_id="decode")
+GENERATE = dict(concurrency_limit=SERVERS.max_batch, concurrency_id=runs.GENERATE_QUEUE)
+DECODE = dict(concurrency_limit=1, concurrency_id=runs.DECODE_QUEUE)
 QUEUE = dict(max_size=64, default_concurrency_limit=1)
 # Gradio keeps a copy of the page per visitor, with their last run for the replay (0.45-0.66 MB
 # measured, docs/app.md), for this many visitors; the one unseen longest is dropped first.
 SESSIONS = backend.env_count("SCD_SESSIONS", 128)
 THREADS = 2 * SERVERS.max_batch
-STOPS = servers.Stops(shared=backend.on_zero_gpu())   # a ZeroGPU call runs in a process of its own
-RUNS = runs.Runs()            # each visitor's run in progress: one at a time
-SWITCH_QUIET_S = 1.5          # a model switch waits this long at most for the run it stops to show nothing more
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 MODELS = models.Models(cache, DEVICE, SERVERS)   # one large model resident at a time
 REQUESTS = backend.Requests(backend.make_client(
     KIND, lambda in_call: servers.PageClient(SERVERS, MODELS.get, in_call), models.load_for_worker,
     SERVERS.max_batch))
 MODELS.use(REQUESTS.client, downloads_here=KIND == "process")   # it loads and draws the downloaded models
+# Each visitor's run, Stops, jobs on each queue (`demo.runs`); a ZeroGPU call runs in a process of its own.
+CONTROL = runs.Control(runs.Stops(shared=backend.on_zero_gpu()), REQUESTS)
+session_key = runs.session_key
 LABELS = labels.METHOD_LABELS
 
 
@@ -79,13 +85,49 @@ def problems(values: dict) -> dict[str, str]:
     return {k: uploads.without_paths(v) for k, v in found.items()}
 
 
-def validator(**values):
-    """Runs before a request joins the queue: each rejected input gets its message (the
-    event's inputs by name, in their order)."""
-    found = problems(values)
+def verdict(values: dict, found: dict[str, str], request, queue: str, what: str) -> list:
+    """Gradio's validator's answer for an event's inputs (`values`, by name in their order):
+    each refused one gets its message; with none refused, the visitor's job is admitted to
+    `queue` (`demo.runs.Control.admit`: one at a time per visitor) or refused, said beside
+    the first input."""
+    if not found and (busy := CONTROL.admit(session_key(request), queue, what)):
+        found = {next(iter(values)): busy}
     if found:
         log.info("input rejected: %s", "; ".join(found.values()))
     return [gr.validate(n not in found, found.get(n, "")) for n in values]
+
+
+def validate_generate(request: gr.Request = None, **values):
+    """Runs before a Generate request joins the queue (the event's inputs by name)."""
+    return verdict(values, problems(values), request, runs.GENERATE_QUEUE, runs.KINDS["generate"])
+
+
+def validate_race(request: gr.Request = None, **values):
+    """Runs before a race joins the queue: checked as a speculative method (it runs them all)."""
+    return verdict(values, problems(values | {"method": "scd-mc"}), request, runs.DECODE_QUEUE, runs.KINDS["race"])
+
+
+def validate_lossless(request: gr.Request = None, **values):
+    """Runs before a Lossless comparison joins the queue: its model and samples too."""
+    found = problems(values | {"method": "scd-mc"})
+    for name, check in (("model", lossless.check_model), ("lossless_samples", lossless.check_samples)):
+        try:
+            check(values.get(name))
+        except ValueError as exc:
+            found.setdefault(name, str(exc))
+    return verdict(values, found, request, runs.DECODE_QUEUE, runs.KINDS["lossless"])
+
+
+def validate_replay(index, run, request: gr.Request = None):
+    """A replayed pass: a number (the pass), refused before the queue. Gradio reads the
+    slider's value (a number within its range, or its message) before it calls a validator:
+    with one, a bad value is refused there, with no traceback."""
+    ok = isinstance(index, (int, float)) and not isinstance(index, bool) and math.isfinite(index)
+    return [gr.validate(ok, "" if ok else f"Pass: a number, got {checks.given(index)}."), gr.validate(True, "")]
+
+
+def validate_export(run, request: gr.Request = None):
+    return verdict({"run": run}, {}, request, runs.DECODE_QUEUE, "export")
 
 
 def checked_click(go, values: dict, marked: list | None, race_all: bool = False) -> dict:
@@ -103,18 +145,11 @@ def checked_click(go, values: dict, marked: list | None, race_all: bool = False)
         ({} if found else {go: time.time()})
 
 
-BUSY_WAIT_S = 1.0       # a click while a run goes waits this long for it to end (its final charts) before refusing
-
-
 def busy(request, message=lambda text: {input_md: text}) -> dict:
     """A click while the visitor's run goes: refused with a word (`message(text)`: where it
-    is said), nothing starts; {} when no run goes. A run that ends within BUSY_WAIT_S (a
-    finished run drawing its final charts, after its status said "done"; one stopped a moment
-    ago) lets it through."""
-    run = RUNS.going(session_key(request))
-    if run is not None and run.quiet.wait(BUSY_WAIT_S):
-        run = RUNS.going(session_key(request))
-    return message(runs.busy_message(run)) if run is not None else {}
+    is said), nothing starts; {} when no run goes (`demo.runs.Control.busy`)."""
+    refusal = CONTROL.busy(session_key(request))
+    return message(refusal) if refusal else {}
 
 
 def check_generate(request: gr.Request = None, *, marked=None, **values):
@@ -143,42 +178,6 @@ def prepare(values: dict, method: str | None = None):
     return model, checks.read(values, model)
 
 
-def session_key(request: gr.Request | None) -> str:
-    return getattr(request, "session_hash", None) or ""
-
-
-def one_run(kind: str, status: Callable[[], object]):
-    """A decoding event's handler as the visitor's one run (`demo.runs`, `kind` a key of
-    `runs.KINDS`; `status()`: its status component): while it goes a second click is refused,
-    and a model switch or a new prompt or method stops it (`halt`). After a switch it ends at
-    its next update with the new model's views (`left_views`): Gradio repeats a stream's last
-    update when it ends, so nothing of the old model comes back after the switch's own update.
-    After another stop its status says why. It runs in the page's process, around the ZeroGPU
-    call (`demo.zerogpu`)."""
-    def wrap(fn):
-        @functools.wraps(fn)
-        def handler(request: gr.Request = None, **inputs):
-            key = session_key(request)
-            run = RUNS.start(key, runs.Run(kind, str(inputs.get("model") or ""), str(inputs.get("method") or ""),
-                                           str(inputs.get("prompt") or "")))
-            updates = fn(request, **inputs)
-            try:
-                for update in updates:
-                    if run.left:
-                        break                             # its rows were cancelled: they leave at once
-                    if run.why and status() in update:
-                        update = update | {status(): f"{update[status()]}  \n{run.why}"}
-                    yield update
-                updates.close()
-                if run.left:
-                    yield left_views(run)
-            finally:
-                updates.close()
-                RUNS.end(key, run)
-        return handler
-    return wrap
-
-
 def left_views(run: runs.Run) -> dict:
     """The last update of a run whose model was switched away: its event's views as the new
     model's, before any run, its status saying that it stopped (the switch shows the same)."""
@@ -187,19 +186,9 @@ def left_views(run: runs.Run) -> dict:
             if k in outputs}
 
 
-def halt(key: str, why: str, at=None, left: str = "", kinds=tuple(runs.KINDS)) -> runs.Run | None:
-    """Stop the visitor's run (one of `kinds`) from elsewhere, `why` in words: its row leaves
-    at its next pass boundary. `left` (a model switch, to that model): wait until it has ended
-    (its last update the new model's views), so that the switch's own update comes after it.
-    The run stopped, or None."""
-    run = RUNS.interrupt(key, why, left, kinds)
-    if run is None:
-        return None
-    STOPS.stop(key, at)
-    REQUESTS.cancel_visitor(key)
-    if left:
-        run.quiet.wait(SWITCH_QUIET_S)
-    return run
+def one_run(kind: str, queue: str, status: Callable[[], object]):
+    """A decoding event's handler as the visitor's one run (`demo.runs.Control.one_run`)."""
+    return CONTROL.one_run(kind, queue, status, left_views)
 
 
 def refused(exc: Exception, started: bool = False) -> str:
@@ -210,12 +199,13 @@ def refused(exc: Exception, started: bool = False) -> str:
 
 # ----------------------------------------------------------------------------- generate
 
-def shown(update: dict) -> dict:
-    """A Generate view update (`demo.generate_view`, by view name) for the page's components."""
-    return {gen_views[name]: value for name, value in update.items()}
+def keyed(views: dict, update: dict) -> dict:
+    """A view update by view name (`demo.generate_view.VIEWS`, `demo.race_view.VIEWS`) for the
+    page's components (`views`: view name -> component)."""
+    return {views[name]: value for name, value in update.items()}
 
 
-@one_run("generate", lambda: status)
+@one_run("generate", runs.GENERATE_QUEUE, lambda: status)
 @zerogpu.on_gpu(zerogpu.generate_seconds, lambda: demo.blocks)
 @streaming.streams_in_full(lambda: gen_outputs)
 def generate_stream(request: gr.Request = None, *, history=None, ticket=None, **values):
@@ -225,8 +215,8 @@ def generate_stream(request: gr.Request = None, *, history=None, ticket=None, **
     model refuses (a clip too short for it...) or a lost row is said in the status, nothing lost;
     a refused run on another model clears the replay and export, which belong to the last run.
     `values`: the event's inputs by their name in `checks.INPUTS`."""
-    key, stamp = session_key(request), STOPS.stamp(ticket)
-    stopped = lambda: STOPS.stopped(key, stamp)  # noqa: E731
+    key = session_key(request)
+    stopped = CONTROL.stopped(key, ticket)
     name = values.get("model")
     stale = {} if (history or {}).get("_model") in (None, name) else generate_view.REPLAY_CLEARED
     row = view = None
@@ -235,11 +225,11 @@ def generate_stream(request: gr.Request = None, *, history=None, ticket=None, **
         zerogpu.check_fits(zerogpu.generate_estimate(name, page.settings.method, page.settings.window, page.pace),
                            "This run", "lower the slow motion or pick a smaller model")
         if stopped():                                     # stopped while waiting in the queue
-            yield shown({"status": texts.STOPPED_EARLY})
+            yield keyed(gen_views, {"status": texts.STOPPED_EARLY})
             return
         view = generate_view.GenerateView(model, page, history, models.decoding_device(REQUESTS.client, name))
         if note := MODELS.swap_note(name):                # a model swap or load to wait for, said first
-            yield shown(view.cleared({"status": note}))
+            yield keyed(gen_views, view.cleared({"status": note}))
         row = backend.Row(REQUESTS, REQUESTS.submit(key, name, page.race.prompt, page.race.seed, page.settings),
                           name)
         waiting = SERVERS.timing_alone.is_set if KIND == "local" else lambda: False
@@ -247,34 +237,29 @@ def generate_stream(request: gr.Request = None, *, history=None, ticket=None, **
         for it, picture_due, charts_due in servers.shown(records, page.pace, stopped, row.share):
             update = view.shown(it, picture_due, charts_due, row)
             if update:                                    # nothing when no picture is due
-                yield shown(update)
+                yield keyed(gen_views, update)
     except ValueError as exc:
-        yield shown(stale | {"status": refused(exc)})
+        yield keyed(gen_views, stale | {"status": refused(exc)})
         return
     except DecodeError as exc:                            # the row was lost: said, what is shown stays
-        yield shown(stale | {"status": refused(exc, started=bool(view and view.stats.records))})
+        yield keyed(gen_views, stale | {"status": refused(exc, started=bool(view and view.stats.records))})
         return
     finally:
         if row is not None:
             decode, _ = row.decode(), row.end()
     if not view.stats.records:
-        yield shown({"status": texts.STOPPED_EARLY})
+        yield keyed(gen_views, {"status": texts.STOPPED_EARLY})
         return
     shared = row.shared(len(view.stats.records))
-    yield shown(view.ending(decode, shared))
+    yield keyed(gen_views, view.ending(decode, shared))
     if ticket is not None:                                # a browser: the picture first (the charts delay it)
         servers.sleep_until(servers.now() + servers.FIRST_PAINT)
-    yield shown(view.ended(decode, shared))
+    yield keyed(gen_views, view.ended(decode, shared))
 
 
 # ------------------------------------------------------------------------------- race
 
-def raced(update: dict) -> dict:
-    """A race view update (`demo.race_view.RaceView`, by view name) for the page's components."""
-    return {race_views[name]: value for name, value in update.items()}
-
-
-@one_run("race", lambda: race_status)
+@one_run("race", runs.DECODE_QUEUE, lambda: race_status)
 @zerogpu.on_gpu(zerogpu.race_seconds, lambda: demo.blocks)
 @streaming.streams_in_full(lambda: race_outputs)
 def race_stream(request: gr.Request = None, *, history=None, ticket=None, **values):
@@ -282,8 +267,8 @@ def race_stream(request: gr.Request = None, *, history=None, ticket=None, **valu
     batch's throughput, and every per-sample figure) on the page's decode client, the same
     as Generate, showing the pictures as they form; time each method again, in turns; then
     replay the recorded passes in lockstep by NFE (at the slow-motion pace) and report."""
-    key, stamp = session_key(request), STOPS.stamp(ticket)
-    stopped = lambda: STOPS.stopped(key, stamp)  # noqa: E731
+    key = session_key(request)
+    stopped = CONTROL.stopped(key, ticket)
     try:
         model, page = prepare(values, method="scd-mc")   # the race runs every method: checked as one with drafts
         name = page.name
@@ -293,33 +278,33 @@ def race_stream(request: gr.Request = None, *, history=None, ticket=None, **valu
         view = race_view.RaceView(model, page, models.decoding_device(REQUESTS.client, name),
                                   lambda runs: race.gap_probe(model, name, page.race, runs), models.is_video(name),
                                   rounds)
-        yield raced(view.started())
+        yield keyed(race_views, view.started())
         if note := MODELS.swap_note(name):                # a model swap or load to wait for, said first
-            yield raced({"status": note})
+            yield keyed(race_views, {"status": note})
         for step in race.decode_race(REQUESTS.client, name, page.race, page.samples, stopped, rounds):
             update = view.step(step)
             if update:                                    # nothing when no status or picture is due
-                yield raced(update)
+                yield keyed(race_views, update)
             if step.run is not None and step.run.stopped:
                 return
     except ValueError as exc:
-        yield raced({"status": refused(exc)})
+        yield keyed(race_views, {"status": refused(exc)})
         return
     except DecodeError as exc:                            # a row was lost: said, what is shown stays
-        yield raced({"status": refused(exc, started=True)})
+        yield keyed(race_views, {"status": refused(exc, started=True)})
         return
     view.finished(step)
     if stopped():                                         # while timing: what was timed stays
-        yield raced(view.panels.at(view.runs) | view.report(race_view.STOPPED_TIMING))
+        yield keyed(race_views, view.panels.at(view.runs) | view.report(race_view.STOPPED_TIMING))
         return
     tick, last = 0, race.lockstep(view.runs)
     for tick in servers.replay_ticks(last, page.pace, servers.IMAGE_EVERY, stopped) if page.pace else ():
-        yield raced(view.replay(tick))
+        yield keyed(race_views, view.replay(tick))
     if stopped() and tick < last:
-        yield raced(view.report(f"**Replay stopped at NFE {tick}**; every method had finished decoding: "
+        yield keyed(race_views, view.report(f"**Replay stopped at NFE {tick}**; every method had finished decoding: "
                                 "the figures below are complete.", tick))
         return
-    yield raced(view.done())
+    yield keyed(race_views, view.done())
 
 
 def shipped_ratios():
@@ -329,12 +314,11 @@ def shipped_ratios():
 
 # ----------------------------------------------------------------------------- lossless
 
-@one_run("lossless", lambda: loss_status)
+@one_run("lossless", runs.DECODE_QUEUE, lambda: loss_status)
 @zerogpu.on_gpu(zerogpu.lossless_seconds, lambda: demo.blocks)
 def lossless_run(request: gr.Request = None, *, lossless_samples=lossless.DEFAULT_SAMPLES, ticket=None, **values):
     """Many samples of AR and of the method (the one picked; SCD-MC when AR is), which token
     each put at four positions with the chi-square test's p-value, and greedy mode's tokens."""
-    key, ticket = session_key(request), STOPS.stamp(ticket)
     outputs = (loss_summary, loss_chart, loss_ar, loss_method, loss_greedy, loss_diff)
     try:
         name = lossless.check_model(values.get("model"))
@@ -346,29 +330,17 @@ def lossless_run(request: gr.Request = None, *, lossless_samples=lossless.DEFAUL
         return
     other = lossless.method_of(values["method"])
     settings = s.settings if s.settings.temperature > 0 else s.settings.replace(temperature=1.0)
-    stopped = lambda: STOPS.stopped(key, ticket)  # noqa: E731
     progress = lossless.Progress(samples, zerogpu.LOSSLESS_BATCH, other)
-    result: queue.Queue = queue.Queue()
-
-    def compare() -> None:                            # in a thread: the progress is said meanwhile
-        try:
-            result.put(lossless_stats.compare(model, s.prompt, settings, other, samples, seed=s.seed,
-                                              batch=zerogpu.LOSSLESS_BATCH,
-                                              stop=lambda: progress.ask() or stopped()))
-        except Exception as exc:                      # noqa: BLE001: said below
-            result.put(exc)
-
-    threading.Thread(target=compare, name="scd-lossless", daemon=True).start()
-    yield dict.fromkeys(outputs, None) | {loss_status: progress.said()}
-    while True:
-        try:
-            c = result.get(timeout=1.0)
-            break
-        except queue.Empty:
-            if stopped():                             # its batch ends in the background
-                c = None
-                break
+    comparing = lossless.Comparing(      # in a thread: the progress is said meanwhile; it ends with the handler
+        lambda stop: lossless_stats.compare(model, s.prompt, settings, other, samples, seed=s.seed,
+                                            batch=zerogpu.LOSSLESS_BATCH, stop=stop, on_batch=progress.ask),
+        CONTROL.stopped(session_key(request), ticket))
+    try:
+        yield dict.fromkeys(outputs, None) | {loss_status: progress.said()}
+        while (c := comparing.result(timeout=1.0)) is comparing.PENDING:
             yield {loss_status: progress.said()}
+    finally:
+        comparing.close()
     if isinstance(c, Exception):
         yield {loss_status: refused(c, started=True)}
         return
@@ -389,7 +361,7 @@ def show_race_sample(index, state):
     if not state:
         return {}
     panels = race_view.RacePanels(MODELS.for_page(state["model"]), max(0, int(index) - 1))
-    return raced(panels.at(state["runs"]))
+    return keyed(race_views, panels.at(state["runs"]))
 
 
 # ----------------------------------------------------------------------------- replay
@@ -398,13 +370,14 @@ def show_race_sample(index, state):
 def replay_view(index, run):
     if not run or not run.get("iterations"):
         return gr.skip(), run_view.REPLAY_WAITING, gr.skip()
-    i = int(min(max(checks.as_int(index) or 0, 0), len(run["iterations"]) - 1))
+    i = int(min(max(index, 0), len(run["iterations"]) - 1))
     out = generate_view.replay(MODELS.for_page(run["model"]), run, i)
     return out["replay_image"], out["replay_text"], out["replay_probs"]
 
 
+@CONTROL.queued(runs.DECODE_QUEUE)
 @zerogpu.on_gpu(zerogpu.export_seconds, lambda: demo.blocks)
-def export_run(run):
+def export_run(run, request: gr.Request = None):
     if not run or not run.get("iterations"):
         return None, None
     mp4, gif = export.export_decoding(MODELS.for_page(run["model"]), run["iterations"],
@@ -413,12 +386,11 @@ def export_run(run):
 
 
 def stop(at=None, request: gr.Request = None):
-    STOPS.stop(session_key(request), at)
-    REQUESTS.cancel_visitor(session_key(request))      # their running row leaves at its next boundary
+    CONTROL.stop(session_key(request), at)   # their running rows leave at their next boundary
 
 
 def forget(request: gr.Request = None):
-    STOPS.forget(session_key(request))
+    CONTROL.forget(session_key(request))
 
 
 def load_selected(name: str, progress=gr.Progress()):
@@ -467,7 +439,7 @@ def cleared_views(name: str) -> dict:
     grid = tuple(model.grid) if model is not None else None
     run = generate_view.waiting(grid, math.prod(grid) if grid else models.REGISTRY[name].tokens) | \
         generate_view.REPLAY_CLEARED | {"status": texts.hint(texts.GENERATE_HINT if ok else texts.CANNOT_RUN, name)}
-    return shown(run) | {replay_slider: gr.Slider(value=0)} | raced(race_waiting(name, ok)) | lossless_waiting()
+    return keyed(gen_views, run) | {replay_slider: gr.Slider(value=0)} | keyed(race_views, race_waiting(name, ok)) | lossless_waiting()
 
 
 def switched_views(name: str, stopped: dict | None = None) -> dict:
@@ -498,23 +470,23 @@ def picked(name: str, ticket=None, request: gr.Request = None) -> dict:
     visitor's run stops and nothing more of it is shown (the note under the model has said
     in the browser that the pick was heard: where a model stands can take seconds to find out)."""
     key = session_key(request)
-    run = halt(key, f"you picked {name}", ticket, left=name)
+    run = CONTROL.halt(key, f"you picked {name}", ticket, left=name)
     if run is None:
-        STOPS.stop(key, ticket)              # a run still in the queue never starts on the old model
+        CONTROL.stop(key, ticket)            # a run still in the queue never starts on the old model
     return {"kind": run.kind, "named": run.named()} if run is not None else None
 
 
 def changed(prompt, method, ticket=None, request: gr.Request = None) -> None:
     """A new prompt (or method) while the visitor's run goes: it stops at once, its status
     saying why (a race runs every method: only a new prompt stops it)."""
-    run = RUNS.going(session_key(request))
+    run = CONTROL.runs.going(session_key(request))
     if run is None or run.left:
         return
-    button = {"generate": "Generate", "race": "Race all methods", "lossless": "Compare"}[run.kind]
+    button = runs.BUTTONS[run.kind]
     for what, now, was, kinds in (("prompt", prompt, run.prompt, ("generate", "race", "lossless")),
                                   ("method", method, run.method, ("generate", "lossless"))):
         if run.kind in kinds and now is not None and str(now) != was:
-            halt(session_key(request), f"**Stopped:** you changed the {what}; press **{button}** to run the new one.",
+            CONTROL.halt(session_key(request), f"**Stopped:** you changed the {what}; press **{button}** to run the new one.",
                  ticket, kinds=kinds)
             return
 
@@ -566,7 +538,11 @@ def plot(elem_id: str, value=None) -> gr.Plot:
     return gr.Plot(value, show_label=False, elem_id=elem_id, elem_classes="chart")
 
 
-with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) as demo:
+# Gradio's cache (the copies of the pictures and files it served) is swept of what is older
+# than half an hour (SCD_FILES_S), every sixth of that: a busy Space adds ~100 KB a run (docs/deploy.md).
+CACHE_SWEEP = (max(10, picture_files.RUN_AGE_S // 6), picture_files.RUN_AGE_S)
+
+with gr.Blocks(title="Speculative coupled decoding", delete_cache=CACHE_SWEEP) as demo:
     history_state, last_run = gr.State({}, time_to_live=3600), gr.State(None, time_to_live=3600)
     race_state = gr.State(None, time_to_live=1800)
     ticket = gr.Number(None, visible=False)       # the click's time stamp, set by the browser
@@ -765,11 +741,13 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     gr.on([gen_btn.click, prompt_tb.submit], check_generate,
           outputs=[input_md, marked_state, go_generate, *field_views.values()], **checked)
     race_btn.click(check_race, outputs=[input_md, marked_state, go_race, *field_views.values()], **checked)
-    go_generate.change(generate_stream, None, gen_outputs, inputs_kwargs=inputs, validator=validator, api_name="generate",
-                       show_progress_on=[status], time_limit=600, js=texts.click_js("Generate"),
+    go_generate.change(generate_stream, None, gen_outputs, inputs_kwargs=inputs, api_name="generate",
+                       validator=validate_generate,
+                       show_progress_on=[status], time_limit=runs.TIME_LIMIT_S["generate"], js=texts.click_js("Generate"),
                        trigger_mode="always_last", **GENERATE)   # a click while busy runs once more, after
-    go_race.change(race_stream, None, race_outputs, inputs_kwargs=inputs, validator=validator, api_name="race",
-                   show_progress_on=[race_status], time_limit=900, js=texts.click_js("Race"),
+    go_race.change(race_stream, None, race_outputs, inputs_kwargs=inputs, api_name="race",
+                   validator=validate_race,
+                   show_progress_on=[race_status], time_limit=runs.TIME_LIMIT_S["race"], js=texts.click_js("Race"),
                    trigger_mode="always_last", **DECODE)
     stop_btn.click(stop, ticket, None, queue=False, api_name="stop", js="() => [Date.now()]")
     switch_outputs = [*setting_views.values(), *gen_outputs, *race_outputs, *lossless_outputs, applied_state,
@@ -796,29 +774,63 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=(900, 3600)) a
     loss_btn.click(check_lossless, None, [loss_message, go_lossless], queue=False, api_visibility="private",
                    show_progress="hidden")
     go_lossless.change(lossless_run, None, lossless_outputs, inputs_kwargs=lossless_inputs,
-                       api_name="lossless", show_progress_on=[loss_status], time_limit=900,
+                       api_name="lossless", validator=validate_lossless, show_progress_on=[loss_status],
+                       time_limit=runs.TIME_LIMIT_S["lossless"],
                        js=texts.click_js("Lossless", "#lossless"), trigger_mode="always_last", **DECODE)
     race_sample.release(show_race_sample, [race_sample, race_state], list(race_images.values()),
                         api_visibility="private")
     replay_slider.release(replay_view, [replay_slider, last_run],
-                          [replay_image, replay_text, replay_probs], api_name="replay")
+                          [replay_image, replay_text, replay_probs], api_name="replay", validator=validate_replay)
     export_btn.click(export_run, last_run, [export_video, export_files], api_name="export",
-                     time_limit=300, **DECODE)
+                     validator=validate_export, time_limit=runs.TIME_LIMIT_S["export"], **DECODE)
     demo.unload(forget)
+
+def unknown_route(request, exc) -> JSONResponse:
+    """An API call to a route the page does not have (Gradio answers 500): 404."""
+    return JSONResponse({"error": "No such API route: see the page's API (docs/deploy.md)."}, status_code=404)
+
 
 demo.queue(**QUEUE)
 LAUNCH = dict(css=texts.CSS, js=texts.LOAD_JS, theme=gr.themes.Soft(), max_file_size=uploads.MAX_UPLOAD_BYTES,   # tests launch with these too
-              max_threads=THREADS, state_session_capacity=SESSIONS)
+              max_threads=THREADS, state_session_capacity=SESSIONS,
+              app_kwargs={"exception_handlers": {FnIndexInferError: unknown_route}})
+
+
+DRAIN_S = 3.0        # a clean stop waits this long at most for the runs in flight to say that they stopped
+FLUSH_S = 0.3           # ... then this long for their last updates to leave
+CLOSE_WORKERS_S = 3.0   # ... and this long for each decode worker to exit before it is terminated
 
 
 def main() -> None:
+    """Serve the page until SIGTERM (what a Space sends on restart) or SIGINT (Ctrl-C), then
+    stop cleanly (`shut_down`) and return: the process exits 0."""
     logging.basicConfig(format="%(asctime)s %(name)s %(message)s")
     log.setLevel(logging.INFO)          # the page's one-line notes, not every library's
     threads = backend.env_count("SCD_THREADS", 0)   # 0: the embedded models' own (1 on <= 2 cores)
     if threads:
         torch.set_num_threads(threads)
-    demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"), **LAUNCH)
+    stopping = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda number, frame: stopping.set())
+    demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"), prevent_thread_lock=True, **LAUNCH)
+    while not stopping.wait(0.5):       # short waits: the signal handlers run between them
+        pass
+    shut_down()
 
 
-if __name__ == "__main__":
-    main()
+def shut_down() -> None:
+    """A clean stop: every run in flight stops, its visitor told why (`demo.runs.Control.drain`),
+    the server closes, then the decode workers (rows cancelled; terminated if they linger)."""
+    started = time.monotonic()
+    left = CONTROL.drain(runs.CLOSING, DRAIN_S)
+    time.sleep(FLUSH_S)                 # their last updates leave the server
+    drained = time.monotonic()
+    demo.close()
+    closed = time.monotonic()
+    if KIND == "process":
+        REQUESTS.client.close(CLOSE_WORKERS_S)
+    elif hasattr(REQUESTS.client, "close"):
+        REQUESTS.client.close()
+    log.info("stopped in %.1f s: runs drained in %.1f s (%d still going were cut), the server closed in %.1f s, "
+             "the workers in %.1f s", time.monotonic() - started, drained - started, left, closed - drained,
+             time.monotonic() - closed)

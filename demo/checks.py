@@ -37,7 +37,7 @@ def _number_text(value) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:g}"
 
 
-def _given(value) -> str:
+def given(value) -> str:
     """What the visitor gave, for a message."""
     if value is None or value == "":
         return "nothing"
@@ -83,7 +83,7 @@ class Field:
             and math.isfinite(number) and (number > self.low if self.above_low else number >= self.low) \
             and (high is None or number <= high)
         if not ok:
-            raise ValueError(f"{self.label}: {self.allowed(high)}, got {_given(value)}.")
+            raise ValueError(f"{self.label}: {self.allowed(high)}, got {given(value)}.")
         return number
 
 
@@ -301,7 +301,7 @@ def _value(key: str, value) -> str:
         return INIT_LABELS.get(value, str(value))
     if key == "prompt":
         return f"\u201c{value}\u201d"
-    return _given(value)
+    return given(value)
 
 
 def _same(a, b) -> bool:

@@ -17,14 +17,23 @@ CLIP_FRAMES = 12                     # frames of each generated example clip
 MAX_TEXT_CHARS = 500
 
 
+CLIPS_FOLDER = "scd-example-clips-v1"   # under the temp folder; a new version of the clips, a new name
+
+
 @functools.lru_cache(maxsize=1)
 def example_clips() -> tuple[str, ...]:
-    """Two short synthetic clips, written once per process to a temp folder (a disc crossing
-    a gradient; a growing ring): nothing to ship, nothing to download."""
-    folder = tempfile.mkdtemp(prefix="scd_clips_")
+    """Two short synthetic clips (a disc crossing a gradient; a growing ring): nothing to ship,
+    nothing to download. Written once to one folder under the temp folder, each file whole or
+    not at all, and found there by every later start of the page."""
+    folder = os.path.join(tempfile.gettempdir(), CLIPS_FOLDER)
+    os.makedirs(folder, exist_ok=True)
     yy, xx = np.mgrid[0:96, 0:128].astype(np.float32)
     paths = []
     for name, colour in (("red-ball", (220, 40, 40)), ("blue-ring", (40, 90, 220))):
+        path = os.path.join(folder, f"{name}.mp4")
+        paths.append(path)
+        if os.path.isfile(path):
+            continue
         frames = []
         for t in range(CLIP_FRAMES):
             img = np.stack([40 + xx, 80 + yy, 160 + 0 * xx], -1)
@@ -34,7 +43,9 @@ def example_clips() -> tuple[str, ...]:
                 mask = abs(np.hypot(xx - 64, yy - 48) - 6 - 3 * t) < 4
             img[mask] = colour
             frames.append(np.clip(img, 0, 255).astype(np.uint8))
-        paths.append(write_mp4(frames, os.path.join(folder, f"{name}.mp4"), fps=8))
+        staging = tempfile.mkdtemp(dir=folder, prefix=".clip-")
+        os.replace(write_mp4(frames, os.path.join(staging, f"{name}.mp4"), fps=8), path)
+        os.rmdir(staging)
     return tuple(paths)
 
 

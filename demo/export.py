@@ -3,12 +3,12 @@ its legend) and a video model's finished clip, as MP4 (H.264, browser-playable) 
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Sequence
 
 import numpy as np
 from PIL import Image
 
+from demo.picture_files import RUN_FILES
 from demo.pictures import legend_strip, render_iterations, shown_frames, to_rgb, upscale
 from scd_core.trace import Iteration
 
@@ -57,7 +57,7 @@ def write_gif(frames: Sequence[np.ndarray], path: str, fps: float = 8,
 def export_clip(frames: Sequence[np.ndarray], stem: str, fps: float = 8,
                 folder: str | None = None, target: int = 256) -> tuple[str, str]:
     """A finished video clip as (mp4, gif), frames upscaled (nearest) to about `target` px."""
-    folder = folder or tempfile.mkdtemp(prefix="scd_")
+    folder = folder or RUN_FILES.new_folder()
     big = [upscale(to_rgb(f), target) for f in frames]
     return (write_mp4(big, os.path.join(folder, f"{stem}.mp4"), fps),
             write_gif(big, os.path.join(folder, f"{stem}.gif"), fps))
@@ -73,7 +73,7 @@ def pick_frames(count: int, limit: int = 200) -> list[int]:
 def export_decoding(model, iterations: Sequence[Iteration], stem: str, fps: float = 10,
                     folder: str | None = None, limit: int = 200, decode=None) -> tuple[str, str]:
     """The decoding itself (one frame per iteration, with overlay and legend) as (mp4, gif)."""
-    folder = folder or tempfile.mkdtemp(prefix="scd_")
+    folder = folder or RUN_FILES.new_folder()
     frames, picked = [], pick_frames(len(iterations), limit)
     for at in range(0, len(picked), EXPORT_BATCH):              # a few canvases decoded at a time
         for pic in render_iterations(model, [iterations[i] for i in picked[at: at + EXPORT_BATCH]], decode=decode):

@@ -4,8 +4,11 @@ test's p-value, a few of the samples (different images), and greedy mode's ident
 from __future__ import annotations
 
 import math
+import queue
+import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -132,6 +135,43 @@ class Progress:
         else:
             left = f"the time left comes with AR's first {first}"
         return f"{head}; {left}…"
+
+
+class Comparing:
+    """A comparison decoding in a thread of the page while its handler says how far it has
+    come: `compare(stop)` runs there, asking `stop()` before every forward pass. `close()`
+    (in the handler's `finally`: however it ends, the event cancelled or the tab closed
+    included) makes `stop()` true and waits for the thread, which ends within a pass, its
+    memory with it."""
+
+    PENDING = object()           # `result`'s answer while the comparison goes
+    CLOSE_S = 2.0                # the longest wait for its thread at `close` (a pass is far shorter)
+
+    def __init__(self, compare: Callable[[Callable[[], bool]], Comparison | None],
+                 stopped: Callable[[], bool]) -> None:
+        self._closed = threading.Event()
+        self._result: queue.Queue = queue.Queue()
+        self.stop = lambda: self._closed.is_set() or stopped()
+        self.thread = threading.Thread(target=self._run, args=(compare,), name="scd-lossless", daemon=True)
+        self.thread.start()
+
+    def _run(self, compare) -> None:
+        try:
+            self._result.put(compare(self.stop))
+        except Exception as exc:                          # noqa: BLE001: said by the handler
+            self._result.put(exc)
+
+    def result(self, timeout: float):
+        """The Comparison, None if it was stopped, the exception it raised, or PENDING after
+        `timeout` s."""
+        try:
+            return self._result.get(timeout=timeout)
+        except queue.Empty:
+            return self.PENDING
+
+    def close(self) -> None:
+        self._closed.set()
+        self.thread.join(self.CLOSE_S)
 
 
 PANEL_PX = 210               # the height of one position's panel

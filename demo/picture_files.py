@@ -7,30 +7,43 @@ browser may be reading it: the browser then gets a file shorter than its announc
 copies the file into its cache once, under a temporary name renamed into place, and hands
 out that copy again for every repeat. So each distinct picture is encoded once, here, and
 written atomically under the hash of its bytes; the newest `KEEP` files stay (a repeat names
-a recent one), older ones are removed.
+a recent one), none unused for `RUN_AGE_S`; older ones are removed.
+
+The files of a run (a video's clip, an exported decoding: MP4 and GIF) go to a folder of
+their own under one root (`RUN_FILES.new_folder()`), swept by age and count as new ones come.
+Both roots are removed when the page's process exits.
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import io
 import os
+import shutil
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
-KEEP = 2048                   # files kept: far more than the pictures of the runs in flight
+from demo.backend import env_count
+
+KEEP = 2048                   # picture files kept: far more than the pictures of the runs in flight ...
+KEEP_RUNS = 256               # run folders kept (each a clip or an export: 100-300 KB) ...
+RUN_AGE_S = env_count("SCD_FILES_S", 1800)   # ... none older than this (s; Gradio sweeps its copies as soon, app.CACHE_SWEEP)
 
 
 class PictureFiles:
-    """PNG files of pictures under one folder (made on first use)."""
+    """PNG files of pictures under one folder (made on first use): the newest `keep`, none
+    unused for `max_age_s` (older ones go as new ones are written)."""
 
-    def __init__(self, folder: Path | None = None, keep: int = KEEP) -> None:
-        self._folder, self._keep = folder, keep
-        self._paths: OrderedDict[str, Path] = OrderedDict()    # digest -> file, oldest first
+    def __init__(self, folder: Path | None = None, keep: int = KEEP, max_age_s: float = RUN_AGE_S,
+                 clock=time.monotonic) -> None:
+        self._folder, self._keep, self.max_age_s, self.clock = folder, keep, max_age_s, clock
+        self._paths: OrderedDict[str, tuple[Path, float]] = OrderedDict()   # digest -> (file, last used), oldest first
         self._lock = threading.Lock()
 
     @property
@@ -46,8 +59,10 @@ class PictureFiles:
         data = buffer.getvalue()
         digest = hashlib.sha256(data).hexdigest()[:32]
         with self._lock:
-            path = self._paths.get(digest)
+            now = self.clock()
+            path, _ = self._paths.get(digest, (None, 0.0))
             if path is not None and path.exists():
+                self._paths[digest] = (path, now)
                 self._paths.move_to_end(digest)
                 return str(path)
             path = self.folder / f"{digest}.png"
@@ -55,14 +70,64 @@ class PictureFiles:
             with os.fdopen(fd, "wb") as out:
                 out.write(data)
             os.replace(staging, path)                            # whole, or not there at all
-            self._paths[digest] = path
-            while len(self._paths) > self._keep:
-                _, old = self._paths.popitem(last=False)
+            self._paths[digest] = (path, now)
+            while len(self._paths) > self._keep or now - next(iter(self._paths.values()))[1] > self.max_age_s:
+                _, (old, _) = self._paths.popitem(last=False)
                 old.unlink(missing_ok=True)
             return str(path)
 
+    def remove(self) -> None:
+        """Remove the folder and every file in it (the page's process exits)."""
+        with self._lock:
+            if self._folder is not None:
+                shutil.rmtree(self._folder, ignore_errors=True)
+            self._paths.clear()
+
+
+class RunFolders:
+    """A folder per run's files under one root (made on first use): the newest `keep`, none
+    older than `max_age_s`; older ones go as new ones are made."""
+
+    def __init__(self, root: Path | None = None, keep: int = KEEP_RUNS, max_age_s: float = RUN_AGE_S,
+                 clock=time.time) -> None:
+        self._root, self.keep, self.max_age_s, self.clock = root, keep, max_age_s, clock
+        self._lock = threading.Lock()
+        self._made: list[tuple[float, Path]] = []          # (when, folder), oldest first
+
+    @property
+    def root(self) -> Path:
+        if self._root is None:
+            self._root = Path(tempfile.mkdtemp(prefix="scd-runs-"))
+        return self._root
+
+    def new_folder(self) -> str:
+        with self._lock:
+            now = self.clock()
+            while self._made and (len(self._made) >= self.keep or now - self._made[0][0] > self.max_age_s):
+                shutil.rmtree(self._made.pop(0)[1], ignore_errors=True)
+            folder = Path(tempfile.mkdtemp(dir=self.root, prefix="run-"))
+            self._made.append((now, folder))
+            return str(folder)
+
+    def folders(self) -> int:
+        with self._lock:
+            return len(self._made)
+
+    def remove(self) -> None:
+        with self._lock:
+            if self._root is not None:
+                shutil.rmtree(self._root, ignore_errors=True)
+            self._made.clear()
+
 
 FILES = PictureFiles()
+RUN_FILES = RunFolders()
+
+
+@atexit.register
+def _remove_folders() -> None:
+    FILES.remove()
+    RUN_FILES.remove()
 
 
 def as_file(value):

@@ -1,13 +1,10 @@
 """The servers whose forward passes visitors share (and the page's in-process decode client on them),
-stop flags per visitor, and the pace of live updates: when a Generate run shows a picture or its charts, and how a race replays."""
+and the pace of live updates: when a Generate run shows a picture or its charts, and how a race replays."""
 from __future__ import annotations
 
 import collections
 import contextlib
-import hashlib
-import os
 import queue
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -294,59 +291,7 @@ def shown_pace(pace: float) -> float:
     return max(pace, IMAGE_EVERY) if pace > 0 else 0.0
 
 
-# ----------------------------------------------------------------------- stop and pace
-
-class Stops:
-    """Stop requests per visitor, by time stamps: a run clicked at or before the visitor's
-    last Stop is stopped (running or still waiting in the queue), a later one is not. The
-    page stamps both clicks with the browser's clock; a call without a stamp (the API) gets
-    the server's.
-
-    `shared`: each visitor's last Stop is also a small file in a folder made here, so that a
-    run in another process forked from this one (a ZeroGPU call) hears the Stop this
-    process was told."""
-
-    def __init__(self, shared: bool = False) -> None:
-        self._lock = threading.Lock()
-        self._at: dict[str, float] = {}
-        self.folder = tempfile.mkdtemp(prefix="scd-stops-") if shared else None
-
-    @staticmethod
-    def stamp(value=None) -> float:
-        """A click's time stamp in milliseconds: the browser's, else the server's clock now."""
-        return float(value) if isinstance(value, (int, float)) and value > 0 else time.time() * 1000
-
-    def stop(self, key: str, at=None) -> None:
-        with self._lock:
-            self._at[key] = max(self._at.get(key, float("-inf")), self.stamp(at))
-            if self.folder is not None:
-                path = self._file(key)
-                with open(path + ".new", "w", encoding="utf-8") as f:
-                    f.write(repr(self._at[key]))
-                os.replace(path + ".new", path)          # a reader sees the old stamp or the new, whole
-
-    def stopped(self, key: str, ticket: float) -> bool:
-        return ticket <= max(self._at.get(key, float("-inf")), self._shared(key))
-
-    def forget(self, key: str) -> None:
-        with self._lock:
-            self._at.pop(key, None)
-            if self.folder is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(self._file(key))
-
-    def _file(self, key: str) -> str:
-        return os.path.join(self.folder, hashlib.sha256(key.encode()).hexdigest()[:32])
-
-    def _shared(self, key: str) -> float:
-        if self.folder is None:
-            return float("-inf")
-        try:
-            with open(self._file(key), encoding="utf-8") as f:
-                return float(f.read())
-        except (FileNotFoundError, ValueError):
-            return float("-inf")
-
+# ----------------------------------------------------------------------------- pace
 
 class Pacer:
     """When a live view may update.

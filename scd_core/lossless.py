@@ -119,27 +119,35 @@ class Comparison:
 
 
 def sample_tokens(model, prompt: str, settings: Settings, samples: int, seed: int, batch: int = 64,
-                  stop: Callable[[], bool] | None = None) -> torch.LongTensor | None:
+                  stop: Callable[[], bool] | None = None,
+                  on_batch: Callable[[], None] | None = None) -> torch.LongTensor | None:
     """[S, N] tokens of S samples, row k from seed + k (as one batch of S would give), decoded
     `batch` rows at a time (fewer where one pass of so many would pass the model's memory cap,
-    `scd_core.memory`); None if `stop()` turned true between batches."""
+    `scd_core.memory`); None if `stop()` turned true (it is asked before every forward pass,
+    so a stop ends the decoding within one pass). `on_batch()` is called before each batch."""
     batch = min(batch, memory.rows_per_pass(model, settings.method, settings.window, settings.top_p))
     out = []
     for start in range(0, samples, batch):
-        if stop is not None and stop():
-            return None
-        rows = min(batch, samples - start)
-        out.append(scd_core.generate(model, [prompt] * rows, seed=seed + start, settings=settings).tokens.cpu())
+        if on_batch is not None:
+            on_batch()
+        rows, last = min(batch, samples - start), None
+        for record in scd_core.stream(model, [prompt] * rows, seed=seed + start, settings=settings):
+            if stop is not None and stop():
+                return None
+            last = record
+        out.append(last.tokens_after.cpu())
     return torch.cat(out)
 
 
 def compare(model, prompt: str, settings: Settings, method: str, samples: int = 256,
             positions: Sequence[int] | None = None, seed: int = 0, batch: int = 64,
-            stop: Callable[[], bool] | None = None) -> Comparison | None:
+            stop: Callable[[], bool] | None = None,
+            on_batch: Callable[[], None] | None = None) -> Comparison | None:
     """AR's and `method`'s distributions side by side under `settings` (its temperature,
     top-k, top-p, CFG and window): `samples` of each, the chi-square test at each of
     `positions` (four spread over the grid by default), and both decoded at temperature 0.
-    None if `stop()` turned true."""
+    None if `stop()` turned true (asked before every forward pass); `on_batch()` is called
+    before each batch of samples (`sample_tokens`)."""
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 2:
         raise ValueError(f"samples must be an integer of at least 2, got {samples!r}")
     N = math.prod(int(g) for g in model.grid)
@@ -147,14 +155,17 @@ def compare(model, prompt: str, settings: Settings, method: str, samples: int = 
     if any(not 0 <= p < N for p in positions):
         raise ValueError(f"positions must lie in 0 .. {N - 1}, got {list(positions)}")
     started = time.perf_counter()
-    ar = sample_tokens(model, prompt, settings.replace(method="ar"), samples, seed, batch, stop)
+    ar = sample_tokens(model, prompt, settings.replace(method="ar"), samples, seed, batch, stop, on_batch)
     other = None if ar is None else \
-        sample_tokens(model, prompt, settings.replace(method=method), samples, seed + SPACING, batch, stop)
+        sample_tokens(model, prompt, settings.replace(method=method), samples, seed + SPACING, batch, stop, on_batch)
     if other is None:
         return None
     greedy = settings.replace(temperature=0.0)
-    g_ar = scd_core.generate(model, [prompt], seed=seed, settings=greedy.replace(method="ar")).tokens[0].cpu()
-    g_m = scd_core.generate(model, [prompt], seed=seed, settings=greedy.replace(method=method)).tokens[0].cpu()
+    g_ar = sample_tokens(model, prompt, greedy.replace(method="ar"), 1, seed, 1, stop)
+    g_m = None if g_ar is None else sample_tokens(model, prompt, greedy.replace(method=method), 1, seed, 1, stop)
+    if g_m is None:
+        return None
+    g_ar, g_m = g_ar[0], g_m[0]
     V = int(model.vocab_size)
     tests = tuple(chi_square_two_sample(counts_at(ar, p, V), counts_at(other, p, V)) for p in positions)
     return Comparison(method, samples, positions, tests, ar, other, g_ar, g_m, time.perf_counter() - started)

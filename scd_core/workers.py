@@ -26,11 +26,8 @@ thread (no thread per row), which gathers what the passes of the last GATHER sec
 committed instead of its whole canvas; the parent keeps one token buffer per row and
 rebuilds each row's `Iteration` as the worker had it (`unpack_pass`).
 
-Residency: the workers share one device, whose large models (`scd_core.models.cache.is_large`)
-follow a `scd_core.models.cache.Residency` (by default one at a time; or a byte budget): before
-a worker for a large model starts, the workers that must make room are drained (their rows and
-pictures end; new requests for them wait for the swap) and closed, their processes gone and
-their memory with them. A worker unused for `idle_timeout` seconds is closed too.
+Which workers run (the residency policy: one large model at a time on the device, or a byte
+budget; a worker unused for `idle_timeout` seconds closed) is `scd_core.worker_pool.WorkerPool`.
 
 A worker that dies (killed, crashed, out of memory) is seen at once through its process
 sentinel: its own rows end with a DecodeError, the other models' workers see nothing, and
@@ -41,11 +38,11 @@ with `if __name__ == "__main__":` (spawn imports the main module in each worker)
 from __future__ import annotations
 
 import atexit
-import contextlib
 import logging
 import multiprocessing
 import pickle
 import queue
+import signal
 import threading
 import time
 import uuid
@@ -60,7 +57,8 @@ from scd_core.client import (DecodeError, Frames, ModelInfo, RowBook, RowLog, Ro
                              unpack_pass)
 from scd_core.local import LocalClient
 from scd_core.models import load_model
-from scd_core.models.cache import Residency, busy_message, is_large, model_bytes, unloaded_message, wait_until
+from scd_core.models.cache import Residency, is_large, model_bytes
+from scd_core.worker_pool import WorkerPool
 from scd_core.settings import Settings
 from scd_core.trace import Iteration
 
@@ -72,6 +70,8 @@ log = logging.getLogger(__name__)
 def serve_model(name: str, load: Callable[[str], Any], max_batch: int, threads: int, commands, events) -> None:
     """A worker process's life: load the model, then serve the parent's commands until it
     says close or is gone."""
+    for sig in (signal.SIGINT, signal.SIGTERM):      # Ctrl-C (or a stop sent to the whole process group) reaches the
+        signal.signal(sig, signal.SIG_IGN)            # workers too: their parent closes them (or they see it gone)
     torch.set_num_threads(threads)
     outbox: queue.SimpleQueue = queue.SimpleQueue()   # the server's events, in order
     client = LocalClient(load, max_batch=max_batch, on_event=outbox.put)
@@ -434,7 +434,6 @@ class _Worker:
         self.ready.set()
 
 
-WORKERS = "workers"   # the one device every worker of a client loads on, as its Residency names it
 CLOSE_S = 10.0        # a closing worker that has not exited by then is terminated, then killed
 
 
@@ -462,16 +461,14 @@ class ProcessClient:
             raise ValueError(f"idle_timeout: expected seconds > 0 or None, got {idle_timeout!r}")
         self.models = None if models is None else tuple(models)
         self.max_batch, self.threads, self.timeout, self._load = max_batch, threads, timeout, load
-        self.residency, self._large, self.idle_timeout = residency or Residency(), large, idle_timeout
         self._context = multiprocessing.get_context(start_method)
-        self._workers: dict[str, _Worker] = {}
-        self._lock = threading.Lock()                 # guards _workers, _closed and each worker's pending and leaving
-        self._swap = threading.Lock()                 # one worker started or closed for room at a time
         self._rows = RowBook(keep)
-        self._closed = False
-        self._stop = threading.Event()
-        self._reaper: threading.Thread | None = None
+        self._pool = WorkerPool(self._start_worker, residency, large, idle_timeout, CLOSE_S)
+        self.residency, self.idle_timeout = self._pool.residency, idle_timeout
         _open_clients.add(self)
+
+    def _start_worker(self, model: str, on_ready: Callable[[_Worker], None]) -> _Worker:
+        return _Worker(self._context, model, self._load, self.max_batch, self.threads, self._rows, on_ready)
 
     def submit(self, model: str, prompt: str, seed: int, settings: Settings | None = None) -> str:
         """Queue one row in its model's worker (started if needed); returns its request id.
@@ -490,7 +487,7 @@ class ProcessClient:
                 raise ValueError(f"{name} must be a plain value (a string, an integer, a Settings), "
                                  f"got {type(value).__name__}") from exc
         rids = [uuid.uuid4().hex for _ in seeds]
-        with self._use(model, rows=True) as worker:
+        with self._pool.use(model, rows=True) as worker:
             rows = worker.submit(rids, prompt, seeds, settings, self.timeout)
         for rid, row in zip(rids, rows):
             self._rows.add(rid, row)
@@ -505,8 +502,7 @@ class ProcessClient:
         that has ended."""
         row = self._rows.get(request)
         row.cancel_requested = True
-        with self._lock:
-            worker = self._workers.get(row.model)
+        worker = self._pool.get(row.model)
         if worker is not None and not row.ended:
             worker.cancel(request)
 
@@ -520,7 +516,7 @@ class ProcessClient:
         """What a front end must know of the model, from its worker (started, and the model
         loaded there, if needed); the parent never loads it."""
         self._check_name(model)
-        with self._use(model) as worker:
+        with self._pool.use(model) as worker:
             worker.wait_ready(self.timeout)
             return worker.info
 
@@ -533,7 +529,7 @@ class ProcessClient:
             raise ValueError(f"canvases: expected a LongTensor [rows, tokens], got "
                              f"{getattr(canvases, 'dtype', type(canvases).__name__)}")
         requests = None if requests is None else [r if isinstance(r, str) else None for r in requests]
-        with self._use(model) as worker:
+        with self._pool.use(model) as worker:
             return worker.pictures(canvases.numpy(), size, requests, bool(clip), self.timeout)
 
     def decoder(self, request: str) -> str:
@@ -542,41 +538,31 @@ class ProcessClient:
 
     def pid(self, model: str) -> int | None:
         """The process id of the model's running worker (None if it has none)."""
-        with self._lock:
-            worker = self._workers.get(model)
+        worker = self._pool.get(model)
         return worker.process.pid if worker is not None and worker.alive else None
 
     def pids(self) -> list[int]:
         """The process ids of every worker process still running (closing ones included)."""
-        with self._lock:
-            workers = list(self._workers.values())
-        return [w.process.pid for w in workers if w.process.is_alive()]
+        return [w.process.pid for w in self._pool.workers() if w.process.is_alive()]
 
     def worker_threads(self, model: str) -> int | None:
         """The torch threads the model's running worker decodes with (None before it is ready)."""
-        with self._lock:
-            worker = self._workers.get(model)
+        worker = self._pool.get(model)
         return worker.torch_threads if worker is not None and worker.alive and worker.ready.is_set() else None
 
     def is_resident(self, model: str) -> bool:
         """Whether the model's worker runs and is not being closed (a request would not wait for a load)."""
-        with self._lock:
-            worker = self._workers.get(model)
-            return worker is not None and worker.usable and not worker.leaving
+        return self._pool.is_resident(model)
 
     def unload(self, model: str) -> None:
         """Close the model's worker once its rows and pictures are done (at most
         `residency.drain_s` s; then its rows end with a DecodeError saying so)."""
-        with self._swap:
-            self._retire(model, arriving=None, idle_s=None, force=True)
+        self._pool.unload(model)
 
     def close(self, timeout: float = CLOSE_S) -> None:
         """Stop every worker: its rows are cancelled; one that does not stop within
         `timeout` s is terminated. Also run at interpreter exit."""
-        self._stop.set()
-        with self._lock:
-            self._closed = True
-            workers, self._workers = list(self._workers.values()), {}
+        workers = self._pool.close()
         for row in self._rows.running():
             row.cancel_requested = True
         for worker in workers:
@@ -590,132 +576,6 @@ class ProcessClient:
             raise ValueError(f"model must be one of {', '.join(self.models)}, got {model!r}")
         if not isinstance(model, str) or not model:
             raise ValueError(f"model: expected a model name, got {model!r}")
-
-    # ------------------------------------------------------------------ residency
-
-    @contextlib.contextmanager
-    def _use(self, model: str, rows: bool = False) -> Iterator[_Worker]:
-        """The model's worker for one call (started, after making room, if needed): while a
-        call uses it, it is not closed for room or for idleness. New `rows` wait while it is
-        being closed (then start it again); other calls (pictures, its info) are still
-        answered by a worker being closed until it is gone."""
-        worker = self._acquire(model, rows)
-        try:
-            yield worker
-        finally:
-            with self._lock:
-                worker.pending -= 1
-                worker.last_used = time.monotonic()
-
-    def _acquire(self, model: str, rows: bool) -> _Worker:
-        worker = self._running(model, rows)
-        if worker is not None:
-            return worker
-        with self._swap:                              # after the swap under way, if any
-            worker = self._running(model, rows)
-            if worker is not None:
-                return worker
-            large = self._large(model)
-            if large:
-                leaving = self.residency.room_for(model, WORKERS)
-                if leaving:
-                    with self.residency.swapping(leaving, model):
-                        for old in leaving:
-                            self._retire(old, arriving=model)
-            with self._lock:
-                if self._closed:
-                    raise DecodeError("the decoding service is closed")
-                worker = _Worker(self._context, model, self._load, self.max_batch, self.threads, self._rows,
-                                 on_ready=lambda w: self.residency.measured(model, w.nbytes))
-                self._workers[model] = worker
-                worker.pending += 1
-            self.residency.loaded(model, WORKERS, None, large)
-            self._start_reaper()
-            return worker
-
-    def _running(self, model: str, rows: bool) -> _Worker | None:
-        """The model's worker, counted as in use, if it runs (for new `rows`: and is not
-        being closed)."""
-        with self._lock:
-            if self._closed:
-                raise DecodeError("the decoding service is closed")
-            worker = self._workers.get(model)
-            if worker is None or not worker.usable or (rows and worker.leaving) or worker.closing:
-                return None
-            worker.pending += 1
-            worker.last_used = time.monotonic()
-        self.residency.used(model)
-        return worker
-
-    def _unused_for(self, worker: _Worker) -> float:
-        """Seconds the worker has gone without a caller or a row (0 while it has one); with
-        self._lock held."""
-        if worker.pending or worker.running:
-            return 0.0
-        return time.monotonic() - worker.last_used
-
-    def _retire(self, model: str, arriving: str | None, idle_s: float | None = None, force: bool = False) -> bool:
-        """Close the model's worker (with self._swap held) once it is unused: no caller, no
-        row, nothing for `residency.quiet_s` (a run's last pictures come after its last pass),
-        or for `idle_s`. For room (`arriving`), a worker still in use after `residency.drain_s`
-        stays and the request for `arriving` is refused (DecodeError); for idleness, one in use
-        stays (False); `force` closes it anyway after the drain, its rows told why."""
-        with self._lock:
-            worker = self._workers.get(model)
-            if worker is None:
-                self.residency.unloaded(model, arriving, idle_s)
-                return True
-            worker.leaving = True                     # new rows wait for this to end
-
-        def settled() -> bool:                        # unused, and from now on no caller takes it
-            with self._lock:
-                if worker.alive and self._unused_for(worker) < (idle_s or self.residency.quiet_s):
-                    return False
-                worker.closing = True
-                return True
-        drain = self.residency.drain_s
-        if not (settled() if idle_s is not None else wait_until(settled, drain)):
-            if force:
-                with self._lock:
-                    worker.closing = True
-            else:
-                with self._lock:
-                    worker.leaving = False
-                if idle_s is not None:
-                    return False
-                raise DecodeError(busy_message(model, arriving, drain))
-        log.info("closing the decoding worker for %s (%s)", model,
-                 f"room for {arriving}" if arriving else f"unused for {idle_s:g} s" if idle_s else "asked")
-        reason = unloaded_message(model, arriving)
-        worker.end_rows(reason)                       # none, unless forced
-        worker.ask_to_close(reason)
-        worker.join(CLOSE_S)                          # its process gone, its memory with it
-        with self._lock:
-            if self._workers.get(model) is worker:
-                del self._workers[model]
-        self.residency.unloaded(model, arriving, idle_s)
-        return True
-
-    def _start_reaper(self) -> None:
-        if self.idle_timeout is None or (self._reaper is not None and self._reaper.is_alive()):
-            return
-        self._reaper = threading.Thread(target=self._reap, name="scd-idle-workers", daemon=True)
-        self._reaper.start()
-
-    def _reap(self) -> None:
-        """Close the workers unused for `idle_timeout` seconds, looking every quarter of it (at most 5 s)."""
-        every = min(5.0, max(0.05, self.idle_timeout / 4))
-        while not self._stop.wait(every):
-            with self._lock:
-                names = list(self._workers)
-            for model in names:
-                with self._lock:
-                    worker = self._workers.get(model)
-                    if worker is None or self._unused_for(worker) < self.idle_timeout:
-                        continue
-                with self._swap:
-                    if not self._stop.is_set():
-                        self._retire(model, arriving=None, idle_s=self.idle_timeout)
 
 
 _open_clients: "weakref.WeakSet[ProcessClient]" = weakref.WeakSet()

@@ -179,10 +179,11 @@ def stop_probe(repeats: int, pace: float) -> None:
     app.demo.close()
 
 
-def serve(port: int) -> tuple[subprocess.Popen, str]:
+def serve(port: int, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """`python app.py` of the checkout measured on `port` (`env`: more environment variables)."""
     from gradio_client import Client
 
-    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "PYTHONPATH": str(ROOT), **(env or {})}
     server = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"

@@ -240,7 +240,7 @@ def test_bad_input_names_its_field_and_range_as_the_page_does(override, field, w
     found = app.problems(args(**override))
     assert list(found) == [field] and words in found[field].lower()
     values = args(**override) | {"history": {}, "ticket": None}      # + the state and the stamp
-    checks = app.validator(**values)
+    checks = app.validate_generate(**values)
     assert [c["is_valid"] for c in checks].count(False) == 1
     assert checks[list(values).index(field)]["message"] == found[field]
 
@@ -263,7 +263,7 @@ def test_a_click_with_a_bad_field_marks_it_and_starts_nothing_then_a_good_one_cl
 
 def test_good_input_passes_the_validator():
     assert app.problems(args()) == {}
-    assert all(c["is_valid"] for c in app.validator(**args(), history={}, ticket=None))
+    assert all(c["is_valid"] for c in app.validate_generate(**args(), history={}, ticket=None))
 
 
 def test_test_models_are_hidden_unless_asked(monkeypatch):
@@ -542,18 +542,18 @@ def test_a_click_goes_through_once_the_run_before_it_has_ended_even_a_stopped_on
     import threading
     from demo import runs
     for why in ("", "**Stopped:** you changed the prompt; press **Generate** to run the new one."):
-        run = app.RUNS.start("", runs.Run("generate", "texture", "scd-mc", "red heart"))
-        app.RUNS.interrupt("", why) if why else None
-        threading.Timer(app.BUSY_WAIT_S / 4, app.RUNS.end, ("", run)).start()
+        run = app.CONTROL.runs.start("", runs.Run("generate", "texture", "scd-mc", "red heart"))
+        app.CONTROL.runs.interrupt("", why) if why else None
+        threading.Timer(runs.BUSY_WAIT_S / 4, app.CONTROL.runs.end, ("", run)).start()
         out = app.check_race(**args(), marked=[])
         assert app.go_race in out and out[app.input_md] == "", (why, out[app.input_md])
-    run = app.RUNS.start("", runs.Run("generate", "texture", "scd-mc", "red heart"))
+    run = app.CONTROL.runs.start("", runs.Run("generate", "texture", "scd-mc", "red heart"))
     try:
-        app.RUNS.interrupt("", "**Stopped:** you changed the prompt")
+        app.CONTROL.runs.interrupt("", "**Stopped:** you changed the prompt")
         out = app.check_race(**args(), marked=[])               # still going after BUSY_WAIT_S
         assert app.go_race not in out and "is still going" in out[app.input_md]
     finally:
-        app.RUNS.end("", run)
+        app.CONTROL.runs.end("", run)
 
 
 def test_whole_number_fields_pass_what_was_typed_to_the_checks():

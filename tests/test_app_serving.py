@@ -296,6 +296,7 @@ def test_the_page_decodes_in_worker_processes_and_a_killed_worker_loses_only_tha
     Stop ends the row, a killed worker is told to its visitor and the next Generate works."""
     client = ProcessClient(threads=1, load=models.load_for_worker)
     monkeypatch.setattr(app, "REQUESTS", backend.Requests(client))
+    monkeypatch.setattr(app.CONTROL, "requests", app.REQUESTS)      # a Stop cancels the rows on it
     monkeypatch.setattr(app, "KIND", "process")
     try:
         model, page = app.MODELS.get("tiny"), Client(url, verbose=False)

@@ -1001,3 +1001,36 @@ def test_before_any_run_no_empty_frame_and_a_model_pick_is_heard_at_once(browser
         pick_model(pg, "texture", wait=6000)
     finally:
         pg.close()
+
+
+def test_closing_the_tab_mid_run_stops_the_comparison_and_the_generate(browser):
+    """A visitor who closes the tab during a Lossless comparison or a Generate in slow motion
+    leaves nothing running: Gradio notices the closed connection and closes the handler, whose
+    comparison thread or row ends within a pass (both gone within CLOSED_S of the close)."""
+    import threading
+    CLOSED_S = 3.0
+    name = app.models.listed_models()[0]
+
+    def gone(what, timeout: float = CLOSED_S) -> float:
+        started = time.monotonic()
+        while what() and time.monotonic() - started < timeout:
+            time.sleep(0.02)
+        assert not what()
+        return time.monotonic() - started
+
+    comparing = lambda: [t for t in threading.enumerate() if t.name == "scd-lossless"]  # noqa: E731
+    pg = open_page(browser, 1400, 1000)
+    pg.get_by_role("tab", name="Lossless").click()
+    fill(pg, "loss-samples", 1024)
+    pg.locator("#lossless").click()
+    wait_text(pg, "lossless-status", "Decoding", timeout=60_000)
+    assert comparing()
+    pg.close()
+    print(f"comparison gone {gone(comparing):.2f} s after the tab closed")
+    pg = open_page(browser, 1400, 1000)
+    fill(pg, "pace", 0.5)
+    pg.locator("#generate").click()
+    wait_text(pg, "status", "decoding", timeout=60_000)
+    assert app.REQUESTS.rows_of(name) == 1
+    pg.close()
+    print(f"row gone {gone(lambda: app.REQUESTS.rows_of(name)):.2f} s after the tab closed")

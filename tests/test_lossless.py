@@ -99,6 +99,17 @@ def test_samples_come_in_batches_as_one_batch_would(texture):
     assert lossless.sample_tokens(texture, "lava rings", settings, 5, 3, stop=lambda: True) is None
 
 
+def test_a_stop_ends_the_sampling_within_one_pass_of_a_batch(texture):
+    """`stop` is asked before every forward pass, not only between batches: a comparison
+    whose event was cancelled stops at once however large its batch."""
+    asks, batches = [], []
+    stop_at = 5                                                     # the 5th ask says stop
+    out = lossless.sample_tokens(texture, "lava rings", scd_core.Settings(window=16, method="ar"), 64, 0,
+                                 batch=64, stop=lambda: asks.append(1) or len(asks) >= stop_at,
+                                 on_batch=lambda: batches.append(1))
+    assert out is None and len(asks) == stop_at and len(batches) == 1   # AR needs 576 passes: stopped in the batch
+
+
 def test_compare_refuses_bad_arguments(texture):
     with pytest.raises(ValueError, match="samples"):
         lossless.compare(texture, "ocean waves", scd_core.Settings(), "scd-mc", samples=1)

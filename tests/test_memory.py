@@ -69,8 +69,8 @@ def test_the_lossless_comparison_decodes_within_the_cap(grid, monkeypatch):
     from scd_core import lossless
     capped = Capped(grid, memory.pass_bytes(5, 4, grid.vocab_size))
     rows = []
-    real = scd_core.generate
-    monkeypatch.setattr(scd_core, "generate", lambda model, prompts, **kw: rows.append(len(prompts)) or real(model, prompts, **kw))
+    real = scd_core.stream
+    monkeypatch.setattr(scd_core, "stream", lambda model, prompts, **kw: rows.append(len(prompts)) or real(model, prompts, **kw))
     tokens = lossless.sample_tokens(capped, "a", scd_core.Settings("sjd", 4), samples=12, seed=0, batch=64)
     assert rows == [5, 5, 2] and tokens.shape == (12, grid.N)
 

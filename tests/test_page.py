@@ -7,10 +7,11 @@ import threading
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 import scd_core
-from demo import backend, checks, models, run_view, servers, streaming
+from demo import backend, checks, models, run_view, runs, servers, streaming
 from scd_core.models import load_model
 from scd_core.race import Race
 from scd_core.settings import Settings
@@ -89,7 +90,7 @@ def test_page_limits_are_its_own():
 
 
 def test_stop_reaches_runs_clicked_before_it_and_none_after():
-    stops = servers.Stops()
+    stops = runs.Stops()
     stops.stop("a", at=2000.0)                    # browser time stamps, in milliseconds
     assert stops.stopped("a", 1000.0) and stops.stopped("a", 2000.0)     # running or waiting
     assert not stops.stopped("a", 2001.0) and not stops.stopped("b", 1000.0)
@@ -395,7 +396,7 @@ def test_the_hub_probe_answers_within_its_timeout_when_finding_the_hub_hangs(mon
 
 
 def test_lossless_progress_counts_the_batches_compare_asks_about():
-    """`scd_core.lossless.compare` asks its `stop` once before each batch, AR's then the
+    """`scd_core.lossless.compare` calls its `on_batch` once before each batch, AR's then the
     method's: the progress the Lossless tab shows counts on it, and tells each method's time
     left from that method's own batches."""
     from demo import lossless as view
@@ -404,9 +405,53 @@ def test_lossless_progress_counts_the_batches_compare_asks_about():
     progress = view.Progress(8, 4, "scd-mc", clock=lambda: float(next(clock)))
     texture = load_model("texture")
     stats.compare(texture, "ocean waves", Settings(method="scd-mc", window=8), "scd-mc", 8, batch=4,
-                  stop=lambda: progress.ask() or False)
+                  on_batch=progress.ask)
     assert len(progress.asks) == 4 and progress.done() == (8, 4)   # the last batch ends after the last ask
     said = progress.said()
     assert "**AR** 8 of 8 samples · **SCD maximal coupling** 4 of 8" in said and "s left" in said
     fresh = view.Progress(8, 4, "scd-mc", clock=lambda: 0.0)
     assert "the time left comes with AR's first 4" in fresh.said()
+
+
+def test_run_folders_and_picture_files_are_swept_by_count_and_age(tmp_path):
+    """A run's files go to a folder of their own, the newest `keep` kept, none older than
+    `max_age_s`; picture files the same, by when they were last handed out."""
+    from demo.picture_files import PictureFiles, RunFolders
+    now = [0.0]
+    (tmp_path / "runs").mkdir()
+    folders = RunFolders(tmp_path / "runs", keep=3, max_age_s=10, clock=lambda: now[0])
+    made = [folders.new_folder() for _ in range(4)]
+    assert [os.path.isdir(f) for f in made] == [False, True, True, True] and folders.folders() == 3
+    now[0] = 11.0
+    last = folders.new_folder()
+    assert folders.folders() == 1 and os.listdir(tmp_path / "runs") == [os.path.basename(last)]
+    pictures = PictureFiles(tmp_path / "pictures", keep=3, max_age_s=10, clock=lambda: now[0])
+    (tmp_path / "pictures").mkdir()
+    paths = [pictures.path_of(np.full((2, 2), v, np.uint8)) for v in range(4)]
+    assert [os.path.exists(p) for p in paths] == [False, True, True, True]
+    now[0] = 15.0
+    assert pictures.path_of(np.full((2, 2), 3, np.uint8)) == paths[3]        # handed out again: kept
+    now[0] = 22.0
+    fresh = pictures.path_of(np.full((2, 2), 9, np.uint8))
+    assert sorted(os.listdir(tmp_path / "pictures")) == sorted(os.path.basename(p) for p in (paths[3], fresh))
+
+
+def test_a_visitor_has_one_job_queued_or_running_on_each_queue():
+    """Admitted before the queue, counted until it ends; a second refused meanwhile, on that
+    queue only; an admission never started (cancelled while it waited) is forgotten after
+    `pending_s`, or at the visitor's Stop."""
+    now = [0.0]
+    tickets = runs.Tickets(pending_s=100, clock=lambda: now[0])
+    assert tickets.admit("a", "decode") and not tickets.admit("a", "decode")
+    assert tickets.admit("a", "generate") and tickets.admit("b", "decode")       # other queues, other visitors
+    tickets.started("a", "decode")
+    assert not tickets.admit("a", "decode") and tickets.held("a", "decode") == 1
+    tickets.ended("a", "decode")
+    assert tickets.held("a", "decode") == 0 and tickets.admit("a", "decode")
+    now[0] = 101.0                                             # never started: forgotten
+    assert tickets.held("a", "decode") == 0 and tickets.admit("a", "decode")
+    tickets.drop_pending("a")
+    assert tickets.held("a", "decode") == 0 and tickets.admit("a", "decode")
+    assert tickets.admit("b", "generate")
+    tickets.forget("a")                                        # a's session ended: b's job stays
+    assert tickets.held("a", "decode") == 0 and tickets.held("b", "generate") == 1

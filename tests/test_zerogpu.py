@@ -16,7 +16,7 @@ import pytest
 import spaces
 
 import app
-from demo import backend, servers, zerogpu
+from demo import backend, runs, zerogpu
 from scd_core.models import REGISTRY
 from scd_core.models.status import MAX_GPU_SECONDS, MIN_GPU_SECONDS
 from test_app import args, visitor
@@ -116,16 +116,16 @@ def test_updates_cross_a_process_keyed_by_component_id():
 
 
 def test_stops_are_heard_across_processes_through_their_folder(tmp_path):
-    page = servers.Stops(shared=True)
+    page = runs.Stops(shared=True)
     page.stop("visitor", 2000.0)
-    forked = servers.Stops.__new__(servers.Stops)             # another process's copy: its own memory,
+    forked = runs.Stops.__new__(runs.Stops)             # another process's copy: its own memory,
     forked._lock, forked._at, forked.folder = page._lock, {}, page.folder   # the same folder
     assert forked.stopped("visitor", 1999.0) and forked.stopped("visitor", 2000.0)
     assert not forked.stopped("visitor", 2001.0) and not forked.stopped("other", 0.0)
     page.forget("visitor")
     assert not forked.stopped("visitor", 1999.0)
     assert not os.listdir(page.folder)
-    assert servers.Stops().folder is None                     # off ZeroGPU: memory only
+    assert runs.Stops().folder is None                     # off ZeroGPU: memory only
 
 
 # ----------------------------------------------------------------------------- durations

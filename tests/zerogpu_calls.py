@@ -150,7 +150,7 @@ def main(log_path: str) -> dict:
     import torch
 
     import app
-    from demo import servers
+    from demo import runs
     from types import SimpleNamespace
 
     torch.set_num_threads(1)
@@ -161,7 +161,7 @@ def main(log_path: str) -> dict:
         log.write("cuda")
         return lazy_init()
     torch.cuda._lazy_init = cuda_init
-    app.STOPS = servers.Stops(shared=True)           # as on ZeroGPU (SPACES_ZERO_GPU set)
+    app.CONTROL.stops = runs.Stops(shared=True)           # as on ZeroGPU (SPACES_ZERO_GPU set)
     for name in ("texture", "tiny", "tiny-video"):
         app.MODELS.put(name, Watched(app.MODELS.get(name), log))
 

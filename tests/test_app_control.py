@@ -1,0 +1,110 @@
+"""The run control through the API, as any client of a public Space can use it: a cancelled
+event stops its work (no thread or row left running), one job per visitor on each queue,
+bad values refused before the queue with no traceback, an unknown route 404, a Stop's
+stamp bounded. The page is served on loopback (`url`, tests/conftest.py) and called with
+gradio_client.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+from gradio_client import Client
+
+import app
+from test_app import args
+
+pytestmark = pytest.mark.served
+
+TINY = dict(model="tiny", prompt="red heart", method="scd-mc", window=16, top_k=100, cfg_scale=3.0, seed=1)
+LOSSLESS = dict(model="tiny", prompt="red heart", method="scd-mc", window=16, init="random", temperature=1.0,
+                top_k=100, top_p=1.0, cfg=3.0, seed=0, lossless_samples=1024)
+
+
+def threads(prefix: str) -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith(prefix)]
+
+
+def wait_for(condition, timeout: float, step: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(step)
+    return True
+
+
+def status_of(job, index: int = 0) -> str:
+    outputs = job.outputs()
+    return (outputs[-1][index] or "") if outputs else ""
+
+
+def test_a_cancelled_event_leaves_no_thread_or_row_running(url):
+    """Lossless, Generate and a race, each cancelled mid-run by its client (what closing the
+    tab does): within 1 s no thread of it and no row of it is left."""
+    client = Client(url, verbose=False)
+    job = client.submit(**LOSSLESS, api_name="/lossless")
+    assert wait_for(lambda: "Decoding" in status_of(job) and threads("scd-lossless"), 60)
+    job.cancel()
+    assert wait_for(lambda: not threads("scd-lossless"), 1.0), threads("scd-lossless")
+
+    job = client.submit(**args(**TINY, pace=0.5), api_name="/generate")
+    assert wait_for(lambda: app.REQUESTS.rows_of("tiny") == 1 and "decoding" in status_of(job, 1), 60)
+    job.cancel()
+    assert wait_for(lambda: app.REQUESTS.rows_of("tiny") == 0 and not threads("scd-follow"), 1.0)
+
+    job = client.submit(**args(**TINY, samples=4, pace=0.5), api_name="/race")
+    assert wait_for(lambda: threads("scd-race-row"), 60)
+    job.cancel()
+    assert wait_for(lambda: not threads("scd-race-row"), 1.0), threads("scd-race-row")
+    assert wait_for(lambda: app.CONTROL.runs.going(client.session_hash) is None, 1.0)
+    assert app.CONTROL.tickets.held(client.session_hash, "decode") == 0   # its place in the queue given back
+
+
+def test_one_job_per_visitor_on_each_queue_and_others_are_served_meanwhile(url):
+    """A second Lossless comparison of one client is refused before the queue with a
+    sentence, and so is a race on the same queue; another visitor's Generate runs at once."""
+    abuser, other = Client(url, verbose=False), Client(url, verbose=False)
+    first = abuser.submit(**LOSSLESS, api_name="/lossless")
+    assert wait_for(lambda: "Decoding" in status_of(first), 60)
+    for api, inputs in (("/lossless", LOSSLESS), ("/race", args(**TINY, samples=2))):
+        with pytest.raises(Exception, match="still waiting in the queue or running"):
+            abuser.submit(**inputs, api_name=api).result(timeout=30)
+    t = time.perf_counter()
+    done = other.submit(**args(**TINY, pace=0.0), api_name="/generate").result(timeout=60)
+    assert "done" in done[1] and time.perf_counter() - t < 30
+    abuser.predict(api_name="/stop")
+    first.result(timeout=30)
+    assert "Stopped" in status_of(first)
+    assert wait_for(lambda: app.CONTROL.tickets.held(abuser.session_hash, "decode") == 0, 5)
+    later = abuser.submit(**(LOSSLESS | {"lossless_samples": 16}), api_name="/lossless")   # admitted again
+    later.result(timeout=120)
+    assert "Done" in status_of(later)
+
+
+def test_bad_values_are_refused_before_the_queue_and_unknown_routes_are_404(url, capfd):
+    """/replay with a non-number (Gradio's slider reads it in the page's validator) and
+    /lossless with bad values are refused before the queue with the field's message, and log
+    no traceback; an unknown API route is 404; a Stop stamped
+    in the far future does not stop the visitor's later runs, and their export then runs
+    and gives back its place on the queue."""
+    client = Client(url, verbose=False)
+    for index, said in (("abc", "Expected a `float`"), (float("inf"), "greater than maximum value")):
+        r = httpx.post(f"{url}gradio_api/call/replay", content=f'{{"data": [{json.dumps(index)}, null]}}',
+                       headers={"content-type": "application/json"})
+        assert r.status_code in (400, 422) and said in r.text, (index, r.status_code, r.text)
+    for bad, said in (({"lossless_samples": "many"}, "Samples per method"), ({"lossless_samples": 3}, "16"),
+                      ({"model": "janus-pro-1b"}, "model: Model: janus-pro-1b")):
+        with pytest.raises(Exception, match=said):
+            client.submit(**(LOSSLESS | bad), api_name="/lossless").result(timeout=30)
+    assert "Traceback" not in capfd.readouterr().err
+    assert httpx.post(f"{url}gradio_api/call/nothing-here", json={"data": []}).status_code == 404
+    client.predict(1e308, api_name="/stop")
+    done = client.submit(**args(**TINY, pace=0.0), api_name="/generate").result(timeout=60)
+    assert "done" in done[1]
+    mp4, files = client.submit(api_name="/export").result(timeout=120)     # its last run, exported
+    assert mp4.endswith(".mp4") and len(files) == 2
+    assert app.CONTROL.tickets.held(client.session_hash, "decode") == 0

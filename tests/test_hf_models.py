@@ -1,0 +1,132 @@
+"""`scd_core.hf.generate` on tiny random configs of the image-token models transformers ships:
+greedy runs give transformers' own tokens. Emu3 with a negative prompt (transformers' guidance)
+and the line and frame ends forced by `prefix_allowed_tokens_fn`; Chameleon (Lumina-mGPT's and
+Anole's class: its forward rules image tokens out, so transformers' generate writes text);
+Janus-Pro's image mode, whose own `generate` takes no `custom_generate`: the mixin's
+`generate` runs it with `generation_mode="image"`."""
+import pytest
+import torch
+
+import scd_core.hf as hf
+import test_models_emu3 as te
+import test_models_janus as tj
+import test_models_lumina as tl
+from hf_util import spread
+from transformers import ChameleonForConditionalGeneration, GenerationConfig, GenerationMixin
+
+METHODS = ["ar", "sjd", "scd-mc", "scd-gumbel"]
+EMU3_TOKENS = te.H * (te.W + 1) + 3                       # the code rows with their line ends, then EOF, EOI, EOS
+
+
+def emu3_allowed(batch_id, input_ids):
+    """Emu3's constraints as its documentation writes them: a line end after every row of
+    codes, then end-of-frame, end-of-image and end-of-sequence; visual codes elsewhere."""
+    offset = input_ids.shape[0] - int((input_ids == te.WRAP).nonzero()[0, 0])
+    if offset % (te.W + 1) == 0 and offset <= te.H * (te.W + 1):
+        return [te.EOL]
+    return {te.H * (te.W + 1) + 1: [te.EOF], te.H * (te.W + 1) + 2: [te.EOI]}.get(
+        offset, [te.EOS] if offset > te.H * (te.W + 1) else [te.code_to_bpe(i) for i in range(te.K)])
+
+
+def emu3_inputs(prompts, cfg):
+    rows = [te.encode(p) for p in prompts]
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([[te.PAD] * (width - len(r)) + r for r in rows])
+    kwargs = dict(attention_mask=(torch.arange(width) >= width - torch.tensor([len(r) for r in rows])[:, None]).long(),
+                  prefix_allowed_tokens_fn=emu3_allowed, do_sample=False, max_new_tokens=EMU3_TOKENS,
+                  pad_token_id=te.PAD, eos_token_id=te.EOS)
+    if cfg != 1.0:
+        neg = torch.tensor([te.encode(te.NEG)] * len(prompts))
+        kwargs.update(guidance_scale=cfg, negative_prompt_ids=neg, negative_prompt_attention_mask=torch.ones_like(neg))
+    return ids, kwargs
+
+
+@pytest.fixture(scope="module")
+def emu3():
+    return te.tiny_emu3()
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("prompts,cfg", [(te.PROMPTS[:1], 3.0), (te.PROMPTS, 3.0), (te.PROMPTS, 1.0)])
+def test_emu3_greedy_with_guidance_and_constraints_gives_transformers_tokens(emu3, method, prompts, cfg):
+    ids, kwargs = emu3_inputs(prompts, cfg)
+    ref = emu3.generate(ids, **kwargs)
+    codes = ref[:, ids.shape[1]:]
+    assert codes.shape[1] == EMU3_TOKENS and (codes[:, -1] == te.EOS).all()
+    assert len(set(codes.flatten().tolist())) > 8                              # a comparison with teeth
+    out = emu3.generate(ids, custom_generate=hf.generate, method=method, window=6, **kwargs)
+    assert torch.equal(out, ref)
+
+
+def test_emu3_sampled_run_keeps_the_constraints(emu3):
+    """Sampling with guidance, top-k and the constraints: every draft position is constrained
+    from its own prefix, so every committed token is one the constraints allow there."""
+    ids, kwargs = emu3_inputs(te.PROMPTS, 3.0)
+    kwargs.update(do_sample=True, top_k=20, return_dict_in_generate=True)
+    out = emu3.generate(ids, custom_generate=hf.generate, method="scd-mc", window=8, seed=5, **kwargs)
+    assert out.sequences.shape[1] == ids.shape[1] + EMU3_TOKENS
+    for row in out.sequences:
+        for t in range(ids.shape[1], row.shape[0]):
+            assert int(row[t]) in emu3_allowed(0, row[:t])
+    assert out.nfe < EMU3_TOKENS                                               # passes saved
+
+
+@pytest.fixture(scope="module")
+def chameleon():
+    torch.manual_seed(0)
+    model = ChameleonForConditionalGeneration(tl.tiny_config()).eval()
+    spread(model, 0.3)
+    return model
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_chameleon_greedy_gives_transformers_tokens(chameleon, method):
+    ids = torch.tensor([tl.encode("a red apple"), tl.encode("two cats on")])
+    settings = dict(attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=20, pad_token_id=1)
+    ref = chameleon.generate(ids, **settings)
+    assert len(set(ref[:, ids.shape[1]:].flatten().tolist())) > 8
+    out = chameleon.generate(ids, custom_generate=hf.generate, method=method, window=6, **settings)
+    assert torch.equal(out, ref)
+
+
+@pytest.fixture(scope="module")
+def janus():
+    return tj.tiny_janus()
+
+
+def janus_config(cfg):
+    return GenerationConfig(do_sample=False, guidance_scale=cfg, max_new_tokens=16, bos_token_id=tj.BOS, pad_token_id=tj.PAD,
+                            eos_token_id=tj.EOS, generation_kwargs={"boi_token_id": tj.BOI})
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_janus_image_mode_greedy_gives_transformers_tokens(janus, method):
+    for prompt in tj.PROMPTS:
+        ids = torch.tensor([tj.encode(prompt)])
+        ref = janus.generate(ids, attention_mask=torch.ones_like(ids), generation_mode="image",
+                             generation_config=janus_config(3.0))
+        assert ref.shape == (1, 16) and len(set(ref.flatten().tolist())) > 4
+        out = GenerationMixin.generate(janus, ids, attention_mask=torch.ones_like(ids), generation_mode="image",
+                                       generation_config=janus_config(3.0), custom_generate=hf.generate,
+                                       method=method, window=6)
+        assert torch.equal(out, ref)
+
+
+def test_janus_image_mode_refuses_text_processors(janus):
+    ids = torch.tensor([tj.encode("a red apple")])
+    with pytest.raises(ValueError, match="RepetitionPenaltyLogitsProcessor"):
+        GenerationMixin.generate(janus, ids, generation_mode="image", generation_config=janus_config(3.0),
+                                 repetition_penalty=1.5, custom_generate=hf.generate)
+
+
+@pytest.mark.gpu
+def test_cuda_emu3_greedy_gives_transformers_tokens():
+    """GPU check: the loop on CUDA (float32, so the batched and transformers' own forwards
+    round alike): inputs on the device, records on the host, the sequences back on the device."""
+    model = te.tiny_emu3().to("cuda")
+    ids, kwargs = emu3_inputs(te.PROMPTS, 3.0)
+    ids = ids.to("cuda")
+    kwargs = {k: v.to("cuda") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    ref = model.generate(ids, **kwargs)
+    out = model.generate(ids, custom_generate=hf.generate, method="scd-mc", window=6, **kwargs)
+    assert out.device.type == "cuda" and torch.equal(out, ref)
