@@ -198,9 +198,10 @@ def advance_drafts(state: State, logits: torch.Tensor, start: torch.LongTensor, 
     x = state.drafts.clamp(min=0)                                               # [B, D]
     was_fed = slots[:D] < m                                                     # [B, D]
     p_drafts = p[:, :D]                                                         # [B, D, V] p at the drafts
-    alpha = coupling.accept_prob(p_drafts, state.q, x)                          # [B, D] min(1, p(x) / q(x))
-    kept = (u.accept[:, :D] < alpha) & was_fed                                  # [B, D] fed and passed
-    a = kept.long().cumprod(1).sum(1, keepdim=True)                             # [B, 1] accepted drafts
+    p_x, q_x = coupling.masses_at(p_drafts, state.q, x, was_fed)               # [B, D] p(x), q(x) (NaN: not fed)
+    alpha = coupling.accept_ratio(p_x, q_x)                                     # [B, D] min(1, p(x) / q(x)) (NaN: not fed)
+    kept = u.accept[:, :D] < alpha                                              # [B, D] fed and passed (never at a NaN)
+    a = kept.cumprod(1).sum(1, keepdim=True)                                    # [B, 1] accepted drafts (int64)
     tested = Verification(x, was_fed, kept, a, a < m, coupling.residual_mass(p_drafts, state.q), n + slots)
 
     # 5-6. every slot's token: the accepted drafts, then the last committed token, then the redrafts
@@ -210,10 +211,7 @@ def advance_drafts(state: State, logits: torch.Tensor, start: torch.LongTensor, 
 
     # 7-8. carry the redrafts after the commit with q <- p, fill the empty slots by the init scheme
     after = carry_and_fill(state, tokens, c, m, line, p, u, plan)
-    accept_prob = torch.where(was_fed, alpha, float("nan"))                     # [B, D]
-    p_x = torch.where(was_fed, coupling.prob_of(p_drafts, x), float("nan"))    # [B, D] p(x)
-    q_x = torch.where(was_fed, coupling.prob_of(state.q, x), float("nan"))     # [B, D] q(x)
-    return after, Verdict(start, None, a.squeeze(1), tested.rejected.squeeze(1), accept_prob, p_x, q_x)
+    return after, Verdict(start, None, a.squeeze(1), tested.rejected.squeeze(1), alpha, p_x, q_x)
 
 
 def advance_ar(state: State, logits: torch.Tensor, start: torch.LongTensor, plan: Plan) -> tuple[State, Verdict]:

@@ -79,14 +79,25 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > 0, r / mass, p)
 
 
-def prob_of(law: torch.Tensor, x: torch.LongTensor) -> torch.Tensor:
-    """law(x) [...]: the mass a law [..., V] puts on the tokens x [...]."""
-    return law.gather(-1, x.unsqueeze(-1)).squeeze(-1)
-
-
 def accept_prob(p: torch.Tensor, q: torch.Tensor, x: torch.LongTensor) -> torch.Tensor:
     """min(1, p(x) / q(x)) for tokens x [...] drawn from q [..., V]."""
-    return (prob_of(p, x) / prob_of(q, x)).clamp(max=1.0)
+    x = x.unsqueeze(-1)
+    return accept_ratio(p.gather(-1, x), q.gather(-1, x)).squeeze(-1)
+
+
+def accept_ratio(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
+    """min(1, p(x) / q(x)) from the two masses (NaN where either is NaN)."""
+    return (p_x / q_x).clamp(max=1.0)
+
+
+def masses_at(p: torch.Tensor, q: torch.Tensor, x: torch.LongTensor,
+              tested: torch.BoolTensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """p(x) and q(x) [...] of tokens x [...] drawn from q [..., V], NaN where not `tested` [...]
+    (one gather of each law)."""
+    x = x.unsqueeze(-1)
+    both = torch.cat([p.gather(-1, x), q.gather(-1, x)], -1)                   # [..., 2]
+    p_x, q_x = torch.where(tested.unsqueeze(-1), both, float("nan")).unbind(-1)
+    return p_x, q_x
 
 
 def residual_mass(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

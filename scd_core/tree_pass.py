@@ -154,16 +154,18 @@ def advance(state: State, logits: torch.Tensor, start: torch.LongTensor, plan: P
     # verify the main line as a chain, then walk the tree: where the walk decides (a
     # rejection inside the tree, or a path off the main line) it sets the accepted length
     x = state.drafts.clamp(min=0)                                               # [B, D]
-    alpha = coupling.accept_prob(p_line[:, :D], state.q, x)                     # [B, D]
-    kept = (u.accept[:, :D] < alpha) & (slots[:D] < m)                          # [B, D]
+    was_fed = slots[:D] < m                                                     # [B, D]
+    p_x, q_x = coupling.masses_at(p_line[:, :D], state.q, x, was_fed)          # [B, D] p(x), q(x) (NaN: not fed)
+    alpha = coupling.accept_ratio(p_x, q_x)                                     # [B, D] min(1, p/q) (NaN: not fed)
+    kept = u.accept[:, :D] < alpha                                              # [B, D] fed and passed (never at a NaN)
     walk = walk_tree(p, state.q, tree, u)
-    a = torch.where(walk.decides, walk.length, kept.long().cumprod(1).sum(1, keepdim=True))   # [B, 1]
+    a = torch.where(walk.decides, walk.length, kept.cumprod(1).sum(1, keepdim=True))   # [B, 1]
     rejected = torch.where(walk.decides, walk.length < depth, a < m)            # [B, 1]
 
     # the line's tokens: drawn as on a chain (each redraft from its own slot's test), then
     # the accepted path's tokens and, where the walk decides, its last token
     residuals = torch.cat([walk.line_residuals, coupling.residual_mass(p_line[:, depth:D], state.q[:, depth:])], 1)
-    tested = Verification(x, slots[:D] < m, kept, a, rejected & ~walk.decides, residuals, n + slots)
+    tested = Verification(x, was_fed, kept, a, rejected & ~walk.decides, residuals, n + slots)
     line = draw_line(p_line, support, tested, u, state.keys, plan)
     from_residual = coupling.resample(walk.p_last, walk.q_last, u.residual.gather(1, a))           # [B, 1]
     if plan.method == "scd-gumbel":
@@ -177,14 +179,11 @@ def advance(state: State, logits: torch.Tensor, start: torch.LongTensor, plan: P
     tokens = commit(state.tokens, n, c, line)
 
     after = carry_and_fill(state, tokens, c, m, line, p_line, u, plan)
-    accept_prob = torch.where(slots[:D] < m, alpha, float("nan"))               # [B, D]
-    p_x = torch.where(slots[:D] < m, coupling.prob_of(p_line[:, :D], x), float("nan"))   # [B, D] p(x)
-    q_x = torch.where(slots[:D] < m, coupling.prob_of(state.q, x), float("nan"))          # [B, D] q(x)
     j = torch.arange(S, device=logits.device)
     on_line = torch.where(j <= offset + a, j, -1)                               # [B, S] a row not fed the tree
     path = torch.where(tree.has_tree.unsqueeze(1), torch.where(walk.decides, walk.nodes, torch.where(slots <= a, slots, -1))[:, :S],
                        on_line)
-    verdict = Verdict(start, None, a.squeeze(1), rejected.squeeze(1), accept_prob, p_x, q_x, walk.branches)
+    verdict = Verdict(start, None, a.squeeze(1), rejected.squeeze(1), alpha, p_x, q_x, walk.branches)
     return after, verdict, path
 
 
