@@ -134,7 +134,8 @@ def checked_click(go, values: dict, marked: list | None, race_all: bool = False)
     """A Generate or Race click, checked before anything starts (outside the queue): each
     field refused gets its message beside it and the buttons' message says them all; a field
     marked before and right now loses its mark. When nothing is refused, `go` is set, which
-    starts the run. The race runs every method: its fields are checked as a speculative one."""
+    starts the run, and the note under the model (what the last switch changed, or stopped) goes.
+    The race runs every method: its fields are checked as a speculative one."""
     found = problems(values | ({"method": "scd-mc"} if race_all else {}))
     marks = {name: gr.update(info=found.get(name, view.info or ""), elem_classes=["invalid"] if name in found else [])
              for name, view in field_views.items() if name in found or name in (marked or [])}
@@ -142,7 +143,7 @@ def checked_click(go, values: dict, marked: list | None, race_all: bool = False)
         log.info("input refused: %s", "; ".join(found.values()))
     return {input_md: checks.not_started(found), marked_state: sorted(found)} | \
         {field_views[name]: update for name, update in marks.items()} | \
-        ({} if found else {go: time.time()})
+        ({} if found else {go: time.time(), switch_md: ""})
 
 
 def busy(request, message=lambda text: {input_md: text}) -> dict:
@@ -703,6 +704,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=CACHE_SWEEP) a
                         loss_greedy = image("lossless-greedy")
                 with gr.Tab("How it works", id="tab-explain"):
                     gr.Markdown(texts.HOW_IT_WORKS, elem_id="how-it-works")
+                    plot("coupling-figure", charts.coupling_figure())       # one position of a real run
     go_generate, go_race, go_lossless = (gr.Number(None, visible=False) for _ in range(3))   # set by a passed check
     stopped_state = gr.State(None)                     # the run a model pick stopped, for the switch to say
     marked_state = gr.State([])                        # the fields marked with a message now
@@ -741,8 +743,8 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=CACHE_SWEEP) a
     checked = dict(inputs_kwargs=input_views | {"marked": marked_state}, queue=False, api_visibility="private",
                    show_progress="hidden")
     gr.on([gen_btn.click, prompt_tb.submit], check_generate,
-          outputs=[input_md, marked_state, go_generate, *field_views.values()], **checked)
-    race_btn.click(check_race, outputs=[input_md, marked_state, go_race, *field_views.values()], **checked)
+          outputs=[input_md, marked_state, go_generate, switch_md, *field_views.values()], **checked)
+    race_btn.click(check_race, outputs=[input_md, marked_state, go_race, switch_md, *field_views.values()], **checked)
     go_generate.change(generate_stream, None, gen_outputs, inputs_kwargs=inputs, api_name="generate",
                        validator=validate_generate,
                        show_progress_on=[status], time_limit=runs.TIME_LIMIT_S["generate"], js=texts.click_js("Generate"),
@@ -779,10 +781,12 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=CACHE_SWEEP) a
                        api_name="lossless", validator=validate_lossless, show_progress_on=[loss_status],
                        time_limit=runs.TIME_LIMIT_S["lossless"],
                        js=texts.click_js("Lossless", "#lossless"), trigger_mode="always_last", **DECODE)
-    race_sample.release(show_race_sample, [race_sample, race_state], list(race_images.values()),
-                        api_visibility="private")
-    replay_slider.release(replay_view, [replay_slider, last_run],
-                          [replay_image, replay_text, replay_probs], api_name="replay", validator=validate_replay)
+    # A slider redraws on any change a visitor makes (a drag, the arrow keys, a number typed):
+    # one redraw at a time, then the last value asked meanwhile (the ones between are skipped).
+    race_sample.input(show_race_sample, [race_sample, race_state], list(race_images.values()),
+                      api_visibility="private", trigger_mode="always_last")
+    replay_slider.input(replay_view, [replay_slider, last_run], [replay_image, replay_text, replay_probs],
+                        api_name="replay", validator=validate_replay, trigger_mode="always_last")
     export_btn.click(export_run, last_run, [export_video, export_files], api_name="export",
                      validator=validate_export, time_limit=runs.TIME_LIMIT_S["export"], **DECODE)
     demo.unload(forget)

@@ -16,6 +16,7 @@ from scd_core.trace import Iteration
 
 # --------------------------------------------------------------------------- charts
 
+MAX_TICKS = 17          # numbered ticks on an axis at most: a phone's chart reads them apart
 METHOD_COLOURS = {"ar": "#64748b", "sjd": "#f59e0b", "scd-mc": "#16a34a", "scd-gumbel": "#7c3aed"}
 
 
@@ -105,10 +106,12 @@ def run_figures(stats: TraceStats, history: dict, method: str, live: bool = Fals
     more to draw than the server to make. AR has no drafts: its draft charts say so in words."""
     curves = {m: (h["nfe"], h["committed"]) for m, h in history.items() if not m.startswith("_")}
     curves[method] = (stats.nfe, stats.committed)
+    stabilities = {m: h["stability"] for m, h in history.items()
+                   if not m.startswith("_") and m != method and h.get("stability") is not None}
     ar = method == "ar"
     out = {"committed": committed_vs_nfe_figure(curves, stats.num_tokens, method),
            "flicker": note_figure("Drafts changed since the last pass", AR_NO_DRAFTS) if ar
-           else flicker_figure(stats),
+           else flicker_figure(stats, stabilities),
            "rate": note_figure("Acceptance rate", AR_NO_DRAFTS + ":<br>nothing to accept") if ar
            else acceptance_figure(stats)}
     if not live:
@@ -201,9 +204,11 @@ def accepted_length_figure(stats: TraceStats):
                    bargap=0.1, showlegend=True)            # its colours named, one kind or several
 
 
-def flicker_figure(stats: TraceStats):
+def flicker_figure(stats: TraceStats, others: dict[str, float] | None = None):
     """Per pass: carried-over drafts whose token changed since the previous pass (flicker)
-    against those that stayed the same. SJD redraws nearly all; coupling keeps most."""
+    against those that stayed the same. SJD redraws nearly all; coupling keeps most. `others`:
+    the draft stability of this session's last run of each other method, said beside this
+    run's (SJD's and SCD's side by side)."""
     kept = (np.asarray(stats.carried) - np.asarray(stats.changed)).tolist()
     data = [dict(type="bar", x=stats.index, y=stats.changed, name="drafts changed (flicker)",
                  marker=dict(color=_css(FILM_STYLE[F_CHANGED][1])),
@@ -212,8 +217,12 @@ def flicker_figure(stats: TraceStats):
                  marker=dict(color=_css(FILM_STYLE[F_KEPT][1])),
                  hovertemplate="pass %{x}: %{y} carried drafts unchanged<extra></extra>")]
     stab = stats.sample().draft_stability if stats.records else 0.0
-    return _figure(data, title("Drafts changed since the last pass", f"draft stability {stab:.2f}"),
-                   "pass", "carried drafts", barmode="stack", bargap=0.1)
+    said = f"draft stability {stab:.2f}"
+    if others:                               # a line under it: the other methods' last runs
+        said = (f"draft stability: {METHOD_LABELS.get(stats.method, stats.method)} {stab:.2f}<br>your last runs: "
+                + " · ".join(f"{METHOD_LABELS.get(m, m)} {v:.2f}" for m, v in others.items()))
+    return _figure(data, title("Drafts changed since the last pass", said), "pass", "carried drafts",
+                   barmode="stack", bargap=0.1, **(dict(margin=dict(t=76)) if others else {}))
 
 
 def acceptance_figure(stats: TraceStats):
@@ -241,9 +250,11 @@ def histogram_figure(histograms: dict[str, list[float]], samples: int | None = N
                          hovertemplate=f"{label}: %{{y:.1%}} of passes committed %{{x}} "
                                        f"token(s)<extra></extra>"))
     over = f", {samples} samples pooled" if samples else ""
+    step = next(s for s in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, width) if width / s <= MAX_TICKS)
     return _figure(data, title("Tokens committed per pass", "share of passes" + over),
                    "tokens committed in one pass", "share of passes", barmode="group", bargap=0.15,
-                   xaxis=dict(dtick=1, range=[0.5, width + 0.5]), yaxis=dict(tickformat=".0%"))
+                   xaxis=dict(dtick=step, tick0=0 if step > 1 else 1, range=[0.5, width + 0.5]),
+                   yaxis=dict(tickformat=".0%"))
 
 
 def race_flicker_figure(changed: dict[str, np.ndarray]):
@@ -279,11 +290,12 @@ def _tile_maps(values: np.ndarray, grid: tuple[int, ...], cols: int = 4) -> np.n
 
 def _map_axes(shape: tuple[int, int]) -> dict:
     """Axes of a token map: row and column numbers, cells separated by white gaps (no grid
-    lines through the cells), square cells."""
+    lines through the cells), square cells, the grid's extent whatever is drawn (a pass's map
+    keeps its axes from pass to pass)."""
     h, w = shape
-    axis = dict(showgrid=False, zeroline=False, ticks="outside", constrain="domain")
-    return dict(xaxis=dict(axis, title=dict(text="column"), dtick=1 if w <= 16 else None),
-                yaxis=dict(axis, title=dict(text="row"), autorange="reversed", scaleanchor="x",
+    axis = dict(showgrid=False, zeroline=False, ticks="outside", constrain="domain", autorange=False)
+    return dict(xaxis=dict(axis, title=dict(text="column"), dtick=1 if w <= 16 else None, range=[-0.5, w - 0.5]),
+                yaxis=dict(axis, title=dict(text="row"), range=[h - 0.5, -0.5], scaleanchor="x",
                            dtick=1 if h <= 16 else None))
 
 
@@ -324,10 +336,46 @@ def unchanged_figure(stats: TraceStats):
                           "<br>(0: never drafted)", colorscale="Magma", colorbar="passes")
 
 
+def draft_words(it: Iteration, row: int = 0) -> dict[int, str]:
+    """What a pass did with each draft it fed, by position, in words for the p/q map's hover:
+    the draft's token, its test (accepted, or the first rejection and the residual's token, or
+    never tested), and the next pass's draft there (the same token kept, by coupling for SCD,
+    or redrawn). A chain's drafts only (a tree's nodes share positions): {} for a tree."""
+    if it.parents is not None:
+        return {}
+    fed, a = it.window_tokens[row].tolist(), it.accept_prob[row].float().tolist()
+    n_before, n_after, accepted = int(it.n_before[row]), int(it.n_after[row]), int(it.num_accepted[row])
+    committed, nxt = it.tokens_after[row].tolist(), it.drafts_after[row].tolist()
+    kept = "kept by the coupling" if it.method.startswith("scd") else "drawn again, the same token"
+    out = {}
+    for i, p_q in enumerate(a):
+        pos = n_before + i
+        if pos >= len(committed) or np.isnan(p_q):
+            continue
+        token = fed[1 + i]
+        if i < accepted:
+            said = f"draft token {token}: accepted (U < min(1, p/q) = {p_q:.3f}), committed"
+        elif i == accepted:
+            said = (f"draft token {token}: rejected (U ≥ min(1, p/q) = {p_q:.3f}); the residual "
+                    f"norm(max(0, p − q)) drew token {committed[pos]}")
+        else:
+            said = f"draft token {token}: fed after the first rejection, not tested"
+        if pos >= n_after and pos - n_after < len(nxt) and nxt[pos - n_after] >= 0:
+            again = nxt[pos - n_after]
+            said += f"<br>next pass's draft here: {kept}" if again == token else \
+                f"<br>next pass's draft here: redrawn, token {again}"
+        out[pos] = said
+    return out
+
+
 def accept_prob_figure(it: Iteration, grid: tuple[int, ...], row: int = 0):
     """min(1, p/q) of the drafts this pass verified (the accepted ones and the first
-    rejection), at their positions; drafts fed after the first rejection were never tested."""
+    rejection), at their positions; drafts fed after the first rejection were never tested.
+    Pointing at a cell says what the pass did with its draft (`draft_words`)."""
     n = int(np.prod(grid))
+    words = draft_words(it, row)
+    at = _tile_maps(np.arange(n, dtype=np.float64), grid)          # each cell's position (NaN: a gap)
+    said = [[words.get(int(p), "") if np.isfinite(p) else "" for p in r] for r in at]
     probs = it.accept_prob[row].float().numpy()
     pos = int(it.n_before[row]) + np.arange(probs.shape[0])
     verified = it.verified[row].numpy() & (pos < n)
@@ -340,14 +388,15 @@ def accept_prob_figure(it: Iteration, grid: tuple[int, ...], row: int = 0):
     untested_cells = dict(type="scatter", x=xs.tolist(), y=ys.tolist(), mode="markers",
                           marker=dict(symbol="square-open", size=7, color="#94a3b8"),
                           name="fed, not verified (after the first rejection)",
-                          hovertemplate="row %{y}, column %{x}<br>draft fed after the first rejection: "
-                                        "not tested<extra></extra>")
+                          customdata=[said[y][x] or "draft fed after the first rejection: not tested"
+                                      for y, x in zip(ys.tolist(), xs.tolist())],
+                          hovertemplate="row %{y}, column %{x}<br>%{customdata}<extra></extra>")
     key = dict(type="scatter", x=[None], y=[None], mode="markers", name="verified draft, coloured by min(1, p/q)",
                marker=dict(symbol="square", size=9, color="rgb(26, 152, 80)"))
     return heatmap_figure(vals, grid, title("min(1, p/q) of the verified drafts", f"pass {it.index}"),
-                          "row %{y}, column %{x}<br>verified: min(1, p/q) = %{z:.3f}",
+                          "row %{y}, column %{x}<br>verified: min(1, p/q) = %{z:.3f}<br>%{customdata}",
                           colorscale="RdYlGn", colorbar="min(1, p/q)", extra=(untested_cells, key),
-                          heat=dict(zmin=0, zmax=1), height=420, legend=dict(y=-0.28),
+                          heat=dict(zmin=0, zmax=1, customdata=said), height=420, legend=dict(y=-0.28),
                           margin=dict(b=70))           # + 40 for the legend's line
 
 
@@ -357,3 +406,36 @@ def race_figures(runs: dict, samples: int) -> tuple:
                                  next(iter(runs.values())).num_tokens),
             histogram_figure({m: r.histogram() for m, r in runs.items() if m != "ar"}, samples),
             race_flicker_figure({m: r.changed_per_pass() for m, r in runs.items()}))
+
+
+COUPLING = "texts/coupling.json"       # one position of a real run (scripts/coupling_figure.py)
+
+
+def coupling_figure(data: dict | None = None):
+    """"How it works": maximal coupling at one position of a real SCD-MC run: the law q the
+    draft was drawn from (p at the pass before), p now, their overlap, and the draft kept."""
+    if data is None:
+        from pathlib import Path
+        data = json.loads((Path(__file__).parent / COUPLING).read_text(encoding="utf-8"))
+    x = [str(t) for t in data["tokens"]]
+    q, p = data["q"], data["p"]
+    overlap = [min(a, b) for a, b in zip(q, p)]
+    draft, i = str(data["draft"]), data["tokens"].index(data["draft"])
+    keep = 1.0 if q[i] == 0 else min(1.0, p[i] / q[i])
+    before, now = data["before"], data["now"]
+    bars = [dict(type="bar", x=x, y=q, name=f"q: p at pass {before}, the law the draft was drawn from",
+                 marker=dict(color=METHOD_COLOURS["sjd"]),
+                 hovertemplate=f"token %{{x}}: q = %{{y:.3f}} (pass {before})<extra></extra>"),
+            dict(type="bar", x=x, y=p, name=f"p at pass {now}, now", marker=dict(color=METHOD_COLOURS["scd-gumbel"]),
+                 hovertemplate=f"token %{{x}}: p = %{{y:.3f}} (pass {now})<extra></extra>"),
+            dict(type="bar", x=x, y=overlap, name="overlap min(p, q)", marker=dict(color=METHOD_COLOURS["scd-mc"]),
+                 hovertemplate="token %{x}: min(p, q) = %{y:.3f}<extra></extra>")]
+    said = (f"{data['model']}, \u201c{data['prompt']}\u201d, position {data['position']}<br>overlap "
+            f"\u03a3 min(p, q) = {data['overlap']:.2f} = 1 \u2212 TV(p, q)")
+    top = max(max(q), max(p))
+    note = dict(x=i, y=max(q[i], p[i]) * 0.6,                 # x: the draft's category, by its index
+                text=f"the draft, {draft}: kept with<br>probability min(1, p/q) = {keep:.2f}",
+                showarrow=True, arrowhead=2, ax=-90 if i > len(x) // 2 else 90, ay=0, font=dict(size=11))
+    return _figure(bars, title("Maximal coupling at one position", said), "token (the most likely ones)",
+                   "probability", barmode="group", bargap=0.2, height=400, annotations=[note],
+                   margin=dict(t=72), xaxis=dict(type="category"), yaxis=dict(range=[0, top * 1.1]))

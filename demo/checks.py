@@ -19,20 +19,24 @@ from demo.clips import clip_prompt
 from demo.labels import TREE_CHOICES, TREE_LABELS
 from demo.models import is_video, listed_models, load_failure, takes_clip, unavailable
 from demo.labels import INIT_LABELS
-from scd_core.decoding import MAX_SEED, validate
+from demo.texts import as_text, quoted
+from scd_core.decoding import validate
 from scd_core.prompts import MAX_PROMPT_CHARS
 from scd_core.race import Race
-from scd_core.settings import CHAIN, MAX_CFG_SCALE, MAX_WINDOW, MIN_WINDOW, Settings, tree_nodes
+from scd_core.settings import (CHAIN, MAX_CFG_SCALE, MAX_TEMPERATURE, MAX_WINDOW, MIN_TEMPERATURE, MIN_WINDOW,
+                               Settings, tree_nodes)
 
 MAX_PACE = 2.0                       # seconds per forward pass on screen
 MAX_SAMPLES = 16                     # race samples per method
+BROWSER_WHOLE = 2**53 - 1            # the largest whole number a browser's number carries exactly
+MAX_PAGE_SEED = 10**15               # a seed a visitor types and the browser carries (row b: + b)
 
 
 # ------------------------------------------------------------------------------ fields
 
 def _number_text(value) -> str:
     """A number as the page writes it: 1,024; 0.5; 9,223,372,036,854,775,792."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+    if isinstance(value, float) and value.is_integer() and abs(value) <= BROWSER_WHOLE:
         value = int(value)
     return f"{value:,}" if isinstance(value, int) else f"{value:g}"
 
@@ -43,7 +47,7 @@ def given(value) -> str:
         return "nothing"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return _number_text(value) if math.isfinite(value) else str(value)
-    return repr(value)
+    return quoted(value)
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class Field:
     high: float | None = None         # the largest (None: no end, or the model's, given to `check`)
     whole: bool = False               # a whole number (1.5 is refused, never rounded)
     above_low: bool = False           # `low` itself is not allowed (top-p > 0)
+    next_low: float | None = None     # the least value above `low` allowed (temperature: 0, or 1e-30 up)
     meaning: str = ""                 # what its values mean ("0: off")
     high_is: str = ""                 # what `high` is when the model gives it ("the model's vocabulary")
 
@@ -68,12 +73,15 @@ class Field:
         high = self.high if high is None else high
         kind = "a whole number" if self.whole else "a number"
         low = _number_text(self.low)
+        if self.next_low is not None:
+            low = _number_text(self.next_low)
         if high is None:
             span = f"above {low}" if self.above_low else f"of {low} or more"
         else:
             top = _number_text(high) + (f", {self.high_is}" if self.high_is and self.high is None else "")
             span = f"above {low} and at most {top}" if self.above_low else f"from {low} to {top}"
-        return f"{kind} {span}" + (f" ({self.meaning})" if self.meaning else "")
+        either = f"{_number_text(self.low)} or " if self.next_low is not None else ""
+        return f"{either}{kind} {span}" + (f" ({self.meaning})" if self.meaning else "")
 
     def check(self, value, high: float | None = None):
         """The value as a number (an int for a whole number); ValueError with the message."""
@@ -81,7 +89,8 @@ class Field:
         number = as_int(value) if self.whole else as_float(value)
         ok = isinstance(number, int if self.whole else float) and not isinstance(number, bool) \
             and math.isfinite(number) and (number > self.low if self.above_low else number >= self.low) \
-            and (high is None or number <= high)
+            and (high is None or number <= high) \
+            and (self.next_low is None or number == self.low or number >= self.next_low)
         if not ok:
             raise ValueError(f"{self.label}: {self.allowed(high)}, got {given(value)}.")
         return number
@@ -89,8 +98,8 @@ class Field:
 
 FIELDS = {
     "window": Field("Window L", MIN_WINDOW, MAX_WINDOW, whole=True),
-    "seed": Field("Seed", 0, MAX_SEED - MAX_SAMPLES, whole=True),        # race row b uses seed + b
-    "temperature": Field("Temperature", 0.0, meaning="0: greedy"),
+    "seed": Field("Seed", 0, MAX_PAGE_SEED, whole=True),
+    "temperature": Field("Temperature", 0.0, MAX_TEMPERATURE, next_low=MIN_TEMPERATURE, meaning="0: greedy"),
     "top_k": Field("Top-k", 0, whole=True, meaning="0: off", high_is="the model's vocabulary"),
     "top_p": Field("Top-p", 0.0, 1.0, above_low=True, meaning="1: off"),
     "cfg": Field("CFG scale", 0.0, MAX_CFG_SCALE, meaning="1: no guidance"),
@@ -139,7 +148,7 @@ def check_samples(samples) -> int:
 
 def check_model(name, loaded: bool = False) -> str:
     if not isinstance(name, str) or name not in listed_models():
-        raise ValueError(f"Model: unknown model {name!r}; choose one of {', '.join(listed_models())}.")
+        raise ValueError(f"Model: unknown model {quoted(name)}; choose one of {', '.join(listed_models())}.")
     reason = unavailable(name, loaded)
     if reason is not None:
         raise ValueError(f"Model: {name} cannot run here: {reason}")
@@ -151,7 +160,7 @@ def check_tree(label) -> tuple[int, int]:
     if label is None or label == "":
         return CHAIN
     if not isinstance(label, str) or label not in TREE_LABELS:
-        raise ValueError(f"Draft tree: unknown draft tree {label!r}; choose one of {', '.join(TREE_CHOICES)}.")
+        raise ValueError(f"Draft tree: unknown draft tree {quoted(label)}; choose one of {', '.join(TREE_CHOICES)}.")
     return TREE_LABELS[label]
 
 
@@ -300,7 +309,7 @@ def _value(key: str, value) -> str:
     if key == "init":
         return INIT_LABELS.get(value, str(value))
     if key == "prompt":
-        return f"\u201c{value}\u201d"
+        return f"\u201c{as_text(value)}\u201d"
     return given(value)
 
 
@@ -412,6 +421,6 @@ def checked(model, values: dict) -> tuple[dict[str, str], Race | None]:
         race = race_of(shape, prompt, settings_of(values, shape), values["seed"])
     except ValueError as exc:           # the library's message starts with the argument's name
         arg = str(exc).split(" ", 1)[0].strip("':")
-        out[{"cfg_scale": "cfg", "prompts": "prompt"}.get(arg, arg)] = str(exc)
+        out[{"cfg_scale": "cfg", "prompts": "prompt"}.get(arg, arg)] = as_text(exc)   # plain text
         return out, None
     return out, (race if not out else None)

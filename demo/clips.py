@@ -12,6 +12,7 @@ import tempfile
 import numpy as np
 
 from demo.export import write_mp4
+from demo.texts import quoted
 
 CLIP_FRAMES = 12                     # frames of each generated example clip
 MAX_TEXT_CHARS = 500
@@ -59,7 +60,7 @@ def clip_path(clip) -> str:
         raise ValueError(f"Prompt clip: expected a video file, got {type(path).__name__}.")
     name = os.path.basename(path)
     if not os.path.isfile(path):
-        raise ValueError(f"Prompt clip: file not found: {name!r}. Pick an example clip or upload "
+        raise ValueError(f"Prompt clip: file not found: {quoted(name)}. Pick an example clip or upload "
                          "the video again.")
     if "|" in path:
         raise ValueError("Prompt clip: the file name must not contain '|'; rename it and upload again.")
@@ -70,10 +71,10 @@ def clip_path(clip) -> str:
         first = next(frames, None)
         frames.close()
     except Exception as exc:
-        raise ValueError(f"Prompt clip: cannot read {name!r} as a video ({type(exc).__name__}). "
+        raise ValueError(f"Prompt clip: cannot read {quoted(name)} as a video ({type(exc).__name__}). "
                          "Upload an MP4 or WebM clip.") from None
     if first is None:
-        raise ValueError(f"Prompt clip: {name!r} has no frames.")
+        raise ValueError(f"Prompt clip: {quoted(name)} has no frames.")
     return path
 
 

@@ -111,7 +111,7 @@ class GenerateView:
         if stats.done:
             streaming.remember(self.history, self.method, stats.nfe, stats.committed,
                                None if shared else it.wall_time, settings.tree, self.page.race.seed,
-                               settings.window)
+                               settings.window, None if self.method == "ar" else stats.sample().draft_stability)
         run = {"model": name, "method": self.method, "iterations": stats.records, "decode": decode}
         last = len(stats.records) - 1
         out = charts.run_figures(stats, self.history, self.method) | {

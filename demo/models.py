@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 import urllib.request
+import warnings
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
@@ -21,14 +22,21 @@ import torch
 from scd_core.client import ModelInfo
 from scd_core.models import REGISTRY
 from scd_core.models.status import model_status
+from scd_core.prompts import UnknownWordsWarning
 from scd_core.protocols import optional
 from scd_core.settings import Settings
+
+from demo.texts import quoted
 
 if TYPE_CHECKING:
     from demo.servers import Servers
 
 SHOW_TEST_MODELS = "SCD_SHOW_TEST_MODELS"
 log = logging.getLogger("scd_demo")     # the page's one-line notes (app.main shows them)
+# A visitor's prompt is never logged: the words a model ignores are said beside the prompt box,
+# not warned of (`scd_core.prompts.warn_unknown`, for the library's users), here and in the
+# decoding workers (which import this module to load their model).
+warnings.filterwarnings("ignore", category=UnknownWordsWarning)
 
 
 # Page defaults per model: window, draft init, slow motion (s per pass on screen), race
@@ -114,14 +122,14 @@ def load_failure(name: str, exc: BaseException) -> str:
         with _NO_NETWORK_LOCK:
             _NO_NETWORK[name] = reason
         return reason
-    return f"could not load model {name!r}: {exc}"
+    return f"could not load model {quoted(name)}: {exc}"
 
 
 def unavailable(name: str, loaded: bool = False) -> str | None:
     """None when the model can run here (shipped, cached, downloadable, or loaded already),
     else the full reason."""
     if name not in REGISTRY:
-        return f"unknown model {name!r}"
+        return f"unknown model {quoted(name)}"
     if loaded:
         return None
     status = model_status(name)
@@ -193,7 +201,7 @@ def model_note(name: str, loaded: bool = False) -> str:
     """What the model is and where it stands here, with the full reason when it cannot run."""
     entry = REGISTRY.get(name)
     if entry is None:
-        return f"Unknown model {name!r}."
+        return f"Unknown model {quoted(name)}."
     status, reason = model_status(name), unavailable(name, loaded)
     if loaded:
         state = " Loaded."

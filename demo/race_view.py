@@ -14,6 +14,7 @@ import gradio as gr
 from demo.charts import RACE_WAITING, race_figures, race_progress_figure
 from demo.labels import METHOD_LABELS
 from demo.pictures import blank_picture, render_iteration, tile_frames
+from demo.texts import code_block
 from demo.servers import FULL_SPEED_EVERY, PLOT_EVERY, STATUS_EVERY, Pacer
 from scd_core.settings import METHODS
 from scd_core.race import (TIMING_ROUNDS, MethodSummary, Race, Sensitivity, Spread, Timing, apart,
@@ -286,10 +287,10 @@ def bench_markdown(name: str, race: Race, samples: int) -> str:
     seed = race.seed
     return ("The same NFE, step compression, mean accepted length, acceptance rate and draft "
             "stability from the benchmark" + (" (it numbers seeds from 0)" if seed else "") + ":\n\n"
-            f"```\n{bench_command(name, race, samples)}\n```\n\n"
+            f"{code_block(bench_command(name, race, samples))}\n\n"
             f"One image's seconds: the same with `--seeds 1` (column wall_s); the batch's "
             f"({samples} / wall_s images per second):\n\n"
-            f"```\n{bench_command(name, race, samples, seeds=1, batch=samples)}\n```")
+            f"{code_block(bench_command(name, race, samples, seeds=1, batch=samples))}")
 
 
 BENCH_WAITING = "After a race: the benchmark commands that give its figures."
@@ -299,11 +300,14 @@ def race_decoding(run, phase: str = "") -> str:
     """A method's rows while they decode, or where Stop ended them."""
     label, N = METHOD_LABELS[run.method], run.num_tokens
     n = min((int(it.n_after[0]) for it in run.last()), default=0)
-    what = phase or f"{run.rows} samples"
+    what = phase or (f"{run.rows} samples" if run.rows > 1 else "one sample")
+    slowest = "the slowest sample" if run.rows > 1 else "the sample"
     if run.stopped:
-        return (f"**Stopped at NFE {run.nfe}, {n}/{N} tokens** (the slowest of {run.rows} samples) "
-                f"while decoding {label}; the methods before it finished.")
-    return f"Decoding **{label}**: {what} · NFE {run.nfe} · {n}/{N} tokens in the slowest sample"
+        before = [METHOD_LABELS[m] for m in METHODS[:METHODS.index(run.method)]] if run.method in METHODS else []
+        done = (f"; {', '.join(before)} had finished" if before else "; no method had finished")
+        return (f"**Stopped at NFE {run.nfe}, {n}/{N} tokens** ({slowest}"
+                + (f" of {run.rows}" if run.rows > 1 else "") + f") while decoding {label}{done}.")
+    return f"Decoding **{label}**: {what} · NFE {run.nfe} · {n}/{N} tokens in {slowest}"
 
 
 STOPPED_TIMING = ("**Stopped while timing**; every method had finished decoding: the times below are "
@@ -390,8 +394,8 @@ class RaceView:
         """A step of the race: the status and the pictures as they come; the finished
         methods' figures kept; a stopped method's rows said, with the table of those done."""
         self.runs = {**step.runs}
-        if step.run is None:                                 # a timing round starts
-            return {"status": timing_round(step.round, self.rounds, step.method)}
+        if step.run is None:             # a timing round starts: every method's panel complete (drawn once)
+            return {"status": timing_round(step.round, self.rounds, step.method)} | self.panels.at(step.runs)
         out = {"status": race_decoding(step.run, step.phase)} if self.status_due() or step.run.stopped else {}
         if self.picture_due() or step.run.stopped:
             out |= self.panels.at(step.runs | {step.method: step.run})

@@ -44,10 +44,11 @@ def history_of(history: dict | None, name: str) -> dict:
 
 
 def remember(history: dict, method: str, nfe: list[int], committed: list[int], wall: float | None,
-             tree: tuple[int, int], seed: int, window: int) -> None:
-    """Keep a finished run in the session's history: its curve for the tokens chart and its
-    seconds (`wall`, None when it shared its passes), and a chain run's NFE for `chain_nfe`."""
-    history[method] = {"nfe": nfe, "committed": committed, "wall": wall}
+             tree: tuple[int, int], seed: int, window: int, stability: float | None = None) -> None:
+    """Keep a finished run in the session's history: its curve for the tokens chart, its
+    seconds (`wall`, None when it shared its passes), its draft stability (None: AR) for the
+    flicker chart, and a chain run's NFE for `chain_nfe`."""
+    history[method] = {"nfe": nfe, "committed": committed, "wall": wall, "stability": stability}
     if tree[0] == 1 or tree[1] == 0:
         history["_chain"] = {**history.get("_chain", {}), method: (nfe[-1], seed, window)}
 

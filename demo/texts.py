@@ -32,6 +32,35 @@ STOPPED_EARLY = ("**Stopped** before its first pass: a Stop, or another model pi
                  "first.")     # in the queue, or before its row got one
 
 
+# What Markdown (CommonMark: every ASCII punctuation mark may be escaped) or the HTML it becomes
+# would read as markup in a visitor's text. Gradio finds LaTeX between `$$` after the Markdown is
+# HTML, in each run of text: an empty element after each `$` leaves no two in one run.
+_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "$": "\\$<span></span>"}     # never inside an attribute
+_MARKDOWN = set("\\`*_{}[]()#+-.!|~:=^")
+
+
+def as_text(text) -> str:
+    """A visitor's text (a prompt, a name they typed) as itself inside the page's Markdown and
+    the HTML it becomes: HTML's characters as entities, Markdown's escaped with a backslash, line
+    breaks as spaces. `<img src=x>` shows as those characters, `**a**` with its stars."""
+    out = []
+    for ch in " ".join(str(text).split("\n")).replace("\r", " "):
+        out.append(_HTML.get(ch) or ("\\" + ch if ch in _MARKDOWN else ch))
+    return "".join(out)
+
+
+def quoted(value) -> str:
+    """A value the visitor gave, quoted as Python writes it, shown as text (`as_text`)."""
+    return as_text(repr(value))
+
+
+def code_block(text: str) -> str:
+    """`text` as a fenced code block whose fence no run of backticks in it can close."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{text}\n{fence}"
+
+
 def hint(text: str, name: str) -> str:
     """A tab's hint before a run, naming the model it will run."""
     return f"**{name}** · {text}"
@@ -49,7 +78,11 @@ HOW_IT_WORKS = "\n" + _read("texts/how_it_works.md").replace("FILM_LAYOUT", FILM
 NARROW_PX = 1023
 CSS = "\n" + _read("static/page.css").replace("NARROW_PX", str(NARROW_PX))
 CLICK_JS = _read("static/page.js").strip().replace("NARROW_PX", str(NARROW_PX))
-LOAD_JS = _read("static/load.js").strip().replace("NARROW_PX", str(NARROW_PX))   # run once when the page loads
+# Beside the prompt clip when the browser cannot play the file uploaded (said in the browser)
+UNPLAYABLE_CLIP = ("Prompt clip: your browser cannot play this file as a video; "
+                   "upload an MP4 (H.264) or WebM clip, or pick an example clip.")
+LOAD_JS = _read("static/load.js").strip().replace("NARROW_PX", str(NARROW_PX)) \
+    .replace("UNPLAYABLE_CLIP", json.dumps(UNPLAYABLE_CLIP))       # run once when the page loads
 # The note under the model the moment one is picked, in the browser: where it stands comes after
 PICKED_JS = "(name) => '`' + name + '`: finding out where it stands here…'"
 
@@ -71,8 +104,8 @@ def prompt_note(model, prompt: str) -> str:
         return ("None of the prompt's words is known to this model: this is an unconditioned "
                 "sample. Try an example prompt.\n\n")
     unknown = unknown_words(model, prompt) or []
-    return (f"Prompt words the model knows: {', '.join(known(prompt))}"
-            + (f"; ignored: {' '.join(unknown)}" if unknown else "") + ".\n\n")
+    return (f"Prompt words the model knows: {as_text(', '.join(known(prompt)))}"
+            + (f"; ignored: {as_text(' '.join(unknown))}" if unknown else "") + ".\n\n")
 
 
 def prompt_words_note(model, name: str, prompt: str) -> str:
@@ -82,9 +115,9 @@ def prompt_words_note(model, name: str, prompt: str) -> str:
     if not unknown:
         return ""
     if reads_nothing(model, prompt):
-        return (f"{name} knows none of these words ({' '.join(unknown)}): it runs unconditioned. "
+        return (f"{name} knows none of these words ({as_text(' '.join(unknown))}): it runs unconditioned. "
                 "Try an example prompt.")
-    return f"not known to {name}, ignored: {' '.join(unknown)}"
+    return f"not known to {name}, ignored: {as_text(' '.join(unknown))}"
 
 
 

@@ -41,7 +41,7 @@ def validate(model: TokenModel, prompts: Sequence[str], settings: Settings,
         raise ValueError(f"settings must be a scd_core.Settings, got {type(settings).__name__}")
     seeds = validate_seeds(seed, len(prompts))
     plan = Plan.of(settings, model)
-    memory.check_rows(model, len(prompts), plan.method, settings.window)    # the pass's memory cap
+    memory.check_rows(model, len(prompts), plan.method, settings.window, settings.top_p)    # the pass's memory cap
     return plan, seeds
 
 

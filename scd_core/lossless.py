@@ -125,7 +125,7 @@ def sample_tokens(model, prompt: str, settings: Settings, samples: int, seed: in
     `batch` rows at a time (fewer where one pass of so many would pass the model's memory cap,
     `scd_core.memory`); None if `stop()` turned true (it is asked before every forward pass,
     so a stop ends the decoding within one pass). `on_batch()` is called before each batch."""
-    batch = min(batch, memory.rows_per_pass(model, settings.method, settings.window))
+    batch = min(batch, memory.rows_per_pass(model, settings.method, settings.window, settings.top_p))
     out = []
     for start in range(0, samples, batch):
         if on_batch is not None:

@@ -5,7 +5,9 @@ processed p at every slot, the stored laws q of the drafts, the residuals, the l
 draws from and its cumulative sums are all [B, W, V] (float32 in the engine). Measured on the
 CPU at V = 64,000 (`python scripts/pass_memory.py`, docs/models.md), the peak of a speculative
 pass, its state included, is 28-32 bytes per (row, window slot, vocabulary entry); AR's is
-under one, since it feeds one token.
+under one, since it feeds one token. Top-p sorts p over [B, W, V] (a float32 copy and int64
+indices) and masks it: more at its peak, so the bytes per element follow the sampling settings
+(`bytes_per_element`).
 
 So what a pass needs is known before it runs (`pass_bytes`), and each model has a cap
 (`pass_cap`: the model's own `max_pass_bytes` if it sets one, else `DEFAULT_PASS_BYTES`, and
@@ -23,6 +25,7 @@ from scd_core.protocols import optional
 
 GiB = 2 ** 30
 PASS_BYTES_PER_ELEMENT = 36          # bytes of a pass per (row, window slot, vocabulary entry): 28-32 measured, and room
+TOP_P_BYTES_PER_ELEMENT = 44         # the same with top-p < 1 (the nucleus's sort): 38.0 measured, and room
 DEFAULT_PASS_BYTES = 4 * GiB         # a model's cap on one pass, unless it or SCD_PASS_BYTES says otherwise
 ENV = "SCD_PASS_BYTES"
 
@@ -32,9 +35,15 @@ def fed_width(method: str, window: int, num_tokens: int) -> int:
     return 1 if method == "ar" else min(window, num_tokens)
 
 
-def pass_bytes(rows: int, width: int, vocab: int) -> int:
-    """Bytes a pass of `rows` rows feeding `width` tokens each over a vocabulary of `vocab` needs."""
-    return PASS_BYTES_PER_ELEMENT * rows * width * vocab
+def bytes_per_element(top_p: float = 1.0) -> int:
+    """Bytes of a pass per (row, window slot, vocabulary entry) at these sampling settings."""
+    return TOP_P_BYTES_PER_ELEMENT if top_p < 1 else PASS_BYTES_PER_ELEMENT
+
+
+def pass_bytes(rows: int, width: int, vocab: int, top_p: float = 1.0) -> int:
+    """Bytes a pass of `rows` rows feeding `width` tokens each over a vocabulary of `vocab`
+    needs (sampling with `top_p`)."""
+    return bytes_per_element(top_p) * rows * width * vocab
 
 
 def pass_cap(model) -> int:
@@ -52,18 +61,19 @@ def pass_cap(model) -> int:
     return int(optional(model, "max_pass_bytes") or DEFAULT_PASS_BYTES)
 
 
-def rows_per_pass(model, method: str, window: int) -> int:
-    """The most rows one pass of this model may hold at this method and window (at least one)."""
+def rows_per_pass(model, method: str, window: int, top_p: float = 1.0) -> int:
+    """The most rows one pass of this model may hold at this method, window and top-p (at
+    least one)."""
     width = fed_width(method, window, math.prod(model.grid))
-    return max(1, pass_cap(model) // pass_bytes(1, width, int(model.vocab_size)))
+    return max(1, pass_cap(model) // pass_bytes(1, width, int(model.vocab_size), top_p))
 
 
-def check_rows(model, rows: int, method: str, window: int) -> None:
+def check_rows(model, rows: int, method: str, window: int, top_p: float = 1.0) -> None:
     """A ValueError naming the prompts when `rows` rows of one pass would pass the model's cap."""
-    fits = rows_per_pass(model, method, window)
+    fits = rows_per_pass(model, method, window, top_p)
     if rows > fits:
         width = fed_width(method, window, math.prod(model.grid))
-        need = pass_bytes(rows, width, int(model.vocab_size))
+        need = pass_bytes(rows, width, int(model.vocab_size), top_p)
         raise ValueError(f"prompts: {rows} rows x window {width} x vocabulary {int(model.vocab_size):,} need about "
                          f"{need / GiB:.1f} GiB in one pass, over this model's cap of {pass_cap(model) / GiB:.1f} GiB "
                          f"({ENV}): decode at most {fits} prompts at a time, or use a smaller window")

@@ -51,7 +51,11 @@ RECOMPILE_LIMIT = 64      # graphs kept per function: the settings and batch siz
 
 
 def pass_for(session: TimedSession, plan: Plan) -> PassFunction:
-    """The function that runs one pass of this run (see the module's docstring)."""
+    """The function that runs one pass of this run (see the module's docstring). A session
+    that keeps tree slots in its cache (`reserve_tree`) gets room for this plan's tree first,
+    so that no pass allocates."""
+    if plan.uses_tree and hasattr(session.session, "reserve_tree"):
+        session.session.reserve_tree(tree_pass.nodes(plan))
     eager = eager_pass(plan)
     if not plan.settings.compile:
         return eager

@@ -96,6 +96,11 @@ class TreeSession(Session, Protocol):
       the grid, or finished) and a position with fewer than k tokens to draft from get
       placeholder nodes repeating the main line's token at their depth. Their logits are
       never read, but they are nodes like any other (nothing may assume siblings differ).
+
+    Optional: `reserve_tree(nodes: int)`, called by the engine before a run's first pass (and
+    again before later passes: then it does nothing) with T, the nodes of its trees. A
+    session that writes a tree's keys and values into slots reserved in its fixed-size
+    cache (`scd_core.models.static`) makes room there, so that no pass allocates.
     """
 
     def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,

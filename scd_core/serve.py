@@ -190,7 +190,8 @@ class Scheduler:
             raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
         self.model, self.policy, self.on_pass = model, policy, on_pass
         self.plan, _ = validate(model, [""], settings_of(settings, **keywords))
-        self.max_batch = min(max_batch, rows_per_pass(model, self.plan.method, self.plan.settings.window))   # memory cap
+        self.max_batch = min(max_batch, rows_per_pass(model, self.plan.method, self.plan.settings.window,
+                                                          self.plan.settings.top_p))   # memory cap
         self._waiting: list[Request] = []
         self._lock = threading.Lock()
         self.session: TimedSession | None = None
@@ -246,7 +247,7 @@ class Scheduler:
         """`plan` at the largest window, its own or less, whose pass holds the batch under the
         model's memory cap (a policy may choose a window wider than the group's)."""
         window = plan.settings.window
-        while window > 1 and rows_per_pass(self.model, plan.method, window) < self.batch_size:
+        while window > 1 and rows_per_pass(self.model, plan.method, window, plan.settings.top_p) < self.batch_size:
             window //= 2
         return plan if window == plan.settings.window else _plan_with_window(plan, window)
 

@@ -21,6 +21,14 @@ INITS = ("random", "repeat-above", "repeat-frame")
 MAX_WINDOW = 1024        # the largest window L accepted
 MIN_WINDOW = 2           # the least window of a speculative method (AR feeds one token: 1 allowed)
 MAX_CFG_SCALE = 100.0
+# Temperatures the sampler honours exactly. p divides the float32 logits l by T, and l / T keeps
+# float32's precision only while it is a normal number (at least 1.2e-38 in size): up to 1e30
+# every logit of at least float32's step at 1 (2**-23) in size stays one; past it small logits
+# lose their order (top-k and top-p then keep tokens the law does not), and from 3.4e38 T is
+# infinite in float32 (every l / T is 0). Near 0, (l_max - l) / T must stay finite for logits up
+# to 1e8 in size (any model's, guidance included): 2e8 / 1e-30 < 3.4e38. Temperature 0 is greedy.
+MIN_TEMPERATURE = 1e-30
+MAX_TEMPERATURE = 1e30
 CHAIN = (1, 0)           # the draft "tree" of a plain chain: one candidate per position
 
 
@@ -66,6 +74,9 @@ class Settings:
             raise ValueError(f"compile must be True or False, got {self.compile!r}")
         object.__setattr__(self, "tree", self._checked_tree())
         s = validate_sampling(self.temperature, self.top_k, self.top_p)
+        if s.temperature != 0 and not MIN_TEMPERATURE <= s.temperature <= MAX_TEMPERATURE:
+            raise ValueError(f"temperature must be 0 (greedy) or from {MIN_TEMPERATURE:g} to {MAX_TEMPERATURE:g}: "
+                             f"beyond, float32 cannot divide the logits by it exactly; got {self.temperature!r}")
         for name, value in (("temperature", s.temperature), ("top_k", s.top_k), ("top_p", s.top_p),
                             ("cfg_scale", float(self.cfg_scale))):
             object.__setattr__(self, name, value)          # one type per field: 3 and 3.0 are equal settings

@@ -5,6 +5,7 @@ docs/models.md "Bring your own model"): the checks every shipped model and adapt
 
     check_model(model, ["a prompt", "another prompt"], cfg_scale=3.0)         # TokenModel, Session
     check_tree_session(model, ["a prompt", "another prompt"], cfg_scale=3.0)  # TreeSession (tree=)
+    check_static_writes(model, ["a prompt"], cfg_scale=3.0)                   # compile=True on a GPU
 
 Each call raises an AssertionError saying what differs, and returns None when the model
 follows the contract: call them from a test of yours, or from a script. Both compare a
@@ -12,12 +13,16 @@ session fed in pieces (rows at different starts, re-fed after a rejection, fed a
 with sessions of each prompt alone fed the same tokens as one chain by `step`, to float32
 rounding relative to the logits' scale (`rel`; a model computing in bfloat16 needs a larger
 one, e.g. 0.05). They need two prompts, and a grid of at least 12 tokens for the trees.
+`check_static_writes` compiles a run's pass (seconds to a minute on a CPU) and checks that
+every tensor it writes in place is static, as a CUDA graph needs (`unmarked_writes`).
 Nothing here needs pytest.
 """
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Iterator, Sequence
 
 import torch
 
@@ -210,3 +215,73 @@ def check_tree_session(model, prompts: Sequence[str], cfg_scale: float, *, seed:
     start = torch.tensor([len(h) for h in history])
     _check_steps(model, session, prompts, cfg_scale, history, start,
                  torch.randint(0, V, (len(history), 2), generator=g), "a step after the second keep_path", rel)
+
+
+# ------------------------------------------------------------------------------ compiled passes
+
+@dataclass(frozen=True)
+class UnmarkedWrite:
+    """An input of a compiled graph that the graph writes in place and that is not static (a
+    parameter, a buffer, or a tensor marked with `torch._dynamo.mark_static_address`): on a
+    GPU, CUDA-graph trees skip capturing such a graph (torch/_inductor/cudagraph_utils.py,
+    `check_for_mutation`), silently."""
+
+    graph: int                  # which graph compiled inside `unmarked_writes`, from 0
+    index: int                  # the input's place among the graph's inputs
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    def __str__(self) -> str:
+        return f"graph {self.graph}, input {self.index}: {self.dtype} {list(self.shape)}"
+
+
+@contextlib.contextmanager
+def unmarked_writes() -> Iterator[list[list[UnmarkedWrite]]]:
+    """Inside: every graph inductor compiles is read as CUDA-graph trees read it, from the
+    compiled graph's mutated and static inputs; yields a list that gets one list of
+    `UnmarkedWrite` per graph (empty: the graph would be captured on a GPU). On any device:
+    the same compiled graph is checked on the CPU. The compile caches on disk are off inside
+    (a graph loaded from them may carry another compile's static inputs), so each graph
+    compiles cold."""
+    import torch._functorch.config
+    import torch._inductor.config
+    from torch._inductor.output_code import CompiledFxGraph
+
+    graphs: list[list[UnmarkedWrite]] = []
+    post_compile = CompiledFxGraph.post_compile
+
+    def recorded(self, example_inputs, constants, graph_kwargs):
+        static = set(graph_kwargs.get("static_input_idxs") or ())
+        n = len(graphs)
+        graphs.append([UnmarkedWrite(n, i, tuple(example_inputs[i].shape), example_inputs[i].dtype)
+                       for i in sorted(self.mutated_input_idxs) if i not in static])
+        return post_compile(self, example_inputs, constants, graph_kwargs)
+
+    CompiledFxGraph.post_compile = recorded
+    try:
+        with torch._inductor.config.patch(fx_graph_cache=False), \
+                torch._functorch.config.patch(enable_autograd_cache=False):
+            yield graphs
+    finally:
+        CompiledFxGraph.post_compile = post_compile
+
+
+def check_static_writes(model, prompts: Sequence[str], cfg_scale: float, **settings) -> int:
+    """`generate(model, prompts, compile=True, **settings)` (SCD-MC, window 6 unless `settings`
+    say otherwise; `tree=(2, 2)` checks a tree's pass) compiles its pass, and no graph
+    compiled for it writes in place into a tensor that is not static. Returns how many graphs
+    were checked (at least one: a run that compiled nothing fails)."""
+    import torch._dynamo
+
+    import scd_core
+
+    kw = dict(method="scd-mc", window=6, seed=0, cfg_scale=cfg_scale) | settings
+    torch._dynamo.reset()                       # compile again here, where the graphs are read
+    with unmarked_writes() as graphs:
+        scd_core.generate(model, list(prompts), compile=True, **kw)
+    assert graphs, "compile=True compiled no graph (did the pass run eager?)"
+    unmarked = [w for g in graphs for w in g]
+    assert not unmarked, (f"{len(unmarked)} tensors the compiled pass writes in place are not static (on a GPU "
+                          "the pass would not be captured as a CUDA graph; mark each where it is allocated with "
+                          "torch._dynamo.mark_static_address): " + "; ".join(map(str, unmarked)))
+    return len(graphs)

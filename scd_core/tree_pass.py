@@ -75,6 +75,11 @@ def shape_of(plan: Plan, device: torch.device) -> TreeShape:
     return tree_shape(k, depth, plan.L, device)
 
 
+def nodes(plan: Plan) -> int:
+    """T: the nodes a pass of this plan feeds (`shape_of`'s), the main line included."""
+    return len(shape_of(plan, torch.device("cpu")).parents)
+
+
 class Tree(NamedTuple):
     """The candidates a pass fed beyond its main line."""
     shape: TreeShape

@@ -5,6 +5,7 @@ run's time with a cold and a warm inductor cache.
     python scripts/model_ab.py --rev 85a9534                       # eager A/B, and compiled, per model
     python scripts/model_ab.py --rev 85a9534 --models janus-pro --methods ar --rounds 5
     python scripts/model_ab.py --compile-times                     # first compiled run: cold, then warm
+    python scripts/model_ab.py --rev ed5ad83 --eager --methods scd-mc,sjd-tree   # eager only; a 2x2 tree
 
 Both versions of a model share the same weights (the tests' tiny configs, `tests/models_util.py`),
 decode the same prompts with the same settings and seed, alternating run by run so that
@@ -90,7 +91,9 @@ def build_old(name: str, new, old):
 
 
 def settings(name: str, method: str, cfg: float) -> dict:
-    kw = dict(method=method, window=1 if method == "ar" else 8, seed=0, cfg_scale=cfg, top_k=50)
+    """The run's settings; METHOD-tree: the method with a 2x2 draft tree."""
+    method, tree = (method[:-5], (2, 2)) if method.endswith("-tree") else (method, None)
+    kw = dict(method=method, window=1 if method == "ar" else 8, seed=0, cfg_scale=cfg, top_k=50, tree=tree)
     if name == "cosmos":
         kw["init"] = "random"
     return kw
@@ -119,15 +122,18 @@ def ab(args, old) -> None:
             times = {"old": [], "new": [], "compiled": []}
             same = True
             passes = sum(1 for _ in scd_core.stream(new_model, prompts, **kw)) - 1
-            scd_core.generate(new_model, prompts, compile=True, **kw)            # compiles (untimed)
+            if not args.eager:
+                scd_core.generate(new_model, prompts, compile=True, **kw)        # compiles (untimed)
             for _ in range(args.rounds):
                 t_old, tok_old = per_pass(old, old_model, prompts, **kw)
                 t_new, tok_new = per_pass(scd_core, new_model, prompts, **kw)
-                t_comp, tok_comp = per_pass(scd_core, new_model, prompts, compile=True, **kw)
+                t_comp, tok_comp = (t_new, tok_new) if args.eager else \
+                    per_pass(scd_core, new_model, prompts, compile=True, **kw)
                 times["old"].append(t_old), times["new"].append(t_new), times["compiled"].append(t_comp)
                 same &= torch.equal(tok_old, tok_new) and torch.equal(tok_new, tok_comp)
             o, n, c = (statistics.median(times[k]) * 1e3 for k in ("old", "new", "compiled"))
-            print(f"| {name} | {method} | {passes} | {o:.2f} | {n:.2f} | {n / o:.2f} | {c:.2f} | {c / n:.2f} | "
+            compiled = "- | -" if args.eager else f"{c:.2f} | {c / n:.2f}"
+            print(f"| {name} | {method} | {passes} | {o:.2f} | {n:.2f} | {n / o:.2f} | {compiled} | "
                   f"{'yes' if same else 'NO'} |", flush=True)
 
 
@@ -164,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--compile-times", action="store_true", help="first compiled run, cold and warm cache")
+    ap.add_argument("--eager", action="store_true", help="the eager A/B only (no compiled column)")
     ap.add_argument("--first-compile", default=None, metavar="MODEL/METHOD", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -31,40 +31,40 @@ def spread(module: torch.nn.Module, std: float = 0.15, seed: int = 0) -> None:
                 p.copy_(torch.randn(p.shape, generator=g) * std)
 
 
-def _janus(dtype):
+def _janus(dtype, device):
     import test_models_janus as tj
     from scd_core.models.janus import JanusTokenModel
-    return JanusTokenModel(tj.tiny_janus().to(dtype), encode=tj.encode, bos_token_id=tj.BOS, boi_token_id=tj.BOI,
+    return JanusTokenModel(tj.tiny_janus().to(device, dtype), encode=tj.encode, bos_token_id=tj.BOS, boi_token_id=tj.BOI,
                            pad_token_id=tj.PAD, name="tiny-janus"), PROMPTS, 3.0
 
 
-def _emu3(dtype):
+def _emu3(dtype, device):
     import test_models_emu3 as te
     from scd_core.models.emu3 import Emu3TokenModel
-    return Emu3TokenModel(te.tiny_emu3().to(dtype), encode=te.encode, grid=(te.H, te.W), negative_prompt=te.NEG,
+    return Emu3TokenModel(te.tiny_emu3().to(device, dtype), encode=te.encode, grid=(te.H, te.W), negative_prompt=te.NEG,
                           positive_suffix="", pad_token_id=te.PAD, name="tiny-emu3"), PROMPTS, 3.0
 
 
-def _lumina(dtype):
+def _lumina(dtype, device):
     import test_models_lumina as tl
     from scd_core.models.lumina_vqgan import build_vqmodel
     from transformers import ChameleonForConditionalGeneration
     torch.manual_seed(0)
     model = ChameleonForConditionalGeneration(tl.tiny_config()).eval()
     spread(model.model.layers)
-    vqgan = build_vqmodel(tl.VQ_CFG).eval()                 # a random pixel decoder of the same class
-    return (tl.LuminaTokenModel(model.to(dtype), tl.encode, tl.GRID, layout=tl.LAYOUT, prompt_template="{prompt}",
+    vqgan = build_vqmodel(tl.VQ_CFG).eval().to(device)      # a random pixel decoder of the same class
+    return (tl.LuminaTokenModel(model.to(device, dtype), tl.encode, tl.GRID, layout=tl.LAYOUT, prompt_template="{prompt}",
                                 vqgan=vqgan), PROMPTS, 3.0)
 
 
-def _llamagen(dtype):
+def _llamagen(dtype, device):
     import test_models_llamagen as tg
     from scd_core.models.llamagen import LlamaGenTokenModel
     tm = tg.spread(tg.make(tg.C2I))
-    return LlamaGenTokenModel(tm.gpt.to(dtype), tg.make(tg.C2I).vq, None), ["3", "7"], 4.0
+    return LlamaGenTokenModel(tm.gpt.to(device, dtype), tg.make(tg.C2I).vq.to(device), None), ["3", "7"], 4.0
 
 
-def _cosmos(dtype, tmp_path_factory):
+def _cosmos(dtype, tmp_path_factory, device="cpu"):
     import test_models_cosmos as tc
     from scd_core.models import cosmos
     root = tmp_path_factory.mktemp("cosmos")
@@ -73,19 +73,19 @@ def _cosmos(dtype, tmp_path_factory):
     torch.save(tc.synthetic_checkpoint(tc.TINY), folder / "model.pt")
     tc.save_tokenizer(root / cosmos.TOKENIZER_FOLDER)
     clips = [tc.write_clip(root / f"clip{i}.mp4") for i in range(2)]
-    model = cosmos.load_cosmos(str(folder), device="cpu", dtype=dtype, config=tc.TINY)
+    model = cosmos.load_cosmos(str(folder), device=device, dtype=dtype, config=tc.TINY)
     spread(model.net, std=0.2)                              # larger weights: context-dependent logits
     return model, clips, 1.0
 
 
-def build(name: str, dtype: torch.dtype = torch.float32, tmp_path_factory=None, **kwargs):
-    """(model, prompts, cfg_scale) of a shipped model or adapter in `dtype` (`kwargs`: the
-    embedded model's own options, e.g. a smaller grid)."""
+def build(name: str, dtype: torch.dtype = torch.float32, tmp_path_factory=None, device: str = "cpu", **kwargs):
+    """(model, prompts, cfg_scale) of a shipped model or adapter in `dtype` on `device`
+    (`kwargs`: the embedded model's own options, e.g. a smaller grid)."""
     if name in EMBEDDED:
-        return load_model(name, dtype=dtype, **kwargs), EMBEDDED_PROMPTS.get(name, PROMPTS), CFG[name]
+        return load_model(name, dtype=dtype, device=device, **kwargs), EMBEDDED_PROMPTS.get(name, PROMPTS), CFG[name]
     if name == "cosmos":
-        return _cosmos(dtype, tmp_path_factory)
-    return {"llamagen": _llamagen, "janus-pro": _janus, "emu3": _emu3, "lumina-mgpt": _lumina}[name](dtype)
+        return _cosmos(dtype, tmp_path_factory, device)
+    return {"llamagen": _llamagen, "janus-pro": _janus, "emu3": _emu3, "lumina-mgpt": _lumina}[name](dtype, device)
 
 
 def build_meta(name: str):

@@ -191,6 +191,16 @@ def test_race_reports_k_samples_per_method_with_spread():
     assert timing and timing[-1].startswith(f"Timing round {rounds} (of up to {rounds}): **SCD Gumbel coupling**")
 
 
+def test_while_the_race_times_the_methods_again_every_panel_shows_its_finished_samples(monkeypatch):
+    """However seldom the pictures are due while a method decodes, its panel is complete once
+    it has finished: the timing rounds that follow take seconds."""
+    monkeypatch.setattr(app.race_view, "Pacer", lambda every, **kw: (lambda: False))     # nothing due
+    updates = list(app.race_stream(**args(samples=2)))
+    timing = next(i for i, u in enumerate(updates) if "Timing round 2" in str(u.get(app.race_status, "")))
+    for m in app.METHODS:
+        assert np.array_equal(picture(updates[timing][app.race_images[m]]), final(updates, app.race_images[m])), m
+
+
 def test_a_race_timed_once_reports_every_method_and_calls_none_faster(monkeypatch):
     """A large model's race may have room for one timing round only (`zerogpu.race_rounds`)."""
     monkeypatch.setattr(app.zerogpu, "race_rounds", lambda *inputs: 1)
@@ -238,11 +248,13 @@ def test_race_stopped_while_decoding_keeps_what_finished():
     (dict(window=100_000), "window", "window l: a whole number from 2 to 1,024, got 100,000."),
     (dict(window=2.5), "window", "window l: a whole number from 2 to 1,024, got 2.5."),
     (dict(top_p=0), "top_p", "top-p: a number above 0 and at most 1 (1: off), got 0."),
-    (dict(temperature=-1), "temperature", "temperature: a number of 0 or more (0: greedy), got -1."),
-    (dict(temperature=None), "temperature", "temperature: a number of 0 or more (0: greedy), got nothing."),
+    (dict(temperature=-1), "temperature", "temperature: 0 or a number from 1e-30 to 1e+30 (0: greedy), got -1."),
+    (dict(temperature=None), "temperature", "temperature: 0 or a number from 1e-30 to 1e+30 (0: greedy), got nothing."),
+    (dict(temperature=1e39), "temperature", "temperature: 0 or a number from 1e-30 to 1e+30 (0: greedy), got 1e+39."),
     (dict(top_k=-3), "top_k", "top-k: a whole number from 0 to "),
     (dict(cfg_scale=-1), "cfg", "cfg scale: a number from 0 to 100 (1: no guidance), got -1."),
-    (dict(seed=-1), "seed", "seed: a whole number from 0 to 9,223,372,036,854,775,792, got -1."),
+    (dict(seed=-1), "seed", "seed: a whole number from 0 to 1,000,000,000,000,000, got -1."),
+    (dict(seed=9223372036854775791.0), "seed", "seed: a whole number from 0 to 1,000,000,000,000,000, got 9.22337e+18."),
     (dict(seed=1.5), "seed", "seed: a whole number"),      # refused, never rounded
     (dict(seed=True), "seed", "seed: a whole number"),
     (dict(samples=2.5), "samples", "race samples k: a whole number from 1 to 16, got 2.5."),
@@ -268,11 +280,13 @@ def test_a_click_with_a_bad_field_marks_it_and_starts_nothing_then_a_good_one_cl
     starts (the run's trigger is left alone); the next good click clears the mark and starts."""
     out = app.check_generate(**args(window=0), marked=[])
     assert app.go_generate not in out and out[app.marked_state] == ["window"]
+    assert app.switch_md not in out                          # a switch's note stays until a run starts
     mark = out[app.window_nb]
     assert mark["info"].startswith("Window L: a whole number from 2 to 1,024") and mark["elem_classes"] == ["invalid"]
     assert out[app.input_md].startswith("**Not started:** Window L:")
     out = app.check_generate(**args(), marked=["window"])
     assert out[app.go_generate] > 0 and out[app.marked_state] == [] and out[app.input_md] == ""
+    assert out[app.switch_md] == ""                          # ... then goes (a stop it said is old news)
     assert out[app.window_nb]["info"] == "" and out[app.window_nb]["elem_classes"] == []
     assert app.seed_nb not in out                            # a field never marked is left alone
     race_out = app.check_race(**args(method="ar", window=1), marked=[])   # the race runs every method

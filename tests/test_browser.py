@@ -13,6 +13,9 @@ import shutil
 import tempfile
 import time
 
+from pathlib import Path
+
+import axe_playwright_python
 import pytest
 
 import app
@@ -59,9 +62,9 @@ def missing(reason: str) -> None:
     pytest.skip(reason)
 
 
-def open_page(browser, width: int, height: int):
-    pg = browser.new_page(viewport={"width": width, "height": height})
-    pg.goto(app.demo.local_url)
+def open_page(browser, width: int, height: int, theme: str = "light"):
+    pg = browser.new_page(viewport={"width": width, "height": height}, color_scheme=theme)
+    pg.goto(app.demo.local_url + ("?__theme=dark" if theme == "dark" else ""))
     pg.wait_for_selector("#generate", timeout=60_000)
     pg.wait_for_timeout(500)
     return pg
@@ -999,6 +1002,197 @@ def test_before_any_run_no_empty_frame_and_a_model_pick_is_heard_at_once(browser
         assert in_sight(pg, "#model-info") == "ok", size
         wait_text(pg, "model-info", "Janus-Pro", timeout=30_000)    # then where it stands
         pick_model(pg, "texture", wait=6000)
+    finally:
+        pg.close()
+
+
+# ------------------------------------------------------------------------ accessibility
+
+AXE = (Path(axe_playwright_python.__file__).parent / "axe.min.js").read_text(encoding="utf-8")   # axe-core 4
+AXE_RUN = """() => axe.run(document, {resultTypes: ['violations']}).then(r => r.violations
+    .filter(v => v.impact === 'critical' || v.impact === 'serious')
+    .flatMap(v => v.nodes.map(n => `${v.id}: ${n.target.join(' ')} ${(n.failureSummary || '').split('\\n')[1] || ''}`)))"""
+PICTURES = """() => [...document.querySelectorAll('.bare img')].filter(i => i.offsetParent !== null)
+    .map(i => [i.closest('[id]').id, i.alt])"""
+
+
+def axe_findings(pg) -> list[str]:
+    """What axe-core finds critical or serious on the page as it is now, a line a node."""
+    if not pg.evaluate("() => typeof axe !== 'undefined'"):
+        pg.evaluate(AXE)
+    return pg.evaluate(AXE_RUN)
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+@pytest.mark.parametrize("size", SIZES)
+def test_axe_finds_nothing_critical_or_serious_on_a_first_visit_and_after_a_generate(browser, size, theme):
+    """Every picture named by what it shows and where its run stands, text at AA contrast in
+    both themes, one h1, and the charts in the page's theme."""
+    pg = open_page(browser, *size, theme)
+    try:
+        assert pg.evaluate("() => document.body.classList.contains('dark')") == (theme == "dark")
+        assert axe_findings(pg) == []
+        assert pg.locator("h1").count() == 1
+        fill(pg, "pace", 0)
+        pg.locator("#generate").click()
+        wait_text(pg, "status", "done")
+        pg.wait_for_function("() => document.querySelector('#live-image img')?.alt.includes('done') && "
+                             "document.querySelector('#film img')?.alt", timeout=10_000)
+        pictures = dict(pg.evaluate(PICTURES))
+        assert set(pictures) == {"live-image", "film"}, pictures
+        assert pictures["live-image"].startswith("Committed tokens + current drafts. ") and "done" in pictures["live-image"]
+        assert pictures["film"].startswith("Drafts after each pass")
+        assert axe_findings(pg) == []
+        backgrounds = pg.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot .main-svg:first-of-type')]
+            .filter(s => s.getBoundingClientRect().width > 0).map(s => getComputedStyle(s).backgroundColor)""")
+        assert backgrounds and all((b == "rgb(255, 255, 255)") == (theme == "light") for b in backgrounds), backgrounds
+        pg.screenshot(path=os.path.join(SHOTS, f"scd_axe_{theme}_{size[0]}.png"), full_page=True)
+    finally:
+        pg.close()
+
+
+def test_axe_finds_nothing_critical_or_serious_after_a_race_and_a_lossless_comparison_on_a_dark_phone(browser):
+    """The race's panels, table cards and charts and the Lossless pictures, in the theme whose
+    contrast was the hardest (dark, cards on a phone)."""
+    pg = open_page(browser, 390, 844, "dark")
+    try:
+        fill(pg, "pace", 0)
+        fill(pg, "samples", 2)
+        pg.locator("#race").click()
+        wait_text(pg, "race-status", "Done", timeout=300_000)
+        pg.wait_for_function("() => document.querySelector('#race-scd-gumbel img')?.alt.includes('all done')",
+                             timeout=10_000)                    # renamed as the status changes
+        pictures = dict(pg.evaluate(PICTURES))
+        assert {f"race-{m}" for m in app.METHODS} <= set(pictures), pictures
+        assert pictures["race-scd-gumbel"].startswith("SCD Gumbel coupling. SCD Gumbel coupling all done"), pictures
+        assert axe_findings(pg) == []
+        pg.locator("button[role=tab]", has_text="Lossless").click()
+        fill(pg, "loss-samples", 32)
+        pg.locator("#lossless").click()
+        wait_text(pg, "lossless-status", "Done", timeout=300_000)
+        pg.wait_for_function("() => document.querySelector('#lossless-ar img')?.alt.includes('Done')", timeout=10_000)
+        assert axe_findings(pg) == []
+    finally:
+        pg.close()
+
+
+# ----------------------------------------------------------------------------- keyboard
+
+FOCUSED = """() => { const e = document.activeElement, ring = el => getComputedStyle(el).outlineStyle !== 'none';
+    const box = e.closest('label') || e.closest('.wrap-inner') || e;
+    return [e.closest('[id]')?.id || '', e.tagName.toLowerCase() + (e.type ? '/' + e.type : ''), ring(e) || ring(box)]; }"""
+
+
+def tab_stops(pg, start: str, until: str, most: int = 60) -> list[tuple[str, str, bool]]:
+    """The Tab stops from `start` to the one inside `#until` (`most` at most): each one's id,
+    tag/type, and whether it shows a focus ring."""
+    pg.locator(start).focus()
+    stops = []
+    while len(stops) < most and (not stops or stops[-1][0] != until):
+        pg.keyboard.press("Tab")
+        stops.append(tuple(pg.evaluate(FOCUSED)))
+    return stops
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_every_control_works_from_the_keyboard_and_the_replay_follows_the_pass_slider(browser, size):
+    pg = open_page(browser, *size)
+    try:
+        pg.wait_for_timeout(1000)                   # a phone's Settings closed (load.js) ...
+        fill(pg, "pace", 0)                         # ... and opened here
+        assert pg.locator("#pace input").is_visible()
+        stops = tab_stops(pg, "#model input", "pace")
+        ids = ["model"] + [s[0] for s in stops]
+        assert all(ring for _, _, ring in stops), stops                   # every stop shows its focus
+        for name in ("model", "prompt", "generate", "race", "stop", "method", "init", "tree", "window", "seed",
+                     "temperature", "greedy", "top-k", "top-p", "cfg", "samples", "pace"):
+            assert name in ids, (name, stops)
+        assert ids.count("method") == 1                                  # the radio group: one stop
+        pg.locator("#method input[value=scd-mc]").focus()
+        pg.keyboard.press("ArrowRight")                                  # ... whose arrows choose
+        pg.wait_for_function("() => document.querySelector('#method input[value=scd-gumbel]').checked")
+        pg.keyboard.press("ArrowLeft")
+        pg.wait_for_function("() => document.querySelector('#method input[value=scd-mc]').checked")
+        pg.locator("#model input").focus()
+        pg.keyboard.type("tin")                                          # typing replaces the name shown
+        assert pg.locator("#model input").input_value() == "tin"
+        pg.keyboard.press("Escape")
+        pg.locator("#generate").focus()
+        pg.keyboard.press("Enter")
+        wait_text(pg, "status", "done")
+        tab = pg.locator("button[role=tab]").first
+        tab.focus()
+        pg.keyboard.press("ArrowRight")                                   # the tabs' arrows
+        assert selected_tab(pg) == "Race"
+        pg.keyboard.press("ArrowLeft")
+        assert selected_tab(pg) == "Generate"
+        pg.locator("#replay button.label-wrap").focus()
+        pg.keyboard.press("Enter")                                        # the replay opens ...
+        slider = pg.locator("#replay-slider input[type=range]")
+        slider.focus()
+        last = int(slider.get_attribute("max"))
+        pg.keyboard.press("Home")                                          # ... and follows the keys
+        wait_text(pg, "replay-text", f"pass 0 of {last}", timeout=20_000)
+        pg.keyboard.press("ArrowRight")
+        wait_text(pg, "replay-text", f"pass 1 of {last}", timeout=20_000)
+        for key in ("ArrowRight",) * 4:                                     # quick presses: the last one drawn
+            pg.keyboard.press(key)
+        wait_text(pg, "replay-text", f"pass 5 of {last}", timeout=20_000)
+        number = pg.locator("#replay-slider input[type=number]")
+        number.fill("3")                                                    # ... and a typed number
+        number.press("Enter")
+        wait_text(pg, "replay-text", f"pass 3 of {last}", timeout=20_000)
+        assert pg.evaluate("() => document.querySelector('#replay-image img')?.alt || ''").startswith(
+            "The replayed pass")
+    finally:
+        pg.close()
+
+
+# ----------------------------------------------------------------------- a visitor's text
+
+HOSTILE_PROMPT = ('red heart <img src=x onerror="window.hit=1"> **giant** <script>window.hit=2</script> '
+                  '$$x^2$$ [link](http://example.com)')
+MARKUP = """() => [...document.querySelectorAll('#ID img, #ID script, #ID strong, #ID em, #ID a, #ID .katex, #ID h1')]
+    .filter(e => e.tagName !== 'STRONG' || e.innerText.includes('giant')).length"""     # the page's own bold words stay
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_prompt_with_html_markdown_and_script_shows_as_text_wherever_it_is_echoed(browser, size):
+    """Under the prompt box, in the run's summary and in a switch's note: the characters typed,
+    nothing the browser fetches, runs or formats."""
+    pg = open_page(browser, *size)
+    try:
+        pick_model(pg, "tiny")
+        fill(pg, "pace", 0)
+        pg.locator("#prompt textarea").fill(HOSTILE_PROMPT)
+        wait_text(pg, "prompt-words", "not known to tiny, ignored: <img **giant**", timeout=10_000)
+        pg.locator("#generate").click()
+        wait_text(pg, "status", "done")
+        wait_text(pg, "summary", "ignored: <img **giant**.")
+        for where in ("prompt-words", "summary"):
+            assert pg.evaluate(MARKUP.replace("ID", where)) == 0, where
+        pick_model(pg, "texture")
+        wait_text(pg, "settings-changed", f"Prompt \u201c{HOSTILE_PROMPT}\u201d", timeout=20_000)
+        assert pg.evaluate(MARKUP.replace("ID", "settings-changed")) == 0
+        assert pg.evaluate("() => window.hit") is None
+    finally:
+        pg.close()
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_clip_the_browser_cannot_play_is_refused_beside_the_field_which_keeps_its_label(browser, size, tmp_path):
+    from demo import texts
+
+    bad = tmp_path / "notes.mp4"
+    bad.write_text("not a video\n" * 20)
+    pg = open_page(browser, *size)
+    try:
+        pick_model(pg, "cosmos-1-ar-4b", wait=2500)
+        pg.locator("#prompt-clip input[type=file]").set_input_files(str(bad))
+        wait_text(pg, "clip-refused", texts.UNPLAYABLE_CLIP, timeout=20_000)
+        assert error_badges(pg) == 0 and not pg.locator("#prompt-clip .error").is_visible()
+        label = pg.locator("#prompt-clip label[data-testid=block-label]")
+        assert label.is_visible() and "Prompt clip" in label.inner_text()
     finally:
         pg.close()
 

@@ -92,6 +92,31 @@ def test_a_pass_holds_no_more_than_the_formula_says(method):
     assert 2 / 3 * formula < peak <= formula, f"{method}: {peak / 2**20:.0f} MiB, formula {formula / 2**20:.0f} MiB"
 
 
+@pytest.mark.drill
+@pytest.mark.parametrize("method", ["sjd", "scd-mc", "scd-gumbel"])
+def test_a_top_p_pass_at_cosmos_page_settings_holds_no_more_than_the_formula_says(method):
+    """Top-p sorts p over [B, W, V] (a float32 copy and int64 indices): a pass at Cosmos's page
+    settings (top-p 0.8, window 128, V 64,000) stays under `pass_bytes` at that top-p, which is
+    more than without it, and above two thirds of it."""
+    rows, window, vocab, top_p = 2, 128, 64000, 0.8
+    peak = load_script("pass_memory").measure(method, rows, window, vocab, top_p)
+    formula = memory.pass_bytes(rows, window, vocab, top_p)
+    assert formula > memory.pass_bytes(rows, window, vocab)
+    assert 2 / 3 * formula < peak <= formula, f"{method}: {peak / 2**20:.0f} MiB, formula {formula / 2**20:.0f} MiB"
+
+
+def test_the_cap_counts_the_sampling_settings(grid):
+    """Fewer rows fit a pass with top-p than without, at the same cap: the refusal and the
+    server's batch follow the settings."""
+    capped = Capped(grid, memory.pass_bytes(3, 8, grid.vocab_size))
+    assert memory.rows_per_pass(capped, "scd-mc", 8) == 3
+    assert memory.rows_per_pass(capped, "scd-mc", 8, top_p=0.8) == 2
+    scd_core.generate(capped, ["a", "b", "c"], method="scd-mc", window=8, top_k=1)
+    with pytest.raises(ValueError, match="prompts: 3 rows"):
+        scd_core.generate(capped, ["a", "b", "c"], method="scd-mc", window=8, top_p=0.8)
+    assert Scheduler(capped, method="scd-mc", window=8, top_p=0.8).max_batch == 2
+
+
 def test_a_policy_window_over_the_cap_is_narrowed(grid):
     """A policy may ask for a window wider than the group's: a pass then runs at the widest
     window that holds its batch under the cap (one row alone gets the policy's window), and the

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import scd_core
+from scd_core.client import DecodeError
 from scd_core.models import cache as model_cache
 from scd_core.models import llamagen as lg
 from scd_core.models.cache import ModelCache
@@ -81,11 +82,36 @@ def test_a_large_model_replaces_the_previous_one_and_its_memory_is_freed(synthet
     assert second.w.numel() == 96 * MB // 4
 
 
-def test_a_caller_still_using_the_old_model_keeps_it(synthetic):
-    cache, _ = synthetic
+def test_a_large_model_is_refused_while_the_one_it_replaces_is_still_alive(synthetic, monkeypatch):
+    """A caller still holding the old model keeps it, and the newcomer is refused (after a gc
+    retry) with a message for the visitor, until the old one is let go; asked for again
+    meanwhile, the old model is the same object, not a second copy."""
+    monkeypatch.setattr(model_cache, "GC_RETRY_S", 0.01)
+    cache, loads = synthetic
     held = cache.get("big-a", megabytes=1)
+    with pytest.raises(model_cache.StillHeldError, match="big-b could not be loaded: big-a is still held in memory"):
+        cache.get("big-b", megabytes=1)
+    assert issubclass(model_cache.StillHeldError, DecodeError)                       # said as a lost row is
+    assert loads == ["big-a"] and held.w.numel() == MB // 4
+    assert cache.get("big-a", megabytes=1) is held and loads == ["big-a"]            # adopted back
+    with pytest.raises(model_cache.StillHeldError):
+        cache.get("big-b", megabytes=1)
+    gone = weakref.ref(held)
+    del held
+    assert cache.get("big-b", megabytes=1) is not None and gone() is None
+    assert loads == ["big-a", "big-b"] and cache.names() == ["big-b"]
+
+
+def test_a_model_collected_on_the_retry_lets_the_newcomer_load(synthetic, monkeypatch):
+    """A model kept alive only by a reference cycle is freed by the retry's collection: no
+    refusal."""
+    cache, loads = synthetic
+    old = cache.get("big-a", megabytes=1)
+    old.__dict__["me"] = old                                 # a cycle: only a collection frees it
+    gone = weakref.ref(old)
+    del old
     cache.get("big-b", megabytes=1)
-    assert held.w.numel() == MB // 4 and cache.names() == ["big-b"]
+    assert gone() is None and loads == ["big-a", "big-b"]
 
 
 def test_concurrent_callers_share_one_load(synthetic):
@@ -105,6 +131,7 @@ def test_put_places_a_ready_model_and_clear_empties(synthetic):
     ready = Weights(1)
     cache.put("big-x", ready)
     assert cache.get("big-x") is ready and loads == []
+    del ready                                                # (held, big-x would keep big-y out)
     cache.get("big-y", megabytes=1)
     assert cache.peek("big-x") is None
     cache.clear()
@@ -124,7 +151,7 @@ def write_llamagen(folder, dim: int) -> None:
 def test_switching_real_models_by_folder_frees_the_first(tmp_path):
     """The real loader through the cache: three local LlamaGen models (about 50 MB of weights
     each). Loading the second releases the first; as a control, a third loaded while the
-    test itself still holds the second adds its size."""
+    test itself still holds the second is refused until the test lets go of it."""
     for name in "abc":
         write_llamagen(tmp_path / name, 512)
     cache = ModelCache()
@@ -140,9 +167,12 @@ def test_switching_real_models_by_folder_frees_the_first(tmp_path):
     assert gone() is None and b.grid == (4, 4) and size > 40 * MB
     assert with_a - base > 0.95 * size                      # the first model is held
     assert abs(with_b - with_a) < 0.05 * size               # the second took the first one's place
-    c = load("c")                                           # the cache lets go of b; this test does not
-    with_both = live_tensor_bytes()
-    assert with_both - with_b > 0.95 * size and c is not b
+    with pytest.raises(model_cache.StillHeldError, match="is still held in memory"):
+        load("c")                                           # the cache lets go of b; this test does not
+    assert live_tensor_bytes() - with_b < 0.05 * size       # c was not loaded beside it
+    del b
+    c = load("c")
+    assert abs(live_tensor_bytes() - with_a) < 0.05 * size and c.grid == (4, 4)
     cache.clear()
 
 

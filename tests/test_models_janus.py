@@ -342,9 +342,11 @@ def test_tree_of_drafts_equals_its_paths_fed_as_chains(tm, cfg_scale):
 
 
 def test_the_cache_is_sized_at_the_start_and_written_in_place(tm):
-    """Steps, a tree and its kept path write into the tensors allocated at the start: no
-    shape depends on what was fed."""
+    """Steps, a tree and its kept path write into the tensors allocated at the start (with
+    the tree slots the engine reserves before its first pass): no shape depends on what was
+    fed."""
     s = tm.start(PROMPTS[:1], 1.0)
+    s.reserve_tree(8)
     before = [(k.data_ptr(), k.shape) for k, _ in s.kv.tensors()]
     tokens = torch.randint(0, V_IMG, (1, 8), generator=torch.Generator().manual_seed(3))
     s.step(tokens[:, :3], torch.tensor([0]))
@@ -352,4 +354,4 @@ def test_the_cache_is_sized_at_the_start_and_written_in_place(tm):
     s.keep_path(torch.tensor([[0, 1, 3, -1]]))
     s.step(tokens[:, :2], torch.tensor([5]))
     assert [(k.data_ptr(), k.shape) for k, _ in s.kv.tensors()] == before
-    assert before[0][1][2] == len(encode(PROMPTS[0])) + 16 + 1
+    assert before[0][1][2] == len(encode(PROMPTS[0])) + 16 + 1 + 8          # prompt, grid, scratch, tree slots

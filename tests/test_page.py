@@ -63,8 +63,18 @@ def test_each_field_range_is_defined_once_and_is_the_librarys():
         Settings(cfg_scale=cfg.high + 1)
     seed = checks.FIELDS["seed"]
     scd_core.decoding.validate_seeds(seed.check(seed.high), checks.MAX_SAMPLES)   # the race's last row fits
-    with pytest.raises(ValueError, match="^Seed: a whole number from 0 to 9,223,372,036,854,775,792, got -1."):
+    assert seed.high + checks.MAX_SAMPLES <= checks.BROWSER_WHOLE == 2**53 - 1     # and the browser carries it
+    assert float(seed.high) == seed.high                # what the page's number field sends for it
+    with pytest.raises(ValueError, match="^Seed: a whole number from 0 to 1,000,000,000,000,000, got -1."):
         seed.check(-1)
+    temperature = checks.FIELDS["temperature"]
+    for value in (0.0, temperature.next_low, 1.0, temperature.high):
+        Settings(temperature=temperature.check(value))
+    for value in (temperature.next_low / 2, temperature.high * 2, 1e39):
+        with pytest.raises(ValueError):
+            Settings(temperature=value)
+        with pytest.raises(ValueError, match=r"^Temperature: 0 or a number from 1e-30 to 1e\+30 \(0: greedy\), got "):
+            temperature.check(value)
 
 
 def test_top_k_is_bounded_by_the_models_vocabulary_once_it_is_known():
@@ -421,6 +431,74 @@ def test_lossless_progress_counts_the_batches_compare_asks_about():
     assert "**AR** 8 of 8 samples · **SCD maximal coupling** 4 of 8" in said and "s left" in said
     fresh = view.Progress(8, 4, "scd-mc", clock=lambda: 0.0)
     assert "the time left comes with AR's first 4" in fresh.said()
+
+
+# ------------------------------------------------------------- a visitor's text, as text
+
+HOSTILE = ['<img src=x onerror="window.hit=1">', "**giant** _slanted_ [link](http://example.com)",
+           "<script>window.hit=1</script> after", "# heading `code` $$x^2$$ | a | b |", "1. list\nx & y"]
+
+
+def rendered_text(markdown: str) -> tuple[str, set[str]]:
+    """`markdown` rendered as CommonMark: its text and the HTML tags it made."""
+    import html
+    import re
+
+    from markdown_it import MarkdownIt
+
+    out = MarkdownIt("commonmark").enable("table").render(markdown)
+    tags = set(re.findall(r"<(\w+)", out))
+    return html.unescape(re.sub(r"<[^>]+>", "", out)).strip(), tags
+
+
+@pytest.mark.parametrize("prompt", HOSTILE)
+def test_a_prompt_is_shown_as_text_wherever_the_page_echoes_it(prompt):
+    from demo import race_view, texts
+    from scd_core import prompts
+
+    said = " ".join(prompt.split())                     # line breaks shown as spaces
+    text, tags = rendered_text(texts.as_text(prompt))
+    assert text == said and tags <= {"p", "span"}       # the empty spans split "$$" (Gradio's LaTeX)
+    tiny = load_model("tiny")
+    for note in (texts.prompt_words_note(tiny, "tiny", f"red {prompt}"),       # under the prompt box
+                 texts.prompt_note(tiny, f"red {prompt}"),                     # the run's summary
+                 checks.switched("tiny", {"prompt": prompt}, {"prompt": "red"}, {"prompt": "blue"},
+                                 tiny)[1]):                                    # kept on a model switch
+        text, tags = rendered_text(note)
+        assert tags <= {"p", "span", "strong"} and "giant" not in text.replace("**giant**", ""), note
+        assert not ({"img", "script", "a", "em", "h1", "code", "table", "ol"} & tags), note
+    ignored = " ".join(prompts.unknown_words(tiny, prompt))
+    assert ignored and ignored in rendered_text(texts.prompt_words_note(tiny, "tiny", prompt))[0]
+    race = Race(prompt, Settings(), 0)                  # the race's benchmark commands, as code
+    text, tags = rendered_text(race_view.bench_markdown("tiny", race, 2))
+    assert tags == {"p", "pre", "code"} and "printf" in text and prompt.split("\n")[0] in text
+
+
+def test_values_a_visitor_sends_are_quoted_as_text_in_the_pages_messages():
+    found = checks.problems(None, {**dict.fromkeys(checks.INPUTS), "model": "<img src=x>"})
+    text, tags = rendered_text(found["model"])
+    assert "'<img src=x>'" in text and tags == {"p"}
+    with pytest.raises(ValueError) as caught:
+        checks.check_tree("<b>wide</b>")
+    assert rendered_text(str(caught.value)) == (f"Draft tree: unknown draft tree '<b>wide</b>'; choose one of "
+                                               f"{', '.join(checks.TREE_CHOICES)}.", {"p"})
+
+
+def test_the_page_never_logs_a_visitors_prompt():
+    """The words a model ignores are said beside the prompt box; the library's warning, which
+    quotes them, is not shown (nor logged) in the page's processes (its own, and the decoding
+    workers, which import `demo.models` to load their model). In a process of its own: pytest
+    puts back the filters each test module set when imported."""
+    import subprocess
+    import sys
+
+    code = ("import warnings, demo.models; from scd_core.models import load_model; "
+            "from scd_core.prompts import warn_unknown; warn_unknown(load_model('tiny'), ['red qqq']); "
+            "warnings.warn('a warning of another kind')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONWARNINGS": ""})
+    assert done.returncode == 0, done.stderr
+    assert "a warning of another kind" in done.stderr and "qqq" not in done.stderr
 
 
 def test_run_folders_and_picture_files_are_swept_by_count_and_age(tmp_path):

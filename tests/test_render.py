@@ -401,3 +401,90 @@ def test_a_stopped_run_has_no_step_compression_or_speedup(toy_grid, sjd_iteratio
     n = stats.committed[-1]
     assert f"| step compression | not measured: stopped after {n} tokens |" in text
     assert f"| latency speed-up | not measured: stopped after {n} tokens |" in text
+
+
+def test_the_histogram_numbers_at_most_a_phones_worth_of_ticks_and_a_map_keeps_its_axes(toy_grid, sjd_iterations):
+    for width, step in ((8, 1), (17, 1), (33, 2), (65, 5), (1025, 100)):
+        fig = figure(charts.histogram_figure({"sjd": [1 / width] * width}, 2))
+        assert fig.layout.xaxis.dtick == step and width / step <= charts.MAX_TICKS
+        assert tuple(fig.layout.xaxis.range) == (0.5, width + 0.5)
+    h, w = toy_grid.grid
+    axes = {(tuple(f.layout.xaxis.range), tuple(f.layout.yaxis.range))
+            for f in (figure(charts.accept_prob_figure(it, (h, w))) for it in sjd_iterations[1:6])}
+    assert axes == {((-0.5, w - 0.5), (h - 0.5, -0.5))}          # the same at every pass, rows down
+
+
+def test_a_race_stopped_names_the_methods_that_finished_and_counts_its_samples():
+    from types import SimpleNamespace
+
+    from demo import race_view
+
+    def run(method, rows, stopped=True):
+        return SimpleNamespace(method=method, num_tokens=64, rows=rows, nfe=9, stopped=stopped,
+                               last=lambda: [SimpleNamespace(n_after=torch.tensor([12] * rows))])
+    assert race_view.race_decoding(run("ar", 1)) == ("**Stopped at NFE 9, 12/64 tokens** (the sample) while "
+                                                     "decoding AR; no method had finished.")
+    assert race_view.race_decoding(run("scd-mc", 3)) == (
+        "**Stopped at NFE 9, 12/64 tokens** (the slowest sample of 3) while decoding SCD maximal coupling; "
+        "AR, SJD had finished.")
+    assert race_view.race_decoding(run("sjd", 1, False)).endswith("12/64 tokens in the sample")
+    assert "one sample" in race_view.race_decoding(run("sjd", 1, False))
+
+
+def test_the_flicker_chart_sets_this_runs_draft_stability_beside_the_other_methods_last(toy_grid, sjd_iterations):
+    stats = run_view.TraceStats(tuple(toy_grid.grid))
+    for it in sjd_iterations:
+        stats.add(it)
+    own = stats.sample().draft_stability
+    alone = figure(charts.flicker_figure(stats)).layout.title.text
+    assert alone.endswith(f"<sub>draft stability {own:.2f}</sub>")
+    history = {"_model": "toy-grid", "scd-mc": {"nfe": [1], "committed": [1], "wall": None, "stability": 0.53},
+               "ar": {"nfe": [1], "committed": [1], "wall": None, "stability": None}}
+    both = figure(charts.run_figures(stats, history, "sjd")["flicker"]).layout.title.text
+    assert f"draft stability: SJD {own:.2f}<br>your last runs: SCD maximal coupling 0.53" in both and "AR" not in both
+
+
+def test_pointing_at_a_draft_of_the_replayed_pass_says_its_token_its_test_and_its_next_draft():
+    model = scd_core.load_model("texture")
+    its = list(scd_core.stream(model, ["ocean waves"], method="scd-mc", window=8, seed=0))
+    kept = redrawn = 0
+    for it in its[1:]:
+        words = charts.draft_words(it)
+        n_before, accepted = int(it.n_before[0]), int(it.num_accepted[0])
+        verified = int(it.verified[0].sum())
+        assert sum("accepted (U < min(1, p/q)" in w for w in words.values()) == accepted
+        assert sum("rejected" in w for w in words.values()) == verified - accepted
+        if verified > accepted:                          # the residual's token is the one committed
+            assert words[n_before + accepted].endswith(f"drew token {int(it.tokens_after[0, n_before + accepted])}")
+        kept += sum("kept by the coupling" in w for w in words.values())
+        redrawn += sum("redrawn, token" in w for w in words.values())
+        fig = figure(charts.accept_prob_figure(it, tuple(model.grid)))
+        said = [c for r in fig.data[0].customdata for c in r if c]
+        assert len(said) == len(words) and "%{customdata}" in fig.data[0].hovertemplate
+    assert kept > 0 and redrawn > 0
+    sjd = list(scd_core.stream(model, ["ocean waves"], method="sjd", window=8, seed=0))
+    same = sum("drawn again, the same token" in w for it in sjd[1:] for w in charts.draft_words(it).values())
+    assert 3 * same < kept                               # SJD redraws its drafts afresh: fewer stay
+
+
+def test_the_coupling_figure_is_the_runs_own_and_its_words_its_numbers():
+    """"How it works" draws one position of a real SCD-MC run: the script that measured it
+    measures it again, and the figure says the overlap and the draft's keep probability."""
+    import json
+    from pathlib import Path
+
+    from script_util import load_script
+
+    shipped = json.loads((Path(charts.__file__).parent / charts.COUPLING).read_text(encoding="utf-8"))
+    again = load_script("coupling_figure").measure()
+    assert again["tokens"] == shipped["tokens"] and again["draft"] == shipped["draft"]
+    assert again["q"] == pytest.approx(shipped["q"], abs=2e-4) and again["p"] == pytest.approx(shipped["p"], abs=2e-4)
+    assert sum(min(a, b) for a, b in zip(shipped["q"], shipped["p"])) <= shipped["overlap"] + 1e-3   # shown tokens: part of it
+    assert shipped["overlap"] <= sum(min(a, b) for a, b in zip(shipped["q"], shipped["p"])) + min(
+        shipped["rest_q"], shipped["rest_p"]) + 1e-3
+    fig = figure(charts.coupling_figure(shipped))
+    i = shipped["tokens"].index(shipped["draft"])
+    keep = min(1.0, shipped["p"][i] / shipped["q"][i])
+    assert f"= {shipped['overlap']:.2f} = 1 − TV(p, q)" in fig.layout.title.text
+    assert f"min(1, p/q) = {keep:.2f}" in fig.layout.annotations[0].text
+    assert [d.name.split(":")[0] for d in fig.data] == ["q", f"p at pass {shipped['now']}, now", "overlap min(p, q)"]

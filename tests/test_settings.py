@@ -58,3 +58,29 @@ def test_settings_whole_or_as_keywords_give_the_same_run():
     assert torch.equal(a.tokens, b.tokens) and torch.equal(a.tokens, c.tokens) and a.nfe == b.nfe
     with pytest.raises(ValueError, match="^settings must be"):
         scd_core.generate(model, ["a cat"], settings={"method": "sjd"})
+
+
+def test_temperatures_the_sampler_cannot_honour_exactly_are_refused_naming_the_limit():
+    from scd_core.sampling import SamplingConfig, processed_probs
+    from scd_core.settings import MAX_TEMPERATURE, MIN_TEMPERATURE
+
+    for t in (0, MIN_TEMPERATURE, 1, MAX_TEMPERATURE):
+        assert Settings(temperature=t).temperature == t
+    for t in (1e39, MAX_TEMPERATURE * 1.5, MIN_TEMPERATURE / 2, 5e-324):
+        with pytest.raises(ValueError, match=r"^temperature must be 0 \(greedy\) or from 1e-30 to 1e\+30"):
+            Settings(temperature=t)
+    with pytest.raises(ValueError, match="^temperature"):
+        scd_core.generate(scd_core.load_model("toy-grid"), ["a cat"], temperature=1e39)
+    # Logits of float32's step at 1 in size, 8 float32 steps apart, shuffled: top-k keeps the 8
+    # largest up to the limit; past it (the sampler a looser bound lets through) float32 ties them
+    # and keeps others.
+    order = torch.randperm(16, generator=torch.Generator().manual_seed(0))
+    logits = (2.0 ** -23 * (1 + torch.arange(16, dtype=torch.float64) * 2.0 ** -20)).float()[order]   # [V]
+    largest = {i for i in range(16) if order[i] >= 8}
+    for t, exact in ((1.0, True), (MAX_TEMPERATURE, True), (1e33, False), (1e39, False)):
+        p = processed_probs(logits, SamplingConfig(t, 8, 1.0))
+        assert (set(p.nonzero().flatten().tolist()) == largest) == exact, t
+    # Near 0, the largest logits a model gives (guidance included) stay finite once divided.
+    logits = torch.tensor([-1e8, 0.0, 1e8])
+    assert processed_probs(logits, SamplingConfig(MIN_TEMPERATURE, 0, 1.0)).tolist() == [0, 0, 1]
+    assert processed_probs(logits, SamplingConfig(MIN_TEMPERATURE / 100, 0, 1.0)).isnan().any()

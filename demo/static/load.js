@@ -1,12 +1,85 @@
 () => {
   // On a phone or tablet (one column) the Settings start closed, so that Generate and the results follow the
   // model, prompt and method; one tap on "Settings" opens them.
-  if (window.innerWidth > NARROW_PX) return;
-  let tries = 0;
-  const close = () => {
-    const header = document.querySelector('#settings button.label-wrap');
-    if (header) { if (header.classList.contains('open')) header.click(); return; }
-    if (++tries < 100) setTimeout(close, 50);
+  if (window.innerWidth <= NARROW_PX) {
+    let tries = 0;
+    const close = () => {
+      const header = document.querySelector('#settings button.label-wrap');
+      if (header) { if (header.classList.contains('open')) header.click(); return; }
+      if (++tries < 100) setTimeout(close, 50);
+    };
+    close();
+  }
+  // Every picture named for a screen reader (Gradio wraps it, alt="", in a button without a
+  // name): what it shows (the panel title above it) and where its run stands (the status of
+  // its tab), renewed as the pictures and the statuses change.
+  const STATE = [['replay-', '#replay-text'], ['race-', '#race-status'], ['lossless-', '#lossless-status'], ['', '#status']];
+  const firstLine = el => ((el && el.innerText) || '').trim().split('\n')[0].slice(0, 240);
+  const titleOf = box => {
+    for (let el = box.previousElementSibling; el; el = el.previousElementSibling)
+      if (el.classList.contains('panel-title')) return firstLine(el);
+    return box.id === 'replay-image' ? 'The replayed pass: committed tokens and the drafts verified' : 'A picture of the run';
   };
-  close();
+  const name = () => {
+    for (const img of document.querySelectorAll('.bare img')) {
+      const box = img.closest('.bare[id]');
+      if (!box) continue;
+      const title = titleOf(box);
+      let state = firstLine(document.querySelector(STATE.find(([start]) => box.id.startsWith(start))[1]));
+      if (box.id.startsWith('race-'))      // a race's status: one part per method, this one's
+        state = state.split(' · ').find(part => part.startsWith(title + ' ')) || state;
+      const alt = title + (state ? '. ' + state : '');
+      if (img.alt !== alt) img.alt = alt;
+    }
+  };
+  let due = null;
+  new MutationObserver(() => { if (!due) due = setTimeout(() => { due = null; name(); }, 150); })
+    .observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true, attributeFilter: ['src']});
+  // The keyboard: a radio group is one Tab stop whose arrow keys change the choice (Gradio
+  // names each radio apart, so each was a stop of its own); the tabs' arrow keys move to the
+  // next tab; a dropdown's text is selected when it takes the focus, so that typing replaces
+  // the name shown instead of adding to it.
+  const group = () => {
+    for (const set of document.querySelectorAll('fieldset[id]'))
+      for (const radio of set.querySelectorAll('input[type=radio]'))
+        if (radio.name !== 'radio-' + set.id) radio.name = 'radio-' + set.id;
+  };
+  group();
+  new MutationObserver(group).observe(document.body, {subtree: true, childList: true, attributes: true, attributeFilter: ['name']});
+  document.addEventListener('keydown', event => {
+    const tab = event.target.closest && event.target.closest('[role=tab]');
+    if (!tab || !['ArrowLeft', 'ArrowRight', 'Home', 'End'].includes(event.key)) return;
+    const tabs = [...tab.parentElement.querySelectorAll('[role=tab]')].filter(t => t.offsetParent !== null);
+    const at = tabs.indexOf(tab), last = tabs.length - 1;
+    const next = tabs[{ArrowLeft: at ? at - 1 : last, ArrowRight: at < last ? at + 1 : 0, Home: 0, End: last}[event.key]];
+    event.preventDefault();
+    next.focus();
+    next.click();
+  });
+  document.addEventListener('focusin', event => {
+    if (event.target.matches && event.target.matches('input[role=combobox]'))
+      setTimeout(() => event.target.select(), 0);
+  });
+  // A prompt clip the browser cannot play is refused beside its field, the field keeping its
+  // label (Gradio would mark the whole box "Error"): said under it until another clip plays.
+  const clipNote = () => {
+    const box = document.querySelector('#prompt-clip');
+    let note = document.querySelector('#clip-refused');
+    if (box && !note) {
+      note = Object.assign(document.createElement('p'), {id: 'clip-refused', className: 'clip-refused'});
+      note.setAttribute('role', 'alert');
+      box.after(note);
+    }
+    return note;
+  };
+  document.addEventListener('error', event => {
+    if (!(event.target instanceof HTMLVideoElement) || !event.target.closest('#prompt-clip')) return;
+    event.stopImmediatePropagation();
+    const note = clipNote();
+    if (note) note.textContent = UNPLAYABLE_CLIP;
+  }, true);
+  document.addEventListener('loadeddata', event => {
+    if (event.target instanceof HTMLVideoElement && event.target.closest('#prompt-clip'))
+      document.querySelector('#clip-refused')?.replaceChildren();
+  }, true);
 }

@@ -85,7 +85,7 @@ def generate(model, input_ids: torch.LongTensor, logits_processor=None, stopping
 
     settings = settings.replace(**reading.sampling)
     plan = Plan.of(settings, engine_model)
-    memory.check_rows(engine_model, B, plan.method, settings.window)
+    memory.check_rows(engine_model, B, plan.method, settings.window, settings.top_p)
     if seed is None:
         seed = int(torch.randint(0, 2**62, ()).item())
     seeds = decoding.validate_seeds(seed, B)

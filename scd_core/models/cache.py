@@ -13,7 +13,10 @@ cache drops the ones that must go (`room_for`), runs `gc.collect()` and, with CU
 still holding a dropped model keeps it alive until it lets go: a front end that serves the
 model (servers, row decoders, worker processes) lets go of it first, then calls `unload`
 (`demo.models.Models` does; `scd_core.workers.ProcessClient` keeps its own `Residency` of
-worker processes).
+worker processes). A large model never loads while one it replaces on the same device is
+still alive: the cache collects again a few times (`GC_RETRIES`), then refuses the load with
+a `StillHeldError` (a `DecodeError`: its message is for the visitor who asked), and the old
+model, still held, stays usable (asked for again, it is the same object, not a second copy).
 
 `load_kwargs` other than `progress` are part of the key (the same model on another device is
 another entry). `put(name, model)` places a ready model (tests, embedders).
@@ -34,8 +37,12 @@ from . import REGISTRY, load_model
 
 log = logging.getLogger(__name__)
 
+from scd_core.client import DecodeError
+
 NOT_IN_KEY = ("progress",)   # how a load reports progress does not change the model
 DRAIN_S = 120.0     # longest wait for a model's running work to end before it is unloaded for another
+GC_RETRIES = 3      # collections more, GC_RETRY_S apart, before a load is refused for a model still alive
+GC_RETRY_S = 0.5
 QUIET_S = 5.0       # seconds without a use (a row, a picture) before a model counts as unused: a
                     # run's last pictures come after its last pass, a slow-motion run's every 2 s at most
 
@@ -205,6 +212,12 @@ class Residency:
             if key in self._resident:
                 self._resident[key] = self._resident.pop(key)
 
+    def device_of(self, key: Hashable) -> str | None:
+        """The device `key` is resident on (None: not resident)."""
+        with self._lock:
+            entry = self._resident.get(key)
+            return None if entry is None else entry.device
+
     def unloaded(self, key: Hashable, arriving: str | None = None, idle_s: float | None = None) -> None:
         """`key` is no longer resident: unloaded for `arriving`, or after `idle_s` s unused."""
         with self._lock:
@@ -272,6 +285,17 @@ def busy_message(leaving: str, arriving: str, drain_s: float) -> str:
             f"device has no room for both; please try again in a minute")
 
 
+class StillHeldError(DecodeError):
+    """A large model was not loaded: a model it replaces on the same device is still alive
+    (something holds it), and the device has no room for both."""
+
+
+def held_message(leaving: str, arriving: str) -> str:
+    """What a request for `arriving` is told when `leaving` is still held in memory."""
+    return (f"{arriving} could not be loaded: {leaving} is still held in memory here, and the device has no "
+            f"room for both; please try again in a minute")
+
+
 def unloaded_message(leaving: str, arriving: str | None) -> str:
     """What a row of `leaving` is told if it is still running when its model goes."""
     why = f" to make room for {arriving}" if arriving else ""
@@ -290,7 +314,8 @@ class ModelCache:
         self._large = large
         self.residency = residency or Residency()
         self._models: dict[tuple, object] = {}
-        self._lock = threading.Lock()        # guards _models
+        self._alive: dict[tuple, tuple[weakref.ref, str]] = {}   # unloaded large models still held: (ref, device)
+        self._lock = threading.Lock()        # guards _models and _alive
         self._load_lock = threading.Lock()   # one load at a time: each may download and allocate GBs
 
     @staticmethod
@@ -305,7 +330,8 @@ class ModelCache:
 
     def get(self, name: str, **load_kwargs):
         """The model `name` loaded with `load_kwargs`, loading it on first use (after
-        unloading the large models `room_for` names)."""
+        unloading the large models `room_for` names; a `StillHeldError` if one of them, or
+        another large model unloaded from the device, is still alive)."""
         key = self.key(name, load_kwargs)
         with self._lock:
             if key in self._models:
@@ -316,9 +342,10 @@ class ModelCache:
                 if key in self._models:          # loaded by another caller meanwhile
                     return self._models[key]
             large, device = self._large(name), device_of(load_kwargs)
+            if large and (model := self._adopt(key, device)) is not None:
+                return model
             if large:
-                for old in self.residency.room_for(key, device):
-                    self._unload(old, arriving=name)
+                self._make_room(key, name, device)
             model = self._loader(name, **load_kwargs)
             with self._lock:
                 self._models[key] = model
@@ -331,11 +358,44 @@ class ModelCache:
         with self._load_lock:
             large, device = self._large(name), device_of(load_kwargs)
             if large:
-                for old in self.residency.room_for(key, device):
-                    self._unload(old, arriving=name)
+                self._make_room(key, name, device, refuse=False)
             self.residency.loaded(key, device, model_bytes(model), large)
             with self._lock:
                 self._models[key] = model
+
+    def _make_room(self, key: tuple, name: str, device: str, refuse: bool = True) -> None:
+        """Unload the large models `room_for` names; then, unless every large model unloaded
+        from `device` is gone (after `GC_RETRIES` more collections), a `StillHeldError`."""
+        for old in self.residency.room_for(key, device):
+            self._unload(old, arriving=name)
+        for _ in range(GC_RETRIES):
+            if not self._still_alive(device):
+                return
+            time.sleep(GC_RETRY_S)
+            release_memory()
+        alive = self._still_alive(device)
+        if alive and refuse:
+            log.warning("%s not loaded: %s is still held in memory", name, ", ".join(alive))
+            raise StillHeldError(held_message(" and ".join(alive), name))
+
+    def _still_alive(self, device: str) -> list[str]:
+        """The names of the large models unloaded from `device` that something still holds."""
+        with self._lock:
+            for k in [k for k, (ref, _) in self._alive.items() if ref() is None]:
+                del self._alive[k]
+            return [_name(k) for k, (_, d) in self._alive.items() if d == device]
+
+    def _adopt(self, key: tuple, device: str):
+        """The model under `key` if it was unloaded but is still alive: cached again (no
+        second copy), else None."""
+        with self._lock:
+            ref, _ = self._alive.pop(key, (None, None))
+            model = ref() if ref is not None else None
+            if model is not None:
+                self._models[key] = model
+        if model is not None:
+            self.residency.loaded(key, device, model_bytes(model), True)
+        return model
 
     def peek(self, name: str, **load_kwargs):
         """The model if it is loaded, else None (never loads)."""
@@ -369,11 +429,13 @@ class ModelCache:
         with self._lock:
             keys = list(self._models)
             self._models.clear()
+            self._alive.clear()
         for key in keys:
             self.residency.unloaded(key)
         release_memory()
 
     def _unload(self, key: tuple, arriving: str | None = None, idle_s: float | None = None) -> bool:
+        device = self.residency.device_of(key)
         with self._lock:
             model = self._models.pop(key, None)
         self.residency.unloaded(key, arriving, idle_s)
@@ -387,6 +449,9 @@ class ModelCache:
         release_memory()
         if gone is not None and gone() is not None:
             log.warning("%s was unloaded but is still referenced: its memory is not returned", _name(key))
+            if device is not None and self._large(_name(key)):
+                with self._lock:
+                    self._alive[key] = (gone, device)
             return False
         return True
 

@@ -3,8 +3,8 @@
 Two kinds of check, by where they run:
 - where inputs enter (`start`, `add_rows`, `decode`): plain Python, reading values freely;
 - inside a session's `step`, `step_tree` and `keep_path`: a check of the arguments' types and
-  shapes reads no value; a check of their values runs on the device (`device_check`), so that
-  a pass never waits for it.
+  shapes reads no value; a check of their values (`device_check`) runs only where it costs
+  nothing (the CPU, eager), so that a pass never waits for it nor aborts the process.
 """
 from __future__ import annotations
 
@@ -32,22 +32,22 @@ def check_cfg(cfg_scale: float) -> float:
 
 
 def device_check(ok: torch.Tensor, message: str, **values) -> None:
-    """Fail with `message` (a template: `message.format(**values)`) unless the boolean tensor
-    `ok` holds True everywhere, without reading it back.
+    """Raise the ValueError of `message` (a template: `message.format(**values)`) unless the
+    boolean tensor `ok` holds True everywhere, where that costs nothing: on the CPU, outside
+    a compiled graph. Anywhere else (an accelerator, a compiled graph, `device="meta"`) it
+    checks nothing.
 
-    `torch._assert_async` checks it where it lives: an accelerator checks it on the device,
-    in order with the work around it, and the host goes on; the CPU checks it at once, and
-    this raises the ValueError of the message (inside a compiled graph a `RuntimeError`
-    whose message names the values instead of giving them: a graph's message is a
-    constant, and a size it was compiled for may be symbolic; `device="meta"` checks
-    nothing)."""
-    ok = ok.all() if ok.dim() else ok
-    if torch.compiler.is_compiling():
-        torch._assert_async(ok, message.format(**{name: name for name in values}))
+    One meaning on every device: a pass never waits for a check and never aborts the process.
+    (A device-side assert would: on CUDA it poisons the process's CUDA context, every other
+    run in it included.) Values are checked on the host where they enter (`generate` and
+    `stream`'s arguments, `start`'s and `add_rows`' prompts, a server's requests); the engine
+    feeds a session only values it made, valid by construction. So this is a courtesy to a
+    caller who drives a session by hand on the CPU, never something a pass relies on."""
+    if ok.device.type != "cpu" or torch.compiler.is_compiling():
         return
     text = message.format(**values)
     try:
-        torch._assert_async(ok, text)
+        torch._assert_async(ok.all() if ok.dim() else ok, text)       # on the CPU: at once, no read-back op
     except RuntimeError:
         raise ValueError(text) from None
 

@@ -194,8 +194,8 @@ class JanusSession(ResizableRows):
         return self._logits(hidden)
 
     # a tree of drafts (`protocols.TreeSession`): a 4-D mask over the cache and the nodes'
-    # own paths, position ids at each node's depth; the nodes' keys/values stay beside the
-    # cache until `keep_path` writes the kept ones into place (`SlotCache.hold` / `keep`)
+    # own paths, position ids at each node's depth; the nodes' keys/values go to the cache's
+    # tree slots until `keep_path` moves the kept ones into place (`SlotCache.hold` / `keep`)
     @torch.no_grad()
     def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
                   start: torch.LongTensor) -> torch.Tensor:

@@ -26,6 +26,7 @@ import torch
 from scd_core.prompts import unknown_pieces
 from PIL import Image
 
+from . import static
 from .checkpoints import as_dtype
 from .checks import device_check
 from .tree import Tree, check_path, check_tree, path_tokens
@@ -166,7 +167,7 @@ class TextureSession:
         self.centre = torch.stack([model.field(pattern) for _, pattern in chosen]) * (S - 1)   # [B, N]
         self.offset = torch.tensor([list(PALETTES).index(palette) * S for palette, _ in chosen],
                                    device=model.device)                                       # [B]
-        self.history = torch.zeros(B, model.N + 1, dtype=torch.long, device=model.device)
+        self.history = static.zeros(B, model.N + 1, dtype=torch.long, device=model.device)   # written in place
         self.first_logits = self._logits(torch.zeros(B, 1, dtype=torch.long, device=model.device))[:, 0]
         self.tree: Tree | None = None                   # the last step_tree's, until keep_path
 

@@ -31,10 +31,11 @@ from torch import nn
 from scd_core.prompts import unknown_pieces
 from scd_core.sampling import guide
 
+from . import static
 from .checkpoints import as_dtype
 from .checks import check_positions, check_step
 from .rows import GuidedRows
-from .tree import Tree, check_path, check_tree, gather_nodes, tree_mask
+from .tree import Tree, check_path, check_tree, tree_mask
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets" / "tiny"
 ASSETS_64 = Path(__file__).resolve().parents[1] / "assets" / "tiny64"    # `tiny-64`: 64 px, 16x16 tokens
@@ -283,15 +284,15 @@ class Block(nn.Module):
         att = F.scaled_dot_product_attention(q, cache_k, cache_v, attn_mask=mask)
         return self.finish(x, att)
 
-    def forward_tree(self, x: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor,
-                     mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Tree nodes x [B, T, d] attend to the cache and to each other through `mask`
-        [B, 1, T, S + T] (`tree.tree_mask`); their keys/values [B, H, T, dh] are returned,
-        not written: siblings share a position."""
+    def forward_tree(self, x: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, base: int,
+                     mask: torch.Tensor) -> torch.Tensor:
+        """Tree nodes x [B, T, d]: their keys/values go to the cache's tree slots [base,
+        base + T) (`static.write_tree`: siblings share a position, not a slot), and they
+        attend to slots [0, base + T) through `mask` [B, 1, T, base + T] (`tree.tree_mask`)."""
         q, k, v = self.heads(x)
-        att = F.scaled_dot_product_attention(q, torch.cat([cache_k, k], 2), torch.cat([cache_v, v], 2),
-                                             attn_mask=mask)
-        return self.finish(x, att), k, v
+        att = F.scaled_dot_product_attention(q, static.write_tree(cache_k, base, k),
+                                             static.write_tree(cache_v, base, v), attn_mask=mask)
+        return self.finish(x, att)
 
 
 class TinyGPT(nn.Module):
@@ -379,8 +380,9 @@ class TinySession(GuidedRows):
         dh = cfg.d_model // cfg.n_heads
         p = next(self.gpt.parameters())
         shape = (n_rows, cfg.n_heads, length, dh)
-        self.cache = [(torch.zeros(shape, dtype=p.dtype, device=p.device),
-                       torch.zeros(shape, dtype=p.dtype, device=p.device)) for _ in cfg_blocks(cfg)]
+        self.cache = [(static.zeros(*shape, dtype=p.dtype, device=p.device),
+                       static.zeros(*shape, dtype=p.dtype, device=p.device)) for _ in cfg_blocks(cfg)]
+        self.length, self.tree_slots = length, 0           # tree slots after the sequence: `reserve_tree`
         self.pos_table = self.gpt.positions().to(p.dtype)
         self.key_pos = torch.arange(length, device=p.device)
         self.scratch = length - 1                           # what keep_path writes for nodes not kept: no query sees it
@@ -395,13 +397,14 @@ class TinySession(GuidedRows):
             pos = torch.zeros(n_rows, 1, dtype=torch.long, device=p.device)
             self.first_logits = self._run(x, pos)[:, 0]
         self.tree: Tree | None = None                        # the last step_tree's, until keep_path
-        self.tree_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def _run(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         causal = (self.key_pos.view(1, 1, 1, -1) <= pos.view(pos.shape[0], 1, -1, 1))
+        L = self.length                                  # the sequence slots (not the tree slots)
         for block, (ck, cv), table in zip(self.gpt.blocks, self.cache, self.tables):
             # a local or per-position layer: its table's row per query [B, 1, W, S]
-            x = block.forward_cached(x, pos, ck, cv, causal if table is None else table[pos].unsqueeze(1))
+            x = block.forward_cached(x, pos, ck[:, :, :L], cv[:, :, :L],
+                                     causal if table is None else table[pos].unsqueeze(1))
         logits = self.gpt.head(self.gpt.ln_f(x)).float()
         if self.guided:
             logits = guide(logits[: self.batch], logits[self.batch:], self.cfg_scale)
@@ -414,17 +417,18 @@ class TinySession(GuidedRows):
 
     def join_state(self, new: "TinySession", order: torch.Tensor) -> None:
         order = order.to(self.key_pos.device)
-        self.cache = [(torch.cat([k, nk])[order], torch.cat([v, nv])[order])
+        self.reserve_tree(new.tree_slots), new.reserve_tree(self.tree_slots)      # the same tree slots
+        self.cache = [(static.static(torch.cat([k, nk])[order]), static.static(torch.cat([v, nv])[order]))
                       for (k, v), (nk, nv) in zip(self.cache, new.cache)]
 
     def select_state(self, index: torch.Tensor) -> None:
         index = index.to(self.key_pos.device)
-        self.cache = [(k[index], v[index]) for k, v in self.cache]
+        self.cache = [(static.static(k[index]), static.static(v[index])) for k, v in self.cache]
 
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
         n = self.gpt.cfg.n_tokens
         dev = self.pos_table.device
-        # no value is read on the host: the values' checks run on the device (`device_check`)
+        # no value is read on the host: the values are checked only where that is free (`device_check`)
         tokens, start = check_step(tokens, start, self.batch, self.gpt.cfg.vocab_size, device=dev, fed=n)
         w = tokens.shape[1]
         # Sequence position of generated position start+j is start+j+1; positions past the
@@ -439,24 +443,29 @@ class TinySession(GuidedRows):
         self.tree = None
         return logits
 
-    # a tree of drafts (`protocols.TreeSession`): the nodes' keys and values stay beside the
-    # cache until `keep_path` writes the kept ones at their positions
+    # a tree of drafts (`protocols.TreeSession`): the nodes' keys and values go to the
+    # cache's tree slots until `keep_path` moves the kept ones to their positions
+    def reserve_tree(self, nodes: int) -> None:
+        """Tree slots for trees of `nodes` nodes in every layer's cache (grown, never shrunk)."""
+        if nodes > self.tree_slots:
+            more, self.tree_slots = nodes - self.tree_slots, nodes
+            self.cache = [(static.with_tree_slots(k, more), static.with_tree_slots(v, more)) for k, v in self.cache]
+
     def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
                   start: torch.LongTensor) -> torch.Tensor:
         n = self.gpt.cfg.n_tokens
         dev = self.pos_table.device
         tree = check_tree(tokens, parents, start, self.batch, self.gpt.cfg.vocab_size, device=dev)
         check_positions(tree.start, n)
+        self.reserve_tree(tree.tokens.shape[1])
         rows = tree.repeat(self.reps)                                    # uncond rows: the same tree
         seq_start = rows.start + 1                                       # sequence position of generated start
         write_pos = (rows.positions + 1).clamp(max=n)                    # as `step`: past the grid is not kept
         mask = tree_mask(self.key_pos < seq_start[:, None], rows.seen)
         with torch.no_grad():                       # (not inference_mode: it compiles)
             x = self.gpt.tok_emb(rows.tokens) + self.pos_table[write_pos]
-            self.tree_kv = []
             for i, (block, (ck, cv)) in enumerate(zip(self.gpt.blocks, self.cache)):
-                x, k, v = block.forward_tree(x, ck, cv, self._tree_layer_mask(i, mask, write_pos))
-                self.tree_kv.append((k, v))
+                x = block.forward_tree(x, ck, cv, self.length, self._tree_layer_mask(i, mask, write_pos))
             logits = self.gpt.head(self.gpt.ln_f(x)).float()
         self.tree = tree
         return guide(logits[: self.batch], logits[self.batch:], self.cfg_scale) if self.guided else logits
@@ -480,11 +489,11 @@ class TinySession(GuidedRows):
         index, kept = index.repeat(self.reps, 1), kept.repeat(self.reps, 1)
         seq = self.tree.start.repeat(self.reps)[:, None] + 1 + torch.arange(index.shape[1], device=dev)
         slot = torch.where(kept & (seq <= n), seq, self.scratch)                    # [R, P]
-        for (ck, cv), (k, v) in zip(self.cache, self.tree_kv):
-            at = slot[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
-            ck.scatter_(2, at, gather_nodes(k, index, 2))
-            cv.scatter_(2, at, gather_nodes(v, index, 2))
-        self.tree, self.tree_kv = None, []
+        T = self.tree.tokens.shape[1]
+        for ck, cv in self.cache:
+            static.keep_tree(ck, self.length, T, index, slot)
+            static.keep_tree(cv, self.length, T, index, slot)
+        self.tree = None
 
 
 def cfg_blocks(cfg: GPTConfig) -> range:

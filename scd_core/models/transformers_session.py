@@ -11,8 +11,13 @@ that need it.
   on what was fed. The model sees it as a transformers `Cache` built from its public
   constructor (`Cache(layers=...)`) with a layer class of this module (`slot_layer_class()`); every
   forward gets an explicit 4-D mask (transformers uses one as given) and position ids.
-  A tree's entries are held beside the cache for one forward and the kept path written
-  into place afterwards (`SlotCache.keep`). Rows join (`join`) and leave (`select`).
+  A tree's entries are written into tree slots reserved at the end of the same cache
+  (`reserve`, `hold`), masked so that no other query sees them, and the kept path's moved
+  into place by position afterwards (`SlotCache.keep`): no pass copies the cache. Rows join
+  (`join`) and leave (`select`). Every tensor of it is static (`scd_core.models.static`):
+  marked with `torch._dynamo.mark_static_address` where it is allocated and wherever rows
+  join or leave, so that on a GPU a compiled pass that writes it replays as a CUDA graph;
+  any session built on it (the adapters here, `scd_core.hf`) inherits that.
 - `RowEnds`: the sequence layout of a model that closes every grid row with a forced
   end-of-row token (Emu3, Lumina-mGPT), for a window (`chain`) and for a tree (`tree`),
   with shapes fixed by the window or the tree's size.
@@ -36,6 +41,7 @@ import torch.nn.functional as F
 
 from scd_core.sampling import guide
 
+from . import static
 from .checks import check_step
 from .hub import WeightsNotFoundError
 from .rows import GuidedRows
@@ -48,9 +54,9 @@ def slot_layer_class() -> type:
     from transformers.cache_utils import CacheLayerMixin
 
     class SlotLayer(CacheLayerMixin):
-        """One attention layer of a `SlotCache`: keys/values [R, heads, C, head_dim] written at
-        the slots its `SlotCache` names for this forward (`owner.slots` [R, T]), or, when it
-        names none (a tree's entries), held beside them until `SlotCache.keep`."""
+        """One attention layer of a `SlotCache`: keys/values [R, heads, C + tree slots, head_dim],
+        static (`static`), written at the slots its `SlotCache` names for this forward
+        (`owner.slots` [R, T]); the forward sees slots [0, `owner.view`)."""
 
         is_compileable = True
         is_sliding = False
@@ -59,31 +65,29 @@ def slot_layer_class() -> type:
                      values: torch.Tensor | None = None) -> None:
             super().__init__()
             self.owner = owner
-            self.pending: tuple[torch.Tensor, torch.Tensor] | None = None
             if keys is not None:
-                self.keys, self.values, self.device = keys, values, keys.device
+                self.keys, self.values, self.device = static.static(keys), static.static(values), keys.device
                 self.is_initialized = True
 
         def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
             r, h, _, d = key_states.shape
-            self.keys = key_states.new_zeros(r, h, self.owner.capacity, d)
-            self.values = value_states.new_zeros(r, h, self.owner.capacity, value_states.shape[-1])
+            slots = self.owner.capacity + self.owner.tree_slots
+            self.keys = static.zeros(r, h, slots, d, dtype=key_states.dtype, device=key_states.device)
+            self.values = static.zeros(r, h, slots, value_states.shape[-1], dtype=value_states.dtype,
+                                       device=value_states.device)
             self.device = key_states.device
             self.is_initialized = True
 
         def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
-            slots = self.owner.slots
-            if slots is None:                                   # a tree's entries: beside the cache
-                self.pending = (key_states, value_states)
-                return torch.cat([self.keys, key_states], 2), torch.cat([self.values, value_states], 2)
+            slots, view = self.owner.slots, self.owner.view
             self.keys.scatter_(2, _along(slots, key_states), key_states.to(self.keys.dtype))
             self.values.scatter_(2, _along(slots, value_states), value_states.to(self.values.dtype))
-            return self.keys, self.values
+            return self.keys[:, :, :view], self.values[:, :, :view]
 
         def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-            return self.owner.capacity, 0
+            return self.owner.view, 0
 
         def get_seq_length(self) -> int:
             return self.owner.capacity
@@ -105,23 +109,30 @@ def additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 class SlotCache:
-    """Keys and values of every layer, R rows of C = P + S + 1 slots each, fixed at the start:
+    """Keys and values of every layer, R rows of C = P + S + 1 slots each and `tree_slots`
+    more, fixed at the start (or by `reserve`, before a run's first tree), static:
 
     - slots [0, P): the prompt region, left-padded (row r's prompt in [P - plen[r], P));
     - slots [P, P + S): the sequence, generated offset s of a row in slot P + s;
     - slot P + S: scratch, where entries that are not kept write (padding of a window, the
-      nodes of a tree path not kept); no query ever sees it.
+      nodes of a tree path not kept); no query ever sees it;
+    - slots [C, C + tree_slots): a tree's entries, entry j in slot C + j, seen only by that
+      tree's entries that the tree's mask lets see it.
 
-    A forward writes where `slots` [R, T] says (set by `write_at`), or, with `slots` None
-    (`hold`), keeps its entries beside the cache: a tree. `cache` is what the model is given.
+    A forward writes where `slots` [R, T] says: a chain's entries at their sequence slots
+    (`write_at`, the forward sees slots [0, C)), a tree's in the tree slots (`hold`, the
+    forward sees [0, C + T)), from which `keep` moves the kept path's entries to their
+    sequence slots by position. `cache` is what the model is given.
     """
 
     def __init__(self, num_layers: int, plen: torch.Tensor, P: int, S: int,
-                 tensors: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None) -> None:
+                 tensors: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None, tree_slots: int = 0) -> None:
         from transformers.cache_utils import Cache
 
         self.plen, self.P, self.S = plen, int(P), int(S)
+        self.tree_slots = int(tree_slots)
         self.slots: torch.Tensor | None = None
+        self.view = self.capacity                               # the slots a forward sees
         layer = slot_layer_class()
         kv = tensors or [(None, None)] * num_layers
         self.cache = Cache(layers=[layer(self, k, v) for k, v in kv])
@@ -141,6 +152,19 @@ class SlotCache:
     def tensors(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(layer.keys, layer.values) for layer in self.cache.layers]
 
+    def reserve(self, entries: int) -> None:
+        """Room for a tree of `entries` entries (the tree slots grow to it, never shrink):
+        called before a run's first tree, so that no pass allocates (`step_tree` of a
+        session calls it too, for a caller that did not)."""
+        if entries <= self.tree_slots:
+            return
+        more = entries - self.tree_slots
+        self.tree_slots = entries
+        for layer in self.cache.layers:
+            if layer.is_initialized:
+                layer.keys = static.static(F.pad(layer.keys, (0, 0, 0, more)))
+                layer.values = static.static(F.pad(layer.values, (0, 0, 0, more)))
+
     # -- what a forward writes, and what it sees ---------------------------------------------
     def prefill(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Write the prompt region: (additive mask [R, 1, P, C], position ids [R, P]). A
@@ -150,7 +174,7 @@ class SlotCache:
         k = torch.arange(self.capacity, device=dev)
         first = (self.P - self.plen)[:, None, None]                                # [R, 1, 1]
         allowed = ((k >= first) & (k <= q[:, None])) | (k == q[:, None])           # [R, P, C]
-        self.slots = q.expand(self.rows, -1)
+        self.slots, self.view = q.expand(self.rows, -1), self.capacity
         return additive(allowed[:, None], dtype), (q - first[:, :, 0]).clamp(min=0)
 
     def prompt_seen(self, k: torch.Tensor) -> torch.Tensor:
@@ -166,44 +190,51 @@ class SlotCache:
         seq = (k >= self.P) & (k <= self.P + offsets[:, :, None])                   # [R, T, C]
         allowed = self.prompt_seen(k)[:, None, :] | seq
         self.slots = torch.where(offsets >= 0, self.P + offsets, self.scratch)
+        self.view = self.capacity
         return additive(allowed[:, None], dtype), self.plen[:, None] + offsets.clamp(min=0)
 
     def hold(self, begin: torch.Tensor, offsets: torch.Tensor, seen: torch.Tensor,
              dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """A tree's entries at offsets [R, T] (-1: padding), beside the cache: each sees the
-        row's prompt, the sequence before offset `begin` [R], and the entries `seen` [R, T, T]
-        marks. Returns (additive mask [R, 1, T, C + T], position ids [R, T])."""
+        """A tree's entries at offsets [R, T] (-1: padding), written in the tree slots (entry j
+        in slot C + j): each sees the row's prompt, the sequence before offset `begin` [R],
+        and the entries `seen` [R, T, T] marks. Returns (additive mask [R, 1, T, C + T],
+        position ids [R, T])."""
+        R, T = offsets.shape
+        self.reserve(T)
         k = torch.arange(self.capacity, device=offsets.device)
         prefix = self.prompt_seen(k) | ((k >= self.P) & (k < self.P + begin[:, None]))    # [R, C]
-        allowed = torch.cat([prefix[:, None, :].expand(-1, seen.shape[1], -1), seen], 2)
-        self.slots = None
+        allowed = torch.cat([prefix[:, None, :].expand(-1, T, -1), seen], 2)
+        self.slots = (self.capacity + torch.arange(T, device=offsets.device)).expand(R, -1)
+        self.view = self.capacity + T
         return additive(allowed[:, None], dtype), self.plen[:, None] + offsets.clamp(min=0)
 
     def keep(self, entries: torch.Tensor, valid: torch.Tensor, offsets: torch.Tensor) -> None:
-        """After `hold`'s forward: write its entries `entries` [R, Q] at sequence offsets
-        `offsets` [R, Q] where `valid`, the others at the scratch slot."""
+        """After `hold`'s forward: move its entries `entries` [R, Q] from the tree slots to
+        sequence offsets `offsets` [R, Q] where `valid`, the others to the scratch slot."""
         slots = torch.where(valid, self.P + offsets, self.scratch)
+        C, T = self.capacity, self.view - self.capacity
         for layer in self.cache.layers:
-            k, v = layer.pending
-            layer.keys.scatter_(2, _along(slots, k), gather_nodes(k, entries, 2).to(layer.keys.dtype))
-            layer.values.scatter_(2, _along(slots, v), gather_nodes(v, entries, 2).to(layer.values.dtype))
-            layer.pending = None
+            for cache in (layer.keys, layer.values):
+                nodes = gather_nodes(cache[:, :, C:C + T], entries, 2)             # [R, heads, Q, d]: a copy
+                cache.scatter_(2, _along(slots, nodes), nodes)
+        self.view = self.capacity
 
     # -- rows joining and leaving ---------------------------------------------------------
-    def _padded(self, P: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Every layer's keys and values with the prompt region left-padded to P slots."""
-        pad = (0, 0, P - self.P, 0)
+    def _padded(self, P: int, tree_slots: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every layer's keys and values with the prompt region left-padded to P slots and
+        `tree_slots` tree slots."""
+        pad = (0, 0, P - self.P, tree_slots - self.tree_slots)
         return [(F.pad(k, pad), F.pad(v, pad)) for k, v in self.tensors()]
 
     @staticmethod
     def join(first: "SlotCache", second: "SlotCache", order: torch.Tensor) -> "SlotCache":
         """One cache of the rows cat([first's, second's])[order], the prompt regions left-padded
-        to the longer one."""
-        P = max(first.P, second.P)
+        to the longer one (and the tree slots to the more)."""
+        P, tree_slots = max(first.P, second.P), max(first.tree_slots, second.tree_slots)
         order = order.to(first.plen.device)
         kv = [(torch.cat([ka, kb])[order], torch.cat([va, vb])[order])
-              for (ka, va), (kb, vb) in zip(first._padded(P), second._padded(P))]
-        return SlotCache(len(kv), torch.cat([first.plen, second.plen])[order], P, first.S, kv)
+              for (ka, va), (kb, vb) in zip(first._padded(P, tree_slots), second._padded(P, tree_slots))]
+        return SlotCache(len(kv), torch.cat([first.plen, second.plen])[order], P, first.S, kv, tree_slots)
 
     def select(self, index: torch.Tensor) -> "SlotCache":
         """The cache of rows `index` (in that order), its prompt region cut to the longest of
@@ -213,7 +244,7 @@ class SlotCache:
         P = int(plen.max()) if len(plen) else self.P
         cut = self.P - P                                     # prompt slots no kept row uses
         kv = [(k[index][:, :, cut:], v[index][:, :, cut:]) for k, v in self.tensors()]
-        return SlotCache(len(kv), plen, P, self.S, kv)
+        return SlotCache(len(kv), plen, P, self.S, kv, self.tree_slots)
 
 
 @dataclass(frozen=True)
@@ -296,6 +327,12 @@ class ResizableRows(GuidedRows):
     `start(prompts, cfg_scale)` makes a session of the same kind), `cfg_scale`, `batch`,
     `reps`, `kv`, `fed` and `first_logits`."""
 
+    entries_per_node = 1                 # cache entries a tree node writes (RowEnds: its end-of-row entry too)
+
+    def reserve_tree(self, nodes: int) -> None:
+        """Room in the cache for trees of `nodes` nodes (`protocols.TreeSession`)."""
+        self.kv.reserve(self.entries_per_node * nodes)
+
     def start_like(self, prompts: Sequence[str]) -> "ResizableRows":
         return self.tm.start(prompts, self.cfg_scale)
 
@@ -316,6 +353,8 @@ class RowEndsSession(ResizableRows):
     takes `input_ids`, a 4-D `attention_mask`, `position_ids` and the cache), and `tree` and
     `forced` (None until a `step_tree`); `tm` gives `vocab_size`, `grid`, `device`,
     `image_head` and `image_logits(hidden)`."""
+
+    entries_per_node = 2                 # a node, and the end-of-row entry after it where it ends a row
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         out = self.decoder(input_ids=ids, attention_mask=mask, position_ids=position_ids,
@@ -344,8 +383,8 @@ class RowEndsSession(ResizableRows):
     # a tree of drafts (`protocols.TreeSession`): the nodes, then an end-of-row entry after
     # each node that ends a row (`tree.force_after`: seen by that node's children only); a
     # 4-D mask shows each entry the prompt, the sequence before its start and its own path;
-    # the entries' keys/values stay beside the cache until `keep_path` writes the kept
-    # path's at their sequence slots (`SlotCache.hold` / `keep`)
+    # the entries' keys/values go to the cache's tree slots until `keep_path` moves the
+    # kept path's to their sequence slots (`SlotCache.hold` / `keep`)
     @torch.no_grad()
     def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
                   start: torch.LongTensor) -> torch.Tensor:

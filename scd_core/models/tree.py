@@ -5,8 +5,8 @@ A tree of T nodes per row is `parents` [B, T]: -1 for the root (node 0), else th
 the node's parent, always smaller than its own. Ancestors follow from the parent links by
 repeated squaring (ceil(log2(T - 1)) matrix products, a number fixed by T), never a loop per
 node. Every function here has shapes fixed by (B, T) and reads no value back: a step that
-feeds a tree never waits for the device. Argument checks of values run on the device
-(`checks.device_check`).
+feeds a tree never waits for the device. Argument checks of values run where that is free,
+the CPU (`checks.device_check`), and never abort a pass elsewhere.
 """
 from __future__ import annotations
 

@@ -96,7 +96,7 @@ class CosmosSession(GuidedRows):
         self.fed = self.fed[index.to(self.fed.device)]
 
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
-        # no value is read on the host: the values' checks run on the device (`device_check`)
+        # no value is read on the host: the values are checked only where that is free (`device_check`)
         tokens, start = check_step(tokens, start, self.fed.shape[0], self.model.vocab_size, device=self.model.device,
                                    fed=self.fed, length=math.prod(self.model.grid))
         w = tokens.shape[1]
@@ -109,7 +109,11 @@ class CosmosSession(GuidedRows):
 
     # a tree of drafts (`protocols.TreeSession`): the nodes attend to the cache before their
     # start and to their own paths, with RoPE and position embeddings at their depths; their
-    # keys/values stay beside the cache until `keep_path`
+    # keys/values go to the cache's tree slots until `keep_path` moves the kept ones into place
+    def reserve_tree(self, nodes: int) -> None:
+        """Tree slots for trees of `nodes` nodes in every layer's cache."""
+        self.cache.reserve(nodes)
+
     def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
                   start: torch.LongTensor) -> torch.Tensor:
         tree = check_tree(tokens, parents, start, self.batch, self.model.vocab_size, device=self.model.device,

@@ -9,8 +9,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .. import static
 from ..layers import RMSNorm
-from ..tree import gather_nodes, tree_mask
+from ..tree import tree_mask
 from .config import CosmosConfig
 
 
@@ -144,17 +145,16 @@ class Attention(nn.Module):
         return self.attend(q, cache_k[:, :, :span], cache_v[:, :, :span], mask)
 
     def forward_nodes(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache_k: torch.Tensor,
-                      cache_v: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Tree nodes: attend to cache slots [0, S) and to the nodes through `mask`
-        [B, 1, T, S + T] (`tree.tree_mask`); their keys/values [B, Hkv, T, D] are returned,
-        not written (siblings share a position)."""
+                      cache_v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Tree nodes: their keys/values go to the tree slots after the cache's S slots
+        (`static.write_tree`: siblings share a position, not a slot), and they attend to
+        slots [0, S) and to the nodes through `mask` [B, 1, T, S + T] (`tree.tree_mask`)."""
         q = apply_rope(self.project_q(x), cos, sin)
         k, v = self.project_kv(x)
-        k = apply_rope(k, cos, sin).to(cache_k.dtype).transpose(1, 2)
-        v = v.to(cache_v.dtype).transpose(1, 2)
+        k = apply_rope(k, cos, sin).transpose(1, 2)
         span = mask.shape[-1] - x.shape[1]
-        out = self.attend(q, torch.cat([cache_k[:, :, :span], k], 2), torch.cat([cache_v[:, :, :span], v], 2), mask)
-        return out, k, v
+        return self.attend(q, static.write_tree(cache_k, span, k), static.write_tree(cache_v, span, v.transpose(1, 2)),
+                           mask)
 
     def forward_cross(self, x: torch.Tensor, ctx_k: torch.Tensor, ctx_v: torch.Tensor) -> torch.Tensor:
         return self.attend(self.project_q(x), ctx_k, ctx_v, None)
@@ -175,44 +175,57 @@ class TransformerBlock(nn.Module):
 
 @dataclass
 class KVCache:
-    """Static, position-indexed self-attention cache: k/v [B, Hkv, capacity, D] per layer."""
+    """Static, position-indexed self-attention cache (`scd_core.models.static`): k/v
+    [B, Hkv, capacity + tree slots, D] per layer, the last of the capacity's slots scratch,
+    then the tree slots (`reserve`), where a tree's nodes are written for one pass."""
     k: list[torch.Tensor]
     v: list[torch.Tensor]
     context: list[tuple[torch.Tensor, torch.Tensor] | None] = field(default_factory=list)
-    nodes: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)   # a tree's, per layer
+    tree_slots: int = 0
+    nodes: int = 0                                  # the last tree's nodes, until keep_nodes
 
     @classmethod
     def allocate(cls, cfg: CosmosConfig, batch: int, capacity: int,
                  device: str | torch.device, dtype: torch.dtype) -> "KVCache":
         shape = (batch, cfg.n_kv_heads, capacity, cfg.hd)
-        return cls([torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layers)],
-                   [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layers)],
+        return cls([static.zeros(*shape, device=device, dtype=dtype) for _ in range(cfg.n_layers)],
+                   [static.zeros(*shape, device=device, dtype=dtype) for _ in range(cfg.n_layers)],
                    [None] * cfg.n_layers)
 
     @property
     def capacity(self) -> int:
-        return self.k[0].shape[2]
+        return self.k[0].shape[2] - self.tree_slots
 
     def grow(self, capacity: int) -> None:
-        """Extend every layer's cache to `capacity` positions (kept entries are unchanged)."""
+        """Extend every layer's cache to `capacity` positions (kept entries are unchanged; the
+        tree slots, which hold nothing between passes, follow them)."""
         extra = capacity - self.capacity
         if extra > 0:
-            pad = lambda t: torch.cat([t, t.new_zeros(*t.shape[:2], extra, t.shape[3])], dim=2)
+            def pad(t):
+                return static.static(torch.cat([t[:, :, :self.capacity],
+                                                t.new_zeros(*t.shape[:2], extra + self.tree_slots, t.shape[3])], dim=2))
             self.k, self.v = [pad(t) for t in self.k], [pad(t) for t in self.v]
 
+    def reserve(self, nodes: int) -> None:
+        """Tree slots for trees of `nodes` nodes (grown, never shrunk)."""
+        if nodes > self.tree_slots:
+            more, self.tree_slots = nodes - self.tree_slots, nodes
+            self.k = [static.with_tree_slots(t, more) for t in self.k]
+            self.v = [static.with_tree_slots(t, more) for t in self.v]
+
     def keep_nodes(self, index: torch.Tensor, kept: torch.Tensor, slots: torch.Tensor) -> None:
-        """Write the last tree's nodes `index` [B, P] at positions `slots` [B, P] where `kept`,
-        the others at the last slot (scratch: no query sees it); forget the other nodes."""
-        slots = torch.where(kept, slots, self.capacity - 1)
-        for layer, (k, v) in enumerate(self.nodes):
-            at = slots[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
-            self.k[layer].scatter_(2, at, gather_nodes(k, index, 2))
-            self.v[layer].scatter_(2, at, gather_nodes(v, index, 2))
-        self.nodes = []
+        """Move the last tree's nodes `index` [B, P] to positions `slots` [B, P] where `kept`,
+        the others to the scratch slot (no query sees it)."""
+        C = self.capacity
+        slots = torch.where(kept, slots, C - 1)
+        for k, v in zip(self.k, self.v):
+            static.keep_tree(k, C, self.nodes, index, slots)
+            static.keep_tree(v, C, self.nodes, index, slots)
+        self.nodes = 0
 
     def keep(self, rows: torch.Tensor) -> None:
         """Keep only rows `rows` of every layer (self- and cross-attention), in that order."""
-        self.k, self.v = [t[rows] for t in self.k], [t[rows] for t in self.v]
+        self.k, self.v = [static.static(t[rows]) for t in self.k], [static.static(t[rows]) for t in self.v]
         self.context = [None if c is None else (c[0][rows], c[1][rows]) for c in self.context]
 
     def join(self, other: "KVCache") -> None:
@@ -227,8 +240,9 @@ class KVCache:
         capacity = max(self.capacity, other.capacity)
         self.grow(capacity)
         other.grow(capacity)
-        self.k = [torch.cat([a, b]) for a, b in zip(self.k, other.k)]
-        self.v = [torch.cat([a, b]) for a, b in zip(self.v, other.v)]
+        self.reserve(other.tree_slots), other.reserve(self.tree_slots)         # the same tree slots
+        self.k = [static.static(torch.cat([a, b])) for a, b in zip(self.k, other.k)]
+        self.v = [static.static(torch.cat([a, b])) for a, b in zip(self.v, other.v)]
         self.context = [None if a is None else (torch.cat([a[0], b[0]]), torch.cat([a[1], b[1]]))
                         for a, b in zip(self.context, other.context)]
 
@@ -259,7 +273,7 @@ class CosmosTransformer(nn.Module):
         higher positions earlier: that is what makes rollback free. With `tree` = (first [B],
         seen [B, L, L]) the tokens are the nodes of a draft tree: each attends to the cached
         positions < first[b] and to its ancestors and itself (`seen`), and their keys and
-        values stay in `cache.nodes` until `cache.keep_nodes`.
+        values go to the cache's tree slots until `cache.keep_nodes`.
         """
         cfg = self.cfg
         h = self.tok_embeddings(tokens)
@@ -271,7 +285,8 @@ class CosmosTransformer(nn.Module):
         else:
             first, seen = tree
             mask = tree_mask(keys < first[:, None], seen)
-            cache.nodes = []
+            cache.reserve(tokens.shape[1])
+            cache.nodes = tokens.shape[1]
         ape = abs_pos_embedding(seq_pos, cfg).to(h.dtype) if cfg.abs_pos_emb else None
         for i, layer in enumerate(self.layers):
             if ape is not None:
@@ -280,9 +295,7 @@ class CosmosTransformer(nn.Module):
             if tree is None:
                 h = h + layer.attention.forward_self(x, cos, sin, seq_pos, cache.k[i], cache.v[i], mask)
             else:
-                out, k, v = layer.attention.forward_nodes(x, cos, sin, cache.k[i], cache.v[i], mask)
-                cache.nodes.append((k, v))
-                h = h + out
+                h = h + layer.attention.forward_nodes(x, cos, sin, cache.k[i], cache.v[i], mask)
             if layer.has_cross:
                 ctx_k, ctx_v = cache.context[i]
                 h = h + layer.cross_attention.forward_cross(layer.cross_attention_norm(h), ctx_k, ctx_v)

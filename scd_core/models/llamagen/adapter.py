@@ -172,8 +172,8 @@ class LlamaGenSession(GuidedRows):
 
     @property
     def slots(self) -> int:
-        """Slots of the cache: the condition, the grid, then one scratch slot."""
-        return self.cache[0].k.shape[2]
+        """Sequence slots of the cache: the condition, the grid, then one scratch slot."""
+        return self.cache[0].length
 
     @torch.no_grad()
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
@@ -188,7 +188,13 @@ class LlamaGenSession(GuidedRows):
         return self._mix(logits)
 
     # a tree of drafts (`protocols.TreeSession`): the nodes attend to the cache before their
-    # start and to their own paths; their keys/values stay beside the cache until `keep_path`
+    # start and to their own paths; their keys/values go to the cache's tree slots until
+    # `keep_path` moves the kept ones to their positions
+    def reserve_tree(self, nodes: int) -> None:
+        """Tree slots for trees of `nodes` nodes in every layer's cache."""
+        for layer in self.cache:
+            layer.reserve(nodes)
+
     @torch.no_grad()
     def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
                   start: torch.LongTensor) -> torch.Tensor:

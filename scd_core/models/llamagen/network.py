@@ -6,8 +6,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .. import static
 from ..layers import RMSNorm
-from ..tree import gather_nodes
 from .config import GPTConfig
 
 
@@ -65,8 +65,8 @@ class Attention(nn.Module):
         v = v.view(r, t, c.kv_heads, c.head_dim).transpose(1, 2)
         if cache is not None and slots is not None:
             k, v = cache.write(k, v, slots, mask.shape[-1])
-        elif cache is not None:                             # tree nodes: beside the cache, not in it
-            k, v = cache.beside(k, v, mask.shape[-1] - t)
+        elif cache is not None:                             # tree nodes: in the tree slots
+            k, v = cache.write_tree(k, v)
         rep = c.n_head // c.kv_heads
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -117,13 +117,17 @@ class CaptionEmbedder(nn.Module):
 
 
 class StaticKV:
-    """Per-layer static key/value tensors [R, kv_heads, S, head_dim], written by slot; the last
-    slot is scratch (where `keep_nodes` writes the path entries not kept: no query sees it)."""
+    """Per-layer static key/value tensors [R, kv_heads, S + tree slots, head_dim], written by
+    slot (`scd_core.models.static`): slots [0, S) by position, the last of them scratch (where
+    `keep_nodes` writes the path entries not kept: no query sees it), then the tree slots
+    (`reserve`), where a tree's nodes are written for one pass."""
 
     def __init__(self, rows: int, cfg: GPTConfig, length: int, device, dtype) -> None:
-        shape = (rows, cfg.kv_heads, length + 1, cfg.head_dim)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.length, self.tree_slots = length + 1, 0        # S: the sequence slots and the scratch slot
+        shape = (rows, cfg.kv_heads, self.length, cfg.head_dim)
+        self.k = static.zeros(*shape, device=device, dtype=dtype)
+        self.v = static.zeros(*shape, device=device, dtype=dtype)
+        self.nodes = 0                                      # the last tree's nodes, until keep_nodes
 
     def write(self, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor, view: int):
         """Write at `slots` [R, T]; return the keys/values of slots [0, view)."""
@@ -132,30 +136,37 @@ class StaticKV:
         self.v.scatter_(2, at, v)
         return self.k[:, :, :view], self.v[:, :, :view]
 
-    def beside(self, k: torch.Tensor, v: torch.Tensor, view: int):
-        """Tree nodes' keys/values [R, kv_heads, T, head_dim]: kept aside (siblings share a
-        slot) until `keep_nodes`; returns slots [0, view) followed by the nodes'."""
-        self.nodes = (k, v)
-        return torch.cat([self.k[:, :, :view], k], 2), torch.cat([self.v[:, :, :view], v], 2)
+    def reserve(self, nodes: int) -> None:
+        """Tree slots for trees of `nodes` nodes (grown, never shrunk)."""
+        if nodes > self.tree_slots:
+            more, self.tree_slots = nodes - self.tree_slots, nodes
+            self.k, self.v = static.with_tree_slots(self.k, more), static.with_tree_slots(self.v, more)
+
+    def write_tree(self, k: torch.Tensor, v: torch.Tensor):
+        """Tree nodes' keys/values [R, kv_heads, T, head_dim] into the tree slots (siblings share
+        a position, not a slot) until `keep_nodes`; returns slots [0, S + T): the sequence
+        slots, then the nodes'."""
+        self.reserve(k.shape[2])
+        self.nodes = k.shape[2]
+        return static.write_tree(self.k, self.length, k), static.write_tree(self.v, self.length, v)
 
     def keep_nodes(self, index: torch.Tensor, kept: torch.Tensor, slots: torch.Tensor) -> None:
-        """Write the aside nodes `index` [R, P] at `slots` [R, P] where `kept`, the others at
+        """Move the tree's nodes `index` [R, P] to `slots` [R, P] where `kept`, the others to
         the scratch slot (fixed shapes: no value decides what is written)."""
-        k, v = self.nodes
-        slots = torch.where(kept, slots, self.k.shape[2] - 1)
-        at = slots[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
-        self.k.scatter_(2, at, gather_nodes(k, index, 2))
-        self.v.scatter_(2, at, gather_nodes(v, index, 2))
-        self.nodes = None
+        slots = torch.where(kept, slots, self.length - 1)
+        static.keep_tree(self.k, self.length, self.nodes, index, slots)
+        static.keep_tree(self.v, self.length, self.nodes, index, slots)
+        self.nodes = 0
 
     def keep(self, rows: torch.Tensor) -> None:
         """Keep only cache rows `rows`, in that order."""
-        self.k, self.v = self.k[rows], self.v[rows]
+        self.k, self.v = static.static(self.k[rows]), static.static(self.v[rows])
 
     def join(self, other: "StaticKV", order: torch.Tensor) -> None:
         """Append the rows of `other`, then reorder: cat([these rows, other rows])[order]."""
-        self.k = torch.cat([self.k, other.k])[order]
-        self.v = torch.cat([self.v, other.v])[order]
+        self.reserve(other.tree_slots), other.reserve(self.tree_slots)         # the same tree slots
+        self.k = static.static(torch.cat([self.k, other.k])[order])
+        self.v = static.static(torch.cat([self.v, other.v])[order])
 
 
 class Transformer(nn.Module):
@@ -193,8 +204,8 @@ class Transformer(nn.Module):
         `mask` [R, 1, T, S] is boolean (True = attend). With a cache, keys/values are written at
         slot = position and attention sees slots [0, S) (S = furthest position + 1 suffices);
         without one, S = T. With `tree`, h are the nodes of a draft tree: their keys/values
-        stay beside the cache (`StaticKV.beside`) and `mask` is [R, 1, T, S + T]
-        (`tree.tree_mask`): S cache slots, then the nodes.
+        go to the cache's tree slots (`StaticKV.write_tree`) and `mask` is [R, 1, T, S + T]
+        (`tree.tree_mask`): the S sequence slots, then the nodes.
         """
         if self.freqs_cis.device != h.device:
             self.freqs_cis = self.freqs_cis.to(h.device)
