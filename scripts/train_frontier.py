@@ -17,14 +17,16 @@ drawn, and it is measured:
 - the nearest-emoji rates, top 1 and top 10 (`scripts/nearest_emoji.py`, at 32 px);
 
 and one row per prior goes into `results.csv` (lead = SJD's passes / SCD-MC's, at each L).
-Snapshots kept during training (`snapshots`) are measured the same way after every prior has
-finished, as further points.
+Snapshots kept during training (`snapshots`, or any copy of a prior's checkpoint saved as
+`checkpoints/<name>_step<N>`) are measured the same way after every prior has finished, as
+further points.
 
 State lives under `FRONTIER_ROOT` (default `~/scd-frontier`), outside the work tree, so that a
 fresh checkout resumes: data, tokens, checkpoints, exported models, benchmarks, `results.csv`
 and `campaign.log`. Every stage is skipped when its output exists; a prior's trainer resumes
 from its checkpoint. `--max-minutes` bounds each prior's training per run: a prior stopped by it
-is left to the next run and the campaign goes on to the next prior.
+is left to the next run and the campaign goes on to the next prior. `--measure-only` measures
+what has finished so far (snapshots included) without training, e.g. beside a running campaign.
 """
 from __future__ import annotations
 
@@ -123,6 +125,12 @@ class Campaign:
     def step_of(self, ckpt: Path) -> int:
         record = ckpt.with_suffix(".json")
         return json.loads(record.read_text())["step"] if record.exists() else 0
+
+    def snapshots_of(self, prior: Prior) -> list[Path]:
+        """The checkpoints kept at earlier steps (`<name>_step<N>`, the trainer's --snapshots, or a
+        copy of the checkpoint made by hand while it trains), by step."""
+        found = self.ckpt(prior.name).parent.glob(f"{prior.name}_step*.json")
+        return sorted((p.with_suffix("") for p in found), key=self.step_of)
 
     def train_command(self, prior: Prior) -> list[str]:
         return ([self.py, "-m", "scd_core.train.prior", "--kind", "image", "--tokens", self.tokens,
@@ -270,6 +278,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prior", action="append", default=[], metavar="NAME:STEPS:ARGS",
                     help="train this prior instead of the campaign's list (repeatable), e.g. "
                          "'small:20:--d-model 32 --layers 2'")
+    ap.add_argument("--measure-only", action="store_true",
+                    help="train nothing: measure the priors that have finished and every snapshot kept so far "
+                         "(beside a running campaign, which then finds them measured)")
     ap.add_argument("--list", action="store_true", help="print the priors and their progress, and stop")
     ap.add_argument("--python", default=sys.executable)
     args = ap.parse_args(argv)
@@ -290,14 +301,14 @@ def main(argv: list[str] | None = None) -> None:
     campaign.prepare()
     finished = []
     for prior in priors:
-        if campaign.train(prior):
+        if args.measure_only and campaign.step_of(campaign.ckpt(prior.name)) < prior.steps:
+            continue
+        if args.measure_only or campaign.train(prior):
             campaign.measure(prior.name, campaign.ckpt(prior.name), prior)
             finished.append(prior)
-    for prior in finished:                      # the snapshots: further points, once every prior is done
-        for step in prior.snapshots:
-            snap = campaign.ckpt(f"{prior.name}_step{step}")
-            if snap.with_suffix(".json").exists():
-                campaign.measure(f"{prior.name}_s{step}", snap, prior)
+    for prior in (priors if args.measure_only else finished):    # the snapshots: once every prior is done
+        for snap in campaign.snapshots_of(prior):
+            campaign.measure(f"{prior.name}_s{campaign.step_of(snap)}", snap, prior)
     campaign.log(f"campaign: {len(finished)} of {len(priors)} priors finished; results in {campaign.results}")
 
 

@@ -91,3 +91,16 @@ def test_frontier_figure_draws_the_points_and_goals(tmp_path, capsys):
         figure.main(["--point", "tiny=1.3", "--out", str(out)])      # a point needs LEAD,RATE
     with pytest.raises(SystemExit):
         figure.main([str(results), "--rate", "top1_heldout", "--out", str(out)])   # no such column
+
+
+def test_snapshots_are_found_by_name_and_ordered_by_step(tmp_path):
+    frontier = load_script("train_frontier")
+    campaign = frontier.Campaign(tmp_path, threads=1, max_minutes=0, py="python")
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    for name, step in (("deep_step800", 800), ("deep_step1200", 1200), ("deep_step400", 400),
+                       ("deeper_step500", 500), ("deep", 1500)):
+        (folder / f"{name}.json").write_text(json.dumps({"step": step}))
+    prior = frontier.Prior("deep", 1500, "--layers 2", "a test")
+    assert [p.name for p in campaign.snapshots_of(prior)] == ["deep_step400", "deep_step800", "deep_step1200"]
+    assert campaign.step_of(folder / "deep") == 1500 and campaign.step_of(folder / "absent") == 0
