@@ -85,7 +85,7 @@ def scatter(points: list[tuple[str, float, float]], references: list[tuple[str, 
     grey = (120, 120, 120)
     y = xy(0, lead_goal)[1]
     dashed((left, y), (left + w, y), grey, 6)
-    draw.text((left + w - 150, y - 14), f"lead goal {lead_goal:.2f}x", fill=grey)
+    draw.text((left + w - 110, y + 3), f"lead goal {lead_goal:.2f}x", fill=grey)
     if rate_goal is not None:
         x = xy(rate_goal, y_lo)[0]
         dashed((x, top), (x, top + h), grey, 6)
@@ -93,7 +93,8 @@ def scatter(points: list[tuple[str, float, float]], references: list[tuple[str, 
     for name, lead in references:
         y = xy(0, lead)[1]
         dashed((left, y), (left + w, y), (150, 60, 150), 2)
-        draw.text((left + 6, y - 14), f"{name} {lead:.2f}x", fill=(150, 60, 150))
+        label = f"{name} {lead:.2f}x"
+        draw.text((left + w - 6 - 6 * len(label), y - 14), label, fill=(150, 60, 150))
     for k, (name, x, y) in enumerate(points):
         colour = COLOURS[k % len(COLOURS)]
         px, py = xy(x, y)
