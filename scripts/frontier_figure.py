@@ -10,7 +10,8 @@ lead at its best window (SJD's passes / SCD-MC's on the held-out prompts; `resul
 goals are drawn as dashed lines: a lead of `--lead-goal` and the drawing rate `--rate-goal`
 (`tiny`'s); a prior up and to the right of both meets them. `--reference NAME=LEAD` draws a
 model with no emoji rate (a real model's lead, e.g. Lumina-mGPT's 1.82x at L 64 in the paper)
-as a dotted line across. Prints the points as a table.
+as a dotted line across. Prints the points as a table, and with `--details` every column of the
+results CSVs as the markdown table of docs/embedded-models.md.
 """
 from __future__ import annotations
 
@@ -29,6 +30,24 @@ def read_points(path: Path, rate_column: str) -> list[tuple[str, float, float]]:
     """(name, rate, lead) for each row of a `train_frontier.py` results CSV."""
     with path.open(newline="") as f:
         return [(r["prior"], float(r[rate_column]), float(r["best_lead"])) for r in csv.DictReader(f)]
+
+
+def details_table(paths: list[Path]) -> str:
+    """Every prior of the results CSVs as a markdown table: architecture, steps, NLL, lead at
+    each window, nearest-emoji rates and the trainer's command."""
+    lines = ["| prior | attention | d_model x layers | steps | held-out NLL | lead at L 16 / 32 / 64 | "
+             "nearest top 1, training / held-out | top 10, training / held-out | command |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for path in paths:
+        with path.open(newline="") as f:
+            for r in csv.DictReader(f):
+                steps = r["step"] if r["step"] == r["steps"] else f"{r['step']} of {r['steps']}"
+                leads = " / ".join(f"{float(r[f'lead_L{w}']):.2f}x" for w in (16, 32, 64))
+                rates = [f"{float(r[k]):.1%}" for k in ("top1_train", "top1_heldout", "top10_train", "top10_heldout")]
+                lines.append(f"| `{r['prior']}` | {r['attention']} ({r['local_rows']} row, {r['local_cols']} col) | "
+                             f"{r['d_model']} x {r['layers']} | {steps} | {float(r['val_nll']):.3f} | {leads} | "
+                             f"{rates[0]} / {rates[1]} | {rates[2]} / {rates[3]} | `python {r['command']}` |")
+    return "\n".join(lines)
 
 
 def parse_pair(item: str, what: str) -> tuple[str, list[float]]:
@@ -115,6 +134,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="the results column on x (default top10_train; top1_train, top10_heldout, ...)")
     ap.add_argument("--lead-goal", type=float, default=1.6)
     ap.add_argument("--rate-goal", type=float, default=None, help="the drawing goal on x (e.g. tiny's rate)")
+    ap.add_argument("--details", action="store_true", help="also print every column of the results as markdown")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--title", default="lead at the best window against the nearest-emoji rate")
     args = ap.parse_args(argv)
@@ -140,8 +160,11 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("no points: give a results CSV or --point")
     print(f"| prior | lead at the best window | nearest-emoji rate ({args.rate}) | both goals |\n|---|---|---|---|")
     for name, x, y in points:
-        both = y >= args.lead_goal and (args.rate_goal is None or x >= args.rate_goal)
-        print(f"| {name} | {y:.2f}x | {x:.1%} | {'yes' if both else 'no'} |")
+        both = "n/a (no --rate-goal)" if args.rate_goal is None else \
+            "yes" if y >= args.lead_goal and x >= args.rate_goal else "no"
+        print(f"| {name} | {y:.2f}x | {x:.1%} | {both} |")
+    if args.details and args.results:
+        print("\n" + details_table(args.results))
     scatter(points, references, args.out, args.title, args.lead_goal, args.rate_goal)
     print(f"wrote {args.out}")
 

@@ -104,3 +104,21 @@ def test_snapshots_are_found_by_name_and_ordered_by_step(tmp_path):
     prior = frontier.Prior("deep", 1500, "--layers 2", "a test")
     assert [p.name for p in campaign.snapshots_of(prior)] == ["deep_step400", "deep_step800", "deep_step1200"]
     assert campaign.step_of(folder / "deep") == 1500 and campaign.step_of(folder / "absent") == 0
+
+
+def test_the_details_table_has_every_column(tmp_path):
+    frontier, figure = load_script("train_frontier"), load_script("frontier_figure")
+    path = tmp_path / "results.csv"
+    row = {c: "0" for c in frontier.RESULT_COLUMNS}
+    row.update(prior="deep", step="800", steps="1500", attention="local/local", d_model="128", layers="2",
+               local_rows="1", local_cols="2", val_nll="2.5", lead_L16="1.2", lead_L32="1.5", lead_L64="1.75",
+               top1_train="0.05", top1_heldout="0.01", top10_train="0.25", top10_heldout="0.075",
+               command="-m scd_core.train.prior --layers 2")
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=frontier.RESULT_COLUMNS)
+        writer.writeheader()
+        writer.writerow(row)
+    table = figure.details_table([path]).splitlines()
+    assert len(table) == 3
+    assert table[2] == ("| `deep` | local/local (1 row, 2 col) | 128 x 2 | 800 of 1500 | 2.500 | 1.20x / 1.50x / 1.75x | "
+                        "5.0% / 1.0% | 25.0% / 7.5% | `python -m scd_core.train.prior --layers 2` |")
