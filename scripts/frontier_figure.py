@@ -42,10 +42,11 @@ def details_table(paths: list[Path]) -> str:
         with path.open(newline="") as f:
             for r in csv.DictReader(f):
                 steps = r["step"] if r["step"] == r["steps"] else f"{r['step']} of {r['steps']}"
+                nll = f"{float(r['val_nll']):.3f}" if r["val_nll"] else "not evaluated"
                 leads = " / ".join(f"{float(r[f'lead_L{w}']):.2f}x" for w in (16, 32, 64))
                 rates = [f"{float(r[k]):.1%}" for k in ("top1_train", "top1_heldout", "top10_train", "top10_heldout")]
                 lines.append(f"| `{r['prior']}` | {r['attention']} ({r['local_rows']} row, {r['local_cols']} col) | "
-                             f"{r['d_model']} x {r['layers']} | {steps} | {float(r['val_nll']):.3f} | {leads} | "
+                             f"{r['d_model']} x {r['layers']} | {steps} | {nll} | {leads} | "
                              f"{rates[0]} / {rates[1]} | {rates[2]} / {rates[3]} | `python {r['command']}` |")
     return "\n".join(lines)
 
