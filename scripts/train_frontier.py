@@ -86,8 +86,8 @@ RESULT_COLUMNS = (["prior", "step", "steps", "attention", "d_model", "layers", "
 
 
 class Campaign:
-    def __init__(self, root: Path, threads: int, max_minutes: float, py: str) -> None:
-        self.root, self.threads, self.max_minutes, self.py = root, threads, max_minutes, py
+    def __init__(self, root: Path, threads: int, max_minutes: float, py: str, device: str = "cpu") -> None:
+        self.root, self.threads, self.max_minutes, self.py, self.device = root, threads, max_minutes, py, device
         self.data64, self.data32 = root / "data" / "emoji64", root / "data" / "emoji32"
         self.tokens = root / "data" / "tokens64"
         self.vq = root / "checkpoints" / "vq64"
@@ -138,7 +138,7 @@ class Campaign:
                  "--ckpt", self.ckpt(prior.name), "--steps", prior.steps]
                 + COMMON.split() + prior.args.split()
                 + (["--snapshots", ",".join(map(str, prior.snapshots))] if prior.snapshots else [])
-                + ["--max-minutes", self.max_minutes, "--threads", self.threads, "--device", "cpu"])
+                + ["--max-minutes", self.max_minutes, "--threads", self.threads, "--device", self.device])
 
     def train(self, prior: Prior) -> bool:
         """Train (or resume) `prior`; True when it has trained all its steps."""
@@ -284,6 +284,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="train nothing: measure the priors that have finished and every snapshot kept so far "
                          "(beside a running campaign, which then finds them measured)")
     ap.add_argument("--list", action="store_true", help="print the priors and their progress, and stop")
+    ap.add_argument("--device", default="cpu", help="where the priors train (cpu or cuda); measuring stays on the CPU")
     ap.add_argument("--python", default=sys.executable)
     args = ap.parse_args(argv)
     try:
@@ -295,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         raise SystemExit(f"--only: unknown prior(s) {unknown}; expected among {sorted(names)}")
     priors = [p for p in listed if not args.only or p.name in args.only]
-    campaign = Campaign(args.root, args.threads, args.max_minutes, args.python)
+    campaign = Campaign(args.root, args.threads, args.max_minutes, args.python, args.device)
     if args.list:
         campaign.status(priors)
         return
