@@ -286,6 +286,8 @@ def race_stream(request: gr.Request = None, *, history=None, ticket=None, **valu
             update = view.step(step)
             if update:                                    # nothing when no status or picture is due
                 yield keyed(race_views, update)
+            if step.phase == "timing" and KIND != "call":   # visitors' Generate rows first (a while at most)
+                servers.wait_while(lambda: REQUESTS.rows_of(name) > 0, servers.RACE_YIELD_S, stopped)
             if step.run is not None and step.run.stopped:
                 return
     except ValueError as exc:

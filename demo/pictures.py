@@ -88,19 +88,23 @@ def _cell_index(size: int, cells: int) -> tuple[np.ndarray, np.ndarray]:
 
 def overlay_frame(frame: np.ndarray, states: np.ndarray, scale: int) -> np.ndarray:
     """Upscale one frame (nearest) and draw the token-state grid `states` [H, W] on it."""
-    img = np.repeat(np.repeat(frame, scale, axis=0), scale, axis=1).astype(np.float32)
-    ph, pw = img.shape[:2]
+    fh, fw = frame.shape[:2]
     gh, gw = states.shape
+    if fh % gh == 0 and fw % gw == 0:    # each pixel of the frame in one cell: tinted at its own size
+        cells = np.repeat(np.repeat(states, fh // gh, axis=0), fw // gw, axis=1)
+        img = _tinted(frame.astype(np.float32), cells)
+        img = np.repeat(np.repeat(img, scale, axis=0), scale, axis=1)
+    else:
+        img = np.repeat(np.repeat(frame, scale, axis=0), scale, axis=1).astype(np.float32)
+    ph, pw = img.shape[:2]
     ri, redge = _cell_index(ph, gh)
     ci, cedge = _cell_index(pw, gw)
     st = states[ri[:, None], ci[None, :]]
+    if not (fh % gh == 0 and fw % gw == 0):
+        img = _tinted(img, st)
     cell = min(ph // gh, pw // gw)
     thick = max(2, cell // 8) if cell >= 8 else 1
     edge = np.minimum(redge[:, None], cedge[None, :])
-    for s, (_, colour, alpha, _) in STYLE.items():
-        if alpha > 0:
-            m = st == s
-            img[m] = (1 - alpha) * img[m] + alpha * np.asarray(colour, np.float32)
     hatch = ((np.arange(ph)[:, None] + np.arange(pw)[None, :]) % max(4, cell // 4)) == 0
     img[(st == DRAFT) & hatch] = (71, 85, 105)
     if cell >= 6:   # faint grid lines so single tokens can be told apart
@@ -108,6 +112,15 @@ def overlay_frame(frame: np.ndarray, states: np.ndarray, scale: int) -> np.ndarr
     for s, colour in OUTLINE.items():
         img[(st == s) & (edge < thick)] = colour
     return img.astype(np.uint8)
+
+
+def _tinted(img: np.ndarray, states: np.ndarray) -> np.ndarray:
+    """`img` (float, H x W x 3) with each pixel blended with the colour of its state [H, W]."""
+    for s, (_, colour, alpha, _) in STYLE.items():
+        if alpha > 0:
+            m = states == s
+            img[m] = (1 - alpha) * img[m] + alpha * np.asarray(colour, np.float32)
+    return img
 
 
 def tile_frames(frames: Sequence[np.ndarray], cols: int | None = None, gap: int = 6) -> np.ndarray:

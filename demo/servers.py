@@ -30,6 +30,8 @@ CLOCK = Clock()
 IMAGE_EVERY, PLOT_EVERY, STATUS_EVERY = 0.1, 0.5, 0.5       # seconds between live updates
 FULL_SPEED_EVERY = 0.25  # full speed: a picture at most this often, none before (a faster run
                          # shows its final picture only: the eye would not follow)
+RACE_YIELD_S = 5.0       # a race's timing round waits this long at most, before each method, for
+                         # visitors' Generate rows to end: they go first, and the method is timed alone
 FIRST_PAINT = 0.3        # seconds for the browser to show the final picture (and a stopped status)
                          # before the charts come: at 0.1 s, on 2 busy cores, a Stop was seen up
                          # to 0.75 s after the click, the charts' update close behind it
@@ -335,6 +337,15 @@ def sleep_until(deadline: float, stopped: Callable[[], bool] = lambda: False,
         if left <= 0:
             return
         clock.sleep(min(0.02, left))
+
+
+def wait_while(busy: Callable[[], bool], limit_s: float, stopped: Callable[[], bool] = lambda: False,
+               clock: Clock = CLOCK) -> float:
+    """Wait while `busy()`, at most `limit_s` seconds, waking early on a stop; the seconds waited."""
+    start = clock.now()
+    while busy() and not stopped() and clock.now() - start < limit_s:
+        clock.sleep(min(0.05, limit_s - (clock.now() - start)))
+    return clock.now() - start
 
 
 def replay_ticks(last: int, pace: float, every: float, stopped: Callable[[], bool],

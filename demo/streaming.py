@@ -3,6 +3,7 @@ far (`in_full`, and `streams_in_full` for a handler), and the session's run hist
 carries from one Generate to the next."""
 from __future__ import annotations
 
+import collections
 import functools
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -19,10 +20,20 @@ def in_full(updates: Iterable[dict], outputs: Sequence) -> Iterator[dict]:
     the copies stay as long as the session does. Repeating the last value costs little: a
     stream sends each update as the difference from the one before. Pictures go as PNG
     files written once (`picture_files`): an array would be encoded and its cache file
-    rewritten at every repeat, under a browser that may be reading it."""
+    rewritten at every repeat, under a browser that may be reading it. A picture given again
+    (the final picture, then the replay's last pass) is encoded once."""
     last: dict = {}
+    files: collections.OrderedDict[int, tuple[object, str]] = collections.OrderedDict()   # the last few given
+
+    def as_file(picture):
+        if id(picture) not in files:        # each kept with its file: its id is not reused meanwhile
+            files[id(picture)] = (picture, picture_files.as_file(picture))
+            while len(files) > 4:
+                files.popitem(last=False)
+        return files[id(picture)][1]
+
     for update in updates:
-        last.update({o: picture_files.as_file(v) if isinstance(o, gr.Image) else v for o, v in update.items()})
+        last.update({o: as_file(v) if isinstance(o, gr.Image) else v for o, v in update.items()})
         yield {o: last[o] for o in outputs if o in last}
 
 

@@ -21,7 +21,8 @@ memory over many requests.
    and the CPU seconds of the page, its decode workers and the visitors (this process,
    on the same cores), against the same requests
    submitted at once to one `scd_core.serve.Server` in this process (one torch thread, as the
-   page's decode worker).
+   page's decode worker): the bursts' seconds, and their CPU seconds (the page's process and
+   its workers against this process's for the library's burst), one against the other.
 4. memory: the server's resident memory after 10 warm-up requests and after 100 more from
    the same visitor, then after one request from each of 100 new visitors.
 
@@ -224,9 +225,10 @@ def request(client, seed: int = 0) -> float:
     return time.perf_counter() - t
 
 
-def served_alone(count: int) -> tuple[float, float, float]:
+def served_alone(count: int) -> tuple[float, float, float, float]:
     """The same `count` requests submitted at once to one `scd_core.serve.Server` here (one
-    torch thread, as the page's decode worker): p50, p95 and the whole burst's seconds."""
+    torch thread, as the page's decode worker): p50, p95, the whole burst's seconds and the
+    CPU seconds this process used for it."""
     import torch
 
     sys.path.insert(0, str(ROOT))
@@ -242,14 +244,14 @@ def served_alone(count: int) -> tuple[float, float, float]:
     server = Server(model, max_batch=32)
     try:
         server.submit(prompt, 0, settings).result(timeout=600)          # warm-up
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         requests = [server.submit(prompt, seed, settings) for seed in range(count)]
         done = []
         for r in requests:
             r.result(timeout=600)
             done.append(time.perf_counter() - t)
         # results arrive in any order; a request's latency is when its result was there
-        return statistics.median(done), nearest(sorted(done), 0.95), max(done)
+        return statistics.median(done), nearest(sorted(done), 0.95), max(done), time.process_time() - cpu
     finally:
         server.close()
 
@@ -286,7 +288,7 @@ def visitors(port: int, counts: list[int], bursts: int = 3) -> None:
     try:
         request(visitor(url))                                  # warm-up: the model loads
         for count in counts:
-            p50s, p95s, walls, failed = [], [], [], 0
+            p50s, p95s, walls, cpus, failed = [], [], [], [], 0
             for burst in range(bursts):
                 clients = [visitor(url) for _ in range(count)]
                 results: list = []
@@ -305,6 +307,7 @@ def visitors(port: int, counts: list[int], bursts: int = 3) -> None:
                     th.join()
                 walls.append(time.perf_counter() - t)
                 used = {k: v - used[k] for k, v in cpu_seconds(server.pid).items()}
+                cpus.append(used["page"] + used["workers"])
                 ok = sorted(r for r in results if isinstance(r, float))
                 failed += count - len(ok)
                 if ok:
@@ -316,16 +319,18 @@ def visitors(port: int, counts: list[int], bursts: int = 3) -> None:
                       + "; CPU s: " + ", ".join(f"{k} {v:.2f}" for k, v in used.items())
                       + "".join(f"\n  refused: {r}" for r in results if not isinstance(r, float)))
             table.append((count, statistics.median(p50s) if p50s else math.nan,
-                          statistics.median(p95s) if p95s else math.nan, statistics.median(walls), failed))
+                          statistics.median(p95s) if p95s else math.nan, statistics.median(walls),
+                          statistics.median(cpus), failed))
     finally:
         server.terminate()
         server.wait()
-    print("| visitors | page p50 | page p95 | page burst | scd_core.serve burst | page / serve | failed |")
-    print("|---|---|---|---|---|---|---|")
-    for count, p50, p95, wall, failed in table:
-        _, _, alone = served_alone(count)
-        print(f"| {count} | {p50:.2f} s | {p95:.2f} s | {wall:.2f} s | {alone:.2f} s | "
-              f"{wall / alone:.2f}x | {failed} |", flush=True)
+    print("| visitors | page p50 | page p95 | page burst | scd_core.serve burst | page / serve | "
+          "page CPU | scd_core.serve CPU | CPU page / serve | failed |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for count, p50, p95, wall, cpu, failed in table:
+        _, _, alone, alone_cpu = served_alone(count)
+        print(f"| {count} | {p50:.2f} s | {p95:.2f} s | {wall:.2f} s | {alone:.2f} s | {wall / alone:.2f}x | "
+              f"{cpu:.2f} s | {alone_cpu:.2f} s | {cpu / alone_cpu:.2f}x | {failed} |", flush=True)
 
 
 def rss(pid: int) -> float:

@@ -97,6 +97,24 @@ def test_full_speed_is_throttled():
     assert pictures <= elapsed / app.servers.IMAGE_EVERY + 3
 
 
+def test_full_speed_sends_a_bounded_number_of_updates_and_always_the_last_pass():
+    """Full speed: at most one picture every FULL_SPEED_EVERY seconds of the run (and none
+    before), a few updates in all, however many passes; the picture left on screen is the last
+    pass's, the same the replay draws from the recorded pass."""
+    t = time.perf_counter()
+    updates = list(app.generate_stream(**args(method="ar")))
+    elapsed = time.perf_counter() - t
+    run = final(updates, app.last_run)
+    passes = len(run["iterations"])
+    assert passes == 576
+    pictures = shown(updates, app.live_image)
+    bound = elapsed / app.servers.FULL_SPEED_EVERY + 2          # the live ones, then the final one
+    assert len(pictures) <= bound and len(updates) <= bound + 3
+    assert run["iterations"][-1].index == passes - 1
+    last, _, _ = app.replay_view(passes - 1, run)
+    assert np.array_equal(pictures[-1], picture(last))
+
+
 def test_slow_motion_shows_every_pass_at_the_pace():
     t = time.perf_counter()
     updates = list(app.generate_stream(**args(model="tiny", prompt="red apple", top_k=100,

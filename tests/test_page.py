@@ -207,6 +207,16 @@ def test_slow_motion_shows_every_pass_and_a_stop_keeps_what_is_shown():
         [0, 1, 2, 3, 4]
 
 
+def test_a_wait_for_other_rows_ends_when_they_end_at_its_limit_or_at_a_stop():
+    clock = FakeClock()
+    ends = clock.now() + 1.0
+    assert 1.0 <= servers.wait_while(lambda: clock.now() < ends, 5.0, clock=clock) <= 1.05   # a step at most
+    assert servers.wait_while(lambda: True, 5.0, clock=clock) == pytest.approx(5.0)    # never longer
+    stop = clock.now() + 0.5
+    assert 0.5 <= servers.wait_while(lambda: True, 5.0, lambda: clock.now() >= stop, clock=clock) <= 0.55
+    assert servers.wait_while(lambda: False, 5.0, clock=clock) == 0                 # none: no wait
+
+
 def test_a_replay_lasts_its_pace_and_skips_ahead_at_most_one_tick_per_interval():
     clock = FakeClock()
     t = clock.now()

@@ -74,6 +74,21 @@ def test_cpu_resume_equals_an_uninterrupted_run(tiny_data, tmp_path, capsys, run
     assert_same_checkpoint(tmp_path / "straight", tmp_path / "resumed")
 
 
+@needs_font
+def test_a_resumed_prior_keeps_its_last_held_out_nll_until_the_next_evaluation(tiny_data, tmp_path):
+    from scd_core.train import prior
+
+    args = ["--kind", "image", "--tokens", str(tiny_data / "t"), "--ckpt", str(tmp_path / "p")] + PRIOR + COMMON
+    args[args.index("--eval-every") + 1] = "100"
+    prior.main(args + ["--steps", "1"])                              # evaluates at its last step
+    first = json.loads((tmp_path / "p.json").read_text())
+    assert first["val_step"] == 1 and first["val_nll"] > 0
+    prior.main(args + ["--steps", "4", "--stop-at", "2"])              # resumes, saves at 2, no evaluation
+    second = json.loads((tmp_path / "p.json").read_text())
+    assert second["step"] == 2
+    assert (second["val_nll"], second["val_step"]) == (first["val_nll"], 1)
+
+
 def test_load_checkpoint_puts_optimizer_state_on_the_model_device(tmp_path):
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)

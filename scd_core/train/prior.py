@@ -204,16 +204,18 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.kind} prior: {n_params / 1e6:.2f} M params, grid {cfg.grid}, vocab {cfg.vocab_size}, "
           f"{len(train_rows)} train / "
           f"{len(val_rows)} held-out sequences, device {args.device}", flush=True)
-    step = 0
+    step, last_eval = 0, {}
     if Path(ckpt + ".safetensors").exists() and not args.fresh:
-        step = load_checkpoint(ckpt, model, opt, gen)["step"]
+        record = load_checkpoint(ckpt, model, opt, gen)
+        step = record["step"]
+        last_eval = {k: record[k] for k in ("val_nll", "train_nll", "val_step") if k in record}
         print(f"resumed from {ckpt} at step {step}", flush=True)
     elif args.init_from:
         if args.kind != "video":
             raise SystemExit("--init-from: only a video prior starts from an image prior")
         warm_start_from_image_prior(model, model_tensors(args.init_from))
         print(f"started from the image prior {args.init_from}", flush=True)
-    info = {"config": asdict(cfg), "args": vars(args)}
+    info = {"config": asdict(cfg), "args": vars(args), **last_eval}     # the last NLLs, kept through a resume
     clock = CheckpointClock(args.ckpt_minutes, args.max_minutes)
     running = None
     model.train()
@@ -238,6 +240,7 @@ def main(argv: list[str] | None = None) -> None:
         if step % args.eval_every == 0 or step == args.steps:
             info["val_nll"] = round(held_out_nll(model, data, val_rows), 4)
             info["train_nll"] = round(running, 4)
+            info["val_step"] = step
             print(f"eval step {step}: held-out nll {info['val_nll']:.4f} nats/token", flush=True)
         if step in snapshots:
             save_checkpoint(f"{ckpt}_step{step}", model, opt, gen, step, info)
