@@ -24,7 +24,7 @@ from typing import Callable
 import gradio as gr
 import torch
 from fastapi.responses import JSONResponse
-from gradio.route_utils import FnIndexInferError
+from gradio.route_utils import FnIndexInferError, delete_files_created_by_app
 
 from scd_core import lossless as lossless_stats, race
 from scd_core.client import DecodeError
@@ -541,8 +541,11 @@ def plot(elem_id: str, value=None) -> gr.Plot:
     return gr.Plot(value, show_label=False, elem_id=elem_id, elem_classes="chart")
 
 
-# Gradio's cache (the copies of the pictures and files it served) is swept of what is older
-# than half an hour (SCD_FILES_S), every sixth of that: a busy Space adds ~100 KB a run (docs/deploy.md).
+# The runs' pictures and files are served from their own folders, never copied into Gradio's
+# cache, and swept there by age and count (demo.picture_files). What Gradio's cache holds (the
+# visitors' uploads) is swept of what is older than half an hour (SCD_FILES_S), every sixth of
+# that, by Gradio and, should its sweep stop, by `picture_files.CacheSweeper` (docs/deploy.md).
+gr.set_static_paths(picture_files.roots())
 CACHE_SWEEP = (max(10, picture_files.RUN_AGE_S // 6), picture_files.RUN_AGE_S)
 
 with gr.Blocks(title="Speculative coupled decoding", delete_cache=CACHE_SWEEP) as demo:
@@ -819,6 +822,7 @@ def main() -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda number, frame: stopping.set())
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"), prevent_thread_lock=True, **LAUNCH)
+    picture_files.CacheSweeper(lambda age: delete_files_created_by_app(demo, age), *CACHE_SWEEP, log=log.info).start()
     while not stopping.wait(0.5):       # short waits: the signal handlers run between them
         pass
     shut_down()
