@@ -282,6 +282,27 @@ def cpu_seconds(pid: int) -> dict[str, float]:
             "visitors": me.ru_utime + me.ru_stime}
 
 
+def burst(url: str, count: int) -> list:
+    """`count` new visitors press Generate at once (seeds 0..count-1), each in a thread of its
+    own: per visitor, its latency (`request`, s) or what went wrong (a short repr). The
+    visitors' clients are made before any presses."""
+    clients = [visitor(url) for _ in range(count)]
+    results: list = []
+
+    def visit(client, seed):
+        try:
+            results.append(request(client, seed))
+        except Exception as exc:                               # noqa: BLE001: counted
+            results.append(repr(exc)[:120])
+
+    threads = [threading.Thread(target=visit, args=(c, i)) for i, c in enumerate(clients)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return results
+
+
 def visitors(port: int, counts: list[int], bursts: int = 3) -> None:
     server, url = serve(port)
     table = []
@@ -290,21 +311,8 @@ def visitors(port: int, counts: list[int], bursts: int = 3) -> None:
         for count in counts:
             p50s, p95s, walls, cpus, failed = [], [], [], [], 0
             for burst in range(bursts):
-                clients = [visitor(url) for _ in range(count)]
-                results: list = []
-
-                def visit(c, seed):
-                    try:
-                        results.append(request(c, seed))
-                    except Exception as exc:                   # noqa: BLE001: counted
-                        results.append(repr(exc)[:80])
-
-                threads = [threading.Thread(target=visit, args=(c, i)) for i, c in enumerate(clients)]
                 used, t = cpu_seconds(server.pid), time.perf_counter()
-                for th in threads:
-                    th.start()
-                for th in threads:
-                    th.join()
+                results = burst(url, count)
                 walls.append(time.perf_counter() - t)
                 used = {k: v - used[k] for k, v in cpu_seconds(server.pid).items()}
                 cpus.append(used["page"] + used["workers"])
