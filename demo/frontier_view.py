@@ -3,8 +3,8 @@ same prompts (samples of the shipped models, drawn once by `scripts/frontier_sam
 `demo/static/frontier/`, each file naming its model, prompts and seeds), each one's lead over
 SJD at its best window (from its benchmark table in `docs/bench/`), the frontier figure of
 docs/embedded-models.md (`docs/img/frontier.png`, as that section draws it) and one sentence
-on what the two show. The model notes of both models link here (`#frontier`: demo/static/load.js
-opens the tab and brings the view into sight)."""
+on what the two show. Both models' notes and their races' "why" link here (`#frontier`:
+demo/static/load.js opens the tab and brings the view into sight)."""
 from __future__ import annotations
 
 import csv
