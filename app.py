@@ -31,8 +31,8 @@ from scd_core.client import DecodeError
 from scd_core.models import cache
 from scd_core.settings import METHODS
 
-from demo import (backend, charts, checks, export, generate_view, labels, lossless, models, picture_files, pictures,
-                  race_view, run_view, runs, servers, streaming, texts, uploads, zerogpu)
+from demo import (backend, charts, checks, export, frontier_view, generate_view, labels, lossless, models,
+                  picture_files, pictures, race_view, run_view, runs, servers, streaming, texts, uploads, zerogpu)
 from demo.clips import example_clips
 
 
@@ -401,13 +401,13 @@ def load_selected(name: str, progress=gr.Progress()):
     that could not be fetched (no network here) cannot be started."""
     note = MODELS.load_note(name, lambda done, total, repo: progress(
         (done, total) if total else 0.0, desc=f"Downloading {repo}", unit="bytes"))
-    return {model_md: texts.command_blocks(uploads.without_paths(note))} | runnable(name)
+    return {model_md: texts.command_blocks(uploads.without_paths(note)) + frontier_view.model_link(name)} | runnable(name)
 
 
 def model_info(name: str) -> str:
     """Under the model: what it is and where it stands here (`models.model_note`), its download
-    commands as blocks."""
-    return texts.command_blocks(models.model_note(name, MODELS.loaded(name) is not None))
+    commands as blocks; for `tiny` and `tiny-64`, a link to the two side by side."""
+    return texts.command_blocks(models.model_note(name, MODELS.loaded(name) is not None)) + frontier_view.model_link(name)
 
 
 def can_run(name: str) -> bool:
@@ -708,6 +708,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=CACHE_SWEEP) a
                 with gr.Tab("How it works", id="tab-explain"):
                     gr.Markdown(texts.HOW_IT_WORKS, elem_id="how-it-works")
                     plot("coupling-figure", charts.coupling_figure())       # one position of a real run
+                    frontier_view.layout()                  # tiny and tiny-64 side by side, the frontier figure
     go_generate, go_race, go_lossless = (gr.Number(None, visible=False) for _ in range(3))   # set by a passed check
     stopped_state = gr.State(None)                     # the run a model pick stopped, for the switch to say
     marked_state = gr.State([])                        # the fields marked with a message now
