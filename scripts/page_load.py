@@ -78,7 +78,7 @@ class Abuser:
 def bursts(url: str, count: int, repeats: int) -> tuple[list[float], list[str]]:
     latencies, failures = [], []
     for _ in range(repeats):
-        results = page_timing.burst(url, count)
+        results = page_timing.burst([visitor(url) for _ in range(count)])
         latencies += [r for r in results if isinstance(r, float)]
         failures += [r for r in results if not isinstance(r, float)]
     return sorted(latencies), failures
