@@ -24,15 +24,15 @@ from typing import Callable
 import gradio as gr
 import torch
 from fastapi.responses import JSONResponse
-from gradio.route_utils import FnIndexInferError
+from gradio.route_utils import FnIndexInferError, delete_files_created_by_app
 
 from scd_core import lossless as lossless_stats, race
 from scd_core.client import DecodeError
 from scd_core.models import cache
 from scd_core.settings import METHODS
 
-from demo import (backend, charts, checks, export, generate_view, labels, lossless, models, picture_files, pictures,
-                  race_view, run_view, runs, servers, streaming, texts, uploads, zerogpu)
+from demo import (backend, charts, checks, export, frontier_view, generate_view, labels, lossless, models,
+                  picture_files, pictures, race_view, run_view, runs, servers, streaming, texts, uploads, zerogpu)
 from demo.clips import example_clips
 
 
@@ -401,13 +401,13 @@ def load_selected(name: str, progress=gr.Progress()):
     that could not be fetched (no network here) cannot be started."""
     note = MODELS.load_note(name, lambda done, total, repo: progress(
         (done, total) if total else 0.0, desc=f"Downloading {repo}", unit="bytes"))
-    return {model_md: texts.command_blocks(uploads.without_paths(note))} | runnable(name)
+    return {model_md: texts.command_blocks(uploads.without_paths(note)) + frontier_view.model_link(name)} | runnable(name)
 
 
 def model_info(name: str) -> str:
     """Under the model: what it is and where it stands here (`models.model_note`), its download
-    commands as blocks."""
-    return texts.command_blocks(models.model_note(name, MODELS.loaded(name) is not None))
+    commands as blocks; for `tiny` and `tiny-64`, a link to the two side by side."""
+    return texts.command_blocks(models.model_note(name, MODELS.loaded(name) is not None)) + frontier_view.model_link(name)
 
 
 def can_run(name: str) -> bool:
@@ -541,8 +541,11 @@ def plot(elem_id: str, value=None) -> gr.Plot:
     return gr.Plot(value, show_label=False, elem_id=elem_id, elem_classes="chart")
 
 
-# Gradio's cache (the copies of the pictures and files it served) is swept of what is older
-# than half an hour (SCD_FILES_S), every sixth of that: a busy Space adds ~100 KB a run (docs/deploy.md).
+# The runs' pictures and files are served from their own folders, never copied into Gradio's
+# cache, and swept there by age and count (demo.picture_files). What Gradio's cache holds (the
+# visitors' uploads) is swept of what is older than half an hour (SCD_FILES_S), every sixth of
+# that, by Gradio and, should its sweep stop, by `picture_files.CacheSweeper` (docs/deploy.md).
+gr.set_static_paths(picture_files.roots())
 CACHE_SWEEP = (max(10, picture_files.RUN_AGE_S // 6), picture_files.RUN_AGE_S)
 
 with gr.Blocks(title="Speculative coupled decoding", delete_cache=CACHE_SWEEP) as demo:
@@ -705,6 +708,7 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=CACHE_SWEEP) a
                 with gr.Tab("How it works", id="tab-explain"):
                     gr.Markdown(texts.HOW_IT_WORKS, elem_id="how-it-works")
                     plot("coupling-figure", charts.coupling_figure())       # one position of a real run
+                    frontier_view.layout()                  # tiny and tiny-64 side by side, the frontier figure
     go_generate, go_race, go_lossless = (gr.Number(None, visible=False) for _ in range(3))   # set by a passed check
     stopped_state = gr.State(None)                     # the run a model pick stopped, for the switch to say
     marked_state = gr.State([])                        # the fields marked with a message now
@@ -819,6 +823,7 @@ def main() -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda number, frame: stopping.set())
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"), prevent_thread_lock=True, **LAUNCH)
+    picture_files.CacheSweeper(lambda age: delete_files_created_by_app(demo, age), *CACHE_SWEEP, log=log.info).start()
     while not stopping.wait(0.5):       # short waits: the signal handlers run between them
         pass
     shut_down()

@@ -12,6 +12,13 @@ a recent one), none unused for `RUN_AGE_S`; older ones are removed.
 The files of a run (a video's clip, an exported decoding: MP4 and GIF) go to a folder of
 their own under one root (`RUN_FILES.new_folder()`), swept by age and count as new ones come.
 Both roots are removed when the page's process exits.
+
+Gradio serves both roots in place (`roots`, given to `gr.set_static_paths`): a run's files are
+never copied into Gradio's cache, so they are bounded by the sweeps here alone. Gradio's own
+sweep of its cache (`delete_cache`) ends for good the first time a file joins a component's
+set while it walks that set ("Set changed size during iteration", from two visitors' runs at
+once); what is left in that cache (visitors' uploads) is swept by `CacheSweeper`, which runs
+the same sweep again on the next round after such a pass.
 """
 from __future__ import annotations
 
@@ -25,6 +32,7 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from PIL import Image
@@ -120,8 +128,38 @@ class RunFolders:
             self._made.clear()
 
 
+class CacheSweeper:
+    """Every `every_s`, `sweep(age_s)` (Gradio's sweep of the files it made for the page, older
+    than `age_s`) in a daemon thread; a pass that fails is logged and the next round runs."""
+
+    def __init__(self, sweep: Callable[[float], None], every_s: float, age_s: float, log=None) -> None:
+        self.sweep, self.every_s, self.age_s, self.log = sweep, every_s, age_s, log
+        self.passes = self.failed = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="cache-sweeper", daemon=True)
+
+    def start(self) -> "CacheSweeper":
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.every_s):
+            try:
+                self.sweep(self.age_s)
+                self.passes += 1
+            except Exception as exc:                         # noqa: BLE001: the next round sweeps again
+                self.failed += 1
+                if self.log is not None:
+                    self.log(f"Gradio's cache sweep failed this round ({type(exc).__name__}: {exc}); next round in {self.every_s:g} s")
+
+
 FILES = PictureFiles()
 RUN_FILES = RunFolders()
+
+
+def roots() -> list[Path]:
+    """The folders of the pictures and the runs' files, made now: Gradio serves them in place."""
+    return [FILES.folder, RUN_FILES.root]
 
 
 @atexit.register

@@ -11,6 +11,7 @@ import numpy as np
 
 import gradio as gr
 
+from demo import frontier_view
 from demo.charts import RACE_WAITING, race_figures, race_progress_figure
 from demo.labels import METHOD_LABELS
 from demo.pictures import blank_picture, render_iteration, tile_frames
@@ -426,6 +427,7 @@ class RaceView:
         table, why, note, bench, figures = race_report(self.page.name, self.page.race, self.runs,
                                                        self.page.samples, self.device, self.probe(self.runs),
                                                        self.timings)
+        why += frontier_view.model_link(self.page.name) if why else ""      # tiny, tiny-64: the two side by side
         return {"table": table, "why": why, "note": note, "bench": bench,
                 "status": race_progress(self.runs, tick, said)} | dict(zip(("chart", "hist", "flicker"), figures))
 

@@ -138,6 +138,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--details", action="store_true", help="also print every column of the results as markdown")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--title", default="lead at the best window against the nearest-emoji rate")
+    ap.add_argument("--leave-out", action="append", default=[], metavar="NAME",
+                    help="a prior printed in the table but not drawn (e.g. one far off the others' scale)")
     args = ap.parse_args(argv)
     points = []
     for path in args.results:
@@ -166,7 +168,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| {name} | {y:.2f}x | {x:.1%} | {both} |")
     if args.details and args.results:
         print("\n" + details_table(args.results))
-    scatter(points, references, args.out, args.title, args.lead_goal, args.rate_goal)
+    unknown = sorted(set(args.leave_out) - {name for name, _, _ in points})
+    if unknown:
+        ap.error(f"--leave-out: no prior named {unknown}")
+    drawn = [p for p in points if p[0] not in args.leave_out]
+    scatter(drawn, references, args.out, args.title, args.lead_goal, args.rate_goal)
     print(f"wrote {args.out}")
 
 

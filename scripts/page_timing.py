@@ -282,6 +282,26 @@ def cpu_seconds(pid: int) -> dict[str, float]:
             "visitors": me.ru_utime + me.ru_stime}
 
 
+def burst(clients: list) -> list:
+    """The visitors `clients` (made beforehand: a client's first requests, the page's config
+    and API, are not part of a press) press Generate at once (seeds 0, 1, ...), each in a thread
+    of its own: per visitor, its latency (`request`, s) or what went wrong (a short repr)."""
+    results: list = []
+
+    def visit(client, seed):
+        try:
+            results.append(request(client, seed))
+        except Exception as exc:                               # noqa: BLE001: counted
+            results.append(repr(exc)[:120])
+
+    threads = [threading.Thread(target=visit, args=(c, i)) for i, c in enumerate(clients)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return results
+
+
 def visitors(port: int, counts: list[int], bursts: int = 3) -> None:
     server, url = serve(port)
     table = []
@@ -289,22 +309,10 @@ def visitors(port: int, counts: list[int], bursts: int = 3) -> None:
         request(visitor(url))                                  # warm-up: the model loads
         for count in counts:
             p50s, p95s, walls, cpus, failed = [], [], [], [], 0
-            for burst in range(bursts):
+            for k in range(bursts):
                 clients = [visitor(url) for _ in range(count)]
-                results: list = []
-
-                def visit(c, seed):
-                    try:
-                        results.append(request(c, seed))
-                    except Exception as exc:                   # noqa: BLE001: counted
-                        results.append(repr(exc)[:80])
-
-                threads = [threading.Thread(target=visit, args=(c, i)) for i, c in enumerate(clients)]
                 used, t = cpu_seconds(server.pid), time.perf_counter()
-                for th in threads:
-                    th.start()
-                for th in threads:
-                    th.join()
+                results = burst(clients)
                 walls.append(time.perf_counter() - t)
                 used = {k: v - used[k] for k, v in cpu_seconds(server.pid).items()}
                 cpus.append(used["page"] + used["workers"])
@@ -313,7 +321,7 @@ def visitors(port: int, counts: list[int], bursts: int = 3) -> None:
                 if ok:
                     p50s.append(statistics.median(ok))
                     p95s.append(nearest(ok, 0.95))
-                print(f"  burst {burst + 1}: {count} visitors at once, {len(ok)} served in "
+                print(f"  burst {k + 1}: {count} visitors at once, {len(ok)} served in "
                       f"{walls[-1]:.1f} s" + (f"; latency p50 {p50s[-1]:.2f} s, p95 {p95s[-1]:.2f} s"
                                               if ok else "")
                       + "; CPU s: " + ", ".join(f"{k} {v:.2f}" for k, v in used.items())

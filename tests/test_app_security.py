@@ -182,3 +182,17 @@ def test_messages_to_the_visitor_carry_no_server_path():
     refused = app.problems(dict(model="texture", method="scd-mc", window=16, init="random", temperature=1.0,
                                 top_k=0, top_p=1.0, cfg=1.0, seed=0, prompt="x", clip="/etc/passwd"))
     assert refused == {"clip": uploads.REFUSED}
+
+
+def test_a_runs_pictures_are_served_from_the_pages_folder_and_not_copied_into_the_cache(url):
+    """The pictures a run shows are served in place from the page's own folder, swept there
+    (demo.picture_files); none is copied into Gradio's cache, whose sweep can stop."""
+    from demo import picture_files
+
+    before = cache_listing()
+    plain = Client(url, verbose=False, download_files=False)
+    picture = plain.submit(clip=None, **REQUEST, api_name="/generate").result(timeout=TIMEOUT)[0]
+    path = os.path.realpath(picture["path"])
+    assert os.path.dirname(path) == os.path.realpath(picture_files.FILES.folder), path
+    assert httpx.get(picture["url"], timeout=TIMEOUT).content == open(path, "rb").read()
+    assert not copied(before, [str(p) for p in picture_files.FILES.folder.iterdir()])   # nor any picture shown before it

@@ -543,3 +543,25 @@ def test_a_visitor_has_one_job_queued_or_running_on_each_queue():
     assert tickets.admit("b", "generate")
     tickets.forget("a")                                        # a's session ended: b's job stays
     assert tickets.held("a", "decode") == 0 and tickets.held("b", "generate") == 1
+
+
+def test_the_cache_sweeper_sweeps_again_after_a_pass_that_failed():
+    """Gradio's own sweep of its cache ends at its first failed pass; this one logs it and
+    sweeps again on the next round, with the age it was given."""
+    from demo.picture_files import CacheSweeper
+
+    ages, notes = [], []
+
+    def sweep(age):
+        ages.append(age)
+        if len(ages) == 1:
+            raise RuntimeError("Set changed size during iteration")
+
+    sweeper = CacheSweeper(sweep, every_s=0.01, age_s=7.0, log=notes.append).start()
+    deadline = time.monotonic() + 10
+    while sweeper.passes < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sweeper.stop.set()
+    sweeper.thread.join(5)
+    assert sweeper.failed == 1 and sweeper.passes >= 2 and set(ages) == {7.0}
+    assert len(notes) == 1 and "Set changed size" in notes[0] and not sweeper.thread.is_alive()

@@ -13,7 +13,9 @@
   // Every picture named for a screen reader (Gradio wraps it, alt="", in a button without a
   // name): what it shows (the panel title above it) and where its run stands (the status of
   // its tab), renewed as the pictures and the statuses change.
-  const STATE = [['replay-', '#replay-text'], ['race-', '#race-status'], ['lossless-', '#lossless-status'], ['', '#status']];
+  // A shipped picture (tiny and tiny-64 side by side) has no run: its title names it.
+  const STATE = [['replay-', '#replay-text'], ['race-', '#race-status'], ['lossless-', '#lossless-status'],
+                 ['frontier-', null], ['', '#status']];
   const firstLine = el => ((el && el.innerText) || '').trim().split('\n')[0].slice(0, 240);
   const titleOf = box => {
     for (let el = box.previousElementSibling; el; el = el.previousElementSibling)
@@ -25,7 +27,8 @@
       const box = img.closest('.bare[id]');
       if (!box) continue;
       const title = titleOf(box);
-      let state = firstLine(document.querySelector(STATE.find(([start]) => box.id.startsWith(start))[1]));
+      const status = STATE.find(([start]) => box.id.startsWith(start))[1];
+      let state = status ? firstLine(document.querySelector(status)) : '';
       if (box.id.startsWith('race-'))      // a race's status: one part per method, this one's
         state = state.split(' · ').find(part => part.startsWith(title + ' ')) || state;
       const alt = title + (state ? '. ' + state : '');
@@ -59,6 +62,32 @@
   document.addEventListener('focusin', event => {
     if (event.target.matches && event.target.matches('input[role=combobox]'))
       setTimeout(() => event.target.select(), 0);
+  });
+  // A link to tiny and tiny-64 side by side (under either model's note, in "How it works"):
+  // the tab opens and the view comes into sight, its heading focused for the keyboard. The
+  // tab's chart and pictures above it may still be drawing: it is kept at the top while they
+  // grow, for two seconds at most or until the visitor scrolls.
+  const STILL = ['wheel', 'touchstart', 'keydown'];
+  document.addEventListener('click', event => {
+    const link = event.target.closest && event.target.closest('a[href="#frontier"]');
+    if (!link) return;
+    event.preventDefault();
+    document.querySelector('button[role=tab][data-tab-id="tab-explain"]')?.click();
+    let tries = 0;
+    const show = () => {
+      const view = document.querySelector('#frontier'), heading = view && view.querySelector('h3');
+      if (!heading || heading.offsetParent === null) { if (++tries < 100) setTimeout(show, 50); return; }
+      heading.tabIndex = -1;
+      heading.focus({preventScroll: true});
+      const place = () => heading.scrollIntoView({block: 'start'});
+      const keep = new ResizeObserver(place);
+      const stop = () => { keep.disconnect(); STILL.forEach(e => removeEventListener(e, stop, true)); };
+      keep.observe(heading.closest('.tabitem') || document.body);
+      STILL.forEach(e => addEventListener(e, stop, true));
+      setTimeout(stop, 2000);
+      place();
+    };
+    show();
   });
   // A prompt clip the browser cannot play is refused beside its field, the field keeping its
   // label (Gradio would mark the whole box "Error"): said under it until another clip plays.
