@@ -32,7 +32,7 @@ def say(*parts) -> None:
 
 def walk(browser, width: int, height: int, models: list[str], out: str) -> int:
     """One window size; the number of steps that showed something wrong."""
-    from test_browser import (error_badges, fill, in_sight, open_page, pick_model, placeholders, text,
+    from browser_util import (error_badges, fill, in_sight, open_page, pick_model, placeholders, text,
                               wait_text)
 
     pg = open_page(browser, width, height)
@@ -114,7 +114,7 @@ def main() -> None:
 
     import app
     from playwright import sync_api
-    from test_browser import ARGS, CHROMIUM
+    from browser_util import ARGS, CHROMIUM
 
     if CHROMIUM is None:
         raise SystemExit("chromium is not installed (apt-get install chromium, or set CHROMIUM)")

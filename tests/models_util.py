@@ -4,7 +4,8 @@ configs of their classes, built as their own tests build them (offline, CPU), wi
 large enough that logits depend on the context (greedy runs that vary).
 
 `build(name, dtype, tmp_path_factory) -> (model, prompts, cfg_scale)`: two prompts the model
-knows (one for the 512-token clip model, the slowest to decode).
+knows (one for the 512-token clip model, the slowest to decode); `builds(tmp_path_factory)`:
+the same, each model built once, for a module's fixture.
 """
 from __future__ import annotations
 
@@ -86,6 +87,21 @@ def build(name: str, dtype: torch.dtype = torch.float32, tmp_path_factory=None, 
     if name == "cosmos":
         return _cosmos(dtype, tmp_path_factory, device)
     return {"llamagen": _llamagen, "janus-pro": _janus, "emu3": _emu3, "lumina-mgpt": _lumina}[name](dtype, device)
+
+
+def builds(tmp_path_factory, texture_grid=(8, 8)):
+    """`get(name) -> (model, prompts, cfg_scale)`: `build(name)` in float32 on the CPU, made once
+    per name, for a module-scoped fixture; the texture model at `texture_grid` (its passes are
+    alike at any grid: a short run), the 512-token clip model with one prompt."""
+    cache = {}
+
+    def get(name: str):
+        if name not in cache:
+            small = dict(grid=texture_grid) if name == "texture" else {}
+            model, prompts, cfg = build(name, torch.float32, tmp_path_factory, **small)
+            cache[name] = model, (prompts[:1] if name == "tiny-video" else prompts), cfg
+        return cache[name]
+    return get
 
 
 def build_meta(name: str):

@@ -1,7 +1,7 @@
 """`tiny` and `tiny-64` side by side in a real browser: a visitor who wonders why tiny-64 draws
 colour fields follows the link under its note and finds both models' samples, their leads and
 the frontier figure, whole and named, at a desktop's and a phone's size. The served page and
-its helpers are tests/test_browser.py's."""
+its helpers are tests/browser_util.py's."""
 from __future__ import annotations
 
 import os
@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from demo import frontier_view as fv
-from test_browser import REACHABLE, SHOTS, axe_findings, browser, open_page, pick_model, text  # noqa: F401 (a fixture)
+from browser_util import REACHABLE, SHOTS, axe_findings, browser, open_page, pick_model, text  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.browser
 

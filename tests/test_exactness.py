@@ -73,19 +73,6 @@ def test_video_grid_with_repeat_frame(method, init):
         assert p > ALPHA, f"{method}/{init}: chi-square p = {p:.3g}"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("method,init,setting", SINGLE_ROW_CASES)
-def test_single_row_calls_sample_the_exact_joint(method, init, setting):
-    """B = 1: 2,500 separate calls (seeds 0..2499) on a 2 x 2 grid (81 sequences)."""
-    small = ToyModel(vocab_size=3, grid=(2, 2), scale=1.5, seed=1)
-    cfg_scale, sampling = SINGLE_ROW_SETTINGS[setting]
-    tokens = torch.cat([scd_core.generate(small, [PROMPTS[0]], method=method, window=3, seed=s,
-                                          cfg_scale=cfg_scale, init=init, **sampling).tokens
-                        for s in range(2500)])
-    (p,) = joint_pvalues(small, tokens, [PROMPTS[0]] * len(tokens), cfg_scale, sampling)
-    assert p > ALPHA, f"{method}/{init}/{setting} at B=1: chi-square p = {p:.3g}"
-
-
 def test_wide_window_covers_the_whole_grid(toy):
     """L larger than N: windows shrink at the end of the grid without bias."""
     prompts = [PROMPTS[0]] * 24_000

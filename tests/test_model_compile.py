@@ -32,15 +32,7 @@ CASES = [pytest.param(name, method, marks=() if (name, method) in DEFAULT else p
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    cache = {}
-
-    def get(name: str):
-        if name not in cache:
-            small = dict(grid=(8, 8)) if name == "texture" else {}
-            model, prompts, cfg = models_util.build(name, torch.float32, tmp_path_factory, **small)
-            cache[name] = model, (prompts[:1] if name == "tiny-video" else prompts), cfg
-        return cache[name]
-    return get
+    return models_util.builds(tmp_path_factory)
 
 
 @pytest.mark.parametrize("name,method", CASES)

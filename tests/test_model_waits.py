@@ -25,15 +25,7 @@ MODELS = [pytest.param(m, marks=pytest.mark.slow) if m in ("tiny-64", "tiny-vide
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    cache = {}
-
-    def get(name: str):
-        if name not in cache:
-            small = dict(grid=(12, 12)) if name == "texture" else {}     # passes alike at any grid: a short run
-            model, prompts, cfg = models_util.build(name, torch.float32, tmp_path_factory, **small)
-            cache[name] = model, (prompts[:1] if name == "tiny-video" else prompts), cfg
-        return cache[name]
-    return get
+    return models_util.builds(tmp_path_factory, texture_grid=(12, 12))
 
 
 def settings(name: str, cfg: float, **kw) -> dict:
