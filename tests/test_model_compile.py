@@ -1,7 +1,9 @@
 """Every shipped model's and adapter's session compiles with the pass: `compile=True` builds one
 graph a pass (`torch.compile(fullgraph=True)` of the pass with the model's step inside it: a
 graph break would be an error) and gives the eager run's tokens and passes, on the embedded
-models as shipped and the adapters' tiny configs, every method on three models at least.
+models as shipped and the adapters' tiny configs, every method on three models at least; and,
+read as CUDA-graph trees read it (`scd_core.testing.unmarked_writes`), the graph writes in place
+only into static tensors (tests/test_static_writes.py for the rest).
 
 Compiling costs about a minute per case on a small CPU (tens of seconds when inductor's disk
 cache is warm), so the quick lane compiles each adapter once (SCD-MC, the method whose
@@ -16,6 +18,7 @@ import torch._dynamo
 
 import scd_core
 import models_util
+from scd_core.testing import unmarked_writes
 
 pytestmark = pytest.mark.compile
 
@@ -45,8 +48,12 @@ def test_the_compiled_pass_is_one_graph_with_the_eager_tokens(built, name, metho
     eager = scd_core.generate(model, prompts, **kw)
     stats = torch._dynamo.utils.counters["stats"]
     graphs = stats["unique_graphs"]
-    compiled = scd_core.generate(model, prompts, compile=True, **kw)
+    with unmarked_writes() as read:                  # the graph read as CUDA-graph trees read it, cold
+        compiled = scd_core.generate(model, prompts, compile=True, **kw)
     built_now = stats["unique_graphs"] - graphs
+    # nothing it writes in place is left unmarked (tests/test_static_writes.py: the SCD-MC pass of the
+    # models this file compiles with it is checked here, once, not compiled again there)
+    assert read and not [w for g in read for w in g], f"{name}, {method}: writes into tensors not static: {read}"
     # one graph: the pass and the step fused (the pass compiled around an eager step is two)
     assert built_now == 1, f"{name}, {method}: {built_now} graphs built for one run's passes"
     assert torch.equal(compiled.tokens.cpu(), eager.tokens.cpu()) and compiled.nfe == eager.nfe

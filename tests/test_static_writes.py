@@ -3,8 +3,8 @@ on a GPU the pass is captured as a CUDA graph: CUDA-graph trees skip capture, si
 graph mutates an input that is neither static nor owned by a recorded graph
 (torch/_inductor/cudagraph_utils.py, `check_for_mutation`). Read on the CPU from inductor's
 compiled graph (its mutated and static inputs, what CUDA-graph trees read), for every shipped
-model and adapter with SCD-MC, and draft trees' passes (`step_tree` and `keep_path` in the
-graph). `scd_core.testing.check_static_writes` does the reading, each graph compiled cold (tens
+model with SCD-MC (the adapters' SCD-MC passes where tests/test_model_compile.py compiles them),
+and draft trees' passes (`step_tree` and `keep_path` in the graph). `scd_core.testing.check_static_writes` does the reading, each graph compiled cold (tens
 of seconds on a small CPU: the compile lane takes every model once and one tree, the rest is
 also `slow`); the first test shows that it catches a cache that is not marked.
 
@@ -23,9 +23,10 @@ from scd_core.testing import check_static_writes, unmarked_writes
 pytestmark = pytest.mark.compile
 
 SLOW = {"tiny-64", "tiny-video"}          # tiny's session and layers at other sizes
+# The adapters' SCD-MC passes are read where tests/test_model_compile.py compiles them (its
+# default cases, `unmarked_writes` around the compiled run): one cold compile each, not two.
 CASES = [pytest.param(name, {}, marks=pytest.mark.slow if name in SLOW else (), id=f"{name}-scd-mc")
-         for name in ["texture", "tiny", "tiny-64", "tiny-video", "janus-pro", "emu3", "lumina-mgpt", "llamagen",
-                      "cosmos"]]
+         for name in ["texture", "tiny", "tiny-64", "tiny-video"]]
 # trees: llamagen's in the compile lane, the others (the same tree slots, or texture's history) also slow
 CASES += [pytest.param(name, dict(method="sjd", window=8, tree=(2, 2)), id=f"{name}-sjd-tree-2x2",
                        marks=() if name == "llamagen" else pytest.mark.slow)
