@@ -83,9 +83,10 @@ if [ "${1:-}" = "--quick" ]; then
   lanes=()
 fi
 # Two test processes (pytest-xdist; SCD_TEST_WORKERS sets how many, 0 for one process), each
-# test file whole in one of them: its module fixtures (a served page, a Ray cluster) made once.
+# test file whole in one of them (its module fixtures, a served page or a Ray cluster, made
+# once), the browser files all in one process, the longest first (tests/conftest.py).
 workers=${SCD_TEST_WORKERS:-2}
 parallel=()
-[ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile)
+[ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 echo "== pytest"
 exec python -m pytest "${parallel[@]}" "${lanes[@]}" "$@"

@@ -32,6 +32,8 @@ def test_the_note_under_tiny_64_leads_to_both_models_samples_their_leads_and_the
         pg.wait_for_function(f"() => {{ const y = document.querySelector('#frontier h3').getBoundingClientRect().top;"
                              f" return y >= -2 && y <= {size[1] // 4}; }}", timeout=5_000)   # ... and brought into sight
         pg.wait_for_function("() => [...document.querySelectorAll('#frontier img')].every(i => i.alt)", timeout=5_000)
+        pg.wait_for_function("() => [...document.querySelectorAll('#frontier img')].every(i => i.complete)",
+                             timeout=10_000)                        # each fetched (a broken one reads 0 wide)
         pictures = pg.evaluate(PICTURES)
         for name in fv.MODELS:
             shown = fv.read_samples(name)
