@@ -150,7 +150,7 @@ def main(log_path: str) -> dict:
     import torch
 
     import app
-    from demo import runs
+    from demo import race_view, runs
     from types import SimpleNamespace
 
     torch.set_num_threads(1)
@@ -204,17 +204,24 @@ def main(log_path: str) -> dict:
     lossless = list(app.lossless_run(**tiny, lossless_samples=16, request=visitor))
     out["lossless"] = next(u[app.loss_status] for u in reversed(lossless) if app.loss_status in u)
 
-    stopped: dict = {}                               # a slow race, stopped from the page's process
+    updates: list = []                               # a slow race, stopped from the page's process in its replay
     slow = tiny | dict(pace=2.0, samples=2)
-    runner = threading.Thread(target=lambda: stopped.setdefault("updates", list(app.race_stream(
-        **slow, ticket=time.time() * 1000, request=SimpleNamespace(session_hash="stopper")))))
+    replaying = threading.Event()
+
+    def race_slowly() -> None:
+        for update in app.race_stream(**slow, ticket=time.time() * 1000, request=SimpleNamespace(session_hash="stopper")):
+            updates.append(update)
+            if race_view.REPLAYING in str(update.get(app.race_status, "")):
+                replaying.set()
+    runner = threading.Thread(target=race_slowly)
     runner.start()
-    time.sleep(20)
+    assert replaying.wait(timeout=300), "the slow race never reached its replay"
+    time.sleep(1)
     clicked = time.time()
     app.stop(time.time() * 1000, request=SimpleNamespace(session_hash="stopper"))
     runner.join(timeout=120)
     out["stop"] = {"seconds": time.time() - clicked,
-                   "status": next(u[app.race_status] for u in reversed(stopped["updates"]) if app.race_status in u)}
+                   "status": next(u[app.race_status] for u in reversed(updates) if app.race_status in u)}
 
     stop_watching.set()
     watcher.join()
