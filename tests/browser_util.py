@@ -8,8 +8,6 @@ Screenshots land in $SCD_SCREENSHOT_DIR (default: the system temp folder) for a 
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import re
 import shutil
@@ -32,26 +30,11 @@ SHOTS = os.environ.get("SCD_SCREENSHOT_DIR", tempfile.gettempdir())
 SIZES = [(1400, 1000), (390, 844)]
 
 
-@contextlib.contextmanager
-def one_page_at_a_time():
-    """The browser files take turns across test processes (a lock file in the temp folder):
-    two served pages and two chromiums at once on two cores, beside the other lanes, ran past
-    their time-outs."""
-    with open(os.path.join(tempfile.gettempdir(), "scd-browser-tests.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 @pytest.fixture(scope="module")
 def browser():
-    with one_page_at_a_time():
-        yield from _browser()
-
-
-def _browser():
+    """One served page and one chromium for a test module. scripts/test.sh runs all the browser
+    files in one test process (tests/conftest.py): two pages and two chromiums at once on two
+    cores ran past their time-outs."""
     if CHROMIUM is None:
         missing("chromium is not installed (as root: apt-get install chromium; or set CHROMIUM to its path)")
     try:

@@ -4,9 +4,10 @@ graph mutates an input that is neither static nor owned by a recorded graph
 (torch/_inductor/cudagraph_utils.py, `check_for_mutation`). Read on the CPU from inductor's
 compiled graph (its mutated and static inputs, what CUDA-graph trees read), for every shipped
 model with SCD-MC (the adapters' SCD-MC passes where tests/test_model_compile.py compiles them),
-and draft trees' passes (`step_tree` and `keep_path` in the graph). `scd_core.testing.check_static_writes` does the reading, each graph compiled cold (tens
-of seconds on a small CPU: the compile lane takes every model once and one tree, the rest is
-also `slow`); the first test shows that it catches a cache that is not marked.
+and draft trees' passes (`step_tree` and `keep_path` in the graph).
+`scd_core.testing.check_static_writes` does the reading, each graph compiled cold (tens of
+seconds on a small CPU: the compile lane takes every model once and one tree, the rest is also
+`slow`); the first test shows that it catches a cache that is not marked.
 
 On a GPU (`gpu`, scripts/gpu_check.sh runs it first), the same runs compiled replay as CUDA
 graphs: inductor's count of skipped captures stays 0, and the tokens are eager's.

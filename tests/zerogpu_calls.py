@@ -216,7 +216,6 @@ def main(log_path: str) -> dict:
     runner = threading.Thread(target=race_slowly)
     runner.start()
     assert replaying.wait(timeout=300), "the slow race never reached its replay"
-    time.sleep(1)
     clicked = time.time()
     app.stop(time.time() * 1000, request=SimpleNamespace(session_hash="stopper"))
     runner.join(timeout=120)
