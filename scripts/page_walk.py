@@ -1,15 +1,16 @@
 """A visitor's walk through the demo page, with screenshots to look at: every method on every
 embedded model, a model switch during a run, a race and the Lossless comparison, at each
-window size; each step's status and what would be wrong with it, printed as it goes.
+window size in each theme; each step's status and what would be wrong with it, printed as it
+goes.
 
-    python scripts/page_walk.py                              # 1400x1000 and 390x844, ~10 min on 2 cores
-    python scripts/page_walk.py --sizes 390x844 --models tiny --out /tmp/walk
+    python scripts/page_walk.py                 # 1400x1000 and 390x844, light and dark, ~20 min on 2 cores
+    python scripts/page_walk.py --sizes 390x844 --themes dark --models tiny --out /tmp/walk
 
 Printed for each run: its status, the views showing Gradio's empty placeholder, the error
 badges, whether the status is in sight; at the end, the browser console's errors. The
-screenshots (`--out`, default a new temporary folder) are named SIZE_MODEL_METHOD.png,
-SIZE_switch.png, SIZE_race.png and SIZE_lossless.png. Needs playwright and Chromium
-(CHROMIUM or /usr/bin/chromium), as the browser tests do; it uses their helpers.
+screenshots (`--out`, default a new temporary folder) are named WIDTH_THEME_MODEL_METHOD.png,
+WIDTH_THEME_switch.png, WIDTH_THEME_race.png and WIDTH_THEME_lossless.png. Needs playwright and
+Chromium (CHROMIUM or /usr/bin/chromium), as the browser tests do; it uses their helpers.
 """
 from __future__ import annotations
 
@@ -30,12 +31,13 @@ def say(*parts) -> None:
     print(*(str(p).replace("\n", " ") for p in parts), flush=True)
 
 
-def walk(browser, width: int, height: int, models: list[str], out: str) -> int:
-    """One window size; the number of steps that showed something wrong."""
+def walk(browser, width: int, height: int, theme: str, models: list[str], out: str) -> int:
+    """One window size in one theme; the number of steps that showed something wrong."""
     from browser_util import (error_badges, fill, in_sight, open_page, pick_model, placeholders, text,
                               wait_text)
 
-    pg = open_page(browser, width, height)
+    pg = open_page(browser, width, height, theme)
+    where = f"{width}x{height} {theme}"
     errors, wrong = [], 0
     pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
 
@@ -44,10 +46,10 @@ def walk(browser, width: int, height: int, models: list[str], out: str) -> int:
         empty, badges = placeholders(pg), error_badges(pg)
         sight = in_sight(pg, f"#{status_view}") if status_view else "ok"
         wrong += bool(empty or badges or sight != "ok")
-        say(f"{width}x{height}", what, "| placeholders", empty, "| error badges", badges, "| status", sight)
+        say(where, what, "| placeholders", empty, "| error badges", badges, "| status", sight)
 
     def shot(name: str, full: bool = False) -> None:
-        pg.screenshot(path=os.path.join(out, f"{width}_{name}.png"), full_page=full)
+        pg.screenshot(path=os.path.join(out, f"{width}_{theme}_{name}.png"), full_page=full)
 
     shot("first")
     check("first visit")
@@ -65,7 +67,7 @@ def walk(browser, width: int, height: int, models: list[str], out: str) -> int:
             wait_text(pg, "summary", "wall time", timeout=60_000)         # the final views are in
             pg.locator("#live-image").scroll_into_view_if_needed()
             shot(f"{name}_{method}")
-            say(f"{width}x{height}", name, method, f"{time.monotonic() - started:.1f} s:", text(pg, "status")[:140])
+            say(where, name, method, f"{time.monotonic() - started:.1f} s:", text(pg, "status")[:140])
             check(f"{name} {method}", "status")
     switch_from, switch_to = models[-1], models[0]
     if switch_from != switch_to:                                       # a model picked during a run
@@ -78,7 +80,7 @@ def walk(browser, width: int, height: int, models: list[str], out: str) -> int:
         wait_text(pg, "status", f"ended when you picked {switch_to}", timeout=10_000)
         pg.wait_for_timeout(2500)
         shot("switch")
-        say(f"{width}x{height}", "switch:", text(pg, "status")[:200])
+        say(where, "switch:", text(pg, "status")[:200])
         check("switch", "settings-changed")                            # said under the model, where one looks
     def compare(button: str, prefix: str, note: str, what: str) -> None:
         """Press `button`, wait for its status's Done, shoot the page and say its note."""
@@ -87,7 +89,7 @@ def walk(browser, width: int, height: int, models: list[str], out: str) -> int:
         wait_text(pg, f"{prefix}-status", "Done", timeout=900_000)
         pg.wait_for_timeout(1500)
         shot(button, full=True)
-        say(f"{width}x{height}", f"{what}, {time.monotonic() - started:.1f} s:", text(pg, f"{prefix}-{note}")[:300])
+        say(where, f"{what}, {time.monotonic() - started:.1f} s:", text(pg, f"{prefix}-{note}")[:300])
         check(what)
 
     fill(pg, "pace", 0)
@@ -96,7 +98,7 @@ def walk(browser, width: int, height: int, models: list[str], out: str) -> int:
     pg.get_by_role("tab", name="Lossless").click()
     pg.wait_for_timeout(800)
     compare("lossless", "lossless", "summary", "lossless")
-    say(f"{width}x{height}", "console errors:", errors)
+    say(where, "console errors:", errors)
     pg.close()
     return wrong + bool(errors)
 
@@ -104,6 +106,7 @@ def walk(browser, width: int, height: int, models: list[str], out: str) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="1400x1000,390x844", help="window sizes, WIDTHxHEIGHT, comma-separated")
+    ap.add_argument("--themes", default="light,dark", help="light, dark or both, comma-separated")
     ap.add_argument("--models", default=",".join(EMBEDDED), help="models, comma-separated (the switch: last to first)")
     ap.add_argument("--out", default=None, help="the screenshots' folder (default: a new temporary one)")
     args = ap.parse_args()
@@ -122,7 +125,8 @@ def main() -> None:
     try:
         with sync_api.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-            wrong = sum(walk(browser, w, h, args.models.split(","), out) for w, h in sizes)
+            wrong = sum(walk(browser, w, h, theme, args.models.split(","), out)
+                        for w, h in sizes for theme in args.themes.split(","))
             browser.close()
     finally:
         app.demo.close()
