@@ -78,13 +78,14 @@ class Buffers:
     """Static tensors that sessions borrow and give back, reused: a set of tensors of given
     shapes and dtypes belongs to one owner (a session, held weakly) until the owner is gone or
     gives it back (`give_back`); the next `zeros` or `holding` of the same shapes gets the same
-    tensors again. Free sets past `idle_cap` bytes are dropped, the least recently lent first
-    (None: no cap; 0: nothing is kept for reuse). Safe to share between threads."""
+    tensors again. Whenever a set becomes free, the free sets past `idle_cap` bytes are
+    dropped, the least recently lent first (None: no cap; 0: nothing is kept for reuse). Safe
+    to share between threads."""
 
     def __init__(self, idle_cap: int | None = None) -> None:
         self.idle_cap = idle_cap
         self._sets: list[_Set] = []
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()               # re-entered when an owner dies inside it (`_released`)
         self._clock = itertools.count()
 
     def zeros(self, owner, specs: Sequence[Spec], device: torch.device | str) -> list[torch.Tensor]:
@@ -100,14 +101,14 @@ class Buffers:
             gc.collect()
             lent = self._free(key)
         with self._lock:
-            if lent is None or not lent.free:
+            if lent is None or not lent.free or lent not in self._sets:
                 with torch.inference_mode(False):             # ordinary tensors: any later run may use them
                     lent = _Set(key, [mark(torch.zeros(shape, dtype=dtype, device=device)) for shape, dtype in specs])
                 self._sets.append(lent)
             else:
                 for t in lent.tensors:
                     t.zero_()
-            lent.owner, lent.used = weakref.ref(owner), next(self._clock)
+            lent.owner, lent.used = weakref.ref(owner, self._released), next(self._clock)
             self._trim()
         return lent.tensors
 
@@ -148,16 +149,25 @@ class Buffers:
         with self._lock:
             return sum(s.bytes for s in self._sets if s.free)
 
+    def _released(self, owner: weakref.ref) -> None:
+        """An owner is gone: its sets are free."""
+        with self._lock:
+            self._trim()
+
     def _trim(self) -> None:
+        """Drop the least recently lent free sets past `idle_cap` (a new list: a caller may be
+        going through the old one)."""
         if self.idle_cap is None:
             return
         free = sorted((s for s in self._sets if s.free), key=lambda s: s.used)
-        idle = sum(s.bytes for s in free)
+        idle, dropped = sum(s.bytes for s in free), set()
         for s in free:
             if idle <= self.idle_cap:
                 break
-            self._sets.remove(s)
+            dropped.add(id(s))
             idle -= s.bytes
+        if dropped:
+            self._sets = [s for s in self._sets if id(s) not in dropped]
 
 
 _POOLS: dict[int, Buffers] = {}
