@@ -154,11 +154,6 @@ class CosmosVideoModel:
         top_p = 0.7 if self.cfg.cross_attention else 0.8
         self.default_settings = {"top_p": top_p, "temperature": 1.0, "cfg_scale": 1.0,
                                  "window": 128, "init": "repeat-frame"}
-        # [B, prefix_len] of the last start(): only for `decode(tokens)` called without a
-        # prefix by a caller that holds no row decoder (the race's batch pictures; `scd_core.generate`
-        # decodes each row with its own).
-        # Sessions never write it and row decoders never read it.
-        self.last_prefix: torch.LongTensor | None = None
 
     def with_input_frames(self, num_input_frames: int) -> "CosmosVideoModel":
         """The same network conditioned on `num_input_frames` (1: an image or a clip's last
@@ -202,7 +197,6 @@ class CosmosVideoModel:
     def start_tokens(self, prefix: torch.LongTensor, context: torch.Tensor | None = None) -> CosmosSession:
         """Start from conditioning tokens [B, prefix_len] (and T5 states [B, 512, 1024])."""
         self.check_prefix(prefix)
-        self.last_prefix = prefix.detach().cpu().long()
         return CosmosSession(self, prefix.long(), context)
 
     def decode(self, tokens: torch.LongTensor, prefix: torch.LongTensor | None = None) -> list:
@@ -210,18 +204,18 @@ class CosmosVideoModel:
 
         The decoder works on whole 33-frame chunks, so the conditioning latents `prefix`
         [B, prefix_len] are put in front; the first 9 frames reconstruct the input clip. A
-        session's `row_decoder(row)` passes its row's prefix; without one, the prefix of the
-        model's last `start` is used (a concurrent `start` would replace it).
+        session's `row_decoder(row)` passes its row's prefix (`scd_core.generate` decodes each
+        row with its own).
         """
         if self.tokenizer is None:
             raise ValueError("decode: this model was loaded without the DV tokenizer")
         n = math.prod(self.grid)
         if tokens.ndim != 2 or tokens.shape[1] != n:
             raise ValueError(f"tokens: expected [B, {n}], got {tuple(tokens.shape)}")
-        prefix = self.last_prefix if prefix is None else prefix.long().cpu()
         if prefix is None or prefix.shape[0] != tokens.shape[0]:
-            raise ValueError("prefix: decode needs the conditioning tokens of these rows; call start() "
-                             "first or pass prefix=[B, prefix_len]")
+            raise ValueError("prefix: decode needs the conditioning tokens of these rows, prefix=[B, prefix_len] "
+                             "(a session's row_decoder(row) passes its row's)")
+        prefix = prefix.long().cpu()
         full = torch.cat([prefix, tokens.long().cpu()], dim=1).view(tokens.shape[0], *self.cfg.latent_shape)
         return [dv.clip_to_frames(self.tokenizer.decode(row[None]))[0] for row in full]   # a row at a time
 
