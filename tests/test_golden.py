@@ -2,7 +2,7 @@
 
 Any change to the engine that changes a sample fails here, loudly, with the first tokens of
 both sides for a readable diff. A change that must alter the order of randomness is decided
-by the exactness suite and an NFE comparison over many seeds (`scripts/engine_ab.py
+by the exactness suite and an NFE comparison over many seeds (`python -m bench engine-ab
 --nfe-seeds 32`), and then regenerates this file in a commit of its own:
 
     python tests/test_golden.py --regenerate

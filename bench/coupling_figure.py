@@ -1,7 +1,7 @@
 """One position of a real SCD-MC run, for the figure in "How it works": the draft's law q (p at
 the pass that drew it), p at the next pass, their overlap, and whether the coupling kept it.
 
-    python scripts/coupling_figure.py            # writes demo/texts/coupling.json
+    python -m bench coupling-figure            # writes demo/texts/coupling.json
 
 It decodes tiny ("red heart", SCD-MC, L = 16, seed 0, the model's sampling), then replays the
 run's passes through the model's session (the same `step` calls the engine made) to read p at
@@ -14,17 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import scd_core  # noqa: E402
-from scd_core.sampling import processed_probs  # noqa: E402
-from scd_core.settings import Settings  # noqa: E402
+import scd_core
+from bench import ROOT
+from scd_core.sampling import processed_probs
+from scd_core.settings import Settings
 
 OUT = ROOT / "demo" / "texts" / "coupling.json"
 MODEL, PROMPT, SEED, WINDOW, TYPICAL_TV, SHOWN = "tiny", "red heart", 0, 16, 0.35, 12
@@ -75,7 +72,3 @@ def main(argv: list[str] | None = None) -> None:
     data = measure()
     args.out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(data))
-
-
-if __name__ == "__main__":
-    main()

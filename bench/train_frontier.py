@@ -1,9 +1,9 @@
 """The frontier campaign: train image priors at 16x16 tokens one after another, and measure each.
 
-    python scripts/train_frontier.py                       # run (or resume) the whole campaign
-    python scripts/train_frontier.py --list                # the priors and how far each has got
-    python scripts/train_frontier.py --only deep-local6    # one prior
-    FRONTIER_ROOT=/somewhere python scripts/train_frontier.py --threads 2
+    python -m bench train-frontier                       # run (or resume) the whole campaign
+    python -m bench train-frontier --list                # the priors and how far each has got
+    python -m bench train-frontier --only deep-local6    # one prior
+    FRONTIER_ROOT=/somewhere python -m bench train-frontier --threads 2
 
 Every prior trains on `tiny-64`'s tokens (the shipped 64 px tokenizer, `scd_core/assets/tiny64`,
 encodes the emoji at 64 px into 16x16 codes of 512), with batch 32, lr 2e-3 and seed 0 like
@@ -13,8 +13,8 @@ drawn, and it is measured:
 
 - the benchmark on the 16 held-out prompts (`scd_core/assets/tiny64/heldout_prompts.txt`), AR,
   SJD and SCD-MC at L 16, 32 and 64, 2 seeds, random drafts, the model's own settings;
-- the influence curve (`scripts/influence_curve.py`);
-- the nearest-emoji rates, top 1 and top 10 (`scripts/nearest_emoji.py`, at 32 px);
+- the influence curve (`python -m bench influence-curve`);
+- the nearest-emoji rates, top 1 and top 10 (`python -m bench nearest-emoji`, at 32 px);
 
 and one row per prior goes into `results.csv` (lead = SCD-MC's step compression over SJD's, at
 each L, as in the docs' tables).
@@ -42,8 +42,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-SHIPPED = REPO / "scd_core" / "assets" / "tiny64"
+from bench import ROOT
+
+SHIPPED = ROOT / "scd_core" / "assets" / "tiny64"
 WINDOWS = (16, 32, 64)
 COMMON = "--batch 32 --lr 2e-3 --heads 4 --eval-every 250 --max-eval 320"
 
@@ -98,7 +99,7 @@ class Campaign:
 
     def run(self, args: list[str], **kw) -> int:
         self.log("$ " + " ".join(shlex.quote(str(a)) for a in args))
-        return subprocess.run([str(a) for a in args], cwd=REPO, **kw).returncode
+        return subprocess.run([str(a) for a in args], cwd=ROOT, **kw).returncode
 
     def must(self, args: list[str]) -> None:
         rc = self.run(args)
@@ -170,10 +171,10 @@ class Campaign:
                        "--prompts", SHIPPED / "heldout_prompts.txt", "--threads", self.threads,
                        "--csv", bench / f"{name}.csv", "--prompts-csv", bench / f"{name}-prompts.csv"])
         if not (bench / f"{name}-nearest.json").exists():
-            self.must([self.py, "scripts/nearest_emoji.py", "--model", model, "--data", self.data32,
+            self.must([self.py, "-m", "bench", "nearest-emoji", "--model", model, "--data", self.data32,
                        "--threads", self.threads, "--json", bench / f"{name}-nearest.json"])
         if not (bench / f"{name}-influence.csv").exists():
-            self.must([self.py, "scripts/influence_curve.py", "--model", model, "--threads", self.threads,
+            self.must([self.py, "-m", "bench", "influence-curve", "--model", model, "--threads", self.threads,
                        "--csv", bench / f"{name}-influence.csv", "--out", bench / f"{name}-influence.png"])
         self.write_row(name, ckpt, prior, model)
 
@@ -229,7 +230,7 @@ def read_bench(path: Path) -> dict:
 
 def lead_columns(bench: dict) -> dict:
     """SJD's and SCD-MC's step compression, the lead at each window (SCD-MC's step compression
-    over SJD's: how many times fewer passes SCD-MC needs, as `scripts/lead_figure.py` and the
+    over SJD's: how many times fewer passes SCD-MC needs, as `python -m bench lead-figure` and the
     docs' tables give it), and the best window with its lead, from `read_bench`'s table."""
     row = {}
     for w in WINDOWS:
@@ -313,7 +314,3 @@ def main(argv: list[str] | None = None) -> None:
         for snap in campaign.snapshots_of(prior):
             campaign.measure(f"{prior.name}_s{campaign.step_of(snap)}", snap, prior)
     campaign.log(f"campaign: {len(finished)} of {len(priors)} priors finished; results in {campaign.results}")
-
-
-if __name__ == "__main__":
-    main()

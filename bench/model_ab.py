@@ -2,10 +2,10 @@
 earlier commit's models and engine, eager, and this checkout compiled; and the first compiled
 run's time with a cold and a warm inductor cache.
 
-    python scripts/model_ab.py --rev 85a9534                       # eager A/B, and compiled, per model
-    python scripts/model_ab.py --rev 85a9534 --models janus-pro --methods ar --rounds 5
-    python scripts/model_ab.py --compile-times                     # first compiled run: cold, then warm
-    python scripts/model_ab.py --rev ed5ad83 --eager --methods scd-mc,sjd-tree   # eager only; a 2x2 tree
+    python -m bench model-ab --rev 85a9534                       # eager A/B, and compiled, per model
+    python -m bench model-ab --rev 85a9534 --models janus-pro --methods ar --rounds 5
+    python -m bench model-ab --compile-times                     # first compiled run: cold, then warm
+    python -m bench model-ab --rev ed5ad83 --eager --methods scd-mc,sjd-tree   # eager only; a 2x2 tree
 
 Both versions of a model share the same weights (the tests' tiny configs, `tests/models_util.py`),
 decode the same prompts with the same settings and seed, alternating run by run so that
@@ -27,37 +27,14 @@ import sys
 import tempfile
 import time
 import warnings
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-for path in (ROOT, ROOT / "tests", ROOT / "scripts"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-import scd_core  # noqa: E402
+import scd_core
+from bench import ROOT
+from bench.builds import earlier_engine, tiny_config
 
 MODELS = ["tiny", "janus-pro", "emu3", "lumina-mgpt", "llamagen", "cosmos"]
-
-
-class _Folders:
-    """`tmp_path_factory.mktemp` for `models_util.build` outside pytest."""
-
-    def __init__(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="scd_model_ab_"))
-
-    def mktemp(self, name: str) -> Path:
-        path = self.root / name
-        path.mkdir()
-        return path
-
-
-def build_new(name: str):
-    """(model, prompts, cfg_scale) of this checkout (`models_util.build`)."""
-    import models_util
-    model, prompts, cfg = models_util.build(name, torch.float32, _Folders())
-    return model, list(prompts), cfg
 
 
 def build_old(name: str, new, old):
@@ -115,7 +92,7 @@ def ab(args, old) -> None:
     print(f"| model | method | passes | {args.rev} eager | now eager | ratio | now compiled | compiled / eager "
           "| same tokens |\n|---|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
-        new_model, prompts, cfg = build_new(name)
+        new_model, prompts, cfg = tiny_config(name)
         old_model = build_old(name, new_model, old)
         for method in args.methods.split(","):
             kw = settings(name, method, cfg)
@@ -140,7 +117,7 @@ def ab(args, old) -> None:
 def first_compile(case: str) -> None:
     """Print the wall seconds of the first compiled run of MODEL/METHOD in this process."""
     name, method = case.split("/")
-    model, prompts, cfg = build_new(name)
+    model, prompts, cfg = tiny_config(name)
     t = time.perf_counter()
     run = scd_core.generate(model, prompts, compile=True, **settings(name, method, cfg))
     print(f"{time.perf_counter() - t:.1f} {run.nfe}")
@@ -155,9 +132,9 @@ def compile_times(args) -> None:
             env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
             out = []
             for _ in range(2):
-                done = subprocess.run([sys.executable, __file__, "--first-compile", f"{name}/{method}",
-                                       "--threads", str(args.threads)], env=env, check=True, capture_output=True,
-                                      text=True)
+                done = subprocess.run([sys.executable, "-m", "bench", "model-ab", "--first-compile", f"{name}/{method}",
+                                       "--threads", str(args.threads)], env=env, cwd=ROOT, check=True,
+                                      capture_output=True, text=True)
                 out.append(done.stdout.split())
             print(f"| {name} | {method} | {out[0][0]} s | {out[1][0]} s | {out[0][1]} |", flush=True)
 
@@ -181,10 +158,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.compile_times:
         compile_times(args)
         return 0
-    from engine_ab import import_old
-    ab(args, import_old(args.rev))
+    ab(args, earlier_engine(args.rev))
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,11 +1,11 @@
 """The switching drill: a visitor switches the page between two large models, back and forth,
 and the memory of the page and its decode workers together stays that of one model.
 
-    python scripts/switch_drill.py                              # Janus-Pro-1B and -7B, about 4 GB each
-    python scripts/switch_drill.py --models janus-pro-1b,janus-pro-7b --gb 4.2 --switches 5
+    python -m bench switch-drill                              # Janus-Pro-1B and -7B, about 4 GB each
+    python -m bench switch-drill --models janus-pro-1b,janus-pro-7b --gb 4.2 --switches 5
 
 Both models are written at their published layout with random weights by the real-size
-drill's writers (`scripts/real_size_drill.py`), their repeated layers cut where needed so
+drill's writers (`bench.published`), their repeated layers cut where needed so
 that each holds at most --gb GB of bfloat16 weights (by default Janus-Pro-1B whole, 24
 layers, and Janus-Pro-7B with 3 of its 30), and served by the fake Hub (tests/fakehub.py).
 Then the page (`app.py`, worker processes: `SCD_DECODE=process`, its residency settings from
@@ -36,70 +36,10 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-for _path in (ROOT, ROOT / "tests", ROOT / "scripts"):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
+from bench import ROOT, procs, published
+from bench.published import GB
 
-GB = 1e9
 BOUND = 1.2               # peak of page + workers, at most this times (larger model + page alone)
-
-
-# ------------------------------------------------------------------------------- memory
-
-def rss(pid: int) -> int:
-    """A process's resident memory in bytes (0 once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except (FileNotFoundError, ProcessLookupError):
-        pass
-    return 0
-
-
-def workers(pid: int) -> set[int]:
-    """The decode workers `pid` started and that still run (multiprocessing's spawned processes,
-    not its resource tracker)."""
-    out = set()
-    for child in descendants(pid):
-        try:
-            with open(f"/proc/{child}/cmdline", "rb") as f:
-                spawned = b"spawn_main" in f.read()
-        except FileNotFoundError:
-            continue
-        if spawned and alive(child):
-            out.add(child)
-    return out
-
-
-def descendants(pid: int) -> set[int]:
-    """The processes `pid` started, and theirs (every thread's children)."""
-    out, todo = set(), [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{parent}/task")
-        except FileNotFoundError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{parent}/task/{task}/children") as f:
-                    children = {int(c) for c in f.read().split()}
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            todo.extend(children - out)
-            out |= children
-    return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 class Sampler(threading.Thread):
@@ -115,10 +55,10 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         me = os.getpid()
         while not self.done.is_set():
-            running = workers(me)
+            running = procs.spawned_workers(me)
             self.seen |= running
-            page = rss(me)
-            self.peak = max(self.peak, page + sum(rss(p) for p in running))
+            page = procs.rss_bytes(me)
+            self.peak = max(self.peak, page + sum(procs.rss_bytes(p) for p in running))
             self.peak_page = max(self.peak_page, page)
             self.most_workers = max(self.most_workers, len(running))
             time.sleep(self.every)
@@ -163,7 +103,7 @@ def page_main(spec: dict) -> dict:
     app.REQUESTS = backend.Requests(client)
     app.MODELS.use(client, downloads_here=True)
     time.sleep(1.0)
-    alone = rss(os.getpid())                              # the page before any large model
+    alone = procs.rss_bytes(os.getpid())                              # the page before any large model
     sampler = Sampler()
     sampler.start()
     switches, measured = [], {}
@@ -184,15 +124,15 @@ def page_main(spec: dict) -> dict:
             app.REQUESTS.done(rid)
             client.release(rid)
             measured.update(client.residency.resident())
-            running = workers(os.getpid())
+            running = procs.spawned_workers(os.getpid())
             switches.append({"model": name, "load_s": round(loaded, 1), "note": note, "waiting": waiting,
                              "nfe": nfe, "workers": len(running),
-                             "page_and_workers": rss(os.getpid()) + sum(map(rss, running))})
-    before_close = workers(os.getpid())
+                             "page_and_workers": procs.rss_bytes(os.getpid()) + sum(map(procs.rss_bytes, running))})
+    before_close = procs.spawned_workers(os.getpid())
     client.close()
     sampler.stop()
     time.sleep(0.5)
-    left = sorted(p for p in sampler.seen | before_close if alive(p))
+    left = sorted(p for p in sampler.seen | before_close if procs.alive(p))
     return {"page_alone": alone, "peak": sampler.peak, "peak_page": sampler.peak_page,
             "most_workers": sampler.most_workers, "model_bytes": measured, "switches": switches,
             "workers_started": len(sampler.seen), "left_behind": left}
@@ -202,11 +142,9 @@ def page_main(spec: dict) -> dict:
 
 def write(names: list[str], root: Path, gb: float) -> dict:
     """Each model's repository at about `gb` GB of bfloat16 weights; name -> what was written."""
-    import real_size_drill as rsd
-
     out = {}
     for name in names:
-        written = rsd.DRILLS[name].write(root / name, "full", gb * GB)
+        written = published.WRITERS[name](root / name, "full", gb * GB)
         out[name] = written
         print(f"{name}: {written.layers} layers, {written.file_bytes / GB:.2f} GB of files", flush=True)
     return out
@@ -242,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                 for repo, folder in w.repos.items():
                     hub.add_folder(repo, folder, on_disk=True)
             env = client_env(hub, work / "home", SCD_DECODE="process", SCD_THREADS="1")
-            proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--page", json.dumps(spec)],
+            proc = subprocess.run([sys.executable, "-m", "bench", "switch-drill", "--page", json.dumps(spec)],
                                   env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=args.timeout)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
         if proc.returncode != 0 or not lines:
@@ -267,6 +205,3 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(result['left_behind'])} left behind: {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

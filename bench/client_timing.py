@@ -2,8 +2,8 @@
 directly, through `LocalClient` (the same server, plus the client's row bookkeeping) and
 through `ProcessClient` (the server in a worker process, records sent over a pipe).
 
-    python scripts/client_timing.py                      # tiny, bursts of 1, 16 and 64: ~1 min idle
-    python scripts/client_timing.py --bursts 1,16 --threads 1
+    python -m bench client-timing                      # tiny, bursts of 1, 16 and 64: ~1 min idle
+    python -m bench client-timing --bursts 1,16 --threads 1
 
 Each burst submits C requests at once (the model's example prompts, seeds 0, 1, ...) at the
 page's defaults (scd-mc, window 16, top-k 100, CFG 3 on tiny); one thread per request reads
@@ -19,20 +19,16 @@ import statistics
 import sys
 import threading
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import scd_core  # noqa: E402
-from scd_core.local import LocalClient  # noqa: E402
-from scd_core.protocols import optional  # noqa: E402
-from scd_core.serve import Server  # noqa: E402
-from scd_core.settings import Settings  # noqa: E402
-from scd_core.workers import ProcessClient  # noqa: E402
+import scd_core
+from bench.stats import percentile
+from scd_core.local import LocalClient
+from scd_core.protocols import optional
+from scd_core.serve import Server
+from scd_core.settings import Settings
+from scd_core.workers import ProcessClient
 
 
 class ServerBackend:
@@ -94,10 +90,6 @@ def cancel_latency(backend, name: str, prompts: list[str], settings: Settings, t
     return statistics.median(seconds)
 
 
-def quantile(xs: list[float], q: float) -> float:
-    return statistics.quantiles(xs, n=100, method="inclusive")[int(q * 100) - 1] if len(xs) > 1 else xs[0]
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="tiny")
@@ -128,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                 walls.append(wall)
                 latencies += each
             print(f"| {label} | {size} | {statistics.median(walls):.3f} | {len(latencies) / sum(walls):.2f} | "
-                  f"{quantile(latencies, 0.5):.3f} | {quantile(latencies, 0.95):.3f} |", flush=True)
+                  f"{percentile(latencies, 0.5):.3f} | {percentile(latencies, 0.95):.3f} |", flush=True)
     print("\n| backend | cancel to last record s (median of 5, 16 rows running) |")
     print("|---|---|")
     for label, backend in backends.items():
@@ -136,7 +128,3 @@ def main(argv: list[str] | None = None) -> int:
     for backend in backends.values():
         backend.close()
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,8 +1,8 @@
 """The memory one pass holds, per (row, window slot, vocabulary entry), measured on the CPU.
 
-    python scripts/pass_memory.py                    # every method at V 64,000, then the table per model
-    python scripts/pass_memory.py --vocab 16384 --rows 8 --window 64
-    python scripts/pass_memory.py --top-p 0.8 --window 128 --rows 2   # Cosmos's page settings
+    python -m bench pass-memory                    # every method at V 64,000, then the table per model
+    python -m bench pass-memory --vocab 16384 --rows 8 --window 64
+    python -m bench pass-memory --top-p 0.8 --window 128 --rows 2   # Cosmos's page settings
 
 Each measurement runs in a process of its own: the model (`random-logits`: instant logits, so
 what is measured is the engine and the logits) is loaded and warmed up at one row, then a run
@@ -77,8 +77,3 @@ def main(argv: list[str] | None = None) -> None:
         one = memory.pass_bytes(1, width, vocab)
         print(f"| `{name}` | {vocab:,} | {tokens:,} | {width:,} | {one / 2**20:.0f} MiB | "
               f"{32 * one / memory.GiB:.1f} GiB | {max(1, memory.DEFAULT_PASS_BYTES // one)} |")
-
-
-
-if __name__ == "__main__":
-    main()

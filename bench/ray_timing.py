@@ -1,37 +1,30 @@
 """Ray on this machine, loopback only: the benchmark on 2 workers vs 1, the decode service on
 2 replicas vs 1 at 16 concurrent clients, and a replica killed during a burst.
 
-    python scripts/ray_timing.py [--part bench|service|kill|all] [--clients 16] [--requests 48]
+    python -m bench ray-timing [--part bench|service|kill|all] [--clients 16] [--requests 48]
 
 Prints markdown tables (docs/scaling.md has the measured ones). Every wait is bounded.
 """
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import ray
+import torch
 
-import ray  # noqa: E402
-import torch  # noqa: E402
-
-import scd_core  # noqa: E402
-from scd_core import bench  # noqa: E402
-from scd_core.client import DecodeError  # noqa: E402
-from scd_core.distributed import bench as dbench  # noqa: E402
-from scd_core.distributed.service import RayClient  # noqa: E402
+import scd_core
+from bench.stats import percentile
+from scd_core import bench
+from scd_core.client import DecodeError
+from scd_core.distributed import bench as dbench
+from scd_core.distributed.service import RayClient
 
 BENCH = ["--model", "tiny", "--methods", "ar,sjd,scd-mc", "--seeds", "2", "--max-prompts", "4", "--threads", "1"]
 PROMPTS = ["red apple", "cat face", "rocket", "red heart", "grinning face", "flag france"]
-
-
-def _quantile(xs, q):
-    return statistics.quantiles(xs, n=100, method="inclusive")[int(q * 100) - 1] if len(xs) > 1 else xs[0]
 
 
 def time_bench() -> None:
@@ -89,8 +82,8 @@ def time_service(clients: int, requests: int) -> None:
         _burst(client, replicas * 2, replicas * 2, settings)                      # warm-up
         seconds, lat, outcomes = _burst(client, clients, requests, settings)
         assert all(o == "ok" for _, o in outcomes), outcomes
-        print(f"| {replicas} | {clients} | {requests} | {requests / seconds:.2f} | {_quantile(lat, 0.5):.2f} | "
-              f"{_quantile(lat, 0.95):.2f} |", flush=True)
+        print(f"| {replicas} | {clients} | {requests} | {requests / seconds:.2f} | {percentile(lat, 0.5):.2f} | "
+              f"{percentile(lat, 0.95):.2f} |", flush=True)
         client.close()
 
 
@@ -127,12 +120,12 @@ def kill_drill(clients: int) -> None:
     client.close()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--part", default="all", choices=["bench", "service", "kill", "all"])
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--requests", type=int, default=48)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(1)
     if args.part in ("bench", "all"):
         time_bench()
@@ -141,7 +134,3 @@ def main() -> int:
     if args.part in ("kill", "all"):
         kill_drill(args.clients)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

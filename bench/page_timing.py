@@ -1,10 +1,10 @@
 """What the demo page costs: end-to-end times in a real browser, many visitors at once, and
 memory over many requests.
 
-    python scripts/page_timing.py                       # all four, about 15 minutes on 2 cores
-    python scripts/page_timing.py --only browser        # or: stop, visitors, memory
-    python scripts/page_timing.py --only visitors --visitors 1,16,64
-    python scripts/page_timing.py --app-dir /path/to/another/checkout   # measure that copy's page
+    python -m bench page-timing                       # all four, about 15 minutes on 2 cores
+    python -m bench page-timing --only browser        # or: stop, visitors, memory
+    python -m bench page-timing --only visitors --visitors 1,16,64
+    python -m bench page-timing --app-dir /path/to/another/checkout   # measure that copy's page
 
 1. browser: a `tiny` image at full speed (slow motion 0), from the click on Generate to the
    final picture loaded in Chromium, against the engine time the page reports for the run
@@ -14,7 +14,7 @@ memory over many requests.
    after Generate: the time from the Stop click to the status saying "stopped" (--repeats
    runs), whether the picture shown then is the one kept, and whether a picture sent before
    the server saw the stop landed after the click.
-3. visitors: `python app.py` in a subprocess; for each count of --visitors (default 1,16,64)
+3. visitors: for each count of --visitors (default 1,16,64)
    that many gradio_client visitors press Generate at once (tiny, the page's defaults at full
    speed, seeds 0..N-1: their rows share passes) and fetches its final picture, in --bursts
    bursts: how many were served, p50 and p95 latency (nearest rank), the whole burst's time
@@ -26,7 +26,8 @@ memory over many requests.
 4. memory: the server's resident memory after 10 warm-up requests and after 100 more from
    the same visitor, then after one request from each of 100 new visitors.
 
-Needs playwright and Chromium (CHROMIUM or /usr/bin/chromium) for the first.
+The page is `python app.py` of --app-dir, served in a process of its own (`bench.served`).
+Needs playwright and Chromium (CHROMIUM or /usr/bin/chromium) for the first two.
 """
 from __future__ import annotations
 
@@ -35,17 +36,14 @@ import math
 import os
 import re
 import statistics
-import subprocess
-import sys
-import threading
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent    # the checkout measured (--app-dir)
+from bench import procs, served
+from bench.stats import percentile
+
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-TINY = dict(model="tiny", method="scd-mc", window=16, init="random", temperature=1.0, top_k=100, top_p=1.0,
-            cfg=3.0, seed=0, prompt="red apple", pace=0.0, samples=8)     # the page's inputs, by name
+TINY = served.GENERATE
 
 WATCH = """() => {
   window.__log = [];
@@ -66,15 +64,6 @@ WATCH = """() => {
 }"""
 
 
-def page_app():
-    """The measured checkout's `app` module, served in this process."""
-    sys.path.insert(0, str(ROOT))
-    import app
-
-    app.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **app.LAUNCH)
-    return app
-
-
 def tiny_page(b, url: str, pace: float):
     pg = b.new_page(viewport={"width": 1400, "height": 1000})
     pg.goto(url)
@@ -89,14 +78,13 @@ def tiny_page(b, url: str, pace: float):
     return pg
 
 
-def browser(repeats: int) -> None:
+def browser(app_dir, repeats: int) -> None:
     from playwright.sync_api import sync_playwright
 
-    app = page_app()
     chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-    with sync_playwright() as p:
+    with served.Page(app_dir) as page, sync_playwright() as p:
         b = p.chromium.launch(executable_path=chromium, args=ARGS)
-        pg = tiny_page(b, app.demo.local_url, 0)
+        pg = tiny_page(b, page.url, 0)
         rows = []
         for i in range(repeats + 1):
             box = pg.locator("#seed input")
@@ -127,7 +115,6 @@ def browser(repeats: int) -> None:
                              ".includes('Gumbel')", timeout=600_000)
         print(f"tiny-video race, K = 8: click to table {time.perf_counter() - t:.1f} s")
         b.close()
-    app.demo.close()
 
 
 STOP = """() => {
@@ -146,15 +133,14 @@ STOP = """() => {
 }"""
 
 
-def stop_probe(repeats: int, pace: float) -> None:
+def stop_probe(app_dir, repeats: int, pace: float) -> None:
     """Stop in slow motion: from the click on Stop to the status saying "stopped"."""
     from playwright.sync_api import sync_playwright
 
-    app = page_app()
     chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-    with sync_playwright() as p:
+    with served.Page(app_dir) as page, sync_playwright() as p:
         b = p.chromium.launch(executable_path=chromium, args=ARGS)
-        pg = tiny_page(b, app.demo.local_url, pace)
+        pg = tiny_page(b, page.url, pace)
         waits, kept, late = [], 0, 0
         for i in range(repeats):
             pg.locator("#seed input").fill(str(i))
@@ -177,52 +163,6 @@ def stop_probe(repeats: int, pace: float) -> None:
         print(f"stop at pace {pace}, {repeats} runs: click to 'stopped' median {statistics.median(waits):.3f} s, "
               f"max {max(waits):.3f} s; picture kept {kept}/{repeats}; a picture landed after the click {late}/{repeats}")
         b.close()
-    app.demo.close()
-
-
-def serve(port: int, env: dict | None = None) -> tuple[subprocess.Popen, str]:
-    """`python app.py` of the checkout measured on `port` (`env`: more environment variables)."""
-    from gradio_client import Client
-
-    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "PYTHONPATH": str(ROOT), **(env or {})}
-    server = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/"
-    for _ in range(180):
-        try:
-            Client(url, verbose=False)
-            return server, url
-        except Exception:                                      # noqa: BLE001: not up yet
-            time.sleep(1)
-    server.kill()
-    raise SystemExit("the app did not start")
-
-
-def visitor(url: str):
-    """A gradio_client visitor that fetches only its final picture, as a browser shows it
-    (`request`): left to download every file of every result itself, gradio_client cost the
-    measuring process about 0.6 s of CPU a request on 2 cores, time the page's server lost."""
-    from gradio_client import Client
-
-    return Client(url, verbose=False, download_files=False)
-
-
-PICTURES = threading.local()         # each visitor thread's HTTP connection for its pictures
-
-
-def request(client, seed: int = 0) -> float:
-    """Seconds from pressing Generate to the final picture fetched."""
-    import httpx
-
-    t = time.perf_counter()
-    out = client.submit(**TINY | {"seed": seed}, api_name="/generate").result(timeout=600)
-    picture = out[0]
-    if not isinstance(picture, dict) or not picture.get("url"):
-        raise RuntimeError(f"no final picture in the result: {str(picture)[:80]}")
-    if getattr(PICTURES, "http", None) is None:
-        PICTURES.http = httpx.Client(timeout=60)
-    PICTURES.http.get(picture["url"]).raise_for_status()
-    return time.perf_counter() - t
 
 
 def served_alone(count: int) -> tuple[float, float, float, float]:
@@ -231,7 +171,6 @@ def served_alone(count: int) -> tuple[float, float, float, float]:
     CPU seconds this process used for it."""
     import torch
 
-    sys.path.insert(0, str(ROOT))
     from scd_core.models import load_model
     from scd_core.serve import Server
     from scd_core.settings import Settings
@@ -251,87 +190,33 @@ def served_alone(count: int) -> tuple[float, float, float, float]:
             r.result(timeout=600)
             done.append(time.perf_counter() - t)
         # results arrive in any order; a request's latency is when its result was there
-        return statistics.median(done), nearest(sorted(done), 0.95), max(done), time.process_time() - cpu
+        return statistics.median(done), percentile(done, 0.95), max(done), time.process_time() - cpu
     finally:
         server.close()
 
 
-def nearest(ordered: list[float], q: float) -> float:
-    return ordered[math.ceil(q * len(ordered)) - 1]
-
-
-def cpu_seconds(pid: int) -> dict[str, float]:
-    """CPU seconds used so far by the page's process (`page`), by its decode workers and
-    other child processes (`workers`), and by this measuring process (`visitors`)."""
-    import resource
-
-    tick = os.sysconf("SC_CLK_TCK")
-
-    def used(p: int) -> float:
-        fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / tick
-
-    def children(p: int) -> list[int]:
-        kids = []
-        for task in os.listdir(f"/proc/{p}/task"):
-            kids += [int(k) for k in Path(f"/proc/{p}/task/{task}/children").read_text().split()]
-        return kids + [g for k in kids for g in children(k)]
-
-    me = resource.getrusage(resource.RUSAGE_SELF)
-    return {"page": used(pid), "workers": sum(used(k) for k in children(pid)),
-            "visitors": me.ru_utime + me.ru_stime}
-
-
-def burst(clients: list) -> list:
-    """The visitors `clients` (made beforehand: a client's first requests, the page's config
-    and API, are not part of a press) press Generate at once (seeds 0, 1, ...), each in a thread
-    of its own: per visitor, its latency (`request`, s) or what went wrong (a short repr)."""
-    results: list = []
-
-    def visit(client, seed):
-        try:
-            results.append(request(client, seed))
-        except Exception as exc:                               # noqa: BLE001: counted
-            results.append(repr(exc)[:120])
-
-    threads = [threading.Thread(target=visit, args=(c, i)) for i, c in enumerate(clients)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    return results
-
-
-def visitors(port: int, counts: list[int], bursts: int = 3) -> None:
-    server, url = serve(port)
+def visitors(app_dir, counts: list[int], bursts: int = 3) -> None:
     table = []
-    try:
-        request(visitor(url))                                  # warm-up: the model loads
+    with served.Page(app_dir) as page:
+        served.request(served.visitor(page.url))               # warm-up: the model loads
         for count in counts:
             p50s, p95s, walls, cpus, failed = [], [], [], [], 0
             for k in range(bursts):
-                clients = [visitor(url) for _ in range(count)]
-                used, t = cpu_seconds(server.pid), time.perf_counter()
-                results = burst(clients)
-                walls.append(time.perf_counter() - t)
-                used = {k: v - used[k] for k, v in cpu_seconds(server.pid).items()}
-                cpus.append(used["page"] + used["workers"])
-                ok = sorted(r for r in results if isinstance(r, float))
-                failed += count - len(ok)
-                if ok:
-                    p50s.append(statistics.median(ok))
-                    p95s.append(nearest(ok, 0.95))
-                print(f"  burst {k + 1}: {count} visitors at once, {len(ok)} served in "
-                      f"{walls[-1]:.1f} s" + (f"; latency p50 {p50s[-1]:.2f} s, p95 {p95s[-1]:.2f} s"
-                                              if ok else "")
-                      + "; CPU s: " + ", ".join(f"{k} {v:.2f}" for k, v in used.items())
-                      + "".join(f"\n  refused: {r}" for r in results if not isinstance(r, float)))
+                b = served.burst(page, count)
+                walls.append(b.wall_s)
+                cpus.append(b.cpu_s["page"] + b.cpu_s["workers"])
+                failed += len(b.failures)
+                if b.latencies:
+                    p50s.append(statistics.median(b.latencies))
+                    p95s.append(percentile(b.latencies, 0.95))
+                print(f"  burst {k + 1}: {count} visitors at once, {len(b.latencies)} served in "
+                      f"{b.wall_s:.1f} s" + (f"; latency p50 {p50s[-1]:.2f} s, p95 {p95s[-1]:.2f} s"
+                                             if b.latencies else "")
+                      + "; CPU s: " + ", ".join(f"{k} {v:.2f}" for k, v in b.cpu_s.items())
+                      + "".join(f"\n  refused: {r}" for r in b.failures))
             table.append((count, statistics.median(p50s) if p50s else math.nan,
                           statistics.median(p95s) if p95s else math.nan, statistics.median(walls),
                           statistics.median(cpus), failed))
-    finally:
-        server.terminate()
-        server.wait()
     print("| visitors | page p50 | page p95 | page burst | scd_core.serve burst | page / serve | "
           "page CPU | scd_core.serve CPU | CPU page / serve | failed |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -341,45 +226,33 @@ def visitors(port: int, counts: list[int], bursts: int = 3) -> None:
               f"{cpu:.2f} s | {alone_cpu:.2f} s | {cpu / alone_cpu:.2f}x | {failed} |", flush=True)
 
 
-def rss(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def memory(port: int) -> None:
-    server, url = serve(port)
-    try:
-        client = visitor(url)
+def memory(app_dir) -> None:
+    rss_mb = lambda: procs.rss_bytes(page.pid) / 2**20                   # noqa: E731
+    with served.Page(app_dir) as page:
+        client = served.visitor(page.url)
         for seed in range(10):
-            request(client, seed)
-        before = rss(server.pid)
+            served.request(client, seed)
+        before = rss_mb()
         for seed in range(10, 110):
-            request(client, seed)
-        after = rss(server.pid)
+            served.request(client, seed)
+        after = rss_mb()
         print(f"server memory, one visitor: {before:.0f} MB after 10 requests, {after:.0f} MB "
               f"after 100 more ({100 * (after / before - 1):+.1f}%)")
         for seed in range(110, 210):
-            request(visitor(url), seed)
-        visitors = rss(server.pid)
-        print(f"then 100 new visitors, one request each: {visitors:.0f} MB "
-              f"({(visitors - after) / 100:.2f} MB per visitor, kept for the last app.SESSIONS)")
-    finally:
-        server.terminate()
-        server.wait()
+            served.request(served.visitor(page.url), seed)
+        many = rss_mb()
+        print(f"then 100 new visitors, one request each: {many:.0f} MB "
+              f"({(many - after) / 100:.2f} MB per visitor, kept for the page's last sessions)")
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    global ROOT
     ap.add_argument("--only", choices=["browser", "stop", "visitors", "memory"])
     ap.add_argument("--repeats", type=int, default=7, help="timed browser runs (default 7)")
     ap.add_argument("--bursts", type=int, default=3, help="bursts per visitor count (default 3)")
     ap.add_argument("--visitors", default="1,16,64", help="visitor counts (default 1,16,64)")
     ap.add_argument("--stop-pace", type=float, default=0.5, help="slow motion of the stop probe (default 0.5)")
-    ap.add_argument("--app-dir", type=Path, default=ROOT, help="the checkout to measure (default this one)")
-    ap.add_argument("--port", type=int, default=7871)
+    served.app_dir_argument(ap)
     args = ap.parse_args(argv)
     for name in ("repeats", "bursts"):
         if getattr(args, name) < 1:
@@ -390,18 +263,11 @@ def main(argv: list[str] | None = None) -> None:
         counts = []
     if not counts or min(counts) < 1:
         ap.error(f"--visitors: expected whole numbers >= 1 separated by commas, got {args.visitors!r}")
-    if not (args.app_dir / "app.py").is_file():
-        ap.error(f"--app-dir: no app.py in {args.app_dir}")
-    ROOT = args.app_dir.resolve()
     if args.only in (None, "browser"):
-        browser(args.repeats)
+        browser(args.app_dir, args.repeats)
     if args.only in (None, "stop"):
-        stop_probe(args.repeats, args.stop_pace)
+        stop_probe(args.app_dir, args.repeats, args.stop_pace)
     if args.only in (None, "visitors"):
-        visitors(args.port, counts, bursts=args.bursts)
+        visitors(args.app_dir, counts, bursts=args.bursts)
     if args.only in (None, "memory"):
-        memory(args.port)
-
-
-if __name__ == "__main__":
-    main()
+        memory(args.app_dir)

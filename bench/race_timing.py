@@ -1,7 +1,7 @@
 """The race's two times against the benchmark's, for the same settings, side by side.
 
-    python scripts/race_timing.py                      # texture, "ocean waves", K = 8, L = 16
-    python scripts/race_timing.py --model tiny --prompt "red heart" --top-k 100 --cfg-scale 3
+    python -m bench race-timing                      # texture, "ocean waves", K = 8, L = 16
+    python -m bench race-timing --model tiny --prompt "red heart" --top-k 100 --cfg-scale 3
 
 The race (`scd_core.race.decode_rows`) decodes on a `scd_core.workers.ProcessClient`, the
 page's default decode client (one worker process, `--threads` torch threads): per method ONE
@@ -105,7 +105,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"SCD-MC's one-image latency {verdict} AR's: {latency['scd-mc']:.3f} s against "
               f"{latency['ar']:.3f} s ({latency['ar'] / latency['scd-mc']:.2f}x).")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Coupling's lead against the window, from benchmark CSVs (`python -m scd_core.bench --csv`).
 
-    python scripts/lead_figure.py tiny=bench_out/tiny.csv texture=bench_out/texture.csv \
+    python -m bench lead-figure tiny=bench_out/tiny.csv texture=bench_out/texture.csv \
         --out docs/img/lead.png --compression-out docs/img/compression.png
 
 The lead at window L is SJD's passes over SCD-MC's (equivalently SCD-MC's step compression over
@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import argparse
 import csv
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from influence_curve import line_chart  # noqa: E402
+from bench.figures import line_chart
 
 
 def read(path: Path, init: str) -> dict[tuple[str, int], float]:
@@ -66,7 +63,3 @@ def main(argv: list[str] | None = None) -> None:
         line_chart(compression, args.compression_out, "step compression (AR's passes / the method's)", "window L",
                    windows)
         print(f"wrote {args.compression_out}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,12 +1,12 @@
 """The served page under load, with and without one abusive client.
 
-    python scripts/page_load.py                          # 64 visitors, 3 bursts, each way
-    python scripts/page_load.py --visitors 16 --bursts 2
-    python scripts/page_load.py --app-dir /path/to/another/checkout
+    python -m bench page-load                          # 64 visitors, 3 bursts, each way
+    python -m bench page-load --visitors 16 --bursts 2
+    python -m bench page-load --app-dir /path/to/another/checkout
 
-`python app.py` (the checkout measured) in a subprocess, decode workers as deployed. Each
-burst: --visitors gradio_client visitors press Generate at once (tiny, the page's defaults at
-full speed, one seed each) and fetch their final picture (scripts/page_timing.py's `request`).
+`python app.py` (the checkout measured) in a process of its own, decode workers as deployed
+(`bench.served`). Each burst: --visitors gradio_client visitors press Generate at once (tiny,
+the page's defaults at full speed, one seed each) and fetch their final picture.
 First --bursts bursts alone, then --bursts more while one abusive client, with one session,
 does what one client can: it submits Lossless comparisons of 1,024 samples and races again
 and again, several at once, and cancels each a moment later. Printed per way: the visitors
@@ -22,25 +22,16 @@ import argparse
 import statistics
 import threading
 import time
-from pathlib import Path
 
-import page_timing
-from page_timing import nearest, request, serve, visitor
-
-LOSSLESS = dict(model="tiny", prompt="red heart", method="scd-mc", window=16, init="random", temperature=1.0,
-                top_k=100, top_p=1.0, cfg=3.0, seed=0, lossless_samples=1024)
-RACE = page_timing.TINY | {"samples": 8, "pace": 0.5}
+from bench import procs, served
+from bench.served import LOSSLESS, RACE, request, visitor
+from bench.stats import percentile
 
 
 def status(pid: int) -> dict[str, float]:
     """The page's resident memory (MB) and threads."""
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            out["rss_mb"] = int(line.split()[1]) / 1024
-        elif line.startswith("Threads:"):
-            out["threads"] = int(line.split()[1])
-    return out
+    st = procs.status(pid)
+    return {"rss_mb": st.get("VmRSS", 0) / 1024, "threads": st.get("Threads", 0)}
 
 
 class Abuser:
@@ -75,20 +66,11 @@ class Abuser:
                             self.others.append(f"{type(exc).__name__}: {str(exc)[:100]}")
 
 
-def bursts(url: str, count: int, repeats: int) -> tuple[list[float], list[str]]:
-    latencies, failures = [], []
-    for _ in range(repeats):
-        results = page_timing.burst([visitor(url) for _ in range(count)])
-        latencies += [r for r in results if isinstance(r, float)]
-        failures += [r for r in results if not isinstance(r, float)]
-    return sorted(latencies), failures
-
-
-def flood(url: str, pid: int, count: int) -> dict:
+def flood(page: served.Page, count: int) -> dict:
     """One client's `count` Lossless comparisons at once, cancelled 2 s later (see the docstring)."""
-    other = visitor(url)
-    before = status(pid) | {"generate_s": request(other, 1000)}
-    abuser = visitor(url)
+    other = visitor(page.url)
+    before = status(page.pid) | {"generate_s": request(other, 1000)}
+    abuser = visitor(page.url)
     jobs = [abuser.submit(**LOSSLESS, api_name="/lossless") for _ in range(count)]
     time.sleep(2.0)
     for job in jobs:
@@ -101,49 +83,45 @@ def flood(url: str, pid: int, count: int) -> dict:
         except Exception as exc:                           # noqa: BLE001: counted
             refused += "still waiting in the queue or running" in str(exc)
     time.sleep(10.0)
-    return {"before": before, "after": status(pid), "generate_during_s": during, "refused": refused}
+    return {"before": before, "after": status(page.pid), "generate_during_s": during, "refused": refused}
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--visitors", type=int, default=64)
     ap.add_argument("--bursts", type=int, default=3)
-    ap.add_argument("--app-dir", type=Path, default=page_timing.ROOT)
-    ap.add_argument("--port", type=int, default=7872)
+    served.app_dir_argument(ap)
     ap.add_argument("--flood", type=int, default=70, help="Lossless comparisons one client submits at once (0: none)")
     args = ap.parse_args(argv)
     if args.visitors < 1 or args.bursts < 1:
         ap.error("--visitors and --bursts: whole numbers >= 1")
-    page_timing.ROOT = args.app_dir.resolve()
-    server, url = serve(args.port)
     rows = []
-    try:
-        request(visitor(url))                                  # warm-up: the worker starts
+    with served.Page(args.app_dir) as page:
+        request(visitor(page.url))                             # warm-up: the worker starts
         for abusive in (False, True):
-            abuser = Abuser(url) if abusive else None
+            abuser = Abuser(page.url) if abusive else None
             if abuser:
                 abuser.thread.start()
                 time.sleep(2.0)
-            latencies, failures = bursts(url, args.visitors, args.bursts)
+            bursts = [served.burst(page, args.visitors) for _ in range(args.bursts)]
+            latencies = sorted(t for b in bursts for t in b.latencies)
+            failures = [f for b in bursts for f in b.failures]
             if abuser:
                 abuser.stop.set()
                 abuser.thread.join(60)
             time.sleep(2.0)
-            rows.append((abusive, latencies, failures, status(server.pid), abuser))
+            rows.append((abusive, latencies, failures, status(page.pid), abuser))
             for said in abuser.others if abuser else []:
                 print(f"  the abuser also got: {said}")
             for f in sorted(set(failures))[:5]:
                 print(f"  failed: {f}")
-        flooded = flood(url, server.pid, args.flood) if args.flood else None
-    finally:
-        server.terminate()
-        server.wait()
+        flooded = flood(page, args.flood) if args.flood else None
     print(f"{args.visitors} visitors at once, {args.bursts} bursts each way (tiny, full speed)")
     print("| abuser | served | failed | p50 | p95 | page RSS after | page threads after | abuser: started, refused, other |")
     print("|---|---|---|---|---|---|---|---|")
     for abusive, latencies, failures, st, abuser in rows:
         p50 = statistics.median(latencies) if latencies else float("nan")
-        p95 = nearest(latencies, 0.95) if latencies else float("nan")
+        p95 = percentile(latencies, 0.95)
         said = f"{abuser.started}, {abuser.refused}, {abuser.other}" if abuser else ""
         print(f"| {'yes' if abusive else 'no'} | {len(latencies)} | {len(failures)} | {p50:.2f} s | {p95:.2f} s | "
               f"{st.get('rss_mb', 0):.0f} MB | {st.get('threads', 0)} | {said} |", flush=True)
@@ -153,7 +131,3 @@ def main(argv: list[str] | None = None) -> None:
               f"before the queue; page {b['rss_mb']:.0f} MB, {b['threads']} threads before, {a['rss_mb']:.0f} MB, "
               f"{a['threads']} threads 10 s after; another visitor's Generate {b['generate_s']:.2f} s alone, "
               f"{flooded['generate_during_s']:.2f} s during")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,8 +1,8 @@
 """Bytes a pass writes into its KV cache, or into copies of it, per layer: a chain's `step`
 against a draft tree's `step_tree` + `keep_path`, on the embedded tiny models.
 
-    python scripts/cache_writes.py                     # tiny (64 positions), tiny-video (512)
-    python scripts/cache_writes.py --models tiny --tree 2x2
+    python -m bench cache-writes                     # tiny (64 positions), tiny-video (512)
+    python -m bench cache-writes --models tiny --tree 2x2
 
 Every aten operation of the pass is seen (a `TorchDispatchMode`); counted are the bytes it
 writes in place into a cache tensor (a scatter's or a slice copy's values), and the bytes of
@@ -14,17 +14,11 @@ O(capacity).
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import scd_core  # noqa: E402
+import scd_core
 
 WRITES = {"scatter_": 3, "index_put_": 2, "copy_": 1}    # in-place op -> its argument holding the values written
 
@@ -93,7 +87,3 @@ def main(argv: list[str] | None = None) -> None:
         r = measure(name, k, depth)
         print(f"| {r['model']} | {r['slots']} | {r['tokens']} | {r['cache'] / 1024:.0f} KiB | "
               f"{r['chain'] / 1024:.1f} KiB | {r['tree'] / 1024:.1f} KiB |", flush=True)
-
-
-if __name__ == "__main__":
-    main()

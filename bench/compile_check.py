@@ -1,9 +1,9 @@
 """The compiled pass against the eager one: the same tokens and NFE on every golden case
 (tests/test_golden.py's), and how long compiling takes, cold and warm.
 
-    python scripts/compile_check.py                      # every golden case, eager vs compiled
-    python scripts/compile_check.py --cases texture      # only the cases of one model
-    python scripts/compile_check.py --time texture/scd-mc --batch 1   # compile seconds of one pass
+    python -m bench compile-check                      # every golden case, eager vs compiled
+    python -m bench compile-check --cases texture      # only the cases of one model
+    python -m bench compile-check --time texture/scd-mc --batch 1   # compile seconds of one pass
 
 Each case decodes eager, then compiled: the first compiled run of a case pays its compile
 (printed as "first"), a second one runs on the compiled graph. `--time MODEL/METHOD` only
@@ -14,20 +14,13 @@ process finds the compiled code on disk and only traces the pass again).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import warnings
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-for path in (ROOT, ROOT / "tests"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-import scd_core  # noqa: E402
-from test_golden import MODELS, all_cases  # noqa: E402
+import scd_core
+from test_golden import MODELS, all_cases
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,7 +58,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {key} | {'yes' if same else 'NO'} | {times[0]:.2f} | {times[1]:.1f} | {times[2]:.2f} |", flush=True)
     print(f"{differ} cases differ")
     return 1 if differ else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,9 +1,9 @@
 """Operations and waits per pass: every aten operation a decode dispatches, and those that make
 the host wait for the device (`tests/ops_util.py`), divided by its passes.
 
-    python scripts/pass_ops.py                     # this checkout: texture, B = 8, L = 16
-    python scripts/pass_ops.py --rev a9fe42d       # an earlier commit's engine, the same count
-    python scripts/pass_ops.py --tree 2x2          # with a draft tree (the model's own operations left out)
+    python -m bench pass-ops                     # this checkout: texture, B = 8, L = 16
+    python -m bench pass-ops --rev a9fe42d       # an earlier commit's engine, the same count
+    python -m bench pass-ops --tree 2x2          # with a draft tree (the model's own operations left out)
 
 A chain is counted over a whole `generate` call, the texture model's operations included
 (how the budget in tests/test_pass_ops.py was measured); with `--tree` the model's
@@ -13,18 +13,12 @@ counted is the engine's.
 from __future__ import annotations
 
 import argparse
-import sys
 import warnings
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-for path in (ROOT / "tests", ROOT / "scripts"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from ops_util import OpCounter, counted  # noqa: E402
+from bench.builds import earlier_engine
+from ops_util import OpCounter, counted
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,10 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
     if args.rev:
-        from engine_ab import import_old
-        eng = import_old(args.rev)
+        eng = earlier_engine(args.rev)
     else:
-        sys.path.insert(0, str(ROOT))
         import scd_core as eng
     torch.set_num_threads(1)
     model = eng.load_model("texture")
@@ -58,6 +50,3 @@ def main(argv: list[str] | None = None) -> int:
               f"{dict(counter.syncs) or '-'} |", flush=True)
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

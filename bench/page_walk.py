@@ -3,25 +3,24 @@ embedded model, a model switch during a run, a race and the Lossless comparison,
 window size in each theme; each step's status and what would be wrong with it, printed as it
 goes.
 
-    python scripts/page_walk.py                 # 1400x1000 and 390x844, light and dark, ~20 min on 2 cores
-    python scripts/page_walk.py --sizes 390x844 --themes dark --models tiny --out /tmp/walk
+    python -m bench page-walk                 # 1400x1000 and 390x844, light and dark, ~20 min on 2 cores
+    python -m bench page-walk --sizes 390x844 --themes dark --models tiny --out /tmp/walk
 
 Printed for each run: its status, the views showing Gradio's empty placeholder, the error
 badges, whether the status is in sight; at the end, the browser console's errors. The
 screenshots (`--out`, default a new temporary folder) are named WIDTH_THEME_MODEL_METHOD.png,
 WIDTH_THEME_switch.png, WIDTH_THEME_race.png and WIDTH_THEME_lossless.png. Needs playwright and
-Chromium (CHROMIUM or /usr/bin/chromium), as the browser tests do; it uses their helpers.
+Chromium (CHROMIUM or /usr/bin/chromium), as the browser tests do; it uses their helpers
+(`tests/browser_util.py`), which serve the page in this process.
 """
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+from bench import ROOT
 
 METHODS = {"ar": "AR", "sjd": "SJD", "scd-mc": "SCD maximal coupling", "scd-gumbel": "SCD Gumbel coupling"}
 EMBEDDED = ["texture", "tiny", "tiny-64", "tiny-video"]
@@ -103,13 +102,13 @@ def walk(browser, width: int, height: int, theme: str, models: list[str], out: s
     return wrong + bool(errors)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="1400x1000,390x844", help="window sizes, WIDTHxHEIGHT, comma-separated")
     ap.add_argument("--themes", default="light,dark", help="light, dark or both, comma-separated")
     ap.add_argument("--models", default=",".join(EMBEDDED), help="models, comma-separated (the switch: last to first)")
     ap.add_argument("--out", default=None, help="the screenshots' folder (default: a new temporary one)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
     out = args.out or tempfile.mkdtemp(prefix="scd-walk-")
     os.makedirs(out, exist_ok=True)
@@ -131,8 +130,4 @@ def main() -> None:
     finally:
         app.demo.close()
     say(f"screenshots in {out}; steps with something wrong: {wrong}")
-    sys.exit(1 if wrong else 0)
-
-
-if __name__ == "__main__":
-    main()
+    return 1 if wrong else 0

@@ -1,8 +1,8 @@
 """Step compression through transformers' `generate` (`custom_generate=scd_core.hf.generate`)
 against scd_core's own adapters, on the tests' tiny random configs (offline, CPU, a minute).
 
-    python scripts/hf_compression.py                  # windows 6 and 16, seeds 0..7
-    python scripts/hf_compression.py --seeds 4 --windows 6
+    python -m bench hf-compression                  # windows 6 and 16, seeds 0..7
+    python -m bench hf-compression --seeds 4 --windows 6
 
 Per model, method and window: the mean forward passes and the mean step compression over
 one-row runs (AR's forward passes for the same tokens / this run's passes;
@@ -16,16 +16,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import warnings
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-for path in (ROOT, ROOT / "tests"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
 
 METHODS = ["sjd", "scd-mc", "scd-gumbel"]
 
@@ -122,7 +116,3 @@ def main(argv: list[str] | None = None) -> int:
                     path, adapter = rows(seeds, method, window)
                 print(f"| {name} | {method} | {window} | {cell(path)} | {cell(adapter)} |", flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

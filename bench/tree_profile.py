@@ -1,7 +1,7 @@
 """Draft trees against the chain: passes per image and the acceptance profile that says why.
 
-    python scripts/tree_profile.py                       # tiny, tiny-video, texture; 8 seeds
-    python scripts/tree_profile.py --models tiny --seeds 16 --windows 16,19
+    python -m bench tree-profile                       # tiny, tiny-video, texture; 8 seeds
+    python -m bench tree-profile --models tiny --seeds 16 --windows 16,19
 
 For each model (its default settings), method (SJD, SCD-MC), window L (tokens fed per pass)
 and tree (k x depth; 1x0 is the chain), the mean NFE over the seeds with its standard error,
@@ -35,14 +35,14 @@ def profile(model, prompt: str, settings: scd_core.Settings, seeds: list[int]) -
     return dict(nfe=statistics.mean(nfe), se=se, first_rejected=first_rejected / passes, sibling=sibling / passes)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="tiny,tiny-video,texture")
     ap.add_argument("--methods", default="sjd,scd-mc")
     ap.add_argument("--windows", default="16,19")
     ap.add_argument("--trees", default="1x0,2x1,4x1,2x2")
     ap.add_argument("--seeds", type=int, default=8)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(1)
     trees = [tuple(int(v) for v in t.split("x")) for t in args.trees.split(",")]
     seeds = [1000 * i for i in range(args.seeds)]       # spaced: row streams never overlap
@@ -62,7 +62,3 @@ def main() -> None:
                     r = profile(model, prompt, settings, seeds)
                     print(f"| {name} | {method} | {L} | {tree[0]}x{tree[1]} | {r['nfe']:.2f} ({r['se']:.2f}) | "
                           f"{r['first_rejected']:.0%} | {r['sibling']:.0%} |", flush=True)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,12 +1,12 @@
 """The frontier: coupling's lead at the best window against how well a prior draws.
 
-    python scripts/frontier_figure.py ~/scd-frontier/results.csv --point "tiny=1.30,0.20" \
+    python -m bench frontier-figure ~/scd-frontier/results.csv --point "tiny=1.30,0.20" \
         --out docs/img/frontier.png
 
-One point per trained prior: x is its nearest-emoji rate (`scripts/nearest_emoji.py`, top 10,
+One point per trained prior: x is its nearest-emoji rate (`python -m bench nearest-emoji`, top 10,
 training designs: how often its own design is among the ten renders nearest a sample), y its
 lead at its best window (SJD's passes / SCD-MC's on the held-out prompts; `results.csv` from
-`scripts/train_frontier.py`). `--point NAME=LEAD,RATE` adds a prior measured elsewhere. The two
+`python -m bench train-frontier`). `--point NAME=LEAD,RATE` adds a prior measured elsewhere. The two
 goals are drawn as dashed lines: a lead of `--lead-goal` and the drawing rate `--rate-goal`
 (`tiny`'s); a prior up and to the right of both meets them. `--reference NAME=LEAD` draws a
 model with no emoji rate (a real model's lead, e.g. Lumina-mGPT's 1.82x at L 64 in the paper)
@@ -17,13 +17,9 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from influence_curve import COLOURS  # noqa: E402
+from bench.figures import scatter
 
 
 def read_points(path: Path, rate_column: str) -> list[tuple[str, float, float]]:
@@ -62,71 +58,9 @@ def parse_pair(item: str, what: str) -> tuple[str, list[float]]:
     return name, numbers
 
 
-def scatter(points: list[tuple[str, float, float]], references: list[tuple[str, float]], path: Path,
-            title: str, lead_goal: float, rate_goal: float | None, size=(820, 460)) -> None:
-    """Labelled points (x: rate in [0, 1], y: lead) with the goals and references as lines (Pillow only)."""
-    from PIL import Image, ImageDraw
-
-    img = Image.new("RGB", size, "white")
-    draw = ImageDraw.Draw(img)
-    left, right, top, bottom = 60, 30, 34, 46
-    w, h = size[0] - left - right, size[1] - top - bottom
-    x_max = max([x for _, x, _ in points] + [rate_goal or 0.0, 0.05])
-    x_step = next(s for s in (0.01, 0.02, 0.05, 0.1, 0.2) if x_max / s <= 8)
-    x_max = x_step * math.ceil(x_max / x_step + 0.25)
-    ys = [y for _, _, y in points] + [y for _, y in references] + [lead_goal]
-    y_lo = max(0.0, math.floor(min(ys) * 4 - 1) / 4)
-    y_hi = math.ceil(max(ys) * 4 + 1) / 4
-
-    def xy(x: float, y: float) -> tuple[float, float]:
-        return left + w * x / x_max, top + h * (1 - (y - y_lo) / (y_hi - y_lo))
-
-    draw.text((left, 10), title, fill="black")
-    for i in range(int(round((y_hi - y_lo) / 0.25)) + 1):
-        y = y_lo + 0.25 * i
-        py = xy(0, y)[1]
-        draw.line([(left, py), (left + w, py)], fill=(230, 230, 230))
-        draw.text((8, py - 6), f"{y:.2f}x", fill="black")
-    for i in range(int(round(x_max / x_step)) + 1):
-        px = xy(i * x_step, y_lo)[0]
-        draw.line([(px, top + h), (px, top + h + 4)], fill="black")
-        draw.text((px - 8, top + h + 8), f"{i * x_step:.0%}", fill="black")
-    draw.text((left + w // 2 - 150, size[1] - 18), "nearest-emoji rate (own design among the 10 nearest)",
-              fill="black")
-    draw.rectangle([left, top, left + w, top + h], outline="black")
-
-    def dashed(a: tuple[float, float], b: tuple[float, float], colour, dash: int) -> None:
-        length = math.dist(a, b)
-        for k in range(0, int(length), 2 * dash):
-            t0, t1 = k / length, min(1.0, (k + dash) / length)
-            draw.line([(a[0] + (b[0] - a[0]) * t0, a[1] + (b[1] - a[1]) * t0),
-                       (a[0] + (b[0] - a[0]) * t1, a[1] + (b[1] - a[1]) * t1)], fill=colour, width=1)
-
-    grey = (120, 120, 120)
-    y = xy(0, lead_goal)[1]
-    dashed((left, y), (left + w, y), grey, 6)
-    draw.text((left + w - 110, y + 3), f"lead goal {lead_goal:.2f}x", fill=grey)
-    if rate_goal is not None:
-        x = xy(rate_goal, y_lo)[0]
-        dashed((x, top), (x, top + h), grey, 6)
-        draw.text((x + 4, top + 4), f"draws like tiny ({rate_goal:.0%})", fill=grey)
-    for name, lead in references:
-        y = xy(0, lead)[1]
-        dashed((left, y), (left + w, y), (150, 60, 150), 2)
-        label = f"{name} {lead:.2f}x"
-        draw.text((left + w - 6 - 6 * len(label), y - 14), label, fill=(150, 60, 150))
-    for k, (name, x, y) in enumerate(points):
-        colour = COLOURS[k % len(COLOURS)]
-        px, py = xy(x, y)
-        draw.ellipse([px - 5, py - 5, px + 5, py + 5], fill=colour)
-        draw.text((px + 8, py - 6), name, fill="black")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    img.save(path)
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results", nargs="*", type=Path, help="results CSVs of scripts/train_frontier.py")
+    ap.add_argument("results", nargs="*", type=Path, help="results CSVs of `python -m bench train-frontier`")
     ap.add_argument("--point", action="append", default=[], metavar="NAME=LEAD,RATE",
                     help="a prior measured elsewhere: its lead at its best window and its rate (0-1)")
     ap.add_argument("--reference", action="append", default=[], metavar="NAME=LEAD",
@@ -174,7 +108,3 @@ def main(argv: list[str] | None = None) -> None:
     drawn = [p for p in points if p[0] not in args.leave_out]
     scatter(drawn, references, args.out, args.title, args.lead_goal, args.rate_goal)
     print(f"wrote {args.out}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,12 +1,12 @@
-"""scripts/hf_compression.py runs and prints one table row per model, method and window."""
+"""`python -m bench hf-compression` runs and prints one table row per model, method and window."""
 import pytest
 
-from script_util import load_script
+from bench import hf_compression
 
 
 @pytest.mark.drill
 def test_the_script_prints_its_table(capsys):
-    assert load_script("hf_compression").main(["--seeds", "1", "--windows", "6"]) == 0
+    assert hf_compression.main(["--seeds", "1", "--windows", "6"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and line.endswith("x |")
             or line.endswith("x | - |")]
     assert len(rows) == 3 * 3                                      # 3 models x 3 methods, one window

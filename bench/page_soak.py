@@ -1,10 +1,10 @@
 """The served page over many runs: do its files, memory, threads and descriptors stay flat?
 
-    python scripts/page_soak.py                       # 500 runs
-    python scripts/page_soak.py --runs 100 --every 20
-    python scripts/page_soak.py --app-dir /path/to/another/checkout
+    python -m bench page-soak                       # 500 runs
+    python -m bench page-soak --runs 100 --every 20
+    python -m bench page-soak --app-dir /path/to/another/checkout
 
-`python app.py` (the checkout measured) in a subprocess, decode workers as deployed, with a
+`python app.py` (the checkout measured) in a process of its own (`bench.served`), with a
 temp folder of its own (TMPDIR and GRADIO_TEMP_DIR: every file the page and Gradio write
 lands there) and SCD_FILES_S=--files-s (files older than that are swept: the page's default,
 half an hour, would show nothing swept in a short soak). A few visitors take turns (a new one every 25 runs, as sessions come and go):
@@ -20,18 +20,15 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import tempfile
 import time
 from pathlib import Path
 
-import page_timing
-from page_timing import serve, visitor
+from bench import procs, served
+from bench.served import GENERATE, LOSSLESS, visitor
 
-TINY = page_timing.TINY
-VIDEO = TINY | {"model": "tiny-video", "window": 32, "init": "repeat-frame", "prompt": "a red ball"}
-LOSSLESS = dict(model="tiny", prompt="red heart", method="scd-mc", window=16, init="random", temperature=1.0,
-                top_k=100, top_p=1.0, cfg=3.0, seed=0, lossless_samples=256)
+VIDEO = GENERATE | {"model": "tiny-video", "window": 32, "init": "repeat-frame", "prompt": "a red ball"}
+CANCELLED = LOSSLESS | {"lossless_samples": 256}
 
 
 def files(folder: Path) -> tuple[int, float]:
@@ -47,16 +44,12 @@ def files(folder: Path) -> tuple[int, float]:
 
 
 def sample(pid: int, folder: Path, runs: int, t0: float) -> dict:
-    st = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            st["rss_mb"] = round(int(line.split()[1]) / 1024)
-        elif line.startswith("Threads:"):
-            st["threads"] = int(line.split()[1])
+    st = procs.status(pid)
+    st = {"rss_mb": round(st.get("VmRSS", 0) / 1024), "threads": st.get("Threads", 0)}
     count, mb = files(folder)
     where = {entry.name.split("-")[0] if entry.name.startswith("scd-") is False else entry.name.rsplit("-", 1)[0]:
              files(entry)[0] for entry in folder.iterdir() if entry.is_dir()}
-    return {"runs": runs, "s": round(time.perf_counter() - t0), **st, "fds": len(os.listdir(f"/proc/{pid}/fd")),
+    return {"runs": runs, "s": round(time.perf_counter() - t0), **st, "fds": procs.descriptors(pid),
             "files": count, "files_mb": round(mb, 1), "by_folder": where}
 
 
@@ -64,28 +57,26 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=500)
     ap.add_argument("--every", type=int, default=50, help="runs between two samples (default 50)")
-    ap.add_argument("--app-dir", type=Path, default=page_timing.ROOT)
-    ap.add_argument("--port", type=int, default=7873)
+    served.app_dir_argument(ap)
     ap.add_argument("--files-s", type=int, default=60,
                     help="the page's SCD_FILES_S: files kept this long (default 60, to see the sweep in a short soak)")
     args = ap.parse_args(argv)
     if args.runs < 1 or args.every < 1:
         ap.error("--runs and --every: whole numbers >= 1")
-    page_timing.ROOT = args.app_dir.resolve()
     folder = Path(tempfile.mkdtemp(prefix="scd-soak-"))
-    server, url = serve(args.port, {"TMPDIR": str(folder), "GRADIO_TEMP_DIR": str(folder / "gradio"),
-                                    "SCD_FILES_S": str(args.files_s)})
+    page = served.Page(args.app_dir, {"TMPDIR": str(folder), "GRADIO_TEMP_DIR": str(folder / "gradio"),
+                                      "SCD_FILES_S": str(args.files_s)})
     t0, samples, failed = time.perf_counter(), [], []
     try:
-        client = visitor(url)
-        client.submit(**TINY, api_name="/generate").result(timeout=600)      # warm-up: the worker starts
-        samples.append(sample(server.pid, folder, 0, t0))
+        client = visitor(page.url)
+        client.submit(**GENERATE, api_name="/generate").result(timeout=600)    # warm-up: the worker starts
+        samples.append(sample(page.pid, folder, 0, t0))
         for run in range(1, args.runs + 1):
             if run % 25 == 0:
-                client = visitor(url)                                  # a new visitor
+                client = visitor(page.url)                             # a new visitor
             try:
                 if run % 25 == 12:
-                    job = client.submit(**LOSSLESS, api_name="/lossless")
+                    job = client.submit(**CANCELLED, api_name="/lossless")
                     time.sleep(1.0)
                     job.cancel()
                 elif run % 10 == 5:
@@ -93,25 +84,18 @@ def main(argv: list[str] | None = None) -> None:
                 elif run % 10 == 9:
                     client.submit(api_name="/export").result(timeout=600)
                 else:
-                    client.submit(**TINY | {"seed": run}, api_name="/generate").result(timeout=600)
+                    client.submit(**GENERATE | {"seed": run}, api_name="/generate").result(timeout=600)
             except Exception as exc:                                   # noqa: BLE001: counted
                 failed.append(f"run {run}: {repr(exc)[:120]}")
             if run % args.every == 0:
-                samples.append(sample(server.pid, folder, run, t0))
+                samples.append(sample(page.pid, folder, run, t0))
                 print(json.dumps(samples[-1]), flush=True)
-        t = time.perf_counter()
-        server.send_signal(signal.SIGTERM)
-        code = server.wait(timeout=60)
+        code, seconds = page.stop()
         left = files(folder)
-        print(json.dumps({"sigterm_exit_code": code, "exit_s": round(time.perf_counter() - t, 2),
+        print(json.dumps({"sigterm_exit_code": code, "exit_s": round(seconds, 2),
                           "files_left": left[0], "failed": len(failed)}))
         for f in failed[:10]:
             print("  " + f)
     finally:
-        if server.poll() is None:
-            server.kill()
+        page.close()
         shutil.rmtree(folder, ignore_errors=True)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,15 +1,15 @@
 """Compare this checkout's engine with the engine of an earlier commit, in one process.
 
-    python scripts/engine_ab.py --rev <commit> --model toy-grid            # engine time per pass
-    python scripts/engine_ab.py --rev <commit> --model tiny --nfe-seeds 32 # mean NFE, both engines
-    python scripts/engine_ab.py --rev <commit> --model texture --batch 8 --windows 16 --methods scd-mc
-    python scripts/engine_ab.py --rev <commit> --latency --model texture --top-k 0 --cfg-scale 1 \
+    python -m bench engine-ab --rev <commit> --model toy-grid            # engine time per pass
+    python -m bench engine-ab --rev <commit> --model tiny --nfe-seeds 32 # mean NFE, both engines
+    python -m bench engine-ab --rev <commit> --model texture --batch 8 --windows 16 --methods scd-mc
+    python -m bench engine-ab --rev <commit> --latency --model texture --top-k 0 --cfg-scale 1 \
         --windows 16 --batch 8                                        # AR vs SCD-MC wall time, both engines
-    python scripts/engine_ab.py --rev <commit> --trace-memory --model random-logits \
+    python -m bench engine-ab --rev <commit> --trace-memory --model random-logits \
         --model-arg grid=90,90 --model-arg vocab_size=64 --batch 2      # bytes an AR trace holds
 
-The earlier commit's `scd_core` is extracted with `git archive` into a temporary folder and
-imported as `scd_core_old`, next to this checkout's `scd_core`; both decode the same prompts
+The earlier commit's `scd_core` is imported as `scd_core_old` (`bench.builds.earlier_engine`),
+next to this checkout's `scd_core`; both decode the same prompts
 with the same settings, alternating run by run so that machine noise falls on both alike.
 Engine time is a run's wall time outside `Session.step`, per forward pass (median over runs);
 the last column says whether both engines gave the same tokens and NFE for every run.
@@ -26,40 +26,15 @@ waiting for a core then costs neither engine anything, and the ratio is far stea
 from __future__ import annotations
 
 import argparse
-import io
 import statistics
-import subprocess
-import sys
-import tarfile
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import scd_core  # noqa: E402
-from scd_core.bench_rows import parse_model_args  # noqa: E402
-from scd_core.protocols import optional  # noqa: E402
-
-
-def import_old(rev: str):
-    """`scd_core` of commit `rev`, importable as `scd_core_old`."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "scd_core"], check=True,
-                             capture_output=True).stdout
-    folder = Path(tempfile.mkdtemp(prefix="scd_old_"))
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(folder, filter="data")
-    (folder / "scd_core").rename(folder / "scd_core_old")
-    for path in (folder / "scd_core_old").rglob("*.py"):
-        text = path.read_text()
-        path.write_text(text.replace("from scd_core", "from scd_core_old").replace("import scd_core.", "import scd_core_old."))
-    sys.path.insert(0, str(folder))
-    import scd_core_old
-    return scd_core_old
+import scd_core
+from bench.builds import earlier_engine
+from scd_core.bench_rows import parse_model_args
+from scd_core.protocols import optional
 
 
 class CpuTimed:
@@ -163,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="this checkout's engine runs its pass compiled (scd_core.passes; warmed up first)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    old = import_old(args.rev)
+    old = earlier_engine(args.rev)
     model = scd_core.load_model(args.model, **parse_model_args(args.model_arg))
     prompts = list(optional(model, "example_prompts") or ["a red apple"])
     engines = {"old": old, "new": scd_core}
@@ -213,6 +188,3 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """How far p moves along the window when one token is redrawn: the influence curve of a model.
 
-    python scripts/influence_curve.py --model tiny --model texture --out docs/img/influence.png
-    python scripts/influence_curve.py --model tiny-64 --prompts scd_core/assets/tiny64/heldout_prompts.txt
+    python -m bench influence-curve --model tiny --model texture --out docs/img/influence.png
+    python -m bench influence-curve --model tiny-64 --prompts scd_core/assets/tiny64/heldout_prompts.txt
 
 For each model: AR samples at the model's own sampling settings (`default_settings`; top-k 100
 and CFG 3 for a model without them), one per prompt and seed. Then, at every `--every`-th
@@ -21,21 +21,16 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
-import sys
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import scd_core  # noqa: E402
-from scd_core.bench import parse_model_args  # noqa: E402
-from scd_core.prompts import load_prompt_records  # noqa: E402
-from scd_core.protocols import optional  # noqa: E402
-from scd_core.sampling import SamplingConfig, processed_probs  # noqa: E402
+import scd_core
+from bench.figures import line_chart
+from scd_core.bench import parse_model_args
+from scd_core.prompts import load_prompt_records
+from scd_core.protocols import optional
+from scd_core.sampling import SamplingConfig, processed_probs
 
 PROMPTS = ["red apple", "grinning face", "cat face", "flag france", "rocket", "pizza", "dog face", "red heart"]
 
@@ -86,53 +81,6 @@ def influence(model, prompts: list[str], settings: dict, max_d: int, every: int,
             "collision": float((p * p).sum(-1).mean()),
             "changed": float((redrawn != tokens).float().mean()),
             "width": int(model.grid[-1]), "tokens": n_tokens, "samples": rows}
-
-
-COLOURS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14), (23, 190, 207),
-           (140, 86, 75), (127, 127, 127)]
-
-
-def line_chart(series: dict[str, list[tuple[float, float]]], path: Path, title: str, x_label: str,
-               x_ticks: list[float], size=(760, 420), y_label_format: str = "{:.2f}") -> None:
-    """Lines of (x, y) points, one colour each, on a linear y axis from 0 (Pillow only)."""
-    from PIL import Image, ImageDraw
-
-    img = Image.new("RGB", size, "white")
-    draw = ImageDraw.Draw(img)
-    left, right, top, bottom = 60, 230, 34, 46
-    w, h = size[0] - left - right, size[1] - top - bottom
-    xs = [x for pts in series.values() for x, _ in pts] + list(x_ticks)
-    x_lo, x_hi = min(xs), max(xs)
-    top_value = max(y for pts in series.values() for _, y in pts)
-    step = next(s for s in (0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 5.0) if top_value / s <= 8)
-    y_max = step * math.ceil(top_value / step + 1e-9)
-
-    def xy(x: float, y: float) -> tuple[float, float]:
-        return left + w * (x - x_lo) / max(1e-9, x_hi - x_lo), top + h * (1 - y / y_max)
-
-    draw.text((left, 10), title, fill="black")
-    for i in range(int(round(y_max / step)) + 1):
-        y = xy(x_lo, i * step)[1]
-        draw.line([(left, y), (left + w, y)], fill=(225, 225, 225))
-        draw.text((8, y - 6), y_label_format.format(i * step), fill="black")
-    for x in x_ticks:
-        px = xy(x, 0)[0]
-        draw.line([(px, top + h), (px, top + h + 4)], fill="black")
-        draw.text((px - 6, top + h + 8), f"{x:g}", fill="black")
-    draw.text((left + w // 2 - 3 * len(x_label), size[1] - 18), x_label, fill="black")
-    draw.rectangle([left, top, left + w, top + h], outline="black")
-    for k, (name, pts) in enumerate(series.items()):
-        colour = COLOURS[k % len(COLOURS)]
-        px = [xy(x, y) for x, y in pts]
-        if len(px) > 1:
-            draw.line(px, fill=colour, width=2)
-        for x, y in px:
-            draw.ellipse([x - 3, y - 3, x + 3, y + 3], fill=colour)
-        ly = top + 8 + 18 * k
-        draw.line([(left + w + 12, ly + 6), (left + w + 32, ly + 6)], fill=colour, width=3)
-        draw.text((left + w + 38, ly), name, fill="black")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    img.save(path)
 
 
 def plot(curves: dict[str, list[float]], path: Path, title: str) -> None:
@@ -193,7 +141,3 @@ def main(argv: list[str] | None = None) -> None:
     if args.out:
         plot({f"{n} (W={r['width']})": r["tv"] for n, r in results.items()}, args.out, args.title)
         print(f"wrote {args.out}")
-
-
-if __name__ == "__main__":
-    main()

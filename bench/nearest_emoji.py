@@ -1,7 +1,7 @@
 """Do a model's samples look like the emoji they were asked for? The nearest-emoji rate.
 
-    python scripts/nearest_emoji.py --model tiny --model tiny-64 --data data/emoji32
-    python scripts/nearest_emoji.py --model tiny --json rates.json     # the rates as JSON too
+    python -m bench nearest-emoji --model tiny --model tiny-64 --data data/emoji32
+    python -m bench nearest-emoji --model tiny --json rates.json     # the rates as JSON too
 
 For every model, `--designs` emoji designs seen in training (a fixed random choice, skin-tone
 variants left out) and every held-out design are drawn `--samples` times each from their
@@ -19,18 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import scd_core  # noqa: E402
-from scd_core.train.data import design_key, load_dataset  # noqa: E402
+import scd_core
+from scd_core.train.data import design_key, load_dataset
 
 TOP = 10   # the wider rate: the prompt's own design among this many nearest renders
 
@@ -111,6 +106,3 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=1))
-
-if __name__ == "__main__":
-    main()
