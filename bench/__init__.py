@@ -46,6 +46,7 @@ SUBCOMMANDS = {
     },
     "serving": {
         "client-timing": "Server, LocalClient and ProcessClient: bursts of requests and a cancel",
+        "race-figures": "the race's figures on each model at the page's defaults: NFE, lead, stability, TV",
         "race-timing": "the race's times against the benchmark's for the same settings",
         "ray-timing": "Ray: the benchmark on 1 and 2 workers, the service on 1 and 2 replicas, a replica killed",
     },

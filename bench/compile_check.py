@@ -4,12 +4,16 @@
     python -m bench compile-check                      # every golden case, eager vs compiled
     python -m bench compile-check --cases texture      # only the cases of one model
     python -m bench compile-check --time texture/scd-mc --batch 1   # compile seconds of one pass
+    python -m bench compile-check --static-writes texture,tiny,janus-pro,emu3,lumina-mgpt,llamagen,cosmos
 
 Each case decodes eager, then compiled: the first compiled run of a case pays its compile
 (printed as "first"), a second one runs on the compiled graph. `--time MODEL/METHOD` only
 times the first compiled run of that case in this process: run it twice with the same
 `TORCHINDUCTOR_CACHE_DIR` to see a cold compile (an empty cache) and a warm one (a second
-process finds the compiled code on disk and only traces the pass again).
+process finds the compiled code on disk and only traces the pass again). `--static-writes`:
+the tensors one compiled pass of each model (SCD-MC, L = 6; and SJD with a 2x2 tree, L = 8)
+writes in place that are not static, read from inductor's graphs
+(`scd_core.testing.unmarked_writes`; on a GPU such a pass is not captured as a CUDA graph).
 """
 from __future__ import annotations
 
@@ -20,7 +24,28 @@ import warnings
 import torch
 
 import scd_core
+from bench.builds import tiny_config
+from scd_core.testing import unmarked_writes
 from test_golden import MODELS, all_cases
+
+
+def static_writes(names: list[str]) -> None:
+    """Unmarked in-place writes of one compiled pass per model and setting (see the docstring)."""
+    import torch._dynamo
+
+    cases = {"SCD-MC, L = 6": dict(method="scd-mc", window=6), "SJD, 2x2 tree, L = 8": dict(method="sjd", window=8,
+                                                                                            tree=(2, 2))}
+    print("| model | " + " | ".join(cases) + " |\n|---|" + "---|" * len(cases))
+    for name in names:
+        model, prompts, cfg = tiny_config(name)
+        cells = []
+        for settings in cases.values():
+            kw = dict(seed=0, cfg_scale=cfg, top_k=40) | settings | (dict(init="random") if name == "cosmos" else {})
+            torch._dynamo.reset()
+            with unmarked_writes() as graphs:
+                scd_core.generate(model, prompts[:1], compile=True, **kw)
+            cells.append(str(sum(len(g) for g in graphs)) if graphs else "not compiled")
+        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,9 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time", default="", metavar="MODEL/METHOD", help="time one case's first compiled run")
     ap.add_argument("--batch", type=int, default=1, help="rows of the --time run")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--static-writes", default="", metavar="MODELS",
+                    help="instead: the unmarked in-place writes of these models' compiled passes (comma-separated)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", category=UserWarning)
+    if args.static_writes:
+        static_writes(args.static_writes.split(","))
+        return 0
     if args.time:
         name, method = args.time.split("/")
         model = scd_core.load_model(name, **MODELS.get(name, {}))
