@@ -67,7 +67,7 @@ def on_model_change(name: str, applied: dict | None = None, stopped: dict | None
     """What the model is (or why it cannot run here); the visitor's settings kept where they
     chose them and the model can take them, the rest its defaults, in one line (`checks.switched`);
     the last model's views cleared; Generate and Race disabled for a model that cannot run.
-    `stopped`: the run the pick stopped (`picked`), said in its tab's status."""
+    `stopped`: the run the pick stopped (`demo.stopping.picked`), said in its tab's status."""
     new, ok = defaults(name)
     values, said = checks.switched(name, current, applied, new,
                                    config.MODELS.loaded(name) or config.MODELS.at_hand(name) if ok else None,

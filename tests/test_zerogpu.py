@@ -68,8 +68,9 @@ def test_every_decoding_event_is_one_gpu_call_on_the_in_call_client(emulated):
     assert seen["kind"] == "call" and seen["client"] == "PageClient" and seen["in_call"] is True
     assert seen["decorated"] == ["_on_gpu"]           # one decorated function: one process per GPU holds the models
     events = {event for event, _ in seen["durations"]}
-    assert events == {f"app.{n}" for n in ("generate_stream", "race_stream", "replay_view", "export_run",
-                                           "show_race_sample", "lossless_run")}
+    assert events == {f"demo.{n}" for n in ("generate_tab.generate_stream", "race_tab.race_stream",
+                                            "replay_tab.replay_view", "replay_tab.export_run",
+                                            "race_tab.show_race_sample", "lossless_tab.lossless_run")}
     assert all(MIN_GPU_SECONDS <= seconds <= MAX_GPU_SECONDS for _, seconds in seen["durations"])
 
 
