@@ -150,7 +150,7 @@ def main(log_path: str) -> dict:
     import torch
 
     from demo import config, generate_tab, layout, lossless_tab, model_notes, model_switch, race_tab, race_view, replay_tab, runs, stopping
-    from demo.inputs import problems
+    from demo.inputs import problems as input_problems
     from types import SimpleNamespace
 
     torch.set_num_threads(1)
@@ -181,7 +181,7 @@ def main(log_path: str) -> dict:
         prompt = config.MODELS.examples(name)[0]
         values = model_notes.defaults(name)[0] | dict(model=name, method="scd-mc", window=window, init=init, seed=0,
                                               prompt=prompt, pace=0.0, samples=2)    # by name, as the page's
-        problems = problems(values)
+        problems = input_problems(values)
         generated = list(generate_tab.generate_stream(**values, request=visitor))
         last = next(u[layout.last_run] for u in reversed(generated) if layout.last_run in u)
         status = next(u[layout.status] for u in reversed(generated) if layout.status in u)
