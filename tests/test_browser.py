@@ -266,12 +266,11 @@ def test_every_chart_names_each_colour_it_draws(page):
 
 
 def test_greedy_sets_temperature_zero(page):
+    temperature = "() => Number(document.querySelector('#temperature input').value)"
     page.locator("#greedy input").check()
-    page.wait_for_timeout(500)
-    assert float(page.locator("#temperature input").input_value()) == 0
+    page.wait_for_function(f"() => ({temperature})() === 0", timeout=30_000)
     page.locator("#greedy input").uncheck()
-    page.wait_for_timeout(500)
-    assert float(page.locator("#temperature input").input_value()) == 1
+    page.wait_for_function(f"() => ({temperature})() === 1", timeout=30_000)
 
 
 def test_video_race_frames_are_at_least_96px(page):
