@@ -67,12 +67,15 @@ WATCH = """() => {
 
 
 def page_app():
-    """The measured checkout's `app` module, served in this process."""
+    """The measured checkout's page (`app.demo`, as a Space serves it), served in this process."""
     sys.path.insert(0, str(ROOT))
     import app
-
-    app.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **app.LAUNCH)
-    return app
+    try:
+        from demo.config import LAUNCH
+    except ImportError:                 # a checkout whose app.py held the launch settings
+        LAUNCH = app.LAUNCH
+    app.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **LAUNCH)
+    return app.demo
 
 
 def tiny_page(b, url: str, pace: float):
@@ -92,11 +95,11 @@ def tiny_page(b, url: str, pace: float):
 def browser(repeats: int) -> None:
     from playwright.sync_api import sync_playwright
 
-    app = page_app()
+    demo = page_app()
     chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=chromium, args=ARGS)
-        pg = tiny_page(b, app.demo.local_url, 0)
+        pg = tiny_page(b, demo.local_url, 0)
         rows = []
         for i in range(repeats + 1):
             box = pg.locator("#seed input")
@@ -127,7 +130,7 @@ def browser(repeats: int) -> None:
                              ".includes('Gumbel')", timeout=600_000)
         print(f"tiny-video race, K = 8: click to table {time.perf_counter() - t:.1f} s")
         b.close()
-    app.demo.close()
+    demo.close()
 
 
 STOP = """() => {
@@ -150,11 +153,11 @@ def stop_probe(repeats: int, pace: float) -> None:
     """Stop in slow motion: from the click on Stop to the status saying "stopped"."""
     from playwright.sync_api import sync_playwright
 
-    app = page_app()
+    demo = page_app()
     chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=chromium, args=ARGS)
-        pg = tiny_page(b, app.demo.local_url, pace)
+        pg = tiny_page(b, demo.local_url, pace)
         waits, kept, late = [], 0, 0
         for i in range(repeats):
             pg.locator("#seed input").fill(str(i))
@@ -177,7 +180,7 @@ def stop_probe(repeats: int, pace: float) -> None:
         print(f"stop at pace {pace}, {repeats} runs: click to 'stopped' median {statistics.median(waits):.3f} s, "
               f"max {max(waits):.3f} s; picture kept {kept}/{repeats}; a picture landed after the click {late}/{repeats}")
         b.close()
-    app.demo.close()
+    demo.close()
 
 
 def serve(port: int, env: dict | None = None) -> tuple[subprocess.Popen, str]:
@@ -364,7 +367,7 @@ def memory(port: int) -> None:
             request(visitor(url), seed)
         visitors = rss(server.pid)
         print(f"then 100 new visitors, one request each: {visitors:.0f} MB "
-              f"({(visitors - after) / 100:.2f} MB per visitor, kept for the last app.SESSIONS)")
+              f"({(visitors - after) / 100:.2f} MB per visitor, kept for the last config.SESSIONS)")
     finally:
         server.terminate()
         server.wait()

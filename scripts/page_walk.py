@@ -115,13 +115,13 @@ def main() -> None:
     os.makedirs(out, exist_ok=True)
     os.chdir(ROOT)
 
-    import app
+    from demo import config, page
     from playwright import sync_api
     from browser_util import ARGS, CHROMIUM
 
     if CHROMIUM is None:
         raise SystemExit("chromium is not installed (apt-get install chromium, or set CHROMIUM)")
-    app.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **app.LAUNCH)
+    page.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **config.LAUNCH)
     try:
         with sync_api.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
@@ -129,7 +129,7 @@ def main() -> None:
                         for w, h in sizes for theme in args.themes.split(","))
             browser.close()
     finally:
-        app.demo.close()
+        page.demo.close()
     say(f"screenshots in {out}; steps with something wrong: {wrong}")
     sys.exit(1 if wrong else 0)
 
