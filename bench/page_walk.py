@@ -114,13 +114,13 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(out, exist_ok=True)
     os.chdir(ROOT)
 
-    import app
+    from demo import config, page
     from playwright import sync_api
     from browser_util import ARGS, CHROMIUM
 
     if CHROMIUM is None:
         raise SystemExit("chromium is not installed (apt-get install chromium, or set CHROMIUM)")
-    app.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **app.LAUNCH)
+    page.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **config.LAUNCH)
     try:
         with sync_api.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
@@ -128,6 +128,6 @@ def main(argv: list[str] | None = None) -> int:
                         for w, h in sizes for theme in args.themes.split(","))
             browser.close()
     finally:
-        app.demo.close()
+        page.demo.close()
     say(f"screenshots in {out}; steps with something wrong: {wrong}")
     return 1 if wrong else 0

@@ -15,14 +15,14 @@ import math
 import torch
 
 import scd_core
-from demo.models import EMBEDDED_DEFAULTS, PAGE_DEFAULTS
+from demo.models import page_defaults
 from scd_core import race
 
 
 def figures(name: str, samples: int) -> str:
     """The table's row for model `name`."""
     model = scd_core.load_model(name)
-    page = PAGE_DEFAULTS.get(name, EMBEDDED_DEFAULTS)
+    page = page_defaults(name)
     settings = scd_core.Settings.for_model(model, window=page["window"], init=page["init"])
     the = race.Race(model.example_prompts[0], settings, seed=0)
     runs = {m: list(race.decode(model, the, m, samples))[-1] for m in ("ar", "sjd", "scd-mc")}

@@ -12,7 +12,7 @@ Then the page (`app.py`, worker processes: `SCD_DECODE=process`, its residency s
 the environment: `SCD_GPU_BYTES` unset, one large model at a time) runs in a fresh process,
 which measures its own resident memory before any model (the page alone), and, --switches
 times, picks each model in turn (`Models.load_note`: its worker loads it, once the other's
-worker is closed) and runs a Generate row on the page's client (`app.REQUESTS`), stopped
+worker is closed) and runs a Generate row on the page's client (`config.REQUESTS`), stopped
 after two passes, without its pictures (a VQ decode in bfloat16 takes minutes on a CPU). A thread samples, every 20 ms, the resident memory of the page and of every worker
 process it started, and counts the workers alive. At the end the page closes its client, and
 the drill checks that none of its workers is left.
@@ -94,14 +94,13 @@ def page_main(spec: dict) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    import app
-    from demo import backend
+    from demo import backend, checks, config, models
 
-    app.models.unavailable = app.checks.unavailable = lambda name, loaded=False: None   # the GPU gate, lifted
-    app.REQUESTS.client.close()
-    client = backend.make_client("process", None, load_bf16, app.SERVERS.max_batch)   # the page's settings
-    app.REQUESTS = backend.Requests(client)
-    app.MODELS.use(client, downloads_here=True)
+    models.unavailable = checks.unavailable = lambda name, loaded=False: None   # the GPU gate, lifted
+    config.REQUESTS.client.close()
+    client = backend.make_client("process", None, load_bf16, config.SERVERS.max_batch)   # the page's settings
+    config.REQUESTS = backend.Requests(client)
+    config.MODELS.use(client, downloads_here=True)
     time.sleep(1.0)
     alone = procs.rss_bytes(os.getpid())                              # the page before any large model
     sampler = Sampler()
@@ -110,18 +109,18 @@ def page_main(spec: dict) -> dict:
     for _ in range(spec["switches"]):
         for name in spec["models"]:
             t0 = time.perf_counter()
-            note = app.MODELS.load_note(name)                 # the visitor picks it
+            note = config.MODELS.load_note(name)                 # the visitor picks it
             loaded = time.perf_counter() - t0
-            page, sampling, _ = app.MODELS.defaults(name)
-            settings = app.checks.settings_of("scd-mc", page["window"], page["init"], sampling["temperature"],
+            page, sampling, _ = config.MODELS.defaults(name)
+            settings = checks.settings_of("scd-mc", page["window"], page["init"], sampling["temperature"],
                                               sampling["top_k"], sampling["top_p"], sampling["cfg_scale"])
-            waiting = app.MODELS.swap_note(name)              # what Generate's status would say first
-            rid = app.REQUESTS.submit("drill", name, app.MODELS.examples(name)[0], 0, settings)
+            waiting = config.MODELS.swap_note(name)              # what Generate's status would say first
+            rid = config.REQUESTS.submit("drill", name, config.MODELS.examples(name)[0], 0, settings)
             for index, _ in enumerate(client.records(rid)):   # Generate, stopped after two passes
                 if index == 1:
                     client.cancel(rid)
             nfe = client.result(rid, timeout=600).nfe
-            app.REQUESTS.done(rid)
+            config.REQUESTS.done(rid)
             client.release(rid)
             measured.update(client.residency.resident())
             running = procs.spawned_workers(os.getpid())

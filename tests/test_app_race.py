@@ -10,9 +10,8 @@ import statistics
 import pytest
 from gradio_client import Client
 
-import app
 import scd_core
-from demo import race_view
+from demo import checks, race_view
 from scd_core import bench_rows, race
 from test_app import args
 
@@ -66,7 +65,7 @@ def test_the_race_shows_pictures_while_a_method_decodes(client):
 
 
 def test_the_lossless_view_through_the_page(client):
-    core = {k: v for k, v in args().items() if k in app.checks.CORE_INPUTS}      # by name, as the page's
+    core = {k: v for k, v in args().items() if k in checks.CORE_INPUTS}      # by name, as the page's
     out = client.predict(**core, lossless_samples=32, api_name="/lossless")
     status, summary = out[0], out[1]
     assert "Done" in status and "32 samples of AR and 32 of SCD maximal coupling" in summary
