@@ -5,7 +5,7 @@ from bench import hf_compression
 
 
 @pytest.mark.drill
-def test_the_script_prints_its_table(capsys):
+def test_it_prints_its_table(capsys):
     assert hf_compression.main(["--seeds", "1", "--windows", "6"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and line.endswith("x |")
             or line.endswith("x | - |")]
