@@ -47,7 +47,8 @@ def earlier_engine(rev: str):
     (folder / "scd_core").rename(folder / "scd_core_old")
     for path in (folder / "scd_core_old").rglob("*.py"):
         text = path.read_text()
-        path.write_text(text.replace("from scd_core", "from scd_core_old").replace("import scd_core.", "import scd_core_old."))
+        path.write_text(text.replace("from scd_core", "from scd_core_old")
+                        .replace("import scd_core.", "import scd_core_old."))
     sys.path.insert(0, str(folder))
     import scd_core_old
     return scd_core_old

@@ -132,9 +132,9 @@ def compile_times(args) -> None:
             env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
             out = []
             for _ in range(2):
-                done = subprocess.run([sys.executable, "-m", "bench", "model-ab", "--first-compile", f"{name}/{method}",
-                                       "--threads", str(args.threads)], env=env, cwd=ROOT, check=True,
-                                      capture_output=True, text=True)
+                command = [sys.executable, "-m", "bench", "model-ab", "--first-compile", f"{name}/{method}",
+                           "--threads", str(args.threads)]
+                done = subprocess.run(command, env=env, cwd=ROOT, check=True, capture_output=True, text=True)
                 out.append(done.stdout.split())
             print(f"| {name} | {method} | {out[0][0]} s | {out[1][0]} s | {out[0][1]} |", flush=True)
 
