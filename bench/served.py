@@ -60,7 +60,8 @@ class Page:
         self.log = Path(tempfile.mkdtemp(prefix="scd-page-")) / "page.log"
         full = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
         full.update(GRADIO_SERVER_PORT=str(self.port), GRADIO_ANALYTICS_ENABLED="False", SCD_DECODE="process",
-                    PYTHONPATH=str(app_dir), **(env or {}))
+                    PYTHONPATH=str(app_dir))
+        full.update(env or {})
         started = time.perf_counter()
         with open(self.log, "w") as out:
             self.process = subprocess.Popen([sys.executable, "app.py"], cwd=app_dir, env=full, stdout=out,
