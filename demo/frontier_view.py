@@ -39,6 +39,7 @@ class Samples:
     prompts: tuple[str, ...]
     seeds: tuple[int, ...]
     command: str
+    tokens: np.ndarray        # [prompts x seeds, N] the sampled tokens, row by row (empty if not carried)
 
 
 def read_samples(name: str, path: Path | None = None) -> Samples:
@@ -49,8 +50,9 @@ def read_samples(name: str, path: Path | None = None) -> Samples:
         picture = np.asarray(img.convert("RGB"))
     if meta.get("model") != name:
         raise ValueError(f"name: the samples file of {name!r} holds {meta.get('model')!r}'s")
+    tokens = np.array([[int(t) for t in line.split()] for line in meta.get("tokens", "").splitlines()], dtype=np.int64)
     return Samples(picture, name, tuple(meta["prompts"].split("\n")), tuple(int(s) for s in meta["seeds"].split(",")),
-                   meta.get("command", ""))
+                   meta.get("command", ""), tokens)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+
+import scd_core
 
 from demo import frontier_view as fv
 from script_util import load_script
@@ -83,14 +86,28 @@ def test_only_the_two_models_link_to_the_view():
     assert fv.model_link("tiny-64").endswith(f"beside tiny](#{fv.ANCHOR})")
 
 
+def test_the_shipped_pictures_are_their_own_tokens_decoded():
+    """Each picture is its file's tokens as the script draws them: the decoders' arithmetic may
+    round a pixel a level apart on another machine, nothing more."""
+    script = load_script("frontier_samples")
+    for name in fv.MODELS:
+        shipped = fv.read_samples(name)
+        assert shipped.tokens.shape[0] == len(shipped.prompts) * len(shipped.seeds)
+        sheet, _ = script.compose(name, scd_core.load_model(name), torch.from_numpy(shipped.tokens))
+        diff = np.abs(np.asarray(sheet).astype(int) - shipped.picture.astype(int))
+        assert diff.max() <= 8 and diff.mean() < 0.05, (name, diff.max(), diff.mean())
+
+
 @pytest.mark.slow
-def test_the_samples_script_draws_the_shipped_pictures_again(tmp_path):
-    """The pictures are the shipped models' own samples: their script draws them again, each
-    pixel within a few levels (floating-point sums may differ across machines)."""
+def test_the_samples_script_draws_the_shipped_tokens_again(tmp_path):
+    """The tokens are the shipped models' own samples: their script draws them again. A sampled
+    token follows the CPU's float rounding, so a sample can part from the shipped one on another
+    machine at a draw that falls within rounding of a boundary (one of the 15 samples of tiny-64
+    does between two Xeons); a change of the models or the engine parts them all."""
     script = load_script("frontier_samples")
     script.main(["--out", str(tmp_path)])
     for name in fv.MODELS:
         again, shipped = fv.read_samples(name, tmp_path / f"{name}.png"), fv.read_samples(name)
         assert (again.prompts, again.seeds) == (shipped.prompts, shipped.seeds)
-        diff = np.abs(again.picture.astype(int) - shipped.picture.astype(int))
-        assert diff.max() <= 8 and diff.mean() < 0.5, (name, diff.max(), diff.mean())
+        same = (again.tokens == shipped.tokens).all(1)
+        assert same.sum() >= 2 * len(same) / 3, (name, f"{int(same.sum())} of {len(same)} samples drawn again")
