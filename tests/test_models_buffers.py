@@ -131,3 +131,17 @@ def test_a_server_borrows_its_buffers_again_as_rows_join_and_leave(tiny):
     held = pool.held_bytes()
     serve()
     assert pool.held_bytes() == held
+
+
+def test_a_models_buffers_go_with_the_model():
+    """Nothing but the model keeps its buffers: dropped, the model takes them along (a page
+    that unloads a model gets their memory back)."""
+    import weakref
+
+    model = scd_core.load_model("texture", grid=(6, 6))
+    scd_core.generate(model, ["ocean waves"], seed=0)
+    held = weakref.ref(static.buffers_of(model))
+    assert held().held_bytes() > 0
+    del model
+    gc.collect()
+    assert held() is None
