@@ -75,6 +75,7 @@ def test_a_tree_step_and_its_kept_path_trace_as_one_graph(built, name):
         return logits
 
     outs = []
+    torch._dynamo.reset()                 # one code object compiled per model: not a recompile of the last's
     for fn in (tree_pass, torch.compile(tree_pass, fullgraph=True)):
         with torch.no_grad():
             session = model.start(prompts, cfg)
