@@ -190,3 +190,17 @@ def test_the_emu3_recipe_runs_as_written(tmp_path, monkeypatch, capsys):
     assert codes.shape == (1, RECIPE_GRID * (RECIPE_GRID + 1) + 3)
     assert image.shape[0] == 1 and image.ndim == 4                          # decoded by the VQ-VAE
     assert f"{out.nfe} passes for {codes.shape[1]} tokens" in capsys.readouterr().out
+
+
+def test_emu3_fresh_drafts_are_tokens_its_constraints_allow(emu3):
+    """The processors allow visual codes at Emu3's first generated position, so fresh drafts
+    are visual codes (uniform over them), never the text tokens p has no mass on: every token
+    a pass feeds is a code or one of the forced tokens."""
+    ids, kwargs = emu3_inputs(te.PROMPTS[:1], 3.0)
+    kwargs.update(do_sample=True, top_k=20, return_dict_in_generate=True)
+    allowed = {te.code_to_bpe(i) for i in range(te.K)} | {te.EOL, te.EOF, te.EOI, te.EOS}
+    fed = set()
+    for seed in range(4):
+        out = emu3.generate(ids, custom_generate=hf.generate, method="sjd", window=8, seed=seed, **kwargs)
+        fed |= {int(t) for r in out.run.iterations for t in r.window_tokens.flatten()}
+    assert fed <= allowed and len(fed & {te.code_to_bpe(i) for i in range(te.K)}) > 20

@@ -62,6 +62,16 @@ class CausalSession:
             self.first_logits = self._process(self._guided(logits), self.fed - 1)[:, 0]
         self.vocab_size = int(self.first_logits.shape[-1])
 
+    def allowed_at_start(self) -> torch.LongTensor | None:
+        """The tokens the processors leave a score at the first generated position of some row
+        [M] (None: every token, or no processors). Fresh drafts are drawn from them
+        (`Plan.draft_vocab`): exact for any set, and where the processors restrict the
+        vocabulary (Emu3's visual codes) they are the drafts that can be accepted."""
+        if not self.processors:
+            return None
+        allowed = (self.first_logits > -torch.inf).any(0)                     # [V]
+        return None if bool(allowed.all()) else allowed.nonzero().squeeze(1)
+
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids, cache=self.kv.cache,
                          use_cache=True)

@@ -19,6 +19,7 @@ Importing this module imports no transformers; docs/transformers.md has the usag
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
@@ -86,6 +87,8 @@ def generate(model, input_ids: torch.LongTensor, logits_processor=None, stopping
 
     settings = settings.replace(**reading.sampling)
     plan = Plan.of(settings, engine_model)
+    if generation_mode == "text":                          # fresh drafts: tokens the processors allow
+        plan = dataclasses.replace(plan, draft_vocab=session.allowed_at_start())
     check_rows(engine_model, B, plan.method, settings.window, settings.top_p)
     if seed is None:
         seed = int(torch.randint(0, 2**62, ()).item())
