@@ -96,7 +96,7 @@ def top_k_probs(tied: torch.BoolTensor, values: torch.Tensor, support: torch.Lon
     s_kth = s.amin(-1, keepdim=True)                                            # [..., 1]
     left_out = tied.sum(-1, keepdim=True) - (values == values.amin(-1, keepdim=True)).sum(-1, keepdim=True)
     mass = 1 + left_out * s_kth                                                 # [..., 1]: 1 exactly without ties
-    return torch.where(tied, s_kth, 0.0).scatter_(-1, support, s) / mass
+    return torch.where(tied, s_kth / mass, 0.0).scatter_(-1, support, s / mass)
 
 
 def nucleus(scores: torch.Tensor, top_p: float) -> torch.Tensor:
