@@ -2,8 +2,11 @@
 """Logits -> the one processed distribution p per position (exactness rule 1).
 
 Classifier-free guidance is applied by the model behind the `Session` contract, with `guide`
-(every adapter mixes with it); here come temperature, top-k and top-p, then softmax. Verification, drafting, residuals and the AR
-baseline all call `processed_probs`, so they all sample the same p.
+(every adapter mixes with it); here come temperature, top-k and top-p, then softmax, with the
+law of transformers' warpers and of the models' own samplers: top-k keeps every token tied with
+the k-th largest logit (bfloat16 logits tie often), top-p is `TopPLogitsWarper`'s computation.
+Verification, drafting, residuals and the AR baseline all call `processed_probs`, so they all
+sample the same p.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import torch
 @dataclass(frozen=True)
 class SamplingConfig:
     temperature: float = 1.0   # 0 means greedy
-    top_k: int = 0             # 0 means no top-k filtering
+    top_k: int = 0             # 0 means no top-k filtering; 1 is greedy (the first of tokens tied at the largest)
     top_p: float = 1.0         # 1.0 means no nucleus filtering
 
     @property
@@ -54,7 +57,7 @@ def processed_probs(logits: torch.Tensor, cfg: SamplingConfig, rows: torch.LongT
 
     With `rows` [B, L] (logits [B, W, V]), p is [B, L, V] with p[b, l] the distribution of
     logits[b, rows[b, l]]: the logits are filtered where they lie and only the rows' results
-    are copied (no [B, L, V] copy of the logits)."""
+    are copied (without top-p, no [B, L, V] copy of the logits)."""
     return probs_and_support(logits, cfg, rows)[0]
 
 
