@@ -1,2 +1,2 @@
-"""The Gradio page of scd_core (app.py builds it from these modules): the library itself,
+"""The Gradio page of scd_core (`demo.page`; app.py hands it to a Space): the library itself,
 `scd_core`, holds no page, chart or Gradio code."""

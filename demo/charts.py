@@ -411,7 +411,7 @@ def race_figures(runs: dict, samples: int) -> tuple:
             race_flicker_figure({m: r.changed_per_pass() for m, r in runs.items()}))
 
 
-COUPLING = "texts/coupling.json"       # one position of a real run (scripts/coupling_figure.py)
+COUPLING = "texts/coupling.json"       # one position of a real run (python -m bench coupling-figure)
 
 
 def coupling_figure(data: dict | None = None):

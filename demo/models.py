@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from demo.servers import Servers
 
 SHOW_TEST_MODELS = "SCD_SHOW_TEST_MODELS"
-log = logging.getLogger("scd_demo")     # the page's one-line notes (app.main shows them)
+log = logging.getLogger("scd_demo")     # the page's one-line notes (demo.page.main shows them)
 # A visitor's prompt is never logged: the words a model ignores are said beside the prompt box,
 # not warned of (`scd_core.prompts.warn_unknown`, for the library's users), here and in the
 # decoding workers (which import this module to load their model).

@@ -41,7 +41,7 @@ from demo.backend import env_count
 
 KEEP = 2048                   # picture files kept: far more than the pictures of the runs in flight ...
 KEEP_RUNS = 256               # run folders kept (each a clip or an export: 100-300 KB) ...
-RUN_AGE_S = env_count("SCD_FILES_S", 1800)   # ... none older than this (s; Gradio sweeps its copies as soon, app.CACHE_SWEEP)
+RUN_AGE_S = env_count("SCD_FILES_S", 1800)   # ... none older than this (s; Gradio sweeps its copies as soon, demo.config.CACHE_SWEEP)
 
 
 class PictureFiles:

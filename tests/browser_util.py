@@ -18,7 +18,7 @@ from pathlib import Path
 import axe_playwright_python
 import pytest
 
-import app
+from demo import config, page
 
 CHROMIUM = next((p for p in (os.environ.get("CHROMIUM"), shutil.which("chromium"),
                              shutil.which("chromium-browser"), "/usr/bin/chromium")
@@ -41,7 +41,7 @@ def browser():
         from playwright import sync_api
     except ImportError:
         missing("playwright is not installed (pip install -e '.[dev]')")
-    app.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **app.LAUNCH)
+    page.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **config.LAUNCH)
     try:
         with sync_api.sync_playwright() as p:
             b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
@@ -50,7 +50,7 @@ def browser():
             finally:
                 b.close()
     finally:
-        app.demo.close()
+        page.demo.close()
 
 
 def missing(reason: str) -> None:
@@ -62,7 +62,7 @@ def missing(reason: str) -> None:
 
 def open_page(browser, width: int, height: int, theme: str = "light"):
     pg = browser.new_page(viewport={"width": width, "height": height}, color_scheme=theme)
-    pg.goto(app.demo.local_url + ("?__theme=dark" if theme == "dark" else ""))
+    pg.goto(page.demo.local_url + ("?__theme=dark" if theme == "dark" else ""))
     pg.wait_for_selector("#generate", timeout=60_000)
     pg.wait_for_timeout(500)
     return pg

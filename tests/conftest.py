@@ -58,9 +58,9 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="module")
 def url():
     """The demo page served on loopback for the module's gradio_client tests."""
-    import app
-    app.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **app.LAUNCH)
+    from demo import config, page
+    page.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **config.LAUNCH)
     try:
-        yield app.demo.local_url
+        yield page.demo.local_url
     finally:
-        app.demo.close()
+        page.demo.close()

@@ -38,45 +38,45 @@ def main(name: str) -> dict:
     import numpy as np
     import torch
 
-    import app
+    from demo import checks, config, generate_tab, layout, model_notes, race_tab, replay_tab
     import scd_core
     from demo import backend, pictures
     from scd_core.workers import ProcessClient
 
     torch.set_num_threads(1)
-    held = app.MODELS.cache._default                 # the page's model cache (scd_core.models.cache)
+    held = config.MODELS.cache._default                 # the page's model cache (scd_core.models.cache)
     loader = held._loader
 
     def page_load(model_name, **kwargs):
         note_load(model_name)
         return loader(model_name, **kwargs)
     held._loader = page_load
-    app.REQUESTS.client.close()
+    config.REQUESTS.client.close()
     client = ProcessClient(threads=1, load=counting_load)
-    app.REQUESTS = backend.Requests(client)
-    app.MODELS.use(client, downloads_here=True)
+    config.REQUESTS = backend.Requests(client)
+    config.MODELS.use(client, downloads_here=True)
 
     heard: list = []
-    note = app.MODELS.load_note(name, lambda done, total, repo: heard.append((done, total, repo)))
-    prompt = app.MODELS.examples(name)[0]
-    values = app.defaults(name)[0] | dict(model=name, method="scd-mc", seed=3, prompt=prompt, pace=0.0, samples=2)
+    note = config.MODELS.load_note(name, lambda done, total, repo: heard.append((done, total, repo)))
+    prompt = config.MODELS.examples(name)[0]
+    values = model_notes.defaults(name)[0] | dict(model=name, method="scd-mc", seed=3, prompt=prompt, pace=0.0, samples=2)
     visitor = SimpleNamespace(session_hash="visitor")
-    generated = list(app.generate_stream(**values, request=visitor))
-    last = next(u[app.last_run] for u in reversed(generated) if app.last_run in u)
-    status = next(u[app.status] for u in reversed(generated) if app.status in u)
-    shown = next(u[app.live_image] for u in reversed(generated) if app.live_image in u)
-    raced = list(app.race_stream(**values, request=visitor))
-    race_status = next(u[app.race_status] for u in reversed(raced) if app.race_status in u)
-    state = next(u[app.race_state] for u in reversed(raced) if app.race_state in u)
-    replay = app.replay_view(len(last["iterations"]) - 1, last)
-    mp4, files = app.export_run(last)
-    sample = app.show_race_sample(2, state)
+    generated = list(generate_tab.generate_stream(**values, request=visitor))
+    last = next(u[layout.last_run] for u in reversed(generated) if layout.last_run in u)
+    status = next(u[layout.status] for u in reversed(generated) if layout.status in u)
+    shown = next(u[layout.live_image] for u in reversed(generated) if layout.live_image in u)
+    raced = list(race_tab.race_stream(**values, request=visitor))
+    race_status = next(u[layout.race_status] for u in reversed(raced) if layout.race_status in u)
+    state = next(u[layout.race_state] for u in reversed(raced) if layout.race_state in u)
+    replay = replay_tab.replay_view(len(last["iterations"]) - 1, last)
+    mp4, files = replay_tab.export_run(last)
+    sample = race_tab.show_race_sample(2, state)
     worker = client.pid(name)
     loads = [line.split() for line in Path(os.environ["SCD_LOAD_LOG"]).read_text().splitlines()]
 
     # only now a copy in this process: the worker's pictures are the ones it draws
     own = scd_core.load_model(name)
-    settings = app.checks.settings_of(values)
+    settings = checks.settings_of(values)
     run = scd_core.generate(own, [prompt], seed=3, settings=settings)
     here = pictures.render_iteration(own, run.iterations[-1])
     from PIL import Image

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from gradio_client import Client
 
-import app
+from demo import config
 from test_app import args
 
 pytestmark = pytest.mark.served
@@ -52,16 +52,16 @@ def test_a_cancelled_event_leaves_no_thread_or_row_running(url):
     assert wait_for(lambda: not threads("scd-lossless"), 1.0), threads("scd-lossless")
 
     job = client.submit(**args(**TINY, pace=0.5), api_name="/generate")
-    assert wait_for(lambda: app.REQUESTS.rows_of("tiny") == 1 and "decoding" in status_of(job, 1), 60)
+    assert wait_for(lambda: config.REQUESTS.rows_of("tiny") == 1 and "decoding" in status_of(job, 1), 60)
     job.cancel()
-    assert wait_for(lambda: app.REQUESTS.rows_of("tiny") == 0 and not threads("scd-follow"), 1.0)
+    assert wait_for(lambda: config.REQUESTS.rows_of("tiny") == 0 and not threads("scd-follow"), 1.0)
 
     job = client.submit(**args(**TINY, samples=4, pace=0.5), api_name="/race")
     assert wait_for(lambda: threads("scd-race-row"), 60)
     job.cancel()
     assert wait_for(lambda: not threads("scd-race-row"), 1.0), threads("scd-race-row")
-    assert wait_for(lambda: app.CONTROL.runs.going(client.session_hash) is None, 1.0)
-    assert app.CONTROL.tickets.held(client.session_hash, "decode") == 0   # its place in the queue given back
+    assert wait_for(lambda: config.CONTROL.runs.going(client.session_hash) is None, 1.0)
+    assert config.CONTROL.tickets.held(client.session_hash, "decode") == 0   # its place in the queue given back
 
 
 def test_one_job_per_visitor_on_each_queue_and_others_are_served_meanwhile(url):
@@ -79,7 +79,7 @@ def test_one_job_per_visitor_on_each_queue_and_others_are_served_meanwhile(url):
     abuser.predict(api_name="/stop")
     first.result(timeout=30)
     assert "Stopped" in status_of(first)
-    assert wait_for(lambda: app.CONTROL.tickets.held(abuser.session_hash, "decode") == 0, 5)
+    assert wait_for(lambda: config.CONTROL.tickets.held(abuser.session_hash, "decode") == 0, 5)
     later = abuser.submit(**(LOSSLESS | {"lossless_samples": 16}), api_name="/lossless")   # admitted again
     later.result(timeout=120)
     assert "Done" in status_of(later)
@@ -107,4 +107,4 @@ def test_bad_values_are_refused_before_the_queue_and_unknown_routes_are_404(url,
     assert "done" in done[1]
     mp4, files = client.submit(api_name="/export").result(timeout=120)     # its last run, exported
     assert mp4.endswith(".mp4") and len(files) == 2
-    assert app.CONTROL.tickets.held(client.session_hash, "decode") == 0
+    assert config.CONTROL.tickets.held(client.session_hash, "decode") == 0

@@ -1,7 +1,7 @@
 """The race, the lossless view and the texture/tiny ratios through the served page
 (gradio_client): the race's two times are present and labelled per method, and its NFE are
 the benchmark's for the same settings. Whether SCD-MC's one image beats AR's is a timing
-claim, measured by scripts/race_timing.py, not asserted here."""
+claim, measured by `python -m bench race-timing`, not asserted here."""
 from __future__ import annotations
 
 import re
@@ -10,9 +10,8 @@ import statistics
 import pytest
 from gradio_client import Client
 
-import app
 import scd_core
-from demo import race_view
+from demo import checks, race_view
 from scd_core import bench_rows, race
 from test_app import args
 
@@ -66,7 +65,7 @@ def test_the_race_shows_pictures_while_a_method_decodes(client):
 
 
 def test_the_lossless_view_through_the_page(client):
-    core = {k: v for k, v in args().items() if k in app.checks.CORE_INPUTS}      # by name, as the page's
+    core = {k: v for k, v in args().items() if k in checks.CORE_INPUTS}      # by name, as the page's
     out = client.predict(**core, lossless_samples=32, api_name="/lossless")
     status, summary = out[0], out[1]
     assert "Done" in status and "32 samples of AR and 32 of SCD maximal coupling" in summary

@@ -15,8 +15,8 @@ import httpx
 import pytest
 from gradio_client import Client
 
-import app
-from demo import uploads
+from demo import inputs, layout, uploads
+from demo.clips import example_clips
 
 REQUEST = dict(model="texture", method="scd-mc", window=16, prompt="ocean waves", pace=0.0,
                samples=1)
@@ -84,7 +84,7 @@ def symlinks():
 
 
 def server_paths(symlinks) -> list[str]:
-    repo_file = os.path.abspath(app.__file__)
+    repo_file = os.path.abspath(layout.__file__)
     return ["/etc/passwd", repo_file, "/proc/self/environ", "/dev/zero", "/dev/urandom",
             os.path.join(uploads.upload_folder(), "..", "..", "etc", "passwd"),
             "../../etc/passwd", *symlinks]
@@ -125,7 +125,7 @@ def test_an_upload_is_accepted_and_one_over_the_limit_is_refused_with_the_limit(
 
 
 def test_the_example_clips_are_the_only_files_outside_the_upload_folder_accepted():
-    examples = app.example_clips()
+    examples = example_clips()
     assert uploads.clip_file(examples[0], examples) == os.path.realpath(examples[0])
     outside = os.path.join(os.path.dirname(examples[0]), "other.mp4")
     for value in (outside, 3, {"path": examples[0]}, "x\0y"):
@@ -179,7 +179,7 @@ def test_messages_to_the_visitor_carry_no_server_path():
     assert uploads.without_paths(text) == "could not load model 'x': No such file: 'b.safetensors'"
     kept = "see https://huggingface.co/nvidia/Cosmos, top-k 3/4, tokenizer/vqgan.ckpt"
     assert uploads.without_paths(kept) == kept
-    refused = app.problems(dict(model="texture", method="scd-mc", window=16, init="random", temperature=1.0,
+    refused = inputs.problems(dict(model="texture", method="scd-mc", window=16, init="random", temperature=1.0,
                                 top_k=0, top_p=1.0, cfg=1.0, seed=0, prompt="x", clip="/etc/passwd"))
     assert refused == {"clip": uploads.REFUSED}
 

@@ -18,9 +18,8 @@ import pytest
 from gradio_client import Client
 from PIL import Image
 
-import app
 import scd_core
-from demo import backend, models, pictures
+from demo import backend, checks, config, generate_tab, layout, models, pictures, race_tab, stopping, texts
 from scd_core.models.cache import ModelCache
 from scd_core.workers import ProcessClient
 from test_app import args, final, latest, visitor
@@ -44,20 +43,20 @@ class Visitors:
 
     def __init__(self, monkeypatch) -> None:
         self.rows, self.updates, self.threads = {}, {}, []
-        self.client, submit = app.REQUESTS.client, app.REQUESTS.submit
+        self.client, submit = config.REQUESTS.client, config.REQUESTS.submit
 
         def counted(visitor, name, prompt, seed, settings):
             rid = submit(visitor, name, prompt, seed, settings)
             self.rows[seed] = rid
             return rid
 
-        monkeypatch.setattr(app.REQUESTS, "submit", counted)
+        monkeypatch.setattr(config.REQUESTS, "submit", counted)
         monkeypatch.setattr(self.client, "release", lambda rid: None)   # rows stay to be read
 
     def start(self, **each: dict) -> None:
         """Each visitor (by name) with its overrides of TINY; returns once all rows are in
         (or their handlers ended before submitting one)."""
-        with app.SERVERS.device_lock:
+        with config.SERVERS.device_lock:
             for name, override in each.items():
                 thread = threading.Thread(target=self._visit, args=(name, override))
                 thread.start()
@@ -67,7 +66,7 @@ class Visitors:
                 time.sleep(0.005)
 
     def _visit(self, name: str, override: dict) -> None:
-        self.updates[name] = list(app.generate_stream(**args(**{**TINY, **override}),
+        self.updates[name] = list(generate_tab.generate_stream(**args(**{**TINY, **override}),
                                                       request=visitor(name)))
 
     def join(self) -> dict[str, list[dict]]:
@@ -77,39 +76,39 @@ class Visitors:
 
 
 def test_visitors_share_passes_and_each_gets_the_picture_of_its_seed_alone(monkeypatch):
-    model = app.MODELS.get("tiny")
+    model = config.MODELS.get("tiny")
     crowd = Visitors(monkeypatch)
     crowd.start(**{f"v{seed}": dict(seed=seed) for seed in range(5)})
     updates = crowd.join()
     for seed in range(5):
         picture, nfe = alone(model, seed)
-        assert np.array_equal(final(updates[f"v{seed}"], app.live_image), picture), seed
-        status = final(updates[f"v{seed}"], app.status)
+        assert np.array_equal(final(updates[f"v{seed}"], layout.live_image), picture), seed
+        status = final(updates[f"v{seed}"], layout.status)
         assert f"NFE {nfe} (forward passes) · **done**" in status and "passes shared with up to 4 other samples" in status
-        assert "latency speed-up | not measured" in final(updates[f"v{seed}"], app.summary)
-        assert final(updates[f"v{seed}"], app.history_state)["scd-mc"]["wall"] is None
+        assert "latency speed-up | not measured" in final(updates[f"v{seed}"], layout.summary)
+        assert final(updates[f"v{seed}"], layout.history_state)["scd-mc"]["wall"] is None
 
 
 def test_stop_during_a_shared_batch_drops_only_that_visitors_row(monkeypatch):
-    model = app.MODELS.get("tiny")
+    model = config.MODELS.get("tiny")
     crowd = Visitors(monkeypatch)
     crowd.start(**{f"v{seed}": dict(seed=seed) for seed in range(4)})
     client, stopped = crowd.client, crowd.rows[2]
     deadline = time.time() + 60
     while len(client.batch_sizes(stopped)) < 3 and time.time() < deadline:   # prefill and two passes
         time.sleep(0.001)
-    with app.SERVERS.device_lock:                                      # between two passes
-        app.stop(request=visitor("v2"))                                # cancels its row at once
+    with config.SERVERS.device_lock:                                      # between two passes
+        stopping.stop(request=visitor("v2"))                                # cancels its row at once
         time.sleep(0.05)                                               # its last record is filed
         shown = len(client.batch_sizes(stopped))
     updates = crowd.join()
-    status = final(updates["v2"], app.status)
+    status = final(updates["v2"], layout.status)
     assert "stopped at NFE" in status and int(status.split("NFE ")[1].split(",")[0]) <= shown
     row = client.result(stopped, timeout=30)
     assert row.cancelled and row.nfe <= shown + 1 and int((row.tokens >= 0).sum()) < 64   # it left unfinished
     for seed in (0, 1, 3):
         picture, _ = alone(model, seed)
-        assert np.array_equal(final(updates[f"v{seed}"], app.live_image), picture), seed
+        assert np.array_equal(final(updates[f"v{seed}"], layout.live_image), picture), seed
         sizes = client.result(crowd.rows[seed], timeout=30).batch_sizes
         assert len(sizes) <= shown + 1 or sizes[shown + 1] == 3        # the batch went on without it
 
@@ -146,38 +145,38 @@ class Refusing:
 
 
 def test_a_request_the_model_refuses_leaves_the_others_running(monkeypatch):
-    tiny = app.MODELS.get("tiny")
-    monkeypatch.setattr(app.MODELS, "cache", ModelCache())
-    app.MODELS.put("tiny", Refusing(tiny))
+    tiny = config.MODELS.get("tiny")
+    monkeypatch.setattr(config.MODELS, "cache", ModelCache())
+    config.MODELS.put("tiny", Refusing(tiny))
     crowd = Visitors(monkeypatch)
     crowd.start(good=dict(seed=0), bad=dict(seed=1, prompt="refused"), late=dict(seed=2))
     updates = crowd.join()
-    assert updates["bad"] == [{app.status: "**Not started:** this request was refused: prompts: this model "
+    assert updates["bad"] == [{layout.status: "**Not started:** this request was refused: prompts: this model "
                                            "refuses 'refused'"}]
     for name, seed in (("good", 0), ("late", 2)):
         picture, _ = alone(tiny, seed)
-        assert np.array_equal(final(updates[name], app.live_image), picture), name
+        assert np.array_equal(final(updates[name], layout.live_image), picture), name
 
 
 def test_the_race_decodes_on_the_pages_client_and_cancels_its_rows_if_left():
-    race = app.race_stream(**args(samples=2))
-    assert "Warming up" in next(race)[app.race_status]               # the last race's views cleared
-    assert "Decoding **AR**: one image alone" in next(race)[app.race_status]   # after AR's first pass
-    assert app.REQUESTS.client._rows.running()                       # its row is on the client
+    race = race_tab.race_stream(**args(samples=2))
+    assert "Warming up" in next(race)[layout.race_status]               # the last race's views cleared
+    assert "Decoding **AR**: one image alone" in next(race)[layout.race_status]   # after AR's first pass
+    assert config.REQUESTS.client._rows.running()                       # its row is on the client
     race.close()                                                      # the visitor went away
     deadline = time.perf_counter() + 10
-    while app.REQUESTS.client._rows.running() and time.perf_counter() < deadline:
+    while config.REQUESTS.client._rows.running() and time.perf_counter() < deadline:
         time.sleep(0.05)
-    assert not app.REQUESTS.client._rows.running()                   # cancelled at a pass boundary
+    assert not config.REQUESTS.client._rows.running()                   # cancelled at a pass boundary
 
 
 def test_a_visitor_whose_pass_waits_for_a_race_is_told_why():
-    with app.SERVERS.alone():                                         # a race is being timed
-        run = app.generate_stream(**args(**TINY, seed=7), request=visitor("patient"))
+    with config.SERVERS.alone():                                         # a race is being timed
+        run = generate_tab.generate_stream(**args(**TINY, seed=7), request=visitor("patient"))
         first = next(run)
-        assert first[app.status] == app.texts.WAITING and app.live_image not in first   # kept
+        assert first[layout.status] == texts.WAITING and layout.live_image not in first   # kept
     updates = list(run)
-    assert np.array_equal(final(updates, app.live_image), alone(app.MODELS.get("tiny"), 7)[0])
+    assert np.array_equal(final(updates, layout.live_image), alone(config.MODELS.get("tiny"), 7)[0])
 
 
 def test_a_visitor_whose_model_was_unloaded_for_another_is_told_and_served(monkeypatch):
@@ -191,22 +190,22 @@ def test_a_visitor_whose_model_was_unloaded_for_another_is_told_and_served(monke
     sizes = {"janus-pro-1b": HIDDEN["slow-a"], "llamagen-c2i": HIDDEN["slow-b"]}
     cache = ModelCache(loader=lambda name, **kwargs: Slow(sizes[name], pass_s=0.0),
                        residency=Residency(quiet_s=0.1))
-    monkeypatch.setattr(app.MODELS, "cache", cache)
-    monkeypatch.setattr(app.MODELS, "_infos", {})
-    monkeypatch.setattr(app.checks, "unavailable", lambda name, loaded=False: None)
-    app.MODELS.fetch("janus-pro-1b")
-    app.MODELS.fetch("llamagen-c2i")                         # one large model at a time: Janus goes
+    monkeypatch.setattr(config.MODELS, "cache", cache)
+    monkeypatch.setattr(config.MODELS, "_infos", {})
+    monkeypatch.setattr(checks, "unavailable", lambda name, loaded=False: None)
+    config.MODELS.fetch("janus-pro-1b")
+    config.MODELS.fetch("llamagen-c2i")                         # one large model at a time: Janus goes
     assert cache.names() == ["llamagen-c2i"]
     run = dict(model="janus-pro-1b", prompt="a cat", method="scd-mc", window=4, top_k=0, cfg_scale=1.0, seed=4,
                pace=0.0)
-    updates = list(app.generate_stream(**args(**run), request=visitor("back")))
-    assert updates[0][app.status] == ("**Loading janus-pro-1b:** it was unloaded to make room for llamagen-c2i; "
+    updates = list(generate_tab.generate_stream(**args(**run), request=visitor("back")))
+    assert updates[0][layout.status] == ("**Loading janus-pro-1b:** it was unloaded to make room for llamagen-c2i; "
                                       "your run starts once it is loaded again.")
-    assert "**done**" in final(updates, app.status)
+    assert "**done**" in final(updates, layout.status)
     assert cache.names() == ["janus-pro-1b"]
-    model = cache.peek("janus-pro-1b", **app.MODELS.kwargs("janus-pro-1b"))
-    alone_run = scd_core.generate(model, ["a cat"], seed=4, settings=app.checks.settings_of(args(**run)))
-    assert np.array_equal(final(updates, app.live_image), pictures.render_iteration(model, alone_run.iterations[-1]))
+    model = cache.peek("janus-pro-1b", **config.MODELS.kwargs("janus-pro-1b"))
+    alone_run = scd_core.generate(model, ["a cat"], seed=4, settings=checks.settings_of(args(**run)))
+    assert np.array_equal(final(updates, layout.live_image), pictures.render_iteration(model, alone_run.iterations[-1]))
 
 
 # --------------------------------------------------------------- served, gradio_client
@@ -228,7 +227,7 @@ def test_32_visitors_at_once_are_all_served_with_their_seeds_pictures(url):
     more whose prompt is empty. Asserted: all 32 served, their latencies p95 <= 1.5 x p50 (the
     32 latencies of this burst, nearest-rank p95: the 31st), that they shared passes, and that
     a sample of them got exactly their seeds' pictures; one visitor alone before, too."""
-    model = app.MODELS.get("tiny")
+    model = config.MODELS.get("tiny")
     _, outputs = served(Client(url, verbose=False), seed=99)
     assert np.array_equal(picture(outputs), alone(model, 99)[0])
     clients = [Client(url, verbose=False) for _ in range(33)]
@@ -272,20 +271,20 @@ def test_a_visitors_session_holds_the_pages_components_however_many_runs(url):
         served(client, seed=seed)
     served(client, seed=3, pace=0.05)
     client.submit(**args(**{**TINY, "samples": 2}), api_name="/race").result(timeout=300)
-    session = app.demo.state_holder.session_data[client.session_hash]
-    assert len(session.blocks_config.blocks) == len(app.demo.blocks)
+    session = layout.demo.state_holder.session_data[client.session_hash]
+    assert len(session.blocks_config.blocks) == len(layout.demo.blocks)
 
 
-@pytest.mark.parametrize("name", [n for n in app.models.listed_models()
+@pytest.mark.parametrize("name", [n for n in models.listed_models()
                                   if not scd_core.models.REGISTRY[n].needs_weights])
 def test_every_method_generates_through_the_api_on_every_embedded_model(url, name):
     """Generate with each method, served: Gradio encodes every output (an AR run has no draft
     slots, and its drafts strip used to be an empty picture that Gradio refused to write)."""
-    d, s, _ = app.MODELS.defaults(name)
+    d, s, _ = config.MODELS.defaults(name)
     client = Client(url, verbose=False)
     for method in scd_core.METHODS:
         job = client.submit(**args(model=name, method=method, window=d["window"], init=d["init"],
-                                  prompt=app.MODELS.examples(name)[0], pace=0.0, **s),
+                                  prompt=config.MODELS.examples(name)[0], pace=0.0, **s),
                             api_name="/generate")
         job.result(timeout=300)
         assert "done" in latest(job.outputs(), 1), (name, method, latest(job.outputs(), 1))
@@ -295,11 +294,11 @@ def test_the_page_decodes_in_worker_processes_and_a_killed_worker_loses_only_tha
     """SCD_DECODE=process, served: Generate gives each seed's picture of `scd_core.generate`,
     Stop ends the row, a killed worker is told to its visitor and the next Generate works."""
     client = ProcessClient(threads=1, load=models.load_for_worker)
-    monkeypatch.setattr(app, "REQUESTS", backend.Requests(client))
-    monkeypatch.setattr(app.CONTROL, "requests", app.REQUESTS)      # a Stop cancels the rows on it
-    monkeypatch.setattr(app, "KIND", "process")
+    monkeypatch.setattr(config, "REQUESTS", backend.Requests(client))
+    monkeypatch.setattr(config.CONTROL, "requests", config.REQUESTS)      # a Stop cancels the rows on it
+    monkeypatch.setattr(config, "KIND", "process")
     try:
-        model, page = app.MODELS.get("tiny"), Client(url, verbose=False)
+        model, page = config.MODELS.get("tiny"), Client(url, verbose=False)
         for seed in (3, 4):
             _, outputs = served(page, seed=seed)
             assert "done" in latest(outputs, 1)
@@ -323,7 +322,7 @@ def test_the_page_decodes_in_worker_processes_and_a_killed_worker_loses_only_tha
             client.submit("tiny", "red heart", k, scd_core.Settings(method="ar", top_k=200 + k))
         job = page.submit(**args(**{**TINY, "seed": 6}), api_name="/generate")
         deadline = time.time() + 60
-        while app.REQUESTS.rows_of("tiny") == 0 and time.time() < deadline:   # its row is in
+        while config.REQUESTS.rows_of("tiny") == 0 and time.time() < deadline:   # its row is in
             time.sleep(0.005)
         os.kill(pid, signal.SIGKILL)
         job.result(timeout=60)

@@ -16,8 +16,8 @@ import imageio.v3 as iio
 import numpy as np
 import pytest
 
-import app
-from demo import uploads
+from demo import config, generate_tab, inputs, layout, model_switch, models, page, pictures, race_tab, uploads
+from demo.clips import example_clips
 from demo.clips import CLIP_FRAMES
 from scd_core.models.cache import ModelCache
 from scd_core.models import cosmos
@@ -48,8 +48,8 @@ def uploaded(name: str) -> Path:
 
 @pytest.fixture
 def served_model(tiny_cosmos, monkeypatch):
-    monkeypatch.setattr(app.MODELS, "cache", ModelCache())
-    app.MODELS.put(NAME, tiny_cosmos[0])
+    monkeypatch.setattr(config.MODELS, "cache", ModelCache())
+    config.MODELS.put(NAME, tiny_cosmos[0])
     return tiny_cosmos
 
 
@@ -63,32 +63,32 @@ def args(clip, method="scd-gumbel", init="repeat-frame", window=8, pace=0.0, tex
 
 
 def test_clip_models_are_told_apart_by_their_registry_entry():
-    assert app.models.takes_clip(NAME) and app.models.takes_clip("cosmos-1-ar-5b-video2world")
-    assert not app.models.takes_clip("tiny") and not app.models.takes_clip("tiny-video")
-    assert not app.models.takes_clip("no-such-model")
+    assert models.takes_clip(NAME) and models.takes_clip("cosmos-1-ar-5b-video2world")
+    assert not models.takes_clip("tiny") and not models.takes_clip("tiny-video")
+    assert not models.takes_clip("no-such-model")
 
 
 def test_selecting_a_clip_model_shows_the_clip_input_and_its_defaults(served_model):
-    out = app.on_model_change(NAME)
-    assert out[app.init_dd] == "repeat-frame" and out[app.cfg_nb] == 1.0 and out[app.topp_nb] == 0.8
-    assert out[app.samples_nb] == 2
-    assert out[app.clip_box].visible and not out[app.text_box].visible
-    assert not out[app.clip_row].visible                 # the finished clip's row: with a run's clip, not empty before
-    assert out[app.gen_btn].interactive and out[app.race_btn].interactive
-    out = app.on_model_change("texture")
-    assert out[app.text_box].visible and not out[app.clip_box].visible
+    out = model_switch.on_model_change(NAME)
+    assert out[layout.init_dd] == "repeat-frame" and out[layout.cfg_nb] == 1.0 and out[layout.topp_nb] == 0.8
+    assert out[layout.samples_nb] == 2
+    assert out[layout.clip_box].visible and not out[layout.text_box].visible
+    assert not out[layout.clip_row].visible                 # the finished clip's row: with a run's clip, not empty before
+    assert out[layout.gen_btn].interactive and out[layout.race_btn].interactive
+    out = model_switch.on_model_change("texture")
+    assert out[layout.text_box].visible and not out[layout.clip_box].visible
 
 
 def test_unloaded_cosmos_stays_listed_as_unavailable_with_its_reason():
-    reason = app.models.unavailable(NAME)
+    reason = models.unavailable(NAME)
     if reason is None:
         pytest.skip("Cosmos weights and a GPU are present here")
-    assert "needs GPU" in app.models.model_label(NAME)
-    assert reason in app.problems(args(app.example_clips()[0]))["model"]
+    assert "needs GPU" in models.model_label(NAME)
+    assert reason in inputs.problems(args(example_clips()[0]))["model"]
 
 
 def test_example_clips_are_small_readable_videos():
-    clips = app.example_clips()
+    clips = example_clips()
     assert len(clips) == 2 and sum(os.path.getsize(c) for c in clips) < 200_000
     for c in clips:
         assert iio.imread(c).shape[0] == CLIP_FRAMES
@@ -96,17 +96,17 @@ def test_example_clips_are_small_readable_videos():
 
 def test_continuing_a_clip_streams_new_frames_then_an_mp4(served_model):
     _, clip, _ = served_model
-    updates = list(app.generate_stream(**args(clip, pace=0.02)))
-    run = final(updates, app.last_run)
-    pictures = shown(updates, app.live_image)
+    updates = list(generate_tab.generate_stream(**args(clip, pace=0.02)))
+    run = final(updates, layout.last_run)
+    pictures = shown(updates, layout.live_image)
     assert len(pictures) == len(run["iterations"])                       # every pass shown
     h, w, _ = pictures[-1].shape
     assert w > 2.5 * h                                  # the 3 generated frames side by side
     assert not np.array_equal(pictures[0], pictures[-1])   # the frames formed on screen
-    assert "done" in final(updates, app.status)
-    mp4, gif = final(updates, app.clip_files)
-    assert final(updates, app.clip_video) == mp4 and final(updates, app.clip_row).visible
-    assert not updates[0][app.clip_row].visible           # hidden while the run forms, no empty frames
+    assert "done" in final(updates, layout.status)
+    mp4, gif = final(updates, layout.clip_files)
+    assert final(updates, layout.clip_video) == mp4 and final(updates, layout.clip_row).visible
+    assert not updates[0][layout.clip_row].visible           # hidden while the run forms, no empty frames
     frames = iio.imread(mp4)
     assert frames.shape[0] == 33 and frames.shape[-1] == 3    # 9 given + 24 new frames
     assert gif.endswith(".gif") and os.path.getsize(gif) > 0
@@ -114,20 +114,20 @@ def test_continuing_a_clip_streams_new_frames_then_an_mp4(served_model):
 
 @pytest.mark.parametrize("method", ["ar", "sjd", "scd-mc"])
 def test_every_method_continues_an_example_clip(served_model, method):
-    updates = list(app.generate_stream(**args(app.example_clips()[1], method=method, init="random")))
-    assert final(updates, app.last_run)["method"] == method
-    assert final(updates, app.clip_video).endswith(".mp4")
+    updates = list(generate_tab.generate_stream(**args(example_clips()[1], method=method, init="random")))
+    assert final(updates, layout.last_run)["method"] == method
+    assert final(updates, layout.clip_video).endswith(".mp4")
 
 
 def test_race_on_a_clip_in_greedy_mode_gives_identical_tokens(served_model):
     _, clip, _ = served_model
-    updates = list(app.race_stream(**args(clip, temperature=0.0)))
-    rows = race_rows(final(updates, app.race_table))[1:]
+    updates = list(race_tab.race_stream(**args(clip, temperature=0.0)))
+    rows = race_rows(final(updates, layout.race_table))[1:]
     assert len(rows) == 3 and all(r["same tokens as AR"] == "yes" for r in rows)
-    assert final(updates, app.race_images["sjd"]).shape[1] >= 3 * 96     # frames >= 96 px
-    other = app.show_race_sample(2, final(updates, app.race_state))       # the second sample
-    assert set(other) == set(app.race_images.values())
-    assert other[app.race_images["sjd"]].shape == final(updates, app.race_images["sjd"]).shape
+    assert final(updates, layout.race_images["sjd"]).shape[1] >= 3 * 96     # frames >= 96 px
+    other = race_tab.show_race_sample(2, final(updates, layout.race_state))       # the second sample
+    assert set(other) == set(layout.race_images.values())
+    assert other[layout.race_images["sjd"]].shape == final(updates, layout.race_images["sjd"]).shape
 
 
 def test_bad_clips_are_clear_errors(served_model, tmp_path):
@@ -137,13 +137,13 @@ def test_bad_clips_are_clear_errors(served_model, tmp_path):
                         (str(uploaded("missing.mp4")), "Prompt clip: the uploaded file is gone"),
                         (str(tmp_path / "clip.mp4"), "Prompt clip: only a video uploaded"),
                         (str(bad), "Prompt clip: cannot read")]:
-        assert words in app.problems(args(clip))["clip"]              # refused before the queue
-    assert "Clip text" in app.problems(args(served_model[1], text="x" * 10_000))["clip"]
+        assert words in inputs.problems(args(clip))["clip"]              # refused before the queue
+    assert "Clip text" in inputs.problems(args(served_model[1], text="x" * 10_000))["clip"]
     # what only the model can tell: said in the status, nothing raised, nothing erased
     for clip, text, words in [(write_clip(uploaded("short.mp4"), frames=4), "", "fewer than the 9"),
                               (served_model[1], "a red car", "takes no text")]:
-        updates = list(app.generate_stream(**args(clip, text=text)))
-        assert len(updates) == 1 and words in updates[0][app.status]
+        updates = list(generate_tab.generate_stream(**args(clip, text=text)))
+        assert len(updates) == 1 and words in updates[0][layout.status]
 
 
 def test_served_bad_clip_is_an_error_then_a_clip_gives_an_mp4(served_model):
@@ -151,24 +151,24 @@ def test_served_bad_clip_is_an_error_then_a_clip_gives_an_mp4(served_model):
 
     from test_app_security import upload
 
-    app.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **app.LAUNCH)
+    page.demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, **config.LAUNCH)
     try:
-        client = Client(app.demo.local_url, verbose=False)
+        client = Client(page.demo.local_url, verbose=False)
         with pytest.raises(Exception, match="Prompt clip"):
             client.predict(**args(None), api_name="/generate")
-        video = upload(app.demo.local_url, served_model[1])   # the server still serves
+        video = upload(page.demo.local_url, served_model[1])   # the server still serves
         job = client.submit(**args(video), api_name="/generate")
         job.result(timeout=120)
         last = lambda i: next(o[i] for o in reversed(job.outputs())  # noqa: E731
                               if o[i] and not (isinstance(o[i], dict) and "__type__" in o[i]))
-        at = [o for o in app.gen_outputs if not isinstance(o, (gr.State, gr.Row))].index   # the API leaves states, rows out
-        assert os.path.exists(last(at(app.live_image)))                     # the live picture
-        clip = last(at(app.clip_video))
+        at = [o for o in layout.gen_outputs if not isinstance(o, (gr.State, gr.Row))].index   # the API leaves states, rows out
+        assert os.path.exists(last(at(layout.live_image)))                     # the live picture
+        clip = last(at(layout.clip_video))
         mp4 = clip["video"] if isinstance(clip, dict) else clip
         assert mp4.endswith(".mp4") and iio.imread(mp4).shape[0] == 33
-        assert [os.path.splitext(f)[1] for f in last(at(app.clip_files))] == [".mp4", ".gif"]   # downloads
+        assert [os.path.splitext(f)[1] for f in last(at(layout.clip_files))] == [".mp4", ".gif"]   # downloads
     finally:
-        app.demo.close()
+        page.demo.close()
 
 
 def test_live_picture_shows_the_generated_frames_not_the_given_ones(served_model):
@@ -176,9 +176,9 @@ def test_live_picture_shows_the_generated_frames_not_the_given_ones(served_model
     (8 pixel frames) is shown by its last pixel frame: 16, 24, 32."""
     model, clip, _ = served_model
     model.start([clip])
-    assert app.pictures.token_frame_picks(model, 33, 3, 4 * 5) == [16, 24, 32]
+    assert pictures.token_frame_picks(model, 33, 3, 4 * 5) == [16, 24, 32]
 
     class NoPrefix:
         pass
 
-    assert app.pictures.token_frame_picks(NoPrefix(), 33, 3, 20) == [0, 11, 22]   # spread evenly
+    assert pictures.token_frame_picks(NoPrefix(), 33, 3, 20) == [0, 11, 22]   # spread evenly

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-import app
+from demo import models, run_view, texts
+from scd_core import race
 from browser_util import browser  # noqa: F401  (a fixture)
 from browser_util import (error_badges, fill, image_src, open_page, pick_model, placeholders, race_cells,
                           text, unreachable_cells, wait_text, SHOTS, STRAYS)
@@ -52,11 +53,11 @@ def test_first_visit_shows_the_controls_first_every_tab_and_no_placeholder(brows
         assert pg.evaluate(STRAYS) == []
         ys = [pg.locator(f"#{e}").bounding_box()["y"] for e in
               ("model", "prompt", "method", "settings", "generate", "live-image")]
-        if size[0] <= app.texts.NARROW_PX:        # one column: the controls, then the results
+        if size[0] <= texts.NARROW_PX:        # one column: the controls, then the results
             assert ys == sorted(ys), ys
             assert pg.locator("#results").bounding_box()["width"] >= pg.locator("#main").bounding_box()["width"] - 24
             assert pg.locator("#settings button.label-wrap").is_visible()
-        layout = app.texts.FILM_LAYOUT
+        layout = texts.FILM_LAYOUT
         assert layout in text(pg, "film-title")
         pg.get_by_role("tab", name="How it works").click()
         assert layout in text(pg, "how-it-works") and "one line per pass" not in text(pg, "how-it-works")
@@ -68,8 +69,8 @@ def test_first_visit_shows_the_controls_first_every_tab_and_no_placeholder(brows
         for label in options:
             name = label.split(" · ")[0].strip()
             if "download" in label:                  # a download offered is one that can happen
-                assert app.models.unavailable(name) is None, label
-        longest = max(app.models.listed_models(), key=lambda n: len(app.models.model_label(n)))
+                assert models.unavailable(name) is None, label
+        longest = max(models.listed_models(), key=lambda n: len(models.model_label(n)))
         picks = dict.fromkeys([longest, "cosmos-1-ar-5b-video2world", "tiny-video"])   # in order, once
         for name in picks:
             init = "previous frame (video)" if name == "tiny-video" else None
@@ -81,7 +82,7 @@ def test_first_visit_shows_the_controls_first_every_tab_and_no_placeholder(brows
                 assert box.evaluate("el => el.scrollWidth <= el.clientWidth"), (elem, box.input_value())
             if init:
                 assert pg.locator("#init input").input_value() == init
-            if app.models.takes_clip(name):          # no "Example prompts" over nothing; words whole
+            if models.takes_clip(name):          # no "Example prompts" over nothing; words whole
                 assert not pg.get_by_text("Example prompts").is_visible()
                 upload = pg.locator("#prompt-clip").get_by_text("Click to Upload")
                 assert upload.evaluate("el => el.scrollWidth <= el.clientWidth + 1")
@@ -141,13 +142,13 @@ STOP_AND_WATCH = """() => {
 
 def test_stop_in_slow_motion_ends_the_run_within_half_a_second_keeping_the_picture_shown(page, monkeypatch):
     ended = []                                                # when the server said "stopped"
-    said = app.run_view.run_status
+    said = run_view.run_status
 
     def status(label, stats, wall, state, *rest, **named):
         ended.extend([time.time()] if state == "stopped" else [])
         return said(label, stats, wall, state, *rest, **named)
 
-    monkeypatch.setattr(app.run_view, "run_status", status)
+    monkeypatch.setattr(run_view, "run_status", status)
     fill(page, "pace", 0.5)
     page.locator("#generate").click()
     wait_text(page, "status", "decoding")
@@ -226,7 +227,7 @@ def test_race_opens_its_tab_and_reports_k_samples_with_spread(page):
     assert "same tokens as AR" not in rows["AR"] and "n/a" not in text(page, "race-summary")   # sampling
     note = text(page, "race-note")
     assert note.startswith("Passes (the same for these seeds on any machine)") and "3 samples per method" in note
-    rounds = app.race.TIMING_ROUNDS
+    rounds = race.TIMING_ROUNDS
     assert f"median of {rounds} rounds" in note and "printf" not in note
     spans = {m: seconds_range(r["one image: seconds (vs AR)"]) for m, r in rows.items()}
     said = note.split("One image:")[1].split("A batch of")[0]   # a method ahead only where apart
@@ -265,12 +266,11 @@ def test_every_chart_names_each_colour_it_draws(page):
 
 
 def test_greedy_sets_temperature_zero(page):
+    temperature = "() => Number(document.querySelector('#temperature input').value)"
     page.locator("#greedy input").check()
-    page.wait_for_timeout(500)
-    assert float(page.locator("#temperature input").input_value()) == 0
+    page.wait_for_function(f"() => ({temperature})() === 0", timeout=30_000)
     page.locator("#greedy input").uncheck()
-    page.wait_for_timeout(500)
-    assert float(page.locator("#temperature input").input_value()) == 1
+    page.wait_for_function(f"() => ({temperature})() === 1", timeout=30_000)
 
 
 def test_video_race_frames_are_at_least_96px(page):

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-import app
+from demo import models
 from browser_util import browser  # noqa: F401  (a fixture)
 from browser_util import (axe_findings, error_badges, fill, in_sight, open_page, pick_model, placeholders,
                           selected_tab, text, wait_text, PICTURES, SHOTS, SIZES)
@@ -45,7 +45,7 @@ def test_the_live_charts_and_the_status_are_in_sight_while_a_run_goes(browser, s
             return el && el.data && el.data.some(t => (t.y || []).filter(v => v !== null).length > 2); }""",
                              timeout=30_000)
         assert in_sight(pg, "#status") == "ok" and in_sight(pg, "#live-image img") == "ok", size
-        if size[0] > app.texts.NARROW_PX:
+        if size[0] > texts.NARROW_PX:
             for chart in ("#chart-committed .js-plotly-plot", "#chart-rate .js-plotly-plot"):
                 assert in_sight(pg, chart) == "ok", chart
         said = text(pg, "status")                                  # a live strip on a phone
@@ -127,7 +127,7 @@ def test_before_any_run_no_empty_frame_and_a_model_pick_is_heard_at_once(browser
         time.sleep(2)
         return False
 
-    monkeypatch.setattr(app.models, "hub_reachable", slow_hub)
+    monkeypatch.setattr(models, "hub_reachable", slow_hub)
     pg = open_page(browser, *size)
     try:
         for tab in ("Generate", "Race", "Lossless"):

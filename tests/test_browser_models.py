@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-import app
+from demo import config, models, pictures
 from browser_util import browser  # noqa: F401  (a fixture)
 from browser_util import (error_badges, fill, image_src, in_sight, open_page, pick_model, placeholders,
                           selected_tab, text, unreachable_cells, wait_text, SHOTS, SIZES, STRAYS)
@@ -24,7 +24,7 @@ def test_every_method_generates_without_an_error_on_every_embedded_model(browser
     name the device the header names."""
     page = open_page(browser, 1400, 1000)
     device = re.search(r"Engine: (\S+ \(\d+ threads?\))", text(page, "header")).group(1)
-    for name in [n for n in app.models.listed_models() if not REGISTRY[n].needs_weights]:
+    for name in [n for n in models.listed_models() if not REGISTRY[n].needs_weights]:
         pick_model(page, name, wait=1200)
         fill(page, "pace", 0)
         for label in ("AR", "SJD", "SCD maximal coupling", "SCD Gumbel coupling"):
@@ -61,9 +61,10 @@ def test_a_video_model_shows_no_empty_clip_frames_before_or_during_a_run_and_its
             assert placeholders(pg) == [] and not pg.locator("#clip-video").is_visible(), (size, run)
             pg.locator("#stop").click() if run else None
             wait_text(pg, "status", "stopped at NFE" if run else "done", timeout=120_000)
-            pg.wait_for_timeout(1500)
+            if not run:                                        # the finished clip, however long it takes to come
+                pg.locator("#clip-video video").wait_for(state="visible", timeout=120_000)
+            pg.wait_for_timeout(1500)                          # nothing empty comes after it either
             assert placeholders(pg) == [], (size, run)
-            assert run or pg.locator("#clip-video video").is_visible(), size     # the finished clip
         pick_model(pg, "texture")
         assert not pg.locator("#clip-video").is_visible()
     finally:
@@ -87,9 +88,9 @@ def test_phone_run_brings_stop_and_the_picture_into_sight_and_every_view_in_reac
         assert placeholders(pg) == []
         assert unreachable_cells(pg, "#summary td") == []
         pg.get_by_text("Replay and export the last run").click()
-        pg.wait_for_timeout(800)
         last = re.search(r"NFE (\d+)", text(pg, "status")).group(1)
-        assert f"pass {int(last) - 1} of {int(last) - 1}" in text(pg, "replay-text")
+        wait_text(pg, "replay-text", f"pass {int(last) - 1} of {int(last) - 1}", timeout=60_000)
+        pg.wait_for_function("() => document.querySelector('#replay-image img')?.getAttribute('src')", timeout=60_000)
         assert placeholders(pg) == [] and image_src(pg, "replay-image")
         pg.screenshot(path=os.path.join(SHOTS, "scd_generate_390.png"), full_page=True)
         pg.evaluate("window.scrollTo(0, 0)")
@@ -122,7 +123,7 @@ def test_a_model_switch_keeps_the_visitors_settings_and_leaves_no_view_of_the_la
         assert text(pg, "status").startswith("tiny ·") and "texture" not in text(pg, "status")
         assert image_src(pg, "live-image") != texture_picture
         grid = pg.locator("#live-image img").evaluate("el => [el.naturalWidth, el.naturalHeight]")
-        assert grid == list(app.pictures.blank_picture(tuple(app.MODELS.get("tiny").grid)).shape[1::-1])
+        assert grid == list(pictures.blank_picture(tuple(config.MODELS.get("tiny").grid)).shape[1::-1])
         ar_line = pg.locator("#chart-committed .js-plotly-plot").evaluate("el => el.data[0].x")
         assert ar_line == [0, 64] and placeholders(pg) == [] and pg.evaluate(STRAYS) == []
         assert pg.locator("#window input").input_value() == "8"
@@ -134,7 +135,7 @@ def test_a_model_switch_keeps_the_visitors_settings_and_leaves_no_view_of_the_la
         wait_text(pg, "settings-changed", "Settings for texture")
         assert pg.locator("#window input").input_value() == "8"
         assert "kept as you set them: Window L 8" in text(pg, "settings-changed")
-        cannot = next((n for n in app.models.listed_models() if app.models.unavailable(n)), None)
+        cannot = next((n for n in models.listed_models() if models.unavailable(n)), None)
         if cannot:                                   # one that cannot run here (never a download)
             pick_model(pg, cannot)
             wait_text(pg, "status", cannot)
@@ -170,7 +171,7 @@ def test_one_run_at_a_time_a_second_click_is_refused_and_a_model_switch_stops_th
         said = text(pg, "status")
         assert "ended when you picked tiny" in said and "on texture ·" not in said, said
         grid = pg.locator("#live-image img").evaluate("el => el.naturalWidth")
-        assert grid == app.pictures.blank_picture(tuple(app.MODELS.get("tiny").grid)).shape[1], size
+        assert grid == pictures.blank_picture(tuple(config.MODELS.get("tiny").grid)).shape[1], size
         started = time.monotonic()
         pg.locator("#generate").click()                       # tiny's run starts at once, not after texture's
         wait_text(pg, "status", "on tiny ·", timeout=20_000)

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-import app
+from demo import config, models
+from scd_core.settings import METHODS
 from browser_util import browser  # noqa: F401  (a fixture)
 from browser_util import (axe_findings, fill, in_sight, open_page, pick_model, race_cells, text,
                           unreachable_cells, wait_text, BROKEN_WORDS, PICTURES, SHOTS, SIZES)
@@ -210,7 +211,7 @@ def test_axe_finds_nothing_critical_or_serious_after_a_race_and_a_lossless_compa
         pg.wait_for_function("() => document.querySelector('#race-scd-gumbel img')?.alt.includes('all done')",
                              timeout=10_000)                    # renamed as the status changes
         pictures = dict(pg.evaluate(PICTURES))
-        assert {f"race-{m}" for m in app.METHODS} <= set(pictures), pictures
+        assert {f"race-{m}" for m in METHODS} <= set(pictures), pictures
         assert pictures["race-scd-gumbel"].startswith("SCD Gumbel coupling. SCD Gumbel coupling all done"), pictures
         assert axe_findings(pg) == []
         pg.locator("button[role=tab]", has_text="Lossless").click()
@@ -229,7 +230,7 @@ def test_closing_the_tab_mid_run_stops_the_comparison_and_the_generate(browser):
     comparison thread or row ends within a pass (both gone within CLOSED_S of the close)."""
     import threading
     CLOSED_S = 3.0
-    name = app.models.listed_models()[0]
+    name = models.listed_models()[0]
 
     def gone(what, timeout: float = CLOSED_S) -> float:
         started = time.monotonic()
@@ -251,6 +252,6 @@ def test_closing_the_tab_mid_run_stops_the_comparison_and_the_generate(browser):
     fill(pg, "pace", 0.5)
     pg.locator("#generate").click()
     wait_text(pg, "status", "decoding", timeout=60_000)
-    assert app.REQUESTS.rows_of(name) == 1
+    assert config.REQUESTS.rows_of(name) == 1
     pg.close()
-    print(f"row gone {gone(lambda: app.REQUESTS.rows_of(name)):.2f} s after the tab closed")
+    print(f"row gone {gone(lambda: config.REQUESTS.rows_of(name)):.2f} s after the tab closed")

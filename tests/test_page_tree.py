@@ -43,7 +43,7 @@ def test_an_unknown_tree_is_refused(bad):
 
 # ------------------------------------------------------------- the handlers, tree chosen
 
-import app  # noqa: E402
+from demo import config, generate_tab, inputs, layout, race_tab  # noqa: E402
 import scd_core  # noqa: E402
 from scd_core.settings import Settings  # noqa: E402
 
@@ -64,30 +64,30 @@ def last(updates, key):
 @pytest.mark.parametrize("model,prompt", [("texture", "ocean waves"), ("tiny", "red heart")])
 @pytest.mark.parametrize("method", ["sjd", "scd-mc", "scd-gumbel"])
 def test_generate_with_a_tree_gives_the_library_tokens(model, prompt, method):
-    updates = list(app.generate_stream(**page_args(model, prompt, method, 16, "2 x 2")))
-    records = last(updates, app.last_run)["iterations"]
+    updates = list(generate_tab.generate_stream(**page_args(model, prompt, method, 16, "2 x 2")))
+    records = last(updates, layout.last_run)["iterations"]
     settings = Settings(method=method, window=16, tree=(2, 2))
-    run = scd_core.generate(app.MODELS.get(model), [prompt], seed=0, settings=settings)
+    run = scd_core.generate(config.MODELS.get(model), [prompt], seed=0, settings=settings)
     assert records[-1].tokens_after[0].tolist() == run.tokens[0].reshape(-1).tolist()
 
 
 def test_generate_ar_with_a_tree_runs_the_chain():
-    updates = list(app.generate_stream(**page_args("texture", "ocean waves", "ar", 16, "2 x 2")))
-    assert last(updates, app.last_run) is not None
+    updates = list(generate_tab.generate_stream(**page_args("texture", "ocean waves", "ar", 16, "2 x 2")))
+    assert last(updates, layout.last_run) is not None
 
 
 def test_a_too_big_tree_or_an_unknown_tree_is_refused_beside_the_field():
-    found = app.problems(page_args("texture", "ocean waves", "scd-mc", 4, "2 x 2"))
+    found = inputs.problems(page_args("texture", "ocean waves", "scd-mc", 4, "2 x 2"))
     assert set(found) == {"tree"} and "more than Window L (4)" in found["tree"]
-    found = app.problems(page_args("texture", "ocean waves", "scd-mc", 16, "9 x 9"))
+    found = inputs.problems(page_args("texture", "ocean waves", "scd-mc", 16, "9 x 9"))
     assert set(found) == {"tree"} and "unknown draft tree" in found["tree"]
 
 
 def test_the_race_with_a_tree_runs_its_ar_row_on_the_chain():
-    updates = list(app.race_stream(**page_args("texture", "ocean waves", "scd-mc", 16, "2 x 1")))
-    text = str(last(updates, app.race_status))
+    updates = list(race_tab.race_stream(**page_args("texture", "ocean waves", "scd-mc", 16, "2 x 1")))
+    text = str(last(updates, layout.race_status))
     assert "error" not in text.lower() and "not started" not in text.lower()
-    assert last(updates, app.race_table) is not None
+    assert last(updates, layout.race_table) is not None
 
 
 # ------------------------------------------------------------- the live view draws the tree
@@ -101,7 +101,7 @@ def test_each_pass_tree_agrees_with_what_the_pass_committed(method, tree):
     """The candidates drawn at each level, read back against the pass's own verdict: the
     taken candidates are the committed tokens, a level with none taken ends the pass with its
     residual, and the passes shown taking a sibling are the ones the trace counts."""
-    model = app.MODELS.get("texture")
+    model = config.MODELS.get("texture")
     records = list(scd_core.stream(model, ["ocean waves"], method=method, window=16, tree=tree, seed=3))
     drawn = 0
     for it in records:
@@ -127,7 +127,7 @@ def test_each_pass_tree_agrees_with_what_the_pass_committed(method, tree):
 
 
 def test_a_chain_run_draws_no_tree():
-    model = app.MODELS.get("texture")
+    model = config.MODELS.get("texture")
     records = list(scd_core.stream(model, ["ocean waves"], method="scd-mc", window=16, seed=0))
     assert not any(tree_view.tree_levels(it) for it in records)
     assert tree_view.tree_html(records[3], (1, 0)) == ""
@@ -135,13 +135,13 @@ def test_a_chain_run_draws_no_tree():
 
 
 def test_generate_with_a_tree_shows_it_and_says_what_it_did():
-    updates = list(app.generate_stream(**page_args("texture", "ocean waves", "scd-mc", 16, "2 x 2")))
-    shown, status = last(updates, app.tree_now), last(updates, app.status)
-    records = last(updates, app.last_run)["iterations"]
+    updates = list(generate_tab.generate_stream(**page_args("texture", "ocean waves", "scd-mc", 16, "2 x 2")))
+    shown, status = last(updates, layout.tree_now), last(updates, layout.status)
+    records = last(updates, layout.last_run)["iterations"]
     counts = trace.DraftCounts.of(records, 0)
     assert "Draft tree 2 x 2" in shown and "a sibling was taken" in shown
     assert f"Pass {tree_view.last_sibling(records).index}, the run's last that took a sibling" in shown
     assert f"a sibling taken in {counts.siblings} of {counts.passes} passes" in status
-    assert "| draft tree | tree 2 x 2: a sibling taken" in last(updates, app.summary)
-    chain = list(app.generate_stream(**page_args("texture", "ocean waves", "scd-mc", 16, "chain (no tree)")))
-    assert last(chain, app.tree_now) in ("", None) and "sibling" not in last(chain, app.status)
+    assert "| draft tree | tree 2 x 2: a sibling taken" in last(updates, layout.summary)
+    chain = list(generate_tab.generate_stream(**page_args("texture", "ocean waves", "scd-mc", 16, "chain (no tree)")))
+    assert last(chain, layout.tree_now) in ("", None) and "sibling" not in last(chain, layout.status)

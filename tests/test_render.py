@@ -476,10 +476,10 @@ def test_the_coupling_figure_is_the_runs_own_and_its_words_its_numbers():
     import json
     from pathlib import Path
 
-    from script_util import load_script
+    from bench import coupling_figure
 
     shipped = json.loads((Path(charts.__file__).parent / charts.COUPLING).read_text(encoding="utf-8"))
-    again = load_script("coupling_figure").measure()
+    again = coupling_figure.measure()
     assert again["tokens"] == shipped["tokens"] and again["draft"] == shipped["draft"]
     assert again["q"] == pytest.approx(shipped["q"], abs=2e-4) and again["p"] == pytest.approx(shipped["p"], abs=2e-4)
     assert sum(min(a, b) for a, b in zip(shipped["q"], shipped["p"])) <= shipped["overlap"] + 1e-3   # shown tokens: part of it

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import spaces
 
-import app
-from demo import backend, runs, zerogpu
+import gradio as gr
+
+from demo import backend, generate_tab, layout, race_tab, runs, zerogpu
 from scd_core.models import REGISTRY
 from scd_core.models.status import MAX_GPU_SECONDS, MIN_GPU_SECONDS
 from test_app import args, visitor
@@ -67,8 +68,9 @@ def test_every_decoding_event_is_one_gpu_call_on_the_in_call_client(emulated):
     assert seen["kind"] == "call" and seen["client"] == "PageClient" and seen["in_call"] is True
     assert seen["decorated"] == ["_on_gpu"]           # one decorated function: one process per GPU holds the models
     events = {event for event, _ in seen["durations"]}
-    assert events == {f"app.{n}" for n in ("generate_stream", "race_stream", "replay_view", "export_run",
-                                           "show_race_sample", "lossless_run")}
+    assert events == {f"demo.{n}" for n in ("generate_tab.generate_stream", "race_tab.race_stream",
+                                            "replay_tab.replay_view", "replay_tab.export_run",
+                                            "race_tab.show_race_sample", "lossless_tab.lossless_run")}
     assert all(MIN_GPU_SECONDS <= seconds <= MAX_GPU_SECONDS for _, seconds in seen["durations"])
 
 
@@ -105,13 +107,13 @@ def test_stop_from_the_page_reaches_a_race_in_the_calls_process(emulated):
 
 
 def test_updates_cross_a_process_keyed_by_component_id():
-    update = {app.status: "**done**", app.live_image: None, app.replay_slider: app.gr.Slider(maximum=4, value=4)}
+    update = {layout.status: "**done**", layout.live_image: None, layout.replay_slider: gr.Slider(maximum=4, value=4)}
     with pytest.raises(Exception, match="pickle"):
         pickle.dumps(update)                                  # the page's components hold the page
     crossed = pickle.loads(pickle.dumps(zerogpu._plain(update)))
-    back = zerogpu._blocks(crossed, lambda: app.demo.blocks)
-    assert list(back) == list(update) and back[app.status] == "**done**"
-    assert back[app.replay_slider].maximum == 4
+    back = zerogpu._blocks(crossed, lambda: layout.demo.blocks)
+    assert list(back) == list(update) and back[layout.status] == "**done**"
+    assert back[layout.replay_slider].maximum == 4
     assert zerogpu._plain(("a", 1)) == ("a", 1)               # a handler's tuple crosses as it is
 
 
@@ -171,10 +173,10 @@ def test_event_durations_read_the_events_inputs_by_name_and_stay_in_zero_gpu_bou
 def test_a_run_longer_than_one_call_is_refused_on_zero_gpu_only(monkeypatch):
     slow = args(model="texture", pace=2.0, samples=8, window=16)
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
-    race = list(app.race_stream(**slow, request=visitor("long")))
-    said = race[-1][app.race_status]
+    race = list(race_tab.race_stream(**slow, request=visitor("long")))
+    said = race[-1][layout.race_status]
     assert said.startswith("**Not started:** This race would hold the GPU about") and "lower the race samples K" in said
-    generate = list(app.generate_stream(**slow, request=visitor("long")))
-    assert "This run would hold the GPU about" in generate[-1][app.status]
+    generate = list(generate_tab.generate_stream(**slow, request=visitor("long")))
+    assert "This run would hold the GPU about" in generate[-1][layout.status]
     monkeypatch.delenv("SPACES_ZERO_GPU")
     zerogpu.check_fits(10_000, "This race", "lower K")        # off ZeroGPU there is no such limit

@@ -149,8 +149,8 @@ class Watched:
 def main(log_path: str) -> dict:
     import torch
 
-    import app
-    from demo import race_view, runs
+    from demo import config, generate_tab, layout, lossless_tab, model_notes, model_switch, race_tab, race_view, replay_tab, runs, stopping
+    from demo.inputs import problems as input_problems
     from types import SimpleNamespace
 
     torch.set_num_threads(1)
@@ -161,9 +161,9 @@ def main(log_path: str) -> dict:
         log.write("cuda")
         return lazy_init()
     torch.cuda._lazy_init = cuda_init
-    app.CONTROL.stops = runs.Stops(shared=True)           # as on ZeroGPU (SPACES_ZERO_GPU set)
+    config.CONTROL.stops = runs.Stops(shared=True)           # as on ZeroGPU (SPACES_ZERO_GPU set)
     for name in ("texture", "tiny", "tiny-video"):
-        app.MODELS.put(name, Watched(app.MODELS.get(name), log))
+        config.MODELS.put(name, Watched(config.MODELS.get(name), log))
 
     def watch() -> None:                             # the page's threads while the calls run
         while not stop_watching.is_set():
@@ -178,56 +178,56 @@ def main(log_path: str) -> dict:
     inputs = dict(texture=(16, "random"), tiny=(16, "random"), **{"tiny-video": (32, "repeat-frame")})
     out: dict = {"models": {}}
     for name, (window, init) in inputs.items():
-        prompt = app.MODELS.examples(name)[0]
-        values = app.defaults(name)[0] | dict(model=name, method="scd-mc", window=window, init=init, seed=0,
+        prompt = config.MODELS.examples(name)[0]
+        values = model_notes.defaults(name)[0] | dict(model=name, method="scd-mc", window=window, init=init, seed=0,
                                               prompt=prompt, pace=0.0, samples=2)    # by name, as the page's
-        problems = app.problems(values)
-        generated = list(app.generate_stream(**values, request=visitor))
-        last = next(u[app.last_run] for u in reversed(generated) if app.last_run in u)
-        status = next(u[app.status] for u in reversed(generated) if app.status in u)
-        raced = list(app.race_stream(**values, request=visitor))
-        race_status = next(u[app.race_status] for u in reversed(raced) if app.race_status in u)
-        state = next(u[app.race_state] for u in reversed(raced) if app.race_state in u)
-        replay = app.replay_view(3, last)
-        mp4, files = app.export_run(last)
-        sample = app.show_race_sample(2, state)
+        problems = input_problems(values)
+        generated = list(generate_tab.generate_stream(**values, request=visitor))
+        last = next(u[layout.last_run] for u in reversed(generated) if layout.last_run in u)
+        status = next(u[layout.status] for u in reversed(generated) if layout.status in u)
+        raced = list(race_tab.race_stream(**values, request=visitor))
+        race_status = next(u[layout.race_status] for u in reversed(raced) if layout.race_status in u)
+        state = next(u[layout.race_state] for u in reversed(raced) if layout.race_state in u)
+        replay = replay_tab.replay_view(3, last)
+        mp4, files = replay_tab.export_run(last)
+        sample = race_tab.show_race_sample(2, state)
         out["models"][name] = {
             "problems": problems, "status": status, "race": race_status,
             "decode": last["decode"], "replay": list(replay[0].shape), "export": [os.path.getsize(f) for f in files],
             "sample": [list(v.shape) for v in sample.values()]}
-        app.on_model_change(name)
-        app.prompt_words(name, prompt)
-        app.check_generate(**values, marked=[])     # the quick check of a click
+        model_switch.on_model_change(name)
+        model_notes.prompt_words(name, prompt)
+        generate_tab.check_generate(**values, marked=[])     # the quick check of a click
 
     tiny = dict(model="tiny", method="scd-mc", window=16, init="random", temperature=1.0, top_k=100, top_p=1.0,
                 cfg=3.0, seed=0, prompt="red heart")
-    lossless = list(app.lossless_run(**tiny, lossless_samples=16, request=visitor))
-    out["lossless"] = next(u[app.loss_status] for u in reversed(lossless) if app.loss_status in u)
+    lossless = list(lossless_tab.lossless_run(**tiny, lossless_samples=16, request=visitor))
+    out["lossless"] = next(u[layout.loss_status] for u in reversed(lossless) if layout.loss_status in u)
 
     updates: list = []                               # a slow race, stopped from the page's process in its replay
     slow = tiny | dict(pace=2.0, samples=2)
     replaying = threading.Event()
 
     def race_slowly() -> None:
-        for update in app.race_stream(**slow, ticket=time.time() * 1000, request=SimpleNamespace(session_hash="stopper")):
+        for update in race_tab.race_stream(**slow, ticket=time.time() * 1000, request=SimpleNamespace(session_hash="stopper")):
             updates.append(update)
-            if race_view.REPLAYING in str(update.get(app.race_status, "")):
+            if race_view.REPLAYING in str(update.get(layout.race_status, "")):
                 replaying.set()
     runner = threading.Thread(target=race_slowly)
     runner.start()
     assert replaying.wait(timeout=300), "the slow race never reached its replay"
     clicked = time.time()
-    app.stop(time.time() * 1000, request=SimpleNamespace(session_hash="stopper"))
+    stopping.stop(time.time() * 1000, request=SimpleNamespace(session_hash="stopper"))
     runner.join(timeout=120)
     out["stop"] = {"seconds": time.time() - clicked,
-                   "status": next(u[app.race_status] for u in reversed(updates) if app.race_status in u)}
+                   "status": next(u[layout.race_status] for u in reversed(updates) if layout.race_status in u)}
 
     stop_watching.set()
     watcher.join()
     out |= {"page": PAGE, "children": sorted(CHILDREN), "decorated": DECORATED,
             "durations": DURATIONS, "threads": sorted(seen["threads"]), "cuda": seen["cuda"],
-            "kind": app.KIND, "client": type(app.REQUESTS.client).__name__,
-            "in_call": getattr(app.REQUESTS.client, "in_call", None)}
+            "kind": config.KIND, "client": type(config.REQUESTS.client).__name__,
+            "in_call": getattr(config.REQUESTS.client, "in_call", None)}
     return out
 
 
