@@ -47,7 +47,7 @@ import torch
 from scd_core import chain, memory, tree_pass
 from scd_core.chain import Plan, State, Verdict
 from scd_core.clocks import TimedSession
-from scd_core.models import static
+from scd_core.models.static import Buffers
 from scd_core.protocols import Session
 
 PassFunction = Callable[[TimedSession, State, Plan], tuple[State, Verdict]]
@@ -160,7 +160,7 @@ def written(after: State, fn: Callable, *args) -> tuple:
 
 
 _STATES: "weakref.WeakKeyDictionary[TimedSession, list[State]]" = weakref.WeakKeyDictionary()
-_STATE_BUFFERS = static.Buffers(memory.idle_cap(None))
+_STATE_BUFFERS = Buffers(memory.idle_cap(None))
 
 
 def state_buffers(session: TimedSession, state: State) -> tuple[State, State]:
