@@ -10,6 +10,7 @@ from scd_core.models import standins  # noqa: E402
 from fakehub import empty_hub_cache  # noqa: E402,F401  (fixture: offline, empty Hugging Face cache)
 import rows_util  # noqa: E402
 from scd_core import testing  # noqa: E402
+from scd_core.models import static  # noqa: E402
 
 BOS, EOS, PAD, BOI = 1, 2, 0, 298
 V_IMG = 128
@@ -98,7 +99,7 @@ def test_smaller_start_forgets(tm):
     torch.testing.assert_close(out, ref[:, 3:], atol=1e-4, rtol=0)
     # the cache was sized at the start (prompt, grid, scratch slot) and written in place
     assert [k.shape for k, _ in s.kv.tensors()] == [k.shape for k, _ in clean.kv.tensors()]
-    assert s.kv.capacity == len(encode(PROMPTS[1])) + 16 + 1
+    assert s.kv.capacity == static.bucket(len(encode(PROMPTS[1]))) + 16 + 1     # the prompt region: a bucket
 
 
 def test_rows_at_different_starts_match_single_rows(tm):
@@ -304,7 +305,8 @@ def test_keep_rows_drops_the_slots_only_leaving_rows_used(tm):
     s.keep_rows(torch.tensor([2, 0]))                                  # the longest prompt leaves
     alone = tm.start([PROMPTS[1], PROMPTS[0]], 5.0)
     alone.step(torch.zeros(2, 6, dtype=torch.long), torch.zeros(2, dtype=torch.long))
-    assert s.kv.P == alone.kv.P == len(encode(PROMPTS[1])) and s.kv.capacity == alone.kv.capacity
+    assert s.kv.P == alone.kv.P == static.bucket(len(encode(PROMPTS[1]))) < static.bucket(len(encode(LONG)))
+    assert s.kv.capacity == alone.kv.capacity
 
 
 def test_bad_rows_and_prompts_are_refused_and_leave_the_session_as_it_was(tm):
@@ -354,4 +356,4 @@ def test_the_cache_is_sized_at_the_start_and_written_in_place(tm):
     s.keep_path(torch.tensor([[0, 1, 3, -1]]))
     s.step(tokens[:, :2], torch.tensor([5]))
     assert [(k.data_ptr(), k.shape) for k, _ in s.kv.tensors()] == before
-    assert before[0][1][2] == len(encode(PROMPTS[0])) + 16 + 1 + 8          # prompt, grid, scratch, tree slots
+    assert before[0][1][2] == static.bucket(len(encode(PROMPTS[0]))) + 16 + 1 + 8   # prompt, grid, scratch, tree slots
