@@ -193,6 +193,22 @@ def test_engine_top1_matches_library_generate(tm, method):
         assert torch.equal(run.tokens[b].cpu(), library_greedy(tm, p, 5.0)[0])
 
 
+def test_guidance_in_bfloat16_is_transformers_guidance():
+    """In bfloat16 the guided logits are the ones transformers' image mode samples from
+    (`ClassifierFreeGuidanceLogitsProcessor` on the head's bfloat16 scores), then float32: the
+    same rounding, so the same tokens tie at the top-k cut."""
+    from transformers import ClassifierFreeGuidanceLogitsProcessor
+    model = janus_mod.JanusTokenModel(tiny_janus().to(torch.bfloat16), encode=encode, bos_token_id=BOS,
+                                      boi_token_id=BOI, pad_token_id=PAD, name="tiny-janus")
+    session = model.start(PROMPTS, 5.0)
+    hidden = torch.randn(2 * len(PROMPTS), 64, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    scores = model.model.model.generation_head(hidden)
+    want = ClassifierFreeGuidanceLogitsProcessor(5.0)(torch.zeros(len(PROMPTS), 1, dtype=torch.long), scores).float()
+    got = session._logits(hidden)
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+    assert not torch.equal(got, (scores[2:].float() + 5.0 * (scores[:2].float() - scores[2:].float())))
+
+
 def test_engine_sampled_batch_run_decodes(tm):
     import scd_core
     run = scd_core.generate(tm, PROMPTS, method="scd-mc", window=6, seed=3, top_k=20, cfg_scale=5.0)

@@ -173,12 +173,13 @@ class JanusSession(ResizableRows):
         return out.last_hidden_state
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Image-head logits of all rows -> guided logits of the B prompts (float32)."""
-        scores = self.tm.model.model.generation_head(hidden).float()
-        if self.reps == 1:
-            return scores
-        cond, uncond = scores[: self.batch], scores[self.batch:]
-        return guide(cond, uncond, self.cfg_scale)
+        """Image-head logits of all rows -> guided logits of the B prompts, guided in the model's
+        dtype as transformers' and DeepSeek's samplers guide, then float32 (in bfloat16 the
+        rounding decides which tokens tie at the top-k cut)."""
+        scores = self.tm.model.model.generation_head(hidden)
+        if self.reps > 1:
+            scores = guide(scores[: self.batch], scores[self.batch:], self.cfg_scale)
+        return scores.float()
 
     @torch.no_grad()
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
