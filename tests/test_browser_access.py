@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from demo import models
+from demo import models, texts
 from browser_util import browser  # noqa: F401  (a fixture)
 from browser_util import (axe_findings, error_badges, fill, in_sight, open_page, pick_model, placeholders,
                           selected_tab, text, wait_text, PICTURES, SHOTS, SIZES)
