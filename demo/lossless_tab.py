@@ -33,7 +33,7 @@ def check_lossless(request: gr.Request = None):
     return busy(request, lambda text: {loss_message: text}) or {loss_message: "", go_lossless: time.time()}
 
 
-@one_run("lossless", runs.DECODE_QUEUE, lambda: loss_status)
+@one_run("lossless", lambda: loss_status)
 @zerogpu.on_gpu(zerogpu.lossless_seconds, lambda: layout.demo.blocks)
 def lossless_run(request: gr.Request = None, *, lossless_samples=lossless.DEFAULT_SAMPLES, ticket=None, **values):
     """Many samples of AR and of the method (the one picked; SCD-MC when AR is), which token

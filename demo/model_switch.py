@@ -3,11 +3,15 @@ new model's, Generate and Race enabled only where it can run (`on_model_change`)
 loaded at once (`load_selected`). The pick stopping the visitor's run: `demo.stopping`."""
 from __future__ import annotations
 
+import contextvars
+import functools
 import math
+import threading
 
 import gradio as gr
 
-from demo import checks, config, frontier_view, generate_view, lossless, models, race_view, texts, uploads
+from demo import checks, config, frontier_view, generate_view, lossless, models, race_view, runs, texts, uploads
+from demo.inputs import verdict
 from demo.layout import (applied_state, clip_box, examples, examples_box, gen_btn, gen_views, greedy_cb, keyed,
                          loss_ar, loss_chart, loss_diff, loss_diff_title, loss_greedy, loss_method, loss_status,
                          loss_summary, model_md, prompt_words_md, race_btn, race_status, race_views, replay_slider,
@@ -15,11 +19,29 @@ from demo.layout import (applied_state, clip_box, examples, examples_box, gen_bt
 from demo.model_notes import can_run, defaults, model_info, prompt_words
 
 
+def validate_switch(request: gr.Request = None, **values):
+    """A switch joins its queue within its caps (`demo.runs.Control.admit`)."""
+    return verdict(values, {}, request, "switch", "model switch")
+
+
+def validate_load(name, request: gr.Request = None):
+    return verdict({"model": name}, {}, request, runs.LOAD_QUEUE, "model load")
+
+
 def load_selected(name: str, progress=gr.Progress()):
     """Load a large model as soon as it is picked, its download shown as progress; a model
-    that could not be fetched (no network here) cannot be started."""
-    note = config.MODELS.load_note(name, lambda done, total, repo: progress(
+    that could not be fetched (no network here) cannot be started. A load still going at its
+    time limit goes on in the background (a run on the model waits for it), said in the note."""
+    said: list[str] = []
+    load = functools.partial(config.MODELS.load_note, name, lambda done, total, repo: progress(
         (done, total) if total else 0.0, desc=f"Downloading {repo}", unit="bytes"))
+    context = contextvars.copy_context()                 # the event's, so that its progress is shown
+    loading = threading.Thread(target=lambda: said.append(context.run(load)), name="scd-load", daemon=True)
+    loading.start()
+    ended = config.CONTROL.limited("load")
+    while loading.is_alive() and not ended():
+        loading.join(0.25)
+    note = said[0] if said else f"{model_info(name)}  \n{runs.limit_message('load', config.CONTROL.limits['load'])}"
     return {model_md: texts.command_blocks(uploads.without_paths(note)) + frontier_view.model_link(name)} | runnable(name)
 
 

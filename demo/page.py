@@ -13,9 +13,9 @@ import gradio as gr
 import torch
 from gradio.route_utils import delete_files_created_by_app
 
-from demo import backend, config, models, picture_files, runs, texts
+from demo import admission, backend, config, models, picture_files, runs, servers, texts
 from demo.generate_tab import check_generate, generate_stream, validate_generate
-from demo.layout import (applied_state, clip_box, clip_in, clip_path, demo, examples, examples_box, export_btn,
+from demo.layout import (D0, applied_state, clip_box, clip_in, clip_path, demo, examples, examples_box, export_btn,
                          export_files, export_video, field_views, gen_btn, gen_outputs, go_generate, go_lossless,
                          go_race, greedy_cb, input_md, input_views, inputs, last_run, loss_btn, loss_message,
                          loss_status, lossless_inputs, lossless_outputs, marked_state, method_rd, model_dd, model_md,
@@ -25,8 +25,8 @@ from demo.layout import (applied_state, clip_box, clip_in, clip_path, demo, exam
 from demo.lossless_tab import check_lossless, lossless_run, validate_lossless
 from demo.model_notes import prompt_words
 from demo.models import log
-from demo.model_switch import load_selected, on_model_change
-from demo.race_tab import check_race, race_stream, shipped_ratios, show_race_sample, validate_race
+from demo.model_switch import load_selected, on_model_change, validate_load, validate_switch
+from demo.race_tab import check_race, race_stream, shipped_ratios, show_race_sample, validate_race, validate_race_sample
 from demo.replay_tab import export_run, replay_view, validate_export, validate_replay
 from demo.stopping import changed, forget, picked, stop
 
@@ -42,11 +42,11 @@ with demo:
     race_btn.click(check_race, outputs=[input_md, marked_state, go_race, switch_md, *field_views.values()], **checked)
     go_generate.change(generate_stream, None, gen_outputs, inputs_kwargs=inputs, api_name="generate",
                        validator=validate_generate,
-                       show_progress_on=[status], time_limit=runs.TIME_LIMIT_S["generate"], js=texts.click_js("Generate"),
+                       show_progress_on=[status], js=texts.click_js("Generate"),
                        trigger_mode="always_last", **config.GENERATE)   # a click while busy runs once more, after
     go_race.change(race_stream, None, race_outputs, inputs_kwargs=inputs, api_name="race",
                    validator=validate_race,
-                   show_progress_on=[race_status], time_limit=runs.TIME_LIMIT_S["race"], js=texts.click_js("Race"),
+                   show_progress_on=[race_status], js=texts.click_js("Race"),
                    trigger_mode="always_last", **config.DECODE)
     stop_btn.click(stop, ticket, None, queue=False, api_name="stop", js="() => [Date.now()]")
     switch_outputs = [*setting_views.values(), *gen_outputs, *race_outputs, *lossless_outputs, applied_state,
@@ -58,9 +58,9 @@ with demo:
                     show_progress="hidden", js="(name, t) => [name, Date.now()]").then(
         on_model_change, None, list(dict.fromkeys([*switch_outputs, stopped_state])),
         inputs_kwargs={"name": model_dd, "applied": applied_state, "stopped": stopped_state, **setting_views},
-        api_visibility="private").then(
-        load_selected, model_dd, [model_md, gen_btn, race_btn], api_visibility="private",
-        show_progress_on=[model_md], **config.DECODE)
+        api_visibility="private", validator=validate_switch, concurrency_id="switch").then(
+        load_selected, model_dd, [model_md, gen_btn, race_btn], api_visibility="private", validator=validate_load,
+        show_progress_on=[model_md], **config.LOAD)
     prompt_tb.change(prompt_words, [model_dd, prompt_tb], prompt_words_md, queue=False,
                      api_visibility="private", show_progress="hidden")
     gr.on([prompt_tb.change, method_rd.change], changed, [prompt_tb, method_rd, ticket], None, queue=False,
@@ -74,16 +74,17 @@ with demo:
                    show_progress="hidden")
     go_lossless.change(lossless_run, None, lossless_outputs, inputs_kwargs=lossless_inputs,
                        api_name="lossless", validator=validate_lossless, show_progress_on=[loss_status],
-                       time_limit=runs.TIME_LIMIT_S["lossless"],
                        js=texts.click_js("Lossless", "#lossless"), trigger_mode="always_last", **config.DECODE)
     # A slider redraws on any change a visitor makes (a drag, the arrow keys, a number typed):
     # one redraw at a time, then the last value asked meanwhile (the ones between are skipped).
     race_sample.input(show_race_sample, [race_sample, race_state], list(race_images.values()),
-                      api_visibility="private", trigger_mode="always_last")
+                      api_visibility="private", trigger_mode="always_last", validator=validate_race_sample,
+                      concurrency_id="race_sample")
     replay_slider.input(replay_view, [replay_slider, last_run], [replay_image, replay_text, replay_probs],
-                        api_name="replay", validator=validate_replay, trigger_mode="always_last")
+                        api_name="replay", validator=validate_replay, trigger_mode="always_last",
+                        concurrency_id="replay")
     export_btn.click(export_run, last_run, [export_video, export_files], api_name="export",
-                     validator=validate_export, time_limit=runs.TIME_LIMIT_S["export"], **config.DECODE)
+                     validator=validate_export, **config.DECODE)
     demo.unload(forget)
 
 demo.queue(**config.QUEUE)
@@ -100,6 +101,7 @@ def main() -> None:
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda number, frame: stopping.set())
+    config.MODELS.warm(D0)              # the first model's worker starts with the page
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"), prevent_thread_lock=True, **config.LAUNCH)
     picture_files.CacheSweeper(lambda age: delete_files_created_by_app(demo, age), *config.CACHE_SWEEP, log=log.info).start()
     while not stopping.wait(0.5):       # short waits: the signal handlers run between them
@@ -109,11 +111,16 @@ def main() -> None:
 
 def shut_down() -> None:
     """A clean stop: every run in flight stops, its visitor told why (`demo.runs.Control.drain`),
-    the server closes, then the decode workers (rows cancelled; terminated if they linger)."""
+    their last updates leave, the server closes, then the decode workers (rows cancelled;
+    terminated if they linger)."""
     started = time.monotonic()
+    sessions = {key for key, _ in config.CONTROL.runs.all() if key}
     left = config.CONTROL.drain(runs.CLOSING, config.DRAIN_S)
-    time.sleep(config.FLUSH_S)          # their last updates leave the server
+    servers.wait_while(lambda: admission.unsent(demo, sessions) > 0, config.FLUSH_S)
+    time.sleep(config.SENT_S)               # the last bytes through the sockets
     drained = time.monotonic()
+    if getattr(demo, "server", None) is not None:
+        demo.server.force_exit = True       # nothing more to send: no wait for idle connections
     demo.close()
     closed = time.monotonic()
     if config.KIND == "process":

@@ -61,7 +61,7 @@ def test_a_cancelled_event_leaves_no_thread_or_row_running(url):
     job.cancel()
     assert wait_for(lambda: not threads("scd-race-row"), 1.0), threads("scd-race-row")
     assert wait_for(lambda: config.CONTROL.runs.going(client.session_hash) is None, 1.0)
-    assert config.CONTROL.tickets.held(client.session_hash, "decode") == 0   # its place in the queue given back
+    assert config.CONTROL.admissions.held("decode", session=client.session_hash) == 0   # its place in the queue given back
 
 
 def test_one_job_per_visitor_on_each_queue_and_others_are_served_meanwhile(url):
@@ -79,7 +79,7 @@ def test_one_job_per_visitor_on_each_queue_and_others_are_served_meanwhile(url):
     abuser.predict(api_name="/stop")
     first.result(timeout=30)
     assert "Stopped" in status_of(first)
-    assert wait_for(lambda: config.CONTROL.tickets.held(abuser.session_hash, "decode") == 0, 5)
+    assert wait_for(lambda: config.CONTROL.admissions.held("decode", session=abuser.session_hash) == 0, 5)
     later = abuser.submit(**(LOSSLESS | {"lossless_samples": 16}), api_name="/lossless")   # admitted again
     later.result(timeout=120)
     assert "Done" in status_of(later)
@@ -107,4 +107,4 @@ def test_bad_values_are_refused_before_the_queue_and_unknown_routes_are_404(url,
     assert "done" in done[1]
     mp4, files = client.submit(api_name="/export").result(timeout=120)     # its last run, exported
     assert mp4.endswith(".mp4") and len(files) == 2
-    assert config.CONTROL.tickets.held(client.session_hash, "decode") == 0
+    assert config.CONTROL.admissions.held("decode", session=client.session_hash) == 0
