@@ -32,6 +32,8 @@ def load_selected(name: str, progress=gr.Progress()):
     """Load a large model as soon as it is picked, its download shown as progress; a model
     that could not be fetched (no network here) cannot be started. A load still going at its
     time limit goes on in the background (a run on the model waits for it), said in the note."""
+    if config.CONTROL.closing:
+        return {model_md: f"{model_info(name)}  \n**Not loaded:** {config.CONTROL.closing}"}
     said: list[str] = []
     load = functools.partial(config.MODELS.load_note, name, lambda done, total, repo: progress(
         (done, total) if total else 0.0, desc=f"Downloading {repo}", unit="bytes"))

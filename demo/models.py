@@ -316,28 +316,31 @@ class Models:
         makes first (with progress) is the one it loads."""
         self.client, self.downloads_here = client, downloads_here
 
-    def warm(self, name: str) -> None:
+    def warm(self, name: str, worker: bool = True) -> threading.Thread | None:
         """Get an embedded model ready for its first run, in the background: loaded here (the
-        page draws it) and, with worker processes, its worker started (it loads it there). A
-        model is warmed when it is picked, and the page's first when the page starts."""
+        page draws it) and, with worker processes and `worker`, its worker started (it loads
+        it there). A model is warmed when it is picked; when the page starts, its first model
+        is, and the others are loaded here."""
         if not is_embedded(name):
-            return                                   # a large model loads when picked (`load_note`)
+            return None                              # a large model loads when picked (`load_note`)
         with self._lock:
             if name in self._warming:
-                return
+                return None
             self._warming.add(name)
 
         def start() -> None:
             try:
                 self.get(name)
-                if hasattr(self.client, "is_resident") and not self.client.is_resident(name):
+                if worker and hasattr(self.client, "is_resident") and not self.client.is_resident(name):
                     self.client.model_info(name)     # the worker starts and loads it
             except Exception as exc:                 # noqa: BLE001: its first run says why
                 log.info("could not get %s ready: %s", name, exc)
             finally:
                 with self._lock:
                     self._warming.discard(name)
-        threading.Thread(target=start, name="scd-warm", daemon=True).start()
+        warming = threading.Thread(target=start, name="scd-warm", daemon=True)
+        warming.start()
+        return warming
 
     def kwargs(self, name: str) -> dict:
         return load_kwargs(name, self.device)

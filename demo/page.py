@@ -3,6 +3,7 @@ is the Blocks app (app.py hands it to a Hugging Face Space); `python -m demo` an
 app.py` serve it (demo/__main__.py says why through there). Which file holds what: docs/layout.md."""
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -13,7 +14,7 @@ import gradio as gr
 import torch
 from gradio.route_utils import delete_files_created_by_app
 
-from demo import admission, backend, config, models, picture_files, runs, servers, texts
+from demo import backend, config, models, picture_files, queues, runs, servers, texts
 from demo.generate_tab import check_generate, generate_stream, validate_generate
 from demo.layout import (D0, applied_state, clip_box, clip_in, clip_path, demo, examples, examples_box, export_btn,
                          export_files, export_video, field_views, gen_btn, gen_outputs, go_generate, go_lossless,
@@ -101,26 +102,30 @@ def main() -> None:
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda number, frame: stopping.set())
-    config.MODELS.warm(D0)              # the first model's worker starts with the page
+    warming = [config.MODELS.warm(name, worker=name == D0) for name in models.listed_models()]
+    deadline = time.monotonic() + config.WARM_S       # the page answers once its first model's worker is ready
+    for thread in filter(None, warming):
+        thread.join(max(0.0, deadline - time.monotonic()))
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"), prevent_thread_lock=True, **config.LAUNCH)
     picture_files.CacheSweeper(lambda age: delete_files_created_by_app(demo, age), *config.CACHE_SWEEP, log=log.info).start()
-    while not stopping.wait(0.5):       # short waits: the signal handlers run between them
+    while not stopping.wait(0.2):       # short waits: the signal handlers run between them
         pass
     shut_down()
+    gc.freeze()         # the interpreter's last collection would walk every object of the page (seconds)
 
 
 def shut_down() -> None:
-    """A clean stop: every run in flight stops, its visitor told why (`demo.runs.Control.drain`),
-    their last updates leave, the server closes, then the decode workers (rows cancelled;
-    terminated if they linger)."""
+    """A clean stop: every run in flight stops and every job still waiting starts and ends at
+    once, each visitor told why (`demo.runs.Control.drain`); their last updates leave; the
+    server closes, then the decode workers (rows cancelled; terminated if they linger)."""
     started = time.monotonic()
-    sessions = {key for key, _ in config.CONTROL.runs.all() if key}
+    told = queues.sessions(demo)
+    config.CONTROL.closing = runs.CLOSING
+    queues.open_all(demo)
     left = config.CONTROL.drain(runs.CLOSING, config.DRAIN_S)
-    servers.wait_while(lambda: admission.unsent(demo, sessions) > 0, config.FLUSH_S)
+    servers.wait_while(lambda: queues.unsent(demo, told) > 0, config.FLUSH_S)
     time.sleep(config.SENT_S)               # the last bytes through the sockets
     drained = time.monotonic()
-    if getattr(demo, "server", None) is not None:
-        demo.server.force_exit = True       # nothing more to send: no wait for idle connections
     demo.close()
     closed = time.monotonic()
     if config.KIND == "process":

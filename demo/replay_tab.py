@@ -43,5 +43,7 @@ def export_run(run, request: gr.Request = None):
                                           f"{run['model']}-{run['method']}-decoding", decode=run.get("decode"),
                                           stopped=config.CONTROL.limited("export"))
     except export.Stopped:
-        raise gr.Error(runs.limit_message("export", config.CONTROL.limits["export"]).replace("**", "")) from None
+        why = f"Stopped: {config.CONTROL.closing}" if config.CONTROL.closing else \
+            runs.limit_message("export", config.CONTROL.limits["export"]).replace("**", "")
+        raise gr.Error(why) from None
     return mp4, [mp4, gif]

@@ -9,7 +9,7 @@ their places on the page's queues, the time limits, and how a run ends however i
   method its stopped status says why.
 - Stop (`Stops`): a run clicked at or before the visitor's last Stop is stopped, running or
   still waiting in the queue.
-- Places on each queue (`demo.admission`): a request is admitted before it joins the queue
+- Places on each queue (`demo.queues`): a request is admitted before it joins the queue
   only within its queue's caps (one job per visitor, a few per client address, so many
   waiting); a refusal is a sentence (the API has no buttons to grey out). A place is held
   while Gradio holds the job: a job cancelled while it waits gives it back at once.
@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from demo.admission import Admissions, Caps
+from demo.queues import Admissions, Caps
 from demo.labels import METHOD_LABELS
 
 KINDS = {"generate": "Generate", "race": "race", "lossless": "Lossless comparison"}
@@ -213,7 +213,7 @@ class Stops:
 
 
 def queue_message(what: str, cap: str, caps: Caps) -> str:
-    """The sentence for a request a queue's caps refuse (`cap`: which, `demo.admission.Admissions.admit`)."""
+    """The sentence for a request a queue's caps refuse (`cap`: which, `demo.queues.Admissions.admit`)."""
     if cap == "session":
         return (f"Not started: your earlier {what} is still waiting in the queue or running (one at a time "
                 "per visitor); wait for it to end, or press Stop.")
@@ -232,7 +232,7 @@ UNCAPPED = Caps(session=10**9, client=10**9, waiting=10**9)
 
 class Control:
     """The page's run control: `runs` (the run each visitor has going), `stops`, `admissions`
-    (places on the queues, `demo.admission`), `limits` (each job's time limit, s) and
+    (places on the queues, `demo.queues`), `limits` (each job's time limit, s) and
     `requests` (`demo.backend.Requests`: the visitors' rows on the decode client, which a
     stop cancels)."""
 
@@ -351,8 +351,6 @@ class Control:
                 run = self.runs.start(key, Run(kind, str(inputs.get("model") or ""), str(inputs.get("method") or ""),
                                                str(inputs.get("prompt") or ""),
                                                deadline=time.monotonic() + self.limits[kind]))
-                if self.closing:                          # started as the page stops: it says why at once
-                    run.why = f"**Stopped:** {self.closing}"
                 with self._lock:
                     if self._watching is None:
                         self._watching = threading.Thread(target=self._watch, name="scd-time-limits", daemon=True)
@@ -362,6 +360,8 @@ class Control:
                     for update in updates:
                         if run.left:
                             break                         # its rows were cancelled: they leave at once
+                        if self.closing and not run.why:  # the page stops (its run may have seen it first)
+                            run.why = f"**Stopped:** {self.closing}"
                         if run.why and status() in update:
                             update = update | {status(): f"{update[status()]}  \n{run.why}"}
                             if self.closing:              # the page stops: its status says why, nothing more

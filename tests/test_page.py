@@ -536,7 +536,7 @@ def test_a_clients_address_is_the_one_its_trusted_proxies_saw():
     """With no proxy the socket's address; behind N proxies the address the farthest one was
     connected from (X-Forwarded-For's N-th entry from the right), whatever the client wrote
     to the left of it; a port dropped; SCD_PROXY_HOPS read as a whole number, 1 on a Space."""
-    from demo.admission import client_address, proxy_hops
+    from demo.queues import client_address, proxy_hops
     spoofed = Asked("10.0.0.7", ("6.6.6.6, 203.0.113.9",))
     assert client_address(spoofed, 0) == "10.0.0.7"
     assert client_address(spoofed, 1) == "203.0.113.9" and client_address(spoofed, 2) == "6.6.6.6"
@@ -554,7 +554,7 @@ def test_places_are_held_while_gradio_holds_the_job_within_each_queues_caps():
     a few per client (many sessions of one address, and calls with no session, are one
     client), so many waiting per queue, each queue apart; given back when the job ends or is
     cancelled while it waits (at once), never made (after `join_s`), or stopped while it waits."""
-    from demo.admission import Admissions, Caps, Job
+    from demo.queues import Admissions, Caps, Job
     now, jobs = [0.0], []
     places = Admissions({"decode": Caps(session=1, client=2, waiting=2)}, Caps(session=9, client=9, waiting=9),
                         lambda: jobs, hops=1, clock=lambda: now[0], join_s=5.0)

@@ -1,6 +1,7 @@
-"""Admission to the page's queues: how many places a visitor and a client hold on each queue, and
-how many jobs wait there, counted before a request joins (Gradio's validator) and only while
-Gradio still holds the job.
+"""The page's queues as the page reads Gradio's: admission (how many places a visitor and a
+client hold on each queue, and how many jobs wait there, counted before a request joins,
+Gradio's validator, and only while Gradio still holds the job), and, at a clean stop, every job
+let through to be told why (`open_all`) and its last updates seen to leave (`unsent`).
 
 - A visitor is one Gradio session (a browser tab, a gradio_client `Client`). A client is the
   visitor's address (`client_address`): many sessions of one address are one client, and so
@@ -11,8 +12,8 @@ Gradio still holds the job.
   request the validator saw; a place is matched to its job by that request (`Place.seen`).
 - Each queue has its own caps (`Caps`): a queue's waiting jobs never take another queue's places.
 
-Gradio's jobs are read from its queue (`gradio_jobs`: Gradio 6.31, pinned in requirements.txt);
-`tests/test_app_control.py` fails the day that changes.
+Gradio's queue is read here only (`gradio_jobs`, `unsent`, `open_all`: Gradio 6.31, pinned in
+requirements.txt); `tests/test_app_control.py` and `tests/test_app_stop.py` fail the day it changes.
 """
 from __future__ import annotations
 
@@ -68,6 +69,20 @@ def gradio_jobs(blocks) -> list[Job]:
     waiting = {id(event) for lane in list(queue.event_queue_per_concurrency_id.values()) for event in list(lane.queue)}
     return [Job(event.request, event.concurrency_id, id(event) in waiting)
             for event in list(queue.event_ids_to_events.values())]
+
+
+def sessions(blocks) -> set[str]:
+    """The sessions whose jobs Gradio holds, waiting or running."""
+    queue = getattr(blocks, "_queue", None)
+    return set() if queue is None else {event.session_hash for event in list(queue.event_ids_to_events.values())}
+
+
+def open_all(blocks) -> None:
+    """Let every waiting job start now, whatever its queue's concurrency (the page stops: each
+    one ends at once, saying why)."""
+    queue = getattr(blocks, "_queue", None)
+    for lane in list(queue.event_queue_per_concurrency_id.values()) if queue is not None else ():
+        lane.concurrency_limit = None
 
 
 def unsent(blocks, sessions: set[str]) -> int:
