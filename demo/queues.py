@@ -86,14 +86,14 @@ def open_all(blocks) -> None:
 
 
 def unsent(blocks, sessions: set[str]) -> int:
-    """Of these sessions, those whose jobs Gradio still holds or whose updates still wait to
-    leave for their browsers (a clean stop waits for none to be left)."""
+    """Of these sessions, those whose jobs Gradio still holds or whose streams have not yet
+    sent their jobs' ends (a clean stop waits for none to be left)."""
     queue = getattr(blocks, "_queue", None)
     if queue is None:
         return 0
     holding = {event.session_hash for event in list(queue.event_ids_to_events.values())}
-    return sum(s in holding or not getattr(queue.pending_messages_per_session.get(s), "empty", lambda: True)()
-               for s in sessions)
+    return sum(s in holding or bool(queue.pending_event_ids_session.get(s))
+               or not getattr(queue.pending_messages_per_session.get(s), "empty", lambda: True)() for s in sessions)
 
 
 def proxy_hops(environ=os.environ) -> int:

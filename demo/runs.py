@@ -363,10 +363,11 @@ class Control:
                         if self.closing and not run.why:  # the page stops (its run may have seen it first)
                             run.why = f"**Stopped:** {self.closing}"
                         if run.why and status() in update:
-                            update = update | {status(): f"{update[status()]}  \n{run.why}"}
+                            said = f"{update[status()]}  \n{run.why}"
                             if self.closing:              # the page stops: its status says why, nothing more
-                                yield update
+                                yield {status(): said}    # (no picture to fetch from a page going away)
                                 break
+                            update = update | {status(): said}
                         yield update
                     updates.close()
                     if run.left:

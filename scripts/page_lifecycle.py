@@ -129,25 +129,27 @@ def wait_for(condition, timeout: float) -> bool:
     return True
 
 
-def measure(checkout: str = ".", start_timeout: float = 240.0, group: bool = False) -> dict:
+def measure(checkout: str = ".", start_timeout: float = 240.0, group: bool = False, firsts: bool = True) -> dict:
     """Everything the module docstring says but --idle, by name (`group`: SIGTERM to the page's
-    whole process group, its workers included, not to the page alone)."""
+    whole process group, its workers included, not to the page alone; `firsts`: the first and
+    second Generate timed)."""
     page, url, start_s = start_page(checkout, start_timeout)
     workers: list[int] = []
     try:
         out = {"page_start_s": round(start_s, 1), "page_rss_mb": round(rss_mb(page.pid))}
-        client = Client(url, verbose=False)
-        first, _ = generate(client)                      # on tiny: the page started only its first model's worker
-        warm, _ = generate(client, seed=2)
-        out["first_generate_s"], out["warm_generate_s"] = round(first, 2), round(warm, 2)
-        workers = children(page.pid)
-        out["workers"] = [{"pid": w, "rss_mb": round(rss_mb(w))} for w in workers]
+        if firsts:
+            client = Client(url, verbose=False)
+            first, _ = generate(client)                  # on tiny: the page started only its first model's worker
+            warm, _ = generate(client, seed=2)
+            out["first_generate_s"], out["warm_generate_s"] = round(first, 2), round(warm, 2)
         visitors = {f"generate-{i}": (Client(url, verbose=False), "/generate", TINY | {"seed": 3 + i, "pace": 2.0}, 1)
                     for i in range(2)}
         visitors["race"] = (Client(url, verbose=False), "/race", TINY | {"samples": 2, "pace": 0.5}, 0)
         visitors["lossless"] = (Client(url, verbose=False), "/lossless", LOSSLESS, 0)
         jobs = {name: (c.submit(**inputs, api_name=api), index) for name, (c, api, inputs, index) in visitors.items()}
-        out["in_flight_seen"] = wait_for(lambda: last_status(*jobs["generate-0"]) and last_status(*jobs["generate-1"])
+        out["in_flight_seen"] = wait_for(lambda: all(job.status().code.name in ("IN_QUEUE", "PROCESSING", "ITERATING", "PROGRESS")
+                                                     for job, _ in jobs.values())
+                                         and last_status(*jobs["generate-0"]) and last_status(*jobs["generate-1"])
                                          and (last_status(*jobs["race"]) or last_status(*jobs["lossless"])), 120)
         out["workers"] = [{"pid": w, "rss_mb": round(rss_mb(w))} for w in children(page.pid)]
         workers = sorted(set(workers) | set(children(page.pid)))

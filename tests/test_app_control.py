@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 from gradio_client import Client
 
-from demo import config
+from demo import config, servers
 from test_app import args
 
 pytestmark = pytest.mark.served
@@ -108,3 +110,71 @@ def test_bad_values_are_refused_before_the_queue_and_unknown_routes_are_404(url,
     mp4, files = client.submit(api_name="/export").result(timeout=120)     # its last run, exported
     assert mp4.endswith(".mp4") and len(files) == 2
     assert config.CONTROL.admissions.held("decode", session=client.session_hash) == 0
+
+
+def join_payload(client: Client, api_name: str, **inputs) -> dict:
+    """The body a client sends to join the queue for `api_name` with these inputs (gradio_client's own)."""
+    from gradio_client.utils import construct_args
+    index = client._infer_fn_index(api_name, None)
+    endpoint = client.endpoints[index]
+    return {"data": list(endpoint.insert_empty_state(*construct_args(endpoint.parameters_info, (), inputs))),
+            "fn_index": index}
+
+
+def test_one_address_holds_few_places_however_many_sessions_it_uses(url):
+    """64 sessions of one address ask for slow races at once: two are admitted (one runs, one
+    waits), the rest are refused before the queue, naming the cap, and so is a call with no
+    session from that address; meanwhile another address's Generate is served. The waiting
+    one, cancelled as a client cancels, gives its place back at once. Every queued event of
+    the page is admitted within its queue's caps (none escapes them; a visitor leaving is
+    Gradio's own call)."""
+    from demo import page
+    unchecked = [fn.name for fn in page.demo.fns.values() if fn.queue and fn.validator is None
+                 and fn.targets != [(None, "unload")]]                     # Gradio calls that one itself
+    assert not unchecked, unchecked
+    abuser = {"X-Forwarded-For": "203.0.113.9"}
+    payload = join_payload(Client(url, verbose=False), "/race", **args(**TINY, samples=16, pace=2.0))
+    sessions = [uuid.uuid4().hex for _ in range(64)]
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda s: httpx.post(f"{url}gradio_api/queue/join", json=payload | {"session_hash": s},
+                                                     headers=abuser, timeout=60), sessions))
+    admitted = [(s, a.json()["event_id"]) for s, a in zip(sessions, answers) if a.status_code == 200]
+    assert len(admitted) == config.CAPS["decode"].client == 2, [a.text for a in answers][:3]
+    assert all(a.status_code == 422 and "at most 2 per address" in a.text for a in answers if a.status_code != 200)
+    anonymous = httpx.post(f"{url}gradio_api/call/race", json={"data": payload["data"]}, headers=abuser, timeout=60)
+    assert anonymous.status_code == 422 and "at most 2 per address" in anonymous.text
+    t = time.perf_counter()
+    other = Client(url, verbose=False, headers={"X-Forwarded-For": "198.51.100.4"})
+    assert "done" in other.submit(**args(**TINY, pace=0.0), api_name="/generate").result(timeout=60)[1]
+    assert time.perf_counter() - t < 60
+    assert wait_for(lambda: config.CONTROL.runs.all(), 30)                   # one of the two races runs
+    running = {key for key, _ in config.CONTROL.runs.all()}
+    (waiting, event), = [(s, e) for s, e in admitted if s not in running]
+    httpx.post(f"{url}gradio_api/cancel", json={"session_hash": waiting, "event_id": event,
+                                                "fn_index": payload["fn_index"]}, timeout=30)
+    assert config.CONTROL.admissions.held("decode", client="203.0.113.9") == 1  # at once
+    for s, e in admitted:
+        if s in running:
+            httpx.post(f"{url}gradio_api/cancel", json={"session_hash": s, "event_id": e,
+                                                        "fn_index": payload["fn_index"]}, timeout=30)
+    assert wait_for(lambda: config.CONTROL.admissions.held("decode") == 0 and not config.CONTROL.runs.all(), 10)
+
+
+def test_a_run_stops_at_its_time_limit_and_a_race_replays_within_it(url, monkeypatch):
+    """A Generate in slow motion longer than its limit stops at it, its status saying why; a race
+    whose replay would pass its limit replays faster, says so, and ends within it."""
+    monkeypatch.setitem(config.CONTROL.limits, "generate", 3)
+    monkeypatch.setitem(config.CONTROL.limits, "race", 20)
+    monkeypatch.setattr(servers, "REPLAY_MARGIN_S", 3.0)
+    client = Client(url, verbose=False)
+    t = time.perf_counter()
+    job = client.submit(**args(**TINY, pace=2.0), api_name="/generate")    # 64 passes at most, 2 s each
+    job.result(timeout=60)
+    assert "Generate may run 3 s at most" in status_of(job, 1) and time.perf_counter() - t < 3 + 10
+    t = time.perf_counter()
+    job = client.submit(**args(**TINY, samples=1, pace=2.0), api_name="/race")   # AR's replay alone: 128 s
+    job.result(timeout=120)
+    said = status_of(job)
+    assert time.perf_counter() - t < 20 + 10, said
+    assert ("so that the race ends within the page's 20 s limit" in said and "Done" in said) or \
+        "a race may run 20 s at most" in said, said
