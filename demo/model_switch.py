@@ -13,7 +13,8 @@ import gradio as gr
 from demo import checks, config, frontier_view, generate_view, lossless, models, race_view, runs, texts, uploads
 from demo.inputs import verdict
 from demo.layout import (applied_state, clip_box, examples, examples_box, gen_btn, gen_views, greedy_cb, keyed,
-                         loss_ar, loss_chart, loss_diff, loss_diff_title, loss_greedy, loss_method, loss_status,
+                         loss_ar, loss_chart, loss_diff, loss_diff_title, loss_greedy, loss_method, loss_samples,
+                         loss_status,
                          loss_summary, model_md, prompt_words_md, race_btn, race_status, race_views, replay_slider,
                          setting_views, status, stopped_state, switch_md, text_box)
 from demo.model_notes import can_run, defaults, model_info, prompt_words
@@ -61,7 +62,7 @@ def cleared_views(name: str) -> dict:
     grid = tuple(model.grid) if model is not None else None
     run = generate_view.waiting(grid, math.prod(grid) if grid else models.REGISTRY[name].tokens) | \
         generate_view.REPLAY_CLEARED | {"status": texts.hint(texts.GENERATE_HINT if ok else texts.CANNOT_RUN, name)}
-    return keyed(gen_views, run) | {replay_slider: gr.Slider(value=0)} | keyed(race_views, race_waiting(name, ok)) | lossless_waiting()
+    return keyed(gen_views, run) | {replay_slider: gr.Slider(value=0)} | keyed(race_views, race_waiting(name, ok)) | lossless_waiting(name)
 
 
 def switched_views(name: str, stopped: dict | None = None) -> dict:
@@ -82,9 +83,18 @@ def race_waiting(name: str, ok: bool = True) -> dict:
         "state": None, "sample": gr.Slider(visible=False)}
 
 
-def lossless_waiting() -> dict:
-    return {loss_status: "", loss_summary: "", loss_chart: lossless.WAITING_FIGURE, loss_ar: None,
-            loss_method: None, loss_diff: None, loss_greedy: None, loss_diff_title: lossless.DIFF_TITLE}
+def lossless_waiting(name: str) -> dict:
+    """The Lossless tab before a comparison on `name`: its samples per method by default, and
+    about how long that takes here."""
+    samples = lossless.default_samples(name)
+    return {loss_status: lossless.estimate_note(name, samples), loss_samples: samples, loss_summary: "",
+            loss_chart: lossless.WAITING_FIGURE, loss_ar: None, loss_method: None, loss_diff: None, loss_greedy: None,
+            loss_diff_title: lossless.DIFF_TITLE}
+
+
+def lossless_estimate(name: str, samples) -> str:
+    """The estimate again when the samples or the model change (nothing for a number it refuses)."""
+    return lossless.estimate_note(name, samples)
 
 
 def on_model_change(name: str, applied: dict | None = None, stopped: dict | None = None, **current):

@@ -19,14 +19,15 @@ from demo.generate_tab import check_generate, generate_stream, validate_generate
 from demo.layout import (D0, applied_state, clip_box, clip_in, clip_path, demo, examples, examples_box, export_btn,
                          export_files, export_video, field_views, gen_btn, gen_outputs, go_generate, go_lossless,
                          go_race, greedy_cb, input_md, input_views, inputs, last_run, loss_btn, loss_message,
-                         loss_status, lossless_inputs, lossless_outputs, marked_state, method_rd, model_dd, model_md,
-                         prompt_tb, prompt_words_md, race_btn, race_images, race_outputs, race_sample, race_state,
-                         race_status, ratios_btn, ratios_md, replay_image, replay_probs, replay_slider, replay_text,
-                         setting_views, status, stop_btn, stopped_state, switch_md, temp_nb, text_box, ticket)
+                         loss_samples, loss_status, lossless_inputs, lossless_outputs, marked_state, method_rd,
+                         model_dd, model_md, prompt_tb, prompt_words_md, race_btn, race_images, race_outputs,
+                         race_sample, race_state, race_status, ratios_btn, ratios_md, replay_image, replay_probs,
+                         replay_slider, replay_text, setting_views, status, stop_btn, stopped_state, switch_md,
+                         temp_nb, text_box, ticket)
 from demo.lossless_tab import check_lossless, lossless_run, validate_lossless
 from demo.model_notes import prompt_words
 from demo.models import log
-from demo.model_switch import load_selected, on_model_change, validate_load, validate_switch
+from demo.model_switch import load_selected, lossless_estimate, on_model_change, validate_load, validate_switch
 from demo.race_tab import check_race, race_stream, shipped_ratios, show_race_sample, validate_race, validate_race_sample
 from demo.replay_tab import export_run, replay_view, validate_export, validate_replay
 from demo.stopping import changed, forget, picked, stop
@@ -50,8 +51,8 @@ with demo:
                    show_progress_on=[race_status], js=texts.click_js("Race"),
                    trigger_mode="always_last", **config.DECODE)
     stop_btn.click(stop, ticket, None, queue=False, api_name="stop", js="() => [Date.now()]")
-    switch_outputs = [*setting_views.values(), *gen_outputs, *race_outputs, *lossless_outputs, applied_state,
-                      switch_md, greedy_cb, prompt_words_md, model_md, examples.dataset, text_box,
+    switch_outputs = [*setting_views.values(), *gen_outputs, *race_outputs, *lossless_outputs, loss_samples,
+                      applied_state, switch_md, greedy_cb, prompt_words_md, model_md, examples.dataset, text_box,
                       clip_box, examples_box, gen_btn, race_btn]              # every view a switch sets
     # A pick stops the visitor's run and is acknowledged at once (outside the queue), then the switch.
     model_dd.change(None, model_dd, model_md, js=texts.PICKED_JS, queue=False)
@@ -71,6 +72,8 @@ with demo:
                     api_visibility="private")
     temp_nb.change(lambda t: t == 0, temp_nb, greedy_cb, queue=False, api_visibility="private")
     ratios_btn.click(shipped_ratios, None, ratios_md, api_name="ratios", queue=False)
+    loss_samples.change(lossless_estimate, [model_dd, loss_samples], loss_status, queue=False, api_visibility="private",
+                        show_progress="hidden")
     loss_btn.click(check_lossless, None, [loss_message, go_lossless], queue=False, api_visibility="private",
                    show_progress="hidden")
     go_lossless.change(lossless_run, None, lossless_outputs, inputs_kwargs=lossless_inputs,

@@ -608,3 +608,19 @@ def test_the_cache_sweeper_sweeps_again_after_a_pass_that_failed():
     sweeper.thread.join(5)
     assert sweeper.failed == 1 and sweeper.passes >= 2 and set(ages) == {7.0}
     assert len(notes) == 1 and "Set changed size" in notes[0] and not sweeper.thread.is_alive()
+
+
+def test_lossless_samples_are_sized_per_model_and_estimated_before_a_comparison():
+    """Each embedded model's samples per method by default: the most (a multiple of 16, at most
+    256) whose comparison the estimate puts within a minute; the estimate said in words, nothing
+    for a model or a number the tab refuses."""
+    from demo import lossless
+    for name in ("texture", "tiny", "tiny-64", "tiny-video"):
+        n = lossless.default_samples(name)
+        assert lossless.MIN_SAMPLES <= n <= lossless.DEFAULT_SAMPLES and n % 16 == 0
+        assert lossless.estimate_s(name, n) <= lossless.TARGET_S
+        assert n == lossless.DEFAULT_SAMPLES or lossless.estimate_s(name, n + 16) > lossless.TARGET_S
+    assert lossless.default_samples("tiny-video") < lossless.default_samples("tiny-64") < lossless.default_samples("tiny")
+    said = lossless.estimate_note("tiny-64", 128)
+    assert "128 samples of each method on **tiny-64**" in said and f"about {lossless.estimate_s('tiny-64', 128):.0f} s" in said
+    assert lossless.estimate_note("janus-pro-1b", 128) == lossless.estimate_note("tiny", 3) == ""
