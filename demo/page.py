@@ -14,7 +14,7 @@ import gradio as gr
 import torch
 from gradio.route_utils import delete_files_created_by_app
 
-from demo import backend, config, models, picture_files, queues, runs, servers, texts
+from demo import backend, config, heap, models, picture_files, queues, runs, servers, texts
 from demo.generate_tab import check_generate, generate_stream, validate_generate
 from demo.layout import (D0, applied_state, clip_box, clip_in, clip_path, demo, examples, examples_box, export_btn,
                          export_files, export_video, field_views, gen_btn, gen_outputs, go_generate, go_lossless,
@@ -97,6 +97,7 @@ demo.queue(**config.QUEUE)
 def main() -> None:
     """Serve the page until SIGTERM (what a Space sends on restart) or SIGINT (Ctrl-C), then
     stop cleanly (`shut_down`) and return: the process exits 0."""
+    heap.cap_arenas()                   # before the server's threads start
     logging.basicConfig(format="%(asctime)s %(name)s %(message)s")
     log.setLevel(logging.INFO)          # the page's one-line notes, not every library's
     threads = backend.env_count("SCD_THREADS", 0)   # 0: the embedded models' own (1 on <= 2 cores)
@@ -111,6 +112,7 @@ def main() -> None:
         thread.join(max(0.0, deadline - time.monotonic()))
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"), prevent_thread_lock=True, **config.LAUNCH)
     picture_files.CacheSweeper(lambda age: delete_files_created_by_app(demo, age), *config.CACHE_SWEEP, log=log.info).start()
+    heap.Trimmer().start()              # what bursts of visitors freed goes back to the system
     while not stopping.wait(0.2):       # short waits: the signal handlers run between them
         pass
     shut_down()

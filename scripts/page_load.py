@@ -78,7 +78,7 @@ class Abuser:
 def bursts(url: str, count: int, repeats: int) -> tuple[list[float], list[str]]:
     latencies, failures = [], []
     for _ in range(repeats):
-        results = page_timing.burst([visitor(url) for _ in range(count)])
+        results = page_timing.burst([visitor(url, i) for i in range(count)])
         latencies += [r for r in results if isinstance(r, float)]
         failures += [r for r in results if not isinstance(r, float)]
     return sorted(latencies), failures
@@ -86,7 +86,7 @@ def bursts(url: str, count: int, repeats: int) -> tuple[list[float], list[str]]:
 
 def flood(url: str, pid: int, count: int) -> dict:
     """One client's `count` Lossless comparisons at once, cancelled 2 s later (see the docstring)."""
-    other = visitor(url)
+    other = visitor(url, 0)
     before = status(pid) | {"generate_s": request(other, 1000)}
     abuser = visitor(url)
     jobs = [abuser.submit(**LOSSLESS, api_name="/lossless") for _ in range(count)]

@@ -2,6 +2,7 @@
 
     python scripts/page_soak.py                       # 500 runs
     python scripts/page_soak.py --runs 100 --every 20
+    python scripts/page_soak.py --bursts 3 --visitors 64 --runs 200   # bursts first, then the soak
     python scripts/page_soak.py --app-dir /path/to/another/checkout
 
 `python app.py` (the checkout measured) in a subprocess, decode workers as deployed, with a
@@ -12,7 +13,9 @@ mostly Generate on tiny at full speed, every 10th a video Generate on tiny-video
 its clip as MP4 and GIF), every 10th an export, every 25th a Lossless comparison cancelled
 after a second. Every --every runs: the page's resident memory, threads, open descriptors,
 and the files (count, MB) under its temp folder. Then SIGTERM: the exit status and what is
-left in the temp folder.
+left in the temp folder. With --bursts, first that many bursts of --visitors visitors pressing
+Generate at once (scripts/page_timing.py's `burst`), a sample after each; the last line then
+says the page's memory at the end against after the first burst (`end_over_first_burst`).
 """
 from __future__ import annotations
 
@@ -64,13 +67,15 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=500)
     ap.add_argument("--every", type=int, default=50, help="runs between two samples (default 50)")
+    ap.add_argument("--bursts", type=int, default=0, help="bursts of --visitors at once before the soak (default 0)")
+    ap.add_argument("--visitors", type=int, default=64)
     ap.add_argument("--app-dir", type=Path, default=page_timing.ROOT)
     ap.add_argument("--port", type=int, default=7873)
     ap.add_argument("--files-s", type=int, default=60,
                     help="the page's SCD_FILES_S: files kept this long (default 60, to see the sweep in a short soak)")
     args = ap.parse_args(argv)
-    if args.runs < 1 or args.every < 1:
-        ap.error("--runs and --every: whole numbers >= 1")
+    if args.runs < 1 or args.every < 1 or args.bursts < 0 or args.visitors < 1:
+        ap.error("--runs, --every and --visitors: whole numbers >= 1; --bursts >= 0")
     page_timing.ROOT = args.app_dir.resolve()
     folder = Path(tempfile.mkdtemp(prefix="scd-soak-"))
     server, url = serve(args.port, {"TMPDIR": str(folder), "GRADIO_TEMP_DIR": str(folder / "gradio"),
@@ -80,6 +85,14 @@ def main(argv: list[str] | None = None) -> None:
         client = visitor(url)
         client.submit(**TINY, api_name="/generate").result(timeout=600)      # warm-up: the worker starts
         samples.append(sample(server.pid, folder, 0, t0))
+        print(json.dumps(samples[-1]), flush=True)
+        bursts = []
+        for b in range(args.bursts):
+            results = page_timing.burst([visitor(url, i) for i in range(args.visitors)])
+            failed += [f"burst {b}: {r}" for r in results if not isinstance(r, float)]
+            bursts.append(sample(server.pid, folder, 0, t0) | {"burst": b + 1,
+                                                               "served": sum(isinstance(r, float) for r in results)})
+            print(json.dumps(bursts[-1]), flush=True)
         for run in range(1, args.runs + 1):
             if run % 25 == 0:
                 client = visitor(url)                                  # a new visitor
@@ -99,6 +112,9 @@ def main(argv: list[str] | None = None) -> None:
             if run % args.every == 0:
                 samples.append(sample(server.pid, folder, run, t0))
                 print(json.dumps(samples[-1]), flush=True)
+        if bursts:
+            print(json.dumps({"after_first_burst_mb": bursts[0]["rss_mb"], "end_mb": samples[-1]["rss_mb"],
+                              "end_over_first_burst": round(samples[-1]["rss_mb"] / bursts[0]["rss_mb"], 2)}))
         t = time.perf_counter()
         server.send_signal(signal.SIGTERM)
         code = server.wait(timeout=60)

@@ -204,13 +204,17 @@ def serve(port: int, env: dict | None = None) -> tuple[subprocess.Popen, str]:
     raise SystemExit("the app did not start")
 
 
-def visitor(url: str):
+def visitor(url: str, index: int | None = None):
     """A gradio_client visitor that fetches only its final picture, as a browser shows it
     (`request`): left to download every file of every result itself, gradio_client cost the
-    measuring process about 0.6 s of CPU a request on 2 cores, time the page's server lost."""
+    measuring process about 0.6 s of CPU a request on 2 cores, time the page's server lost.
+    `index`: a visitor of its own address (198.18.x.y, the range kept for benchmarks, sent as
+    X-Forwarded-For, which the page reads from a loopback peer as from a proxy), as visitors
+    of a public page are; None: this machine's, as every visitor of one address."""
     from gradio_client import Client
 
-    return Client(url, verbose=False, download_files=False)
+    headers = None if index is None else {"X-Forwarded-For": f"198.18.{index // 256 % 256}.{index % 256}"}
+    return Client(url, verbose=False, download_files=False, headers=headers)
 
 
 PICTURES = threading.local()         # each visitor thread's HTTP connection for its pictures
@@ -316,7 +320,7 @@ def visitors(port: int, counts: list[int], bursts: int = 3) -> None:
         for count in counts:
             p50s, p95s, walls, cpus, failed = [], [], [], [], 0
             for k in range(bursts):
-                clients = [visitor(url) for _ in range(count)]
+                clients = [visitor(url, i) for i in range(count)]
                 used, t = cpu_seconds(server.pid), time.perf_counter()
                 results = burst(clients)
                 walls.append(time.perf_counter() - t)
@@ -367,7 +371,7 @@ def memory(port: int) -> None:
         print(f"server memory, one visitor: {before:.0f} MB after 10 requests, {after:.0f} MB "
               f"after 100 more ({100 * (after / before - 1):+.1f}%)")
         for seed in range(110, 210):
-            request(visitor(url), seed)
+            request(visitor(url, seed), seed)
         visitors = rss(server.pid)
         print(f"then 100 new visitors, one request each: {visitors:.0f} MB "
               f"({(visitors - after) / 100:.2f} MB per visitor, kept for the last config.SESSIONS)")
