@@ -68,7 +68,7 @@ class Abuser:
 
 def flood(page: served.Page, count: int) -> dict:
     """One client's `count` Lossless comparisons at once, cancelled 2 s later (see the docstring)."""
-    other = visitor(page.url)
+    other = visitor(page.url, 0)
     before = status(page.pid) | {"generate_s": request(other, 1000)}
     abuser = visitor(page.url)
     jobs = [abuser.submit(**LOSSLESS, api_name="/lossless") for _ in range(count)]

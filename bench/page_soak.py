@@ -2,6 +2,7 @@
 
     python -m bench page-soak                       # 500 runs
     python -m bench page-soak --runs 100 --every 20
+    python -m bench page-soak --bursts 3 --visitors 64 --runs 200   # bursts first, then the soak
     python -m bench page-soak --app-dir /path/to/another/checkout
 
 `python app.py` (the checkout measured) in a process of its own (`bench.served`), with a
@@ -12,7 +13,9 @@ mostly Generate on tiny at full speed, every 10th a video Generate on tiny-video
 its clip as MP4 and GIF), every 10th an export, every 25th a Lossless comparison cancelled
 after a second. Every --every runs: the page's resident memory, threads, open descriptors,
 and the files (count, MB) under its temp folder. Then SIGTERM: the exit status and what is
-left in the temp folder.
+left in the temp folder. With --bursts, first that many bursts of --visitors visitors pressing
+Generate at once (`bench.served.burst`), a sample after each; the last line then
+says the page's memory at the end against after the first burst (`end_over_first_burst`).
 """
 from __future__ import annotations
 
@@ -57,12 +60,14 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=500)
     ap.add_argument("--every", type=int, default=50, help="runs between two samples (default 50)")
+    ap.add_argument("--bursts", type=int, default=0, help="bursts of --visitors at once before the soak (default 0)")
+    ap.add_argument("--visitors", type=int, default=64)
     served.app_dir_argument(ap)
     ap.add_argument("--files-s", type=int, default=60,
                     help="the page's SCD_FILES_S: files kept this long (default 60, to see the sweep in a short soak)")
     args = ap.parse_args(argv)
-    if args.runs < 1 or args.every < 1:
-        ap.error("--runs and --every: whole numbers >= 1")
+    if args.runs < 1 or args.every < 1 or args.bursts < 0 or args.visitors < 1:
+        ap.error("--runs, --every and --visitors: whole numbers >= 1; --bursts >= 0")
     folder = Path(tempfile.mkdtemp(prefix="scd-soak-"))
     page = served.Page(args.app_dir, {"TMPDIR": str(folder), "GRADIO_TEMP_DIR": str(folder / "gradio"),
                                       "SCD_FILES_S": str(args.files_s)})
@@ -71,6 +76,13 @@ def main(argv: list[str] | None = None) -> None:
         client = visitor(page.url)
         client.submit(**GENERATE, api_name="/generate").result(timeout=600)    # warm-up: the worker starts
         samples.append(sample(page.pid, folder, 0, t0))
+        print(json.dumps(samples[-1]), flush=True)
+        bursts = []
+        for b in range(args.bursts):
+            crowd = served.burst(page, args.visitors)
+            failed += [f"burst {b}: {r}" for r in crowd.failures]
+            bursts.append(sample(page.pid, folder, 0, t0) | {"burst": b + 1, "served": len(crowd.latencies)})
+            print(json.dumps(bursts[-1]), flush=True)
         for run in range(1, args.runs + 1):
             if run % 25 == 0:
                 client = visitor(page.url)                             # a new visitor
@@ -90,6 +102,9 @@ def main(argv: list[str] | None = None) -> None:
             if run % args.every == 0:
                 samples.append(sample(page.pid, folder, run, t0))
                 print(json.dumps(samples[-1]), flush=True)
+        if bursts:
+            print(json.dumps({"after_first_burst_mb": bursts[0]["rss_mb"], "end_mb": samples[-1]["rss_mb"],
+                              "end_over_first_burst": round(samples[-1]["rss_mb"] / bursts[0]["rss_mb"], 2)}))
         code, seconds = page.stop()
         left = files(folder)
         print(json.dumps({"sigterm_exit_code": code, "exit_s": round(seconds, 2),

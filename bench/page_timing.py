@@ -2,7 +2,7 @@
 memory over many requests.
 
     python -m bench page-timing                       # all four, about 15 minutes on 2 cores
-    python -m bench page-timing --only browser        # or: stop, visitors, memory
+    python -m bench page-timing --only browser        # or: stop, visitors, memory, lossless
     python -m bench page-timing --only visitors --visitors 1,16,64
     python -m bench page-timing --app-dir /path/to/another/checkout   # measure that copy's page
 
@@ -25,6 +25,9 @@ memory over many requests.
    its workers against this process's for the library's burst), one against the other.
 4. memory: the server's resident memory after 10 warm-up requests and after 100 more from
    the same visitor, then after one request from each of 100 new visitors.
+5. lossless (only with --only): each model's Lossless comparison at the page's defaults, in
+   this process with one torch thread: CPU seconds per sample, as `demo.lossless.COST_S`
+   keeps them (--models).
 
 The page is `python app.py` of --app-dir, served in a process of its own (`bench.served`).
 Needs playwright and Chromium (CHROMIUM or /usr/bin/chromium) for the first two.
@@ -239,15 +242,45 @@ def memory(app_dir) -> None:
         print(f"server memory, one visitor: {before:.0f} MB after 10 requests, {after:.0f} MB "
               f"after 100 more ({100 * (after / before - 1):+.1f}%)")
         for seed in range(110, 210):
-            served.request(served.visitor(page.url), seed)
+            served.request(served.visitor(page.url, seed), seed)
         many = rss_mb()
         print(f"then 100 new visitors, one request each: {many:.0f} MB "
               f"({(many - after) / 100:.2f} MB per visitor, kept for the page's last sessions)")
 
 
+def lossless_cost(names: list[str]) -> None:
+    """Each model's Lossless comparison at the page's defaults (AR and SCD-MC), in this process
+    with one torch thread, at 64 and at 128 samples per method: its CPU seconds per sample and
+    for the rest (the greedy runs), as `demo.lossless.COST_S` keeps them."""
+    import torch
+
+    os.environ.setdefault("SCD_DECODE", "local")
+    torch.set_num_threads(1)
+    from demo import checks, config, lossless, model_notes
+    from scd_core import lossless as stats
+
+    print("| model | CPU s, 64 samples | CPU s, 128 samples | per sample | the rest | default samples | estimate |")
+    print("|---|---|---|---|---|---|---|")
+    for name in names:
+        values, _ = model_notes.defaults(name)
+        model = config.MODELS.get(name)
+        run = checks.read(checks.values_of(values | {"model": name, "method": "scd-mc", "seed": 0}), model).race
+        settings = run.settings if run.settings.temperature > 0 else run.settings.replace(temperature=1.0)
+        cpu = []
+        for samples in (64, 128):
+            before = time.process_time()
+            stats.compare(model, run.prompt, settings, "scd-mc", samples, seed=0, batch=64)
+            cpu.append(time.process_time() - before)
+        per = (cpu[1] - cpu[0]) / 64
+        print(f"| {name} | {cpu[0]:.1f} | {cpu[1]:.1f} | {per:.3f} | {max(0.0, cpu[0] - 64 * per):.1f} | "
+              f"{lossless.default_samples(name)} | {lossless.estimate_s(name, lossless.default_samples(name)):.0f} s |",
+              flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", choices=["browser", "stop", "visitors", "memory"])
+    ap.add_argument("--only", choices=["browser", "stop", "visitors", "memory", "lossless"])
+    ap.add_argument("--models", default="texture,tiny,tiny-64,tiny-video", help="models of --only lossless")
     ap.add_argument("--repeats", type=int, default=7, help="timed browser runs (default 7)")
     ap.add_argument("--bursts", type=int, default=3, help="bursts per visitor count (default 3)")
     ap.add_argument("--visitors", default="1,16,64", help="visitor counts (default 1,16,64)")
@@ -271,3 +304,5 @@ def main(argv: list[str] | None = None) -> None:
         visitors(args.app_dir, counts, bursts=args.bursts)
     if args.only in (None, "memory"):
         memory(args.app_dir)
+    if args.only == "lossless":
+        lossless_cost(args.models.split(","))

@@ -70,16 +70,28 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return b""
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+
+
 def spawned_workers(pid: int) -> set[int]:
-    """The running worker processes `pid` started with multiprocessing's spawn (the decode
-    workers; not its resource tracker)."""
+    """The running worker processes `pid` started through multiprocessing (the decode workers):
+    spawned, or forked by its forkserver; not the forkserver itself nor the resource tracker."""
     out = set()
     for child in descendants(pid):
-        try:
-            spawned = b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if spawned and alive(child):
+        line = _cmdline(child)
+        forked = b"multiprocessing.forkserver" in line and b"multiprocessing.forkserver" in _cmdline(_parent(child))
+        if (b"spawn_main" in line or forked) and alive(child):
             out.add(child)
     return out
 

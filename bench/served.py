@@ -122,13 +122,17 @@ class Page:
         self.close()
 
 
-def visitor(url: str):
+def visitor(url: str, index: int | None = None):
     """A gradio_client visitor (one session) that fetches only its final picture, as a browser
     shows it (`request`): left to download every file of every result itself, gradio_client cost
-    the measuring process about 0.6 s of CPU a request on 2 cores, time the page's server lost."""
+    the measuring process about 0.6 s of CPU a request on 2 cores, time the page's server lost.
+    `index`: a visitor of its own address (198.18.x.y, the range kept for benchmarks, sent as
+    X-Forwarded-For, which the page reads from a loopback peer as from a proxy), as visitors
+    of a public page are; None: this machine's, as every visitor of one address."""
     from gradio_client import Client
 
-    return Client(url, verbose=False, download_files=False)
+    headers = None if index is None else {"X-Forwarded-For": f"198.18.{index // 256 % 256}.{index % 256}"}
+    return Client(url, verbose=False, download_files=False, headers=headers)
 
 
 PICTURES = threading.local()         # each visitor thread's HTTP connection for its pictures
@@ -160,8 +164,8 @@ class Burst:
 def burst(page: Page, count: int, inputs: dict = GENERATE) -> Burst:
     """`count` visitors press Generate at once (seeds 0, 1, ...), each in a thread of its own. The
     visitors are made first: a client's first requests (the page's config and API) are not
-    part of a press."""
-    clients = [visitor(page.url) for _ in range(count)]
+    part of a press; each visitor has an address of its own."""
+    clients = [visitor(page.url, i) for i in range(count)]
     results: list = []
 
     def visit(client, seed: int) -> None:

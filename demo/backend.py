@@ -108,6 +108,23 @@ def backend_kind(environ=os.environ) -> str:
     raise ValueError(f"{ENV} must be one of {', '.join(BACKENDS)}, got {value!r}")
 
 
+# What a decode worker imports before it is forked (`worker_start`): torch and the page's model
+# loading, never the page itself.
+WORKER_PRELOAD = ("torch", "torch._dynamo", "scd_core.workers", "demo.models")
+
+
+def worker_start() -> str:
+    """How the decode workers start: forked from a server process that has imported
+    WORKER_PRELOAD once ("forkserver"), so that a worker starts in about a second, not the
+    seconds a fresh interpreter takes to import torch, and ends without the interpreter's
+    teardown; "spawn" where the system has no forkserver."""
+    import multiprocessing
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return "spawn"
+    multiprocessing.get_context("forkserver").set_forkserver_preload(list(WORKER_PRELOAD))
+    return "forkserver"
+
+
 def make_client(kind: str, local: Callable[[bool], Any], load: Callable[[str], Any], max_batch: int,
                 environ=os.environ):
     """The decode client of this kind: `local(in_call)` makes the in-process one (`in_call`:
@@ -120,7 +137,8 @@ def make_client(kind: str, local: Callable[[bool], Any], load: Callable[[str], A
         from scd_core.workers import ProcessClient
         limits = memory(environ)
         return ProcessClient(max_batch=max_batch, threads=env_count("SCD_THREADS", 1), load=load,
-                             residency=Residency(limits.gpu_bytes), idle_timeout=limits.idle_s)
+                             residency=Residency(limits.gpu_bytes), idle_timeout=limits.idle_s,
+                             start_method=worker_start())
     from scd_core.distributed.service import client_from_env
     return client_from_env(environ)
 

@@ -3,7 +3,7 @@ its legend) and a video model's finished clip, as MP4 (H.264, browser-playable) 
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from PIL import Image
@@ -15,6 +15,10 @@ from scd_core.trace import Iteration
 # --------------------------------------------------------------------------- export
 
 EXPORT_BATCH = 16     # canvases decoded per call while exporting a decoding
+
+
+class Stopped(RuntimeError):
+    """An export stopped before its files were written (`stopped()` turned true)."""
 
 def _even16(frame: np.ndarray) -> np.ndarray:
     """Pad a frame with white to sides that are multiples of 16 (H.264 macro blocks)."""
@@ -71,13 +75,19 @@ def pick_frames(count: int, limit: int = 200) -> list[int]:
 
 
 def export_decoding(model, iterations: Sequence[Iteration], stem: str, fps: float = 10,
-                    folder: str | None = None, limit: int = 200, decode=None) -> tuple[str, str]:
-    """The decoding itself (one frame per iteration, with overlay and legend) as (mp4, gif)."""
-    folder = folder or RUN_FILES.new_folder()
+                    folder: str | None = None, limit: int = 200, decode=None,
+                    stopped: Callable[[], bool] = lambda: False) -> tuple[str, str]:
+    """The decoding itself (one frame per iteration, with overlay and legend) as (mp4, gif);
+    `Stopped` if `stopped()` turns true before the files are written."""
     frames, picked = [], pick_frames(len(iterations), limit)
     for at in range(0, len(picked), EXPORT_BATCH):              # a few canvases decoded at a time
+        if stopped():
+            raise Stopped("the export was stopped")
         for pic in render_iterations(model, [iterations[i] for i in picked[at: at + EXPORT_BATCH]], decode=decode):
             frames.append(np.concatenate([pic, legend_strip(pic.shape[1])], axis=0))
+    if stopped():
+        raise Stopped("the export was stopped")
+    folder = folder or RUN_FILES.new_folder()
     held = frames + [frames[-1]] * int(fps)     # hold the final picture for a second
     return (write_mp4(held, os.path.join(folder, f"{stem}.mp4"), fps),
             write_gif(frames, os.path.join(folder, f"{stem}.gif"), fps, hold_last=1.0))

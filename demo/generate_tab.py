@@ -22,7 +22,7 @@ def check_generate(request: gr.Request = None, *, marked=None, **values):
     return busy(request) or checked_click(go_generate, values, marked)
 
 
-@one_run("generate", runs.GENERATE_QUEUE, lambda: status)
+@one_run("generate", lambda: status)
 @zerogpu.on_gpu(zerogpu.generate_seconds, lambda: layout.demo.blocks)
 @streaming.streams_in_full(lambda: gen_outputs)
 def generate_stream(request: gr.Request = None, *, history=None, ticket=None, **values):

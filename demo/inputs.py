@@ -14,6 +14,14 @@ from demo.layout import field_views, input_md, marked_state, switch_md
 from demo.models import log
 
 
+LOG_CHARS = 300          # a refusal is logged this long at most (it quotes what the visitor sent)
+
+
+def logged(text: str, limit: int = LOG_CHARS) -> str:
+    """A message for the log, cut to `limit` characters, saying how long it was."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def checked_clip(values: dict) -> tuple[dict, str | None]:
     """A decoding event's values by name with the clip's path checked before anything opens it
     (an upload of this page or an example clip, `demo.uploads`; on every model, even those
@@ -37,12 +45,12 @@ def problems(values: dict) -> dict[str, str]:
 def verdict(values: dict, found: dict[str, str], request, queue: str, what: str) -> list:
     """Gradio's validator's answer for an event's inputs (`values`, by name in their order):
     each refused one gets its message; with none refused, the visitor's job is admitted to
-    `queue` (`demo.runs.Control.admit`: one at a time per visitor) or refused, said beside
-    the first input."""
-    if not found and (busy := config.CONTROL.admit(runs.session_key(request), queue, what)):
+    `queue` (`demo.runs.Control.admit`: within the queue's caps) or refused, said beside the
+    first input."""
+    if not found and (busy := config.CONTROL.admit(request, queue, what)):
         found = {next(iter(values)): busy}
     if found:
-        log.info("input rejected: %s", "; ".join(found.values()))
+        log.info("input rejected: %s", logged("; ".join(found.values())))
     return [gr.validate(n not in found, found.get(n, "")) for n in values]
 
 
@@ -56,7 +64,7 @@ def checked_click(go, values: dict, marked: list | None, race_all: bool = False)
     marks = {name: gr.update(info=found.get(name, view.info or ""), elem_classes=["invalid"] if name in found else [])
              for name, view in field_views.items() if name in found or name in (marked or [])}
     if found:
-        log.info("input refused: %s", "; ".join(found.values()))
+        log.info("input refused: %s", logged("; ".join(found.values())))
     return {input_md: checks.not_started(found), marked_state: sorted(found)} | \
         {field_views[name]: update for name, update in marks.items()} | \
         ({} if found else {go: time.time(), switch_md: ""})
@@ -84,5 +92,5 @@ def prepare(values: dict, method: str | None = None):
 
 def refused(exc: Exception, started: bool = False) -> str:
     """A run that could not start, or a row lost on the way, in the status's words."""
-    log.info("not decoded: %s", exc)
+    log.info("not decoded: %s", logged(str(exc)))
     return f"**{'Not finished' if started else 'Not started'}:** {uploads.without_paths(exc)}"

@@ -178,10 +178,11 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=config.CACHE_S
                 with gr.Tab("Lossless", id="tab-lossless"):
                     gr.Markdown(lossless.HINT, elem_id="lossless-hint")
                     with gr.Row():
-                        loss_samples = number("loss_samples", lossless.DEFAULT_SAMPLES, lossless.SAMPLES_FIELD)
+                        loss_samples = number("loss_samples", lossless.default_samples(D0), lossless.SAMPLES_FIELD)
                         loss_btn = gr.Button("Compare AR with the method", elem_id="lossless", min_width=120)
                     loss_message = gr.Markdown(elem_id="lossless-message")    # a click refused, said here
-                    loss_status = gr.Markdown(elem_id="lossless-status")
+                    loss_status = gr.Markdown(lossless.estimate_note(D0, lossless.default_samples(D0)),
+                                              elem_id="lossless-status")
                     loss_chart = plot("lossless-chart", lossless.WAITING_FIGURE)
                     loss_summary = gr.Markdown(elem_id="lossless-summary")
                     with gr.Row():                 # each picture with its title, shown once drawn

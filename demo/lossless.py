@@ -21,6 +21,12 @@ from scd_core.lossless import ChiSquare, Comparison
 from scd_core.models import REGISTRY
 
 DEFAULT_SAMPLES, MIN_SAMPLES, MAX_SAMPLES = 256, 16, 1024
+# What a comparison costs at the page's defaults (AR and SCD-MC), one torch thread: CPU
+# seconds per sample of each method, and for the rest (the greedy runs). Measured with
+# `python -m bench page-timing --only lossless` (docs/app.md); on an idle core wall = CPU.
+COST_S = {"texture": (0.061, 3.5), "tiny": (0.094, 0.5), "tiny-64": (0.43, 0.5), "tiny-video": (1.15, 1.0)}
+DEFAULT_COST_S = (1.15, 1.0)          # a model not measured: as the dearest
+TARGET_S = 60.0                       # a comparison at a model's default samples takes about this long at most
 SHOWN_SAMPLES = 8            # samples of each method drawn as pictures
 SHOWN_TOKENS = 10            # bars per position: the most frequent tokens, then "others"
 WAITING_FIGURE = None        # no chart before a comparison (the page hides an empty chart)
@@ -33,6 +39,30 @@ SAMPLES_FIELD = checks.Field("Samples per method", MIN_SAMPLES, MAX_SAMPLES, who
 def check_samples(samples) -> int:
     """The samples per method of the lossless view (a whole number in its range)."""
     return SAMPLES_FIELD.check(samples)
+
+
+def estimate_s(name: str, samples: int) -> float:
+    """Seconds a comparison of `samples` per method takes on an idle CPU core, at the page's defaults."""
+    per_sample, rest = COST_S.get(name, DEFAULT_COST_S)
+    return per_sample * samples + rest
+
+
+def default_samples(name: str) -> int:
+    """A model's samples per method by default: DEFAULT_SAMPLES, or fewer (a multiple of 16) so
+    that the comparison takes TARGET_S at most."""
+    fits = int((TARGET_S - COST_S.get(name, DEFAULT_COST_S)[1]) / COST_S.get(name, DEFAULT_COST_S)[0]) // 16 * 16
+    return max(MIN_SAMPLES, min(DEFAULT_SAMPLES, fits))
+
+
+def estimate_note(name, samples) -> str:
+    """Before a comparison: about how long it takes here (nothing for a model or a number it refuses)."""
+    try:
+        samples = check_samples(samples)
+        check_model(name)
+    except ValueError:
+        return ""
+    return (f"{samples:,} samples of each method on **{name}**: about {estimate_s(name, samples):.0f} s on an idle "
+            f"CPU core at the page's defaults (longer while others use the page).")
 
 
 def check_model(name: str) -> str:

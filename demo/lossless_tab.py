@@ -33,15 +33,17 @@ def check_lossless(request: gr.Request = None):
     return busy(request, lambda text: {loss_message: text}) or {loss_message: "", go_lossless: time.time()}
 
 
-@one_run("lossless", runs.DECODE_QUEUE, lambda: loss_status)
+@one_run("lossless", lambda: loss_status)
 @zerogpu.on_gpu(zerogpu.lossless_seconds, lambda: layout.demo.blocks)
-def lossless_run(request: gr.Request = None, *, lossless_samples=lossless.DEFAULT_SAMPLES, ticket=None, **values):
-    """Many samples of AR and of the method (the one picked; SCD-MC when AR is), which token
-    each put at four positions with the chi-square test's p-value, and greedy mode's tokens."""
+def lossless_run(request: gr.Request = None, *, lossless_samples=None, ticket=None, **values):
+    """Many samples of AR and of the method (the one picked; SCD-MC when AR is; by default the
+    model's `lossless.default_samples`), which token each put at four positions with the
+    chi-square test's p-value, and greedy mode's tokens."""
     outputs = (loss_summary, loss_chart, loss_ar, loss_method, loss_greedy, loss_diff)
     try:
         name = lossless.check_model(values.get("model"))
-        samples = lossless.check_samples(lossless_samples)
+        samples = lossless.check_samples(lossless.default_samples(name) if lossless_samples is None
+                                         else lossless_samples)
         model, page = prepare(values, method="scd-mc")
         s = page.race
     except ValueError as exc:

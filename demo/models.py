@@ -306,6 +306,7 @@ class Models:
         cache.residency.budget = memory().gpu_bytes       # SCD_GPU_BYTES, for the models held here
         self.client, self.downloads_here = None, False
         self._infos: dict[str, object] = {}          # what the client told of each model
+        self._warming: set[str] = set()              # embedded models whose worker is being started
         self._lock = threading.Lock()
         self._swap = threading.Lock()                # a swap's lock when the client has none
 
@@ -314,6 +315,32 @@ class Models:
         `downloads_here`: it reads this machine's Hugging Face cache, so a download the page
         makes first (with progress) is the one it loads."""
         self.client, self.downloads_here = client, downloads_here
+
+    def warm(self, name: str, worker: bool = True) -> threading.Thread | None:
+        """Get an embedded model ready for its first run, in the background: loaded here (the
+        page draws it) and, with worker processes and `worker`, its worker started (it loads
+        it there). A model is warmed when it is picked; when the page starts, its first model
+        is, and the others are loaded here."""
+        if not is_embedded(name):
+            return None                              # a large model loads when picked (`load_note`)
+        with self._lock:
+            if name in self._warming:
+                return None
+            self._warming.add(name)
+
+        def start() -> None:
+            try:
+                self.get(name)
+                if worker and hasattr(self.client, "is_resident") and not self.client.is_resident(name):
+                    self.client.model_info(name)     # the worker starts and loads it
+            except Exception as exc:                 # noqa: BLE001: its first run says why
+                log.info("could not get %s ready: %s", name, exc)
+            finally:
+                with self._lock:
+                    self._warming.discard(name)
+        warming = threading.Thread(target=start, name="scd-warm", daemon=True)
+        warming.start()
+        return warming
 
     def kwargs(self, name: str) -> dict:
         return load_kwargs(name, self.device)

@@ -4,6 +4,8 @@ lockstep; its views: `demo.race_view`), another sample shown (`show_race_sample`
 shipped passes side by side (`shipped_ratios`)."""
 from __future__ import annotations
 
+import time
+
 import gradio as gr
 
 from scd_core import race
@@ -11,7 +13,7 @@ from scd_core.client import DecodeError
 
 from demo import config, layout, models, race_view, runs, servers, streaming, zerogpu
 from demo.inputs import busy, checked_click, prepare, problems, refused, verdict
-from demo.layout import go_race, keyed, race_outputs, race_status, race_views
+from demo.layout import go_race, keyed, race_images, race_outputs, race_status, race_views
 from demo.stopping import one_run
 
 
@@ -24,7 +26,7 @@ def check_race(request: gr.Request = None, *, marked=None, **values):
     return busy(request) or checked_click(go_race, values, marked, race_all=True)
 
 
-@one_run("race", runs.DECODE_QUEUE, lambda: race_status)
+@one_run("race", lambda: race_status)
 @zerogpu.on_gpu(zerogpu.race_seconds, lambda: layout.demo.blocks)
 @streaming.streams_in_full(lambda: race_outputs)
 def race_stream(request: gr.Request = None, *, history=None, ticket=None, **values):
@@ -32,7 +34,7 @@ def race_stream(request: gr.Request = None, *, history=None, ticket=None, **valu
     batch's throughput, and every per-sample figure) on the page's decode client, the same
     as Generate, showing the pictures as they form; time each method again, in turns; then
     replay the recorded passes in lockstep by NFE (at the slow-motion pace) and report."""
-    key = runs.session_key(request)
+    began, key = time.monotonic(), runs.session_key(request)
     stopped = config.CONTROL.stopped(key, ticket)
     try:
         model, page = prepare(values, method="scd-mc")   # the race runs every method: checked as one with drafts
@@ -65,13 +67,20 @@ def race_stream(request: gr.Request = None, *, history=None, ticket=None, **valu
         yield keyed(race_views, view.panels.at(view.runs) | view.report(race_view.STOPPED_TIMING))
         return
     tick, last = 0, race.lockstep(view.runs)
-    for tick in servers.replay_ticks(last, page.pace, servers.IMAGE_EVERY, stopped) if page.pace else ():
-        yield keyed(race_views, view.replay(tick))
+    limit = config.CONTROL.limits["race"]
+    pace = servers.replay_pace(page.pace, last, limit - (time.monotonic() - began))   # within the race's limit
+    shortened = "" if pace == page.pace else (
+        f"Replayed at {pace:.2g} s a pass (you asked {page.pace:g} s) so that the race ends within the page's "
+        f"{limit} s limit.  \n")
+    for tick in servers.replay_ticks(last, pace, servers.IMAGE_EVERY, stopped) if pace else ():
+        update = view.replay(tick)
+        yield keyed(race_views, update | {"status": shortened + update["status"]} if shortened else update)
     if stopped() and tick < last:
         yield keyed(race_views, view.report(f"**Replay stopped at NFE {tick}**; every method had finished decoding: "
                                 "the figures below are complete.", tick))
         return
-    yield keyed(race_views, view.done())
+    done = view.done()
+    yield keyed(race_views, done | {"status": shortened + done["status"]})
 
 
 def shipped_ratios():
@@ -79,9 +88,14 @@ def shipped_ratios():
     return race_view.ratios_markdown()
 
 
+def validate_race_sample(index, state, request: gr.Request = None):
+    return verdict({"index": index, "state": state}, {}, request, "race_sample", "race sample")
+
+
 @zerogpu.on_gpu(zerogpu.short_seconds, lambda: layout.demo.blocks)
 def show_race_sample(index, state):
+    """Another sample of the last race, as its panels show it (nothing without a race)."""
     if not state:
-        return {}
+        return {view: gr.skip() for view in race_images.values()}
     panels = race_view.RacePanels(config.MODELS.for_page(state["model"]), max(0, int(index) - 1))
     return keyed(race_views, panels.at(state["runs"]))

@@ -16,7 +16,8 @@ def validate_replay(index, run, request: gr.Request = None):
     slider's value (a number within its range, or its message) before it calls a validator:
     with one, a bad value is refused there, with no traceback."""
     ok = isinstance(index, (int, float)) and not isinstance(index, bool) and math.isfinite(index)
-    return [gr.validate(ok, "" if ok else f"Pass: a number, got {checks.given(index)}."), gr.validate(True, "")]
+    return verdict({"index": index, "run": run}, {} if ok else {"index": f"Pass: a number, got {checks.given(index)}."},
+                   request, "replay", "replayed pass")
 
 
 def validate_export(run, request: gr.Request = None):
@@ -32,11 +33,17 @@ def replay_view(index, run):
     return out["replay_image"], out["replay_text"], out["replay_probs"]
 
 
-@config.CONTROL.queued(runs.DECODE_QUEUE)
 @zerogpu.on_gpu(zerogpu.export_seconds, lambda: layout.demo.blocks)
 def export_run(run, request: gr.Request = None):
+    """The visitor's last run as MP4 and GIF, stopped at the export's time limit (said in an error)."""
     if not run or not run.get("iterations"):
         return None, None
-    mp4, gif = export.export_decoding(config.MODELS.for_page(run["model"]), run["iterations"],
-                                      f"{run['model']}-{run['method']}-decoding", decode=run.get("decode"))
+    try:
+        mp4, gif = export.export_decoding(config.MODELS.for_page(run["model"]), run["iterations"],
+                                          f"{run['model']}-{run['method']}-decoding", decode=run.get("decode"),
+                                          stopped=config.CONTROL.limited("export"))
+    except export.Stopped:
+        why = f"Stopped: {config.CONTROL.closing}" if config.CONTROL.closing else \
+            runs.limit_message("export", config.CONTROL.limits["export"]).replace("**", "")
+        raise gr.Error(why) from None
     return mp4, [mp4, gif]

@@ -1,6 +1,6 @@
 """The run control the page's three decoding tabs share (Generate, the race, the Lossless
-comparison; export too): each visitor's one run in progress, their Stop stamps, their place
-on each of the page's queues, and how a run ends however it is left.
+comparison; export and model loads too): each visitor's one run in progress, their Stop stamps,
+their places on the page's queues, the time limits, and how a run ends however it is left.
 
 - One run at a time: a second click while one goes is refused with a word (`Control.busy`);
   a model switch, or a new prompt or method, stops it at once (`Control.halt`): after a
@@ -9,26 +9,26 @@ on each of the page's queues, and how a run ends however it is left.
   method its stopped status says why.
 - Stop (`Stops`): a run clicked at or before the visitor's last Stop is stopped, running or
   still waiting in the queue.
-- One job per visitor on each queue (`Tickets`): a request is admitted before it joins the
-  queue only if the visitor has none queued or running there; a second is refused with a
-  sentence (the API has no buttons to grey out). A visitor is a session (the browser's tab, a
-  gradio_client `Client`); a plain HTTP call with no session is bounded by the queue's size only.
+- Places on each queue (`demo.queues`): a request is admitted before it joins the queue
+  only within its queue's caps (one job per visitor, a few per client address, so many
+  waiting); a refusal is a sentence (the API has no buttons to grey out). A place is held
+  while Gradio holds the job: a job cancelled while it waits gives it back at once.
+- Time limits (`LIMITS`, settings read at start): a run still going at its limit is stopped as
+  a Stop would stop it, its status saying why (`Control` watches the runs).
 - Cancelled means stopped: a handler Gradio closes (the tab closed, the client cancelled the
-  event, the time limit passed) ends its rows and threads in its `finally` (`Control.one_run`
-  closes the whole chain of generators), its place on the queue given back.
+  event) ends its rows and threads in its `finally` (`Control.one_run` closes the whole chain
+  of generators).
 - A clean stop (`Control.drain`): every run in flight is told why and stopped, and the page
-  waits a moment for their last updates before it closes.
+  waits for their last updates to leave before it closes.
 
 The page's process keeps all of this (on ZeroGPU too: the handler that forwards a call's
 updates runs here), keyed by the visitor's session.
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
 import hashlib
-import inspect
 import math
 import os
 import tempfile
@@ -37,24 +37,51 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from demo.queues import Admissions, Caps
 from demo.labels import METHOD_LABELS
 
 KINDS = {"generate": "Generate", "race": "race", "lossless": "Lossless comparison"}
 BUTTONS = {"generate": "Generate", "race": "Race all methods", "lossless": "Compare"}
 
-# The page's queues (Gradio concurrency ids) and how long a job may hold one, in seconds.
-# Generate's rows share the passes of one server per model (up to its batch side by side);
-# a race, a comparison, an export or a model load runs one at a time. A Generate in slow
-# motion on the largest embedded model (tiny-video, AR, 1 s a pass) takes about 10 minutes;
-# the slowest sensible race (K = 8, slow motion 0.1 s a pass) and comparison (1,024 samples
-# of tiny) take 2-4 minutes on two cores, the length of one ZeroGPU call.
-GENERATE_QUEUE, DECODE_QUEUE = "generate", "decode"
-TIME_LIMIT_S = {"generate": 600, "race": 300, "lossless": 300, "export": 120}
+# The page's queues (Gradio concurrency ids). Generate's rows share the passes of one server per
+# model (up to its batch side by side); a race, a comparison and an export run one at a time on
+# the decode queue, a model load one at a time on its own.
+GENERATE_QUEUE, DECODE_QUEUE, LOAD_QUEUE = "generate", "decode", "load"
+# How long a job may run, in seconds (each a setting, SCD_<JOB>_LIMIT_S, read at start): a
+# Generate in slow motion on the largest embedded model (tiny-video, AR, 1 s a pass) takes
+# about 9 minutes; a race's replay is shortened to end within its limit; a comparison of 1,024
+# samples of tiny takes 2-4 minutes on two cores, the length of one ZeroGPU call.
+LIMITS_S = {"generate": 600, "race": 300, "lossless": 300, "export": 120, "load": 600}
+JOBS = {"generate": "a Generate", "race": "a race", "lossless": "a Lossless comparison", "export": "an export",
+        "load": "a model load"}
 CLOSING = "the page is restarting (the Space was stopped or updated); try again in a minute."
-PENDING_S = 900          # a request admitted but never started (cancelled while it waited) is forgotten then
 BUSY_WAIT_S = 1.0        # a click while a run goes waits this long for it to end (its final charts) before refusing
 SWITCH_QUIET_S = 1.5     # a model switch waits this long at most for the run it stops to show nothing more
 FUTURE_STOP_MS = 60_000  # a Stop stamped this far past the server's clock counts as now (a client's clock is off)
+WATCH_S = 0.25           # the runs are looked at this often for their time limits
+
+
+def limits(environ=os.environ) -> dict[str, int]:
+    """Each job's time limit in seconds: LIMITS_S, or its setting SCD_<JOB>_LIMIT_S (a whole number >= 1)."""
+    out = {}
+    for job, default in LIMITS_S.items():
+        name = f"SCD_{job.upper()}_LIMIT_S"
+        raw = (environ.get(name) or "").strip()
+        if raw and (not raw.isdigit() or int(raw) < 1):
+            raise ValueError(f"{name}: expected a whole number of seconds >= 1, got {raw!r}")
+        out[job] = int(raw) if raw else default
+    return out
+
+
+FITS = {"generate": "lower the slow motion to fit", "race": "lower the slow motion or the race samples K to fit",
+        "lossless": "lower the samples per method to fit", "export": "please try again when the page is less busy",
+        "load": "it goes on loading: a run on it waits for it"}
+
+
+def limit_message(job: str, seconds: float) -> str:
+    """A job's words when it reached its time limit."""
+    return (f"**Stopped:** {JOBS[job]} may run {seconds:g} s at most on this page, so that every visitor gets "
+            f"their turn; {FITS[job]}.")
 
 
 def session_key(request) -> str:
@@ -66,8 +93,8 @@ def session_key(request) -> str:
 class Run:
     """A visitor's run: what it is (`kind`, a key of KINDS), on which model, with which method
     and prompt; `why` it was stopped from elsewhere ("" while it was not); `left`: its model
-    was switched away (to model `left`), so nothing more of it is shown; `quiet` is set once
-    it has ended."""
+    was switched away (to model `left`), so nothing more of it is shown; `deadline`: when its
+    time limit stops it; `quiet` is set once it has ended."""
 
     kind: str
     model: str
@@ -75,6 +102,7 @@ class Run:
     prompt: str = ""
     why: str = ""
     left: str = ""
+    deadline: float = math.inf    # time.monotonic() at which its time limit stops it
     quiet: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
     def named(self) -> str:
@@ -184,90 +212,38 @@ class Stops:
             return float("-inf")
 
 
-# --------------------------------------------------------------------------- tickets
-
-class Tickets:
-    """Each visitor's jobs on each queue: admitted (before the queue), started, ended. At
-    most `per_visitor` jobs of one visitor are queued or running on a queue at once. A job
-    cancelled while it waited never starts: its admission is forgotten after `pending_s`
-    seconds, or at the visitor's Stop (the jobs still queued then end at once when they start)."""
-
-    def __init__(self, per_visitor: int = 1, pending_s: float = PENDING_S, clock=time.monotonic) -> None:
-        self.per_visitor, self.pending_s, self.clock = per_visitor, pending_s, clock
-        self._lock = threading.Lock()
-        self._pending: dict[tuple[str, str], collections.deque] = {}     # (visitor, queue) -> admission times
-        self._running: collections.Counter = collections.Counter()
-
-    def _queued(self, slot: tuple[str, str]) -> int:
-        """The slot's admissions not yet started and not forgotten (with self._lock held)."""
-        pending = self._pending.get(slot)
-        while pending and self.clock() - pending[0] > self.pending_s:
-            pending.popleft()
-        if pending is not None and not pending:
-            del self._pending[slot]
-        return len(pending or ())
-
-    def admit(self, key: str, queue: str) -> bool:
-        """Count a new job of the visitor on `queue` as queued; False (nothing counted) when
-        they have `per_visitor` there already."""
-        slot = (key, queue)
-        with self._lock:
-            if self._queued(slot) + self._running[slot] >= self.per_visitor:
-                return False
-            self._pending.setdefault(slot, collections.deque()).append(self.clock())
-            return True
-
-    def started(self, key: str, queue: str) -> None:
-        slot = (key, queue)
-        with self._lock:
-            if self._queued(slot):
-                self._pending[slot].popleft()
-                self._queued(slot)
-            self._running[slot] += 1
-
-    def ended(self, key: str, queue: str) -> None:
-        slot = (key, queue)
-        with self._lock:
-            self._running[slot] -= 1
-            if self._running[slot] <= 0:
-                del self._running[slot]
-
-    def held(self, key: str, queue: str) -> int:
-        """The visitor's jobs queued or running on `queue`."""
-        slot = (key, queue)
-        with self._lock:
-            return self._queued(slot) + self._running[slot]
-
-    def drop_pending(self, key: str) -> None:
-        """Forget the visitor's queued jobs (they were stopped: each ends at once when it starts)."""
-        with self._lock:
-            for slot in [s for s in self._pending if s[0] == key]:
-                del self._pending[slot]
-
-    def forget(self, key: str) -> None:
-        with self._lock:
-            for slot in [s for s in self._pending if s[0] == key]:
-                del self._pending[slot]
-            for slot in [s for s in self._running if s[0] == key]:
-                del self._running[slot]
+def queue_message(what: str, cap: str, caps: Caps) -> str:
+    """The sentence for a request a queue's caps refuse (`cap`: which, `demo.queues.Admissions.admit`)."""
+    if cap == "session":
+        return (f"Not started: your earlier {what} is still waiting in the queue or running (one at a time "
+                "per visitor); wait for it to end, or press Stop.")
+    if cap == "client":
+        return (f"Not started: your address already has {caps.client} jobs like this {what} waiting or running "
+                f"(at most {caps.client} per address, so that one client cannot fill the queue); wait for one "
+                "to end.")
+    return (f"Not started: {caps.waiting} jobs are already waiting in the queue for this {what}; please try "
+            "again in a minute.")
 
 
-def queue_message(what: str) -> str:
-    """The sentence for a visitor's second job on a queue."""
-    return (f"Not started: your earlier {what} is still waiting in the queue or running (one at a time "
-            "per visitor); wait for it to end, or press Stop.")
+UNCAPPED = Caps(session=10**9, client=10**9, waiting=10**9)
 
 
 # --------------------------------------------------------------------------- control
 
 class Control:
-    """The page's run control: `runs` (the run each visitor has going), `stops`, `tickets`
-    (their jobs on each queue) and `requests` (`demo.backend.Requests`: their rows on the
-    decode client, which a stop cancels)."""
+    """The page's run control: `runs` (the run each visitor has going), `stops`, `admissions`
+    (places on the queues, `demo.queues`), `limits` (each job's time limit, s) and
+    `requests` (`demo.backend.Requests`: the visitors' rows on the decode client, which a
+    stop cancels)."""
 
-    def __init__(self, stops: Stops, requests) -> None:
-        self.runs, self.stops, self.requests, self.tickets = Runs(), stops, requests, Tickets()
+    def __init__(self, stops: Stops, requests, admissions: Admissions | None = None,
+                 limits: dict[str, float] | None = None) -> None:
+        self.runs, self.stops, self.requests = Runs(), stops, requests
+        self.admissions = admissions or Admissions({}, default=UNCAPPED)
+        self.limits = dict(LIMITS_S) | (limits or {})
         self.closing = ""                 # set when the page stops: what every run in flight is told
+        self._watching: threading.Thread | None = None
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------- before a run
 
@@ -280,14 +256,13 @@ class Control:
             run = self.runs.going(key)
         return busy_message(run) if run is not None else None
 
-    def admit(self, key: str, queue: str, what: str) -> str | None:
-        """Before a job joins `queue` (Gradio's validator): None when it may (it is counted),
-        else the sentence why not (`what`: the job, in words)."""
+    def admit(self, request, queue: str, what: str) -> str | None:
+        """Before a job joins `queue` (Gradio's validator): None when it may (its place is
+        taken), else the sentence why not (`what`: the job, in words)."""
         if self.closing:
             return f"Not started: {self.closing}"
-        if not key:                       # a call with no session (plain HTTP): Gradio gives it one later
-            return None
-        return None if self.tickets.admit(key, queue) else queue_message(what)
+        cap = self.admissions.admit(request, queue)
+        return None if cap is None else queue_message(what, cap, self.admissions.caps_of(queue))
 
     # ---------------------------------------------------------------- stopping
 
@@ -298,9 +273,9 @@ class Control:
 
     def stop(self, key: str, at=None) -> None:
         """The visitor's Stop: their runs clicked before `at` end (running: their rows leave at
-        the next pass boundary; queued: at once when they start)."""
+        the next pass boundary; queued: at once when they start, their places given back now)."""
         self.stops.stop(key, at)
-        self.tickets.drop_pending(key)
+        self.admissions.release_waiting(key)
         self.requests.cancel_visitor(key)
 
     def halt(self, key: str, why: str, at=None, left: str = "", kinds=tuple(KINDS),
@@ -320,11 +295,10 @@ class Control:
     def forget(self, key: str) -> None:
         """The visitor left (their session ended)."""
         self.stops.forget(key)
-        self.tickets.forget(key)
 
     def drain(self, why: str, timeout: float) -> int:
         """The page stops: every run in flight is stopped, its status saying `why`, new ones
-        are refused; waits up to `timeout` s for them to end (their last update sent). The
+        are refused; waits up to `timeout` s for them to end (their last update yielded). The
         runs still going after it."""
         self.closing = why
         going = self.runs.all()
@@ -336,67 +310,64 @@ class Control:
             run.quiet.wait(max(0.0, deadline - time.monotonic()))
         return sum(not run.quiet.is_set() for _, run in going)
 
+    # ------------------------------------------------------------- time limits
+
+    def limited(self, job: str) -> Callable[[], bool]:
+        """For a job with no run of its own (an export, a model load): whether its time limit,
+        counted from now, has passed, or the page stops."""
+        deadline = time.monotonic() + self.limits[job]
+        return lambda: bool(self.closing) or time.monotonic() >= deadline
+
+    def _watch(self) -> None:
+        """Stop each run at its time limit, as its visitor's Stop would, its status saying why;
+        ends when no run goes."""
+        while True:
+            time.sleep(WATCH_S)
+            now = time.monotonic()
+            for key, run in self.runs.all():
+                if now >= run.deadline and not run.why:
+                    self.halt(key, limit_message(run.kind, self.limits[run.kind]), kinds=(run.kind,))
+            with self._lock:
+                if not self.runs.all():
+                    self._watching = None
+                    return
+
     # ------------------------------------------------------------------- a run
 
-    def queued(self, queue: str):
-        """A handler as a job on `queue`: counted as started while it runs, ended however it
-        ends (also when Gradio closes it, the event cancelled). Its visitor is its `request`
-        argument, however Gradio passes it."""
-        def wrap(fn):
-            signature = inspect.signature(fn)
-
-            def visitor(args, kwargs) -> str:
-                return session_key(signature.bind_partial(*args, **kwargs).arguments.get("request"))
-
-            if inspect.isgeneratorfunction(fn):
-                @functools.wraps(fn)
-                def stream(*args, **kwargs):
-                    key = visitor(args, kwargs)
-                    self.tickets.started(key, queue)
-                    try:
-                        yield from fn(*args, **kwargs)
-                    finally:
-                        self.tickets.ended(key, queue)
-                return stream
-
-            @functools.wraps(fn)
-            def once(*args, **kwargs):
-                key = visitor(args, kwargs)
-                self.tickets.started(key, queue)
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    self.tickets.ended(key, queue)
-            return once
-        return wrap
-
-    def one_run(self, kind: str, queue: str, status: Callable[[], object], left_views: Callable[[Run], dict]):
+    def one_run(self, kind: str, status: Callable[[], object], left_views: Callable[[Run], dict]):
         """A decoding event's generator handler as the visitor's one run (`kind` a key of
         KINDS; `status()`: its status component): while it goes a second click is refused,
-        and a model switch or a new prompt or method stops it (`halt`). After a switch it ends
-        at its next update with the new model's views (`left_views(run)`): Gradio repeats a
-        stream's last update when it ends, so nothing of the old model comes back after the
-        switch's own update. After another stop its status says why. However it ends (also
-        closed by Gradio: the event cancelled, the tab closed, its time limit), the handler it
-        wraps is closed at once, whose `finally` ends its rows and threads. It runs in the
-        page's process, around the ZeroGPU call (`demo.zerogpu`)."""
+        and a model switch, a new prompt or method, or its time limit stops it (`halt`). After a
+        switch it ends at its next update with the new model's views (`left_views(run)`):
+        Gradio repeats a stream's last update when it ends, so nothing of the old model comes
+        back after the switch's own update. After another stop its status says why. However it
+        ends (also closed by Gradio: the event cancelled, the tab closed), the handler it wraps
+        is closed at once, whose `finally` ends its rows and threads. It runs in the page's
+        process, around the ZeroGPU call (`demo.zerogpu`)."""
         def wrap(fn):
             @functools.wraps(fn)
             def handler(request=None, **inputs):
                 key = session_key(request)
                 run = self.runs.start(key, Run(kind, str(inputs.get("model") or ""), str(inputs.get("method") or ""),
-                                               str(inputs.get("prompt") or "")))
-                self.tickets.started(key, queue)
+                                               str(inputs.get("prompt") or ""),
+                                               deadline=time.monotonic() + self.limits[kind]))
+                with self._lock:
+                    if self._watching is None:
+                        self._watching = threading.Thread(target=self._watch, name="scd-time-limits", daemon=True)
+                        self._watching.start()
                 updates = fn(request, **inputs)
                 try:
                     for update in updates:
                         if run.left:
                             break                         # its rows were cancelled: they leave at once
+                        if self.closing and not run.why:  # the page stops (its run may have seen it first)
+                            run.why = f"**Stopped:** {self.closing}"
                         if run.why and status() in update:
-                            update = update | {status(): f"{update[status()]}  \n{run.why}"}
+                            said = f"{update[status()]}  \n{run.why}"
                             if self.closing:              # the page stops: its status says why, nothing more
-                                yield update
+                                yield {status(): said}    # (no picture to fetch from a page going away)
                                 break
+                            update = update | {status(): said}
                         yield update
                     updates.close()
                     if run.left:
@@ -404,6 +375,5 @@ class Control:
                 finally:
                     updates.close()                       # GeneratorExit in the handler: its rows end
                     self.runs.end(key, run)
-                    self.tickets.ended(key, queue)
             return handler
         return wrap

@@ -348,6 +348,17 @@ def wait_while(busy: Callable[[], bool], limit_s: float, stopped: Callable[[], b
     return clock.now() - start
 
 
+REPLAY_MARGIN_S = 15.0   # a race's report after its replay (its charts, the probe of why) takes up to this long
+
+
+def replay_pace(pace: float, passes: int, seconds: float) -> float:
+    """The slow motion a replay of `passes` passes can keep to end within `seconds` (what is
+    left of its time limit, less REPLAY_MARGIN_S for the report after it): `pace`, or less
+    (0: no time left for a replay)."""
+    fits = max(0.0, seconds - REPLAY_MARGIN_S) / max(1, passes)
+    return pace if pace <= fits else fits
+
+
 def replay_ticks(last: int, pace: float, every: float, stopped: Callable[[], bool],
                  clock: Clock = CLOCK):
     """NFE ticks of a lockstep replay lasting last * pace seconds, at most one per `every`

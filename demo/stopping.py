@@ -7,7 +7,7 @@ from typing import Callable
 
 import gradio as gr
 
-from demo import config, runs
+from demo import config, models, runs
 from demo.layout import gen_outputs, lossless_outputs, race_outputs
 from demo.model_switch import switched_views
 
@@ -20,9 +20,9 @@ def left_views(run: runs.Run) -> dict:
             if k in outputs}
 
 
-def one_run(kind: str, queue: str, status: Callable[[], object]):
+def one_run(kind: str, status: Callable[[], object]):
     """A decoding event's handler as the visitor's one run (`demo.runs.Control.one_run`)."""
-    return config.CONTROL.one_run(kind, queue, status, left_views)
+    return config.CONTROL.one_run(kind, status, left_views)
 
 
 def stop(at=None, request: gr.Request = None):
@@ -38,6 +38,8 @@ def picked(name: str, ticket=None, request: gr.Request = None) -> dict:
     visitor's run stops and nothing more of it is shown (the note under the model has said
     in the browser that the pick was heard: where a model stands can take seconds to find out)."""
     key = runs.session_key(request)
+    if isinstance(name, str) and name in models.listed_models():
+        config.MODELS.warm(name)             # its first run does not wait for it to load
     run = config.CONTROL.halt(key, f"you picked {name}", ticket, left=name)
     if run is None:
         config.CONTROL.stop(key, ticket)     # a run still in the queue never starts on the old model

@@ -193,6 +193,11 @@ def _send_events(client: LocalClient, outbox: queue.SimpleQueue, events) -> None
 
 # ---------------------------------------------------------------------------- parent
 
+class WorkerGone(DecodeError):
+    """The worker ended before it took a request: nothing of it started (`ProcessClient` asks a
+    new worker once)."""
+
+
 class _Worker:
     """One model's worker process, seen from the parent: its pipes, its rows in flight,
     and a reader thread that files what the worker sends."""
@@ -245,7 +250,7 @@ class _Worker:
         rows, ack, key = [RowLog(self.name, self.num_tokens) for _ in rids], [threading.Event(), None, None], rids[0]
         with self._lock:
             if not self.alive:
-                raise DecodeError(self._death_message())
+                raise WorkerGone(self._death_message())
             for rid, row in zip(rids, rows):
                 self._rows[rid] = row
                 self._tokens[rid] = torch.full((1, self.num_tokens), -1, dtype=torch.long)
@@ -262,7 +267,7 @@ class _Worker:
         if ack[1] is not None:
             for rid in rids:
                 self._drop(rid)
-            raise (ValueError if ack[1] == "value" else DecodeError)(ack[2])
+            raise {"value": ValueError, "gone": WorkerGone}.get(ack[1], DecodeError)(ack[2])
         return rows
 
     def cancel(self, rid: str) -> None:
@@ -278,7 +283,7 @@ class _Worker:
             kind, message = self.failure
             raise (ValueError if kind == "value" else DecodeError)(message)
         if not self.alive:
-            raise DecodeError(self._death_message())
+            raise WorkerGone(self._death_message())
 
     def pictures(self, canvases: np.ndarray, size, requests, clip: bool, timeout: float) -> Frames:
         """The worker's frames of these canvases (`LocalClient.pictures` there)."""
@@ -286,7 +291,7 @@ class _Worker:
         key, answer = uuid.uuid4().hex, [threading.Event(), None, None]
         with self._lock:
             if not self.alive:
-                raise DecodeError(self._death_message())
+                raise WorkerGone(self._death_message())
             self._answers[key] = answer
             self._send(("pictures", key, canvases, size, requests, clip))
         answered = answer[0].wait(timeout)
@@ -296,7 +301,7 @@ class _Worker:
             raise DecodeError(f"the decoding worker for {self.name} did not draw the picture in time; "
                               "please try again")
         if answer[1] is not None:
-            raise (ValueError if answer[1] == "value" else DecodeError)(answer[2])
+            raise {"value": ValueError, "gone": WorkerGone}.get(answer[1], DecodeError)(answer[2])
         return answer[2]
 
     def end_rows(self, message: str) -> None:
@@ -425,8 +430,8 @@ class _Worker:
         if not self.closing:
             log.warning("the decoding worker for %s ended (exit code %s)", self.name, self.process.exitcode)
         message = self._death_message()
-        for ack in acks:
-            ack[1], ack[2] = "error", message
+        for ack in acks:                              # submits and pictures it never took
+            ack[1], ack[2] = "gone", message
             ack[0].set()
         for rid, row in rows.items():
             if row.end(message):
@@ -487,8 +492,8 @@ class ProcessClient:
                 raise ValueError(f"{name} must be a plain value (a string, an integer, a Settings), "
                                  f"got {type(value).__name__}") from exc
         rids = [uuid.uuid4().hex for _ in seeds]
-        with self._pool.use(model, rows=True) as worker:
-            rows = worker.submit(rids, prompt, seeds, settings, self.timeout)
+        rows = self._on_worker(model, lambda worker: worker.submit(rids, prompt, seeds, settings, self.timeout),
+                               rows=True)
         for rid, row in zip(rids, rows):
             self._rows.add(rid, row)
         return rids
@@ -516,9 +521,11 @@ class ProcessClient:
         """What a front end must know of the model, from its worker (started, and the model
         loaded there, if needed); the parent never loads it."""
         self._check_name(model)
-        with self._pool.use(model) as worker:
+
+        def info(worker) -> ModelInfo:
             worker.wait_ready(self.timeout)
             return worker.info
+        return self._on_worker(model, info)
 
     def pictures(self, model: str, canvases: torch.LongTensor, size: int | None = None,
                  requests: Sequence[str | None] | None = None, clip: bool = False) -> Frames:
@@ -529,8 +536,20 @@ class ProcessClient:
             raise ValueError(f"canvases: expected a LongTensor [rows, tokens], got "
                              f"{getattr(canvases, 'dtype', type(canvases).__name__)}")
         requests = None if requests is None else [r if isinstance(r, str) else None for r in requests]
-        with self._pool.use(model) as worker:
-            return worker.pictures(canvases.numpy(), size, requests, bool(clip), self.timeout)
+        return self._on_worker(model, lambda worker: worker.pictures(canvases.numpy(), size, requests, bool(clip),
+                                                                     self.timeout))
+
+    def _on_worker(self, model: str, call: Callable[[_Worker], Any], rows: bool = False):
+        """`call(worker)` on the model's worker (started if needed); asked once more of a new
+        worker if that one was found gone before it took the call (killed, crashed while idle):
+        nothing of the call had started."""
+        try:
+            with self._pool.use(model, rows=rows) as worker:
+                return call(worker)
+        except WorkerGone:
+            log.info("the decoding worker for %s was gone; asking a new one", model)
+        with self._pool.use(model, rows=rows) as worker:
+            return call(worker)
 
     def decoder(self, request: str) -> str:
         """How `pictures` names the row's own decoder (kept in its worker): its request id."""

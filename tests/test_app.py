@@ -197,6 +197,7 @@ def test_while_the_race_times_the_methods_again_every_panel_shows_its_finished_s
     """However seldom the pictures are due while a method decodes, its panel is complete once
     it has finished: the timing rounds that follow take seconds."""
     monkeypatch.setattr(race_view, "Pacer", lambda every, **kw: (lambda: False))     # nothing due
+    monkeypatch.setattr(zerogpu, "race_rounds", lambda *inputs: 2)                   # one more round is enough
     updates = list(race_tab.race_stream(**args(samples=2)))
     timing = next(i for i, u in enumerate(updates) if "Timing round 2" in str(u.get(layout.race_status, "")))
     for m in METHODS:
@@ -213,7 +214,8 @@ def test_a_race_timed_once_reports_every_method_and_calls_none_faster(monkeypatc
     assert not any("Timing round" in str(u.get(layout.race_status, "")) for u in updates)
 
 
-def test_greedy_race_gives_every_method_ars_tokens():
+def test_greedy_race_gives_every_method_ars_tokens(monkeypatch):
+    monkeypatch.setattr(zerogpu, "race_rounds", lambda *inputs: 1)                   # the tokens need no timing
     updates = list(race_tab.race_stream(**args(temperature=0.0, samples=2)))
     rows = race_rows(final(updates, layout.race_table))
     assert [r["same tokens as AR"] for r in rows] == ["— (reference)", "yes", "yes", "yes"]
@@ -221,7 +223,8 @@ def test_greedy_race_gives_every_method_ars_tokens():
     assert sum("AR" in (n or "") for n in names) == 1 and len(names) == 4    # AR drawn once, its own curve
 
 
-def test_race_replay_in_slow_motion_then_stop_keeps_the_figures():
+def test_race_replay_in_slow_motion_then_stop_keeps_the_figures(monkeypatch):
+    monkeypatch.setattr(zerogpu, "race_rounds", lambda *inputs: 1)                   # the replay needs no timing
     gen = race_tab.race_stream(**args(samples=2, pace=0.02), request=visitor("replay"))
     seen = []
     while not any(str(u.get(layout.race_status, "")).startswith("**Replay**") for u in seen[-1:]):

@@ -206,6 +206,10 @@ def test_a_killed_worker_fails_only_its_own_rows_and_is_restarted(models):
         assert client.pid("tiny") not in (None, dead)
         assert torch.equal(again.tokens, scd_core.generate(models["tiny"], ["a cat"], seed=5,
                                                            settings=PAGE).tokens[0])
+        idle = client.pid("tiny")                                                 # killed while idle: the next
+        os.kill(idle, signal.SIGKILL)                                             # row goes to a new worker
+        once = client.result(client.submit("tiny", "a cat", 5, PAGE), timeout=120)
+        assert torch.equal(once.tokens, again.tokens) and client.pid("tiny") not in (None, idle, dead)
         assert client.worker_threads("tiny") == client.worker_threads("toy-grid") == 2
         assert torch.get_num_threads() == threads_before != 2                     # the workers' threads are theirs
         pids = [client.pid(name) for name in ("tiny", "toy-grid")]

@@ -524,25 +524,68 @@ def test_run_folders_and_picture_files_are_swept_by_count_and_age(tmp_path):
     assert sorted(os.listdir(tmp_path / "pictures")) == sorted(os.path.basename(p) for p in (paths[3], fresh))
 
 
-def test_a_visitor_has_one_job_queued_or_running_on_each_queue():
-    """Admitted before the queue, counted until it ends; a second refused meanwhile, on that
-    queue only; an admission never started (cancelled while it waited) is forgotten after
-    `pending_s`, or at the visitor's Stop."""
-    now = [0.0]
-    tickets = runs.Tickets(pending_s=100, clock=lambda: now[0])
-    assert tickets.admit("a", "decode") and not tickets.admit("a", "decode")
-    assert tickets.admit("a", "generate") and tickets.admit("b", "decode")       # other queues, other visitors
-    tickets.started("a", "decode")
-    assert not tickets.admit("a", "decode") and tickets.held("a", "decode") == 1
-    tickets.ended("a", "decode")
-    assert tickets.held("a", "decode") == 0 and tickets.admit("a", "decode")
-    now[0] = 101.0                                             # never started: forgotten
-    assert tickets.held("a", "decode") == 0 and tickets.admit("a", "decode")
-    tickets.drop_pending("a")
-    assert tickets.held("a", "decode") == 0 and tickets.admit("a", "decode")
-    assert tickets.admit("b", "generate")
-    tickets.forget("a")                                        # a's session ended: b's job stays
-    assert tickets.held("a", "decode") == 0 and tickets.held("b", "generate") == 1
+class Asked(SimpleNamespace):
+    """An HTTP request as the page reads it: the socket's address and the headers."""
+
+    def __init__(self, host: str, forwarded: tuple[str, ...] = ()) -> None:
+        headers = SimpleNamespace(getlist=lambda name: list(forwarded) if name == "x-forwarded-for" else [])
+        super().__init__(client=SimpleNamespace(host=host), headers=headers)
+
+
+def test_a_clients_address_is_the_one_its_trusted_proxies_saw():
+    """With no proxy the socket's address; behind N proxies the address the farthest one was
+    connected from (X-Forwarded-For's N-th entry from the right), whatever the client wrote
+    to the left of it; a port dropped; SCD_PROXY_HOPS read as a whole number, 1 on a Space."""
+    from demo.queues import client_address, proxy_hops
+    spoofed = Asked("10.0.0.7", ("6.6.6.6, 203.0.113.9",))
+    assert client_address(spoofed, 0) == "10.0.0.7"
+    assert client_address(spoofed, 1) == "203.0.113.9" and client_address(spoofed, 2) == "6.6.6.6"
+    assert client_address(Asked("10.0.0.7", ("6.6.6.6", "203.0.113.9:4431")), 1) == "203.0.113.9"
+    assert client_address(Asked("10.0.0.7", ("[2001:db8::1]:443",)), 1) == "2001:db8::1"
+    assert client_address(Asked("10.0.0.7"), 1) == "10.0.0.7"                       # no header: the socket
+    assert client_address(Asked("10.0.0.7", ("203.0.113.9",)), 3) == "203.0.113.9"   # fewer hops than said
+    assert proxy_hops({}) == 0 and proxy_hops({"SPACE_ID": "u/s"}) == 1 and proxy_hops({"SCD_PROXY_HOPS": "2"}) == 2
+    with pytest.raises(ValueError, match="SCD_PROXY_HOPS"):
+        proxy_hops({"SCD_PROXY_HOPS": "-1"})
+
+
+def test_places_are_held_while_gradio_holds_the_job_within_each_queues_caps():
+    """A place per admitted request, matched to Gradio's job by its request: one per visitor and
+    a few per client (many sessions of one address, and calls with no session, are one
+    client), so many waiting per queue, each queue apart; given back when the job ends or is
+    cancelled while it waits (at once), never made (after `join_s`), or stopped while it waits."""
+    from demo.queues import Admissions, Caps, Job
+    now, jobs = [0.0], []
+    places = Admissions({"decode": Caps(session=1, client=2, waiting=2)}, Caps(session=9, client=9, waiting=9),
+                        lambda: jobs, hops=1, clock=lambda: now[0], join_s=5.0)
+
+    def asked(session, address, queue="decode"):
+        request = SimpleNamespace(session_hash=session, request=Asked("10.0.0.7", (address,)))
+        return request, places.admit(request, queue)
+
+    a1, ok = asked("a1", "203.0.113.9")
+    assert ok is None and asked("a1", "203.0.113.9")[1] == "session"
+    jobs.append(Job(a1.request, "decode", waiting=False))                 # Gradio made it; it runs
+    a2, ok = asked("a2", "203.0.113.9")
+    assert ok is None and places.held("decode", client="203.0.113.9") == 2
+    for session in ("a3", "a4", None, ""):                               # more sessions, or none: the same client
+        assert asked(session, "203.0.113.9")[1] == "client"
+    assert asked("a5", "203.0.113.9", "generate")[1] is None              # another queue, its own caps
+    b, ok = asked("b", "198.51.100.4")
+    assert ok is None and asked("c", "192.0.2.1")[1] == "waiting"          # a2 and b wait (not yet seen)
+    jobs.append(Job(a2.request, "decode", waiting=True))
+    now[0] = 6.0                                                          # b never joined: its place goes
+    assert places.held("decode", session="b") == 0 and places.held("decode", session="a2") == 1
+    jobs.remove(jobs[-1])                                                 # a2 cancelled while it waited
+    assert places.held("decode", client="203.0.113.9") == 1 and asked("a6", "203.0.113.9")[1] is None
+    jobs.append(Job(places._places[-1].request, "decode", waiting=True))
+    places.release_waiting("a6")                                          # a6's Stop: its waiting place goes
+    assert places.held("decode", session="a6") == 0 and places.held("decode", session="a1") == 1
+    places.release_waiting("a1")                                          # a running job keeps its place
+    assert places.held("decode", session="a1") == 1
+    jobs.clear()                                                          # it ended
+    assert places.held("decode") == 0 and places.held("generate") == 0   # a5 never joined either
+    assert places.admit(None, "decode") is None and places.held("decode") == 0   # a call from outside Gradio
 
 
 def test_the_cache_sweeper_sweeps_again_after_a_pass_that_failed():
@@ -565,3 +608,19 @@ def test_the_cache_sweeper_sweeps_again_after_a_pass_that_failed():
     sweeper.thread.join(5)
     assert sweeper.failed == 1 and sweeper.passes >= 2 and set(ages) == {7.0}
     assert len(notes) == 1 and "Set changed size" in notes[0] and not sweeper.thread.is_alive()
+
+
+def test_lossless_samples_are_sized_per_model_and_estimated_before_a_comparison():
+    """Each embedded model's samples per method by default: the most (a multiple of 16, at most
+    256) whose comparison the estimate puts within a minute; the estimate said in words, nothing
+    for a model or a number the tab refuses."""
+    from demo import lossless
+    for name in ("texture", "tiny", "tiny-64", "tiny-video"):
+        n = lossless.default_samples(name)
+        assert lossless.MIN_SAMPLES <= n <= lossless.DEFAULT_SAMPLES and n % 16 == 0
+        assert lossless.estimate_s(name, n) <= lossless.TARGET_S
+        assert n == lossless.DEFAULT_SAMPLES or lossless.estimate_s(name, n + 16) > lossless.TARGET_S
+    assert lossless.default_samples("tiny-video") < lossless.default_samples("tiny-64") < lossless.default_samples("tiny")
+    said = lossless.estimate_note("tiny-64", 128)
+    assert "128 samples of each method on **tiny-64**" in said and f"about {lossless.estimate_s('tiny-64', 128):.0f} s" in said
+    assert lossless.estimate_note("janus-pro-1b", 128) == lossless.estimate_note("tiny", 3) == ""
