@@ -99,5 +99,5 @@ def test_example_runs(code, examples, tmp_path):
     examples.stdin.write(json.dumps([code, str(tmp_path), str(log)]) + "\n")
     examples.stdin.flush()
     rc = examples.stdout.readline().strip()
-    assert rc == "0", f"the example failed (exit {rc or 'unknown'}; -9: killed after {TIMEOUT_S} s):\n{code}\n" \
-                      f"{log.read_text()[-4000:] if log.exists() else ''}"
+    why = f"killed after {TIMEOUT_S} s" if rc == "-9" else f"exit {rc or 'unknown'}"
+    assert rc == "0", f"the example failed ({why}):\n{code}\n{log.read_text()[-4000:] if log.exists() else ''}"
