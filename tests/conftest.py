@@ -19,8 +19,8 @@ torch.set_num_threads(int(os.environ.get("SCD_TEST_THREADS", "1")))
 # docs/testing.md), so that the two processes end together; the others follow as collected.
 BROWSER = "tests/test_browser"
 LONGEST_FIRST = (BROWSER, "tests/test_model_compile.py", "tests/test_tiny_model.py", "tests/test_distributed.py",
-                 "tests/test_exactness_single_row.py", "tests/test_bfloat16.py", "tests/test_residency.py",
-                 "tests/test_zerogpu.py", "tests/test_static_writes.py", "tests/test_exactness.py",
+                 "tests/test_exactness_single_row.py", "tests/test_bfloat16.py", "tests/test_zerogpu.py",
+                 "tests/test_static_writes.py", "tests/test_exactness.py", "tests/test_residency.py",
                  "tests/test_app_serving.py")
 
 

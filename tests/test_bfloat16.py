@@ -50,13 +50,16 @@ def models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def references(models):
-    """Each model's greedy AR run in bfloat16."""
+    """Each model's greedy AR run in bfloat16 [B, N], and per row the first position where AR's
+    own choice was a near tie (N if none)."""
     runs = {}
 
     def get(name):
         if name not in runs:
             model, prompts, cfg = models(name)
-            runs[name] = scd_core.generate(model, prompts, method="ar", temperature=0, cfg_scale=cfg)
+            tokens = scd_core.generate(model, prompts, method="ar", temperature=0, cfg_scale=cfg).tokens
+            ties = [near_ties(ar_logits(model, prompt, cfg, tokens[b])).nonzero() for b, prompt in enumerate(prompts)]
+            runs[name] = tokens, [t[0].item() if t.numel() else tokens.shape[1] for t in ties]
         return runs[name]
     return get
 
@@ -76,17 +79,16 @@ def near_ties(logits: torch.Tensor) -> torch.Tensor:
     return (top[:, 0] - top[:, 1]) <= ROUNDING * scale
 
 
-def check_greedy(model, prompts, cfg, tokens: torch.Tensor, reference: torch.Tensor, what: str) -> None:
+def check_greedy(model, prompts, cfg, tokens: torch.Tensor, reference: torch.Tensor, first_tie: list[int],
+                 what: str) -> None:
     for b, prompt in enumerate(prompts):
         logits = ar_logits(model, prompt, cfg, tokens[b])
         chosen = logits.gather(1, tokens[b][:, None])[:, 0]
         scale = logits.masked_fill(~torch.isfinite(logits), 0).abs().amax(-1).clamp(min=1.0)
         off = (logits.amax(-1) - chosen > ROUNDING * scale).nonzero()
         assert off.numel() == 0, f"{what}, row {b}: position {off[0].item()} is not the argmax of its logits"
-        ties = near_ties(ar_logits(model, prompt, cfg, reference[b])).nonzero()
-        until = ties[0].item() if ties.numel() else tokens.shape[1]
-        assert torch.equal(tokens[b, :until], reference[b, :until]), \
-            f"{what}, row {b}: differs from AR before its first near tie (position {until})"
+        assert torch.equal(tokens[b, :first_tie[b]], reference[b, :first_tie[b]]), \
+            f"{what}, row {b}: differs from AR before its first near tie (position {first_tie[b]})"
 
 
 # Its 256-token grid costs seconds a run: one case of each test in the default run, the rest `slow`.
@@ -108,7 +110,7 @@ def test_greedy_runs_in_bfloat16_are_greedy_decoding(models, references, name, m
                             cfg_scale=cfg)
     assert run.tokens.shape == (len(prompts), run.tokens.shape[1]) and int(run.tokens.min()) >= 0
     if name not in RANDOM:
-        check_greedy(model, prompts, cfg, run.tokens, references(name).tokens, f"{name} {method} {shape}")
+        check_greedy(model, prompts, cfg, run.tokens, *references(name), f"{name} {method} {shape}")
 
 
 @pytest.mark.parametrize("name,method", cases(["ar"] + METHODS))

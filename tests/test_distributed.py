@@ -159,11 +159,13 @@ def test_failing_cells_are_retried_and_reported_never_dropped(ray_cluster, tmp_p
     assert all(r["attempts"] == "2" for r in rows if r["status"] == "ok")
 
 
-def test_a_killed_benchmark_process_resumes(tmp_path):
-    import ray  # noqa: F401
+def test_a_killed_benchmark_process_resumes(ray_cluster, tmp_path):
+    """The benchmark's own process, on the module's cluster (`--ray ADDRESS`), killed after its
+    first row and run again: it runs only the cells it had not written."""
     out = tmp_path / "c.csv"
+    address = ray_cluster.get_runtime_context().gcs_address
     argv = [sys.executable, "-m", "scd_core.bench", "--model", "tiny", "--methods", "sjd", "--seeds", "2",
-            "--max-prompts", "2", "--threads", "1", "--ray", "local", "--workers", "1", "--out", str(out)]
+            "--max-prompts", "2", "--threads", "1", "--ray", address, "--workers", "1", "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
@@ -172,7 +174,7 @@ def test_a_killed_benchmark_process_resumes(tmp_path):
         while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 2):
             time.sleep(0.2)
     finally:
-        os.killpg(proc.pid, 9)                                  # the driver and the cluster it started
+        os.killpg(proc.pid, 9)                                  # the driver (its actors end with it)
         proc.wait(timeout=30)
     kept = len(list(csv.DictReader(out.open())))
     assert 1 <= kept < 4

@@ -355,12 +355,21 @@ def two_sample_pvalue(a: torch.Tensor, b: torch.Tensor, vocab: int) -> float:
     return float(stats.chi2_contingency(table.numpy(), correction=False)[1])
 
 
+ROWS = {"tiny": 192, "tiny-64": 128}           # a method's rows for the histograms: their power (below)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["tiny", "tiny-64"])
+@pytest.mark.parametrize("name", list(ROWS))
 def test_sjd_and_scd_match_ar_per_position_histograms(name, image_model, model64):
+    """Rows a method sized to the test's power. On tiny, an off-by-one p (each slot verified and
+    redrafted with the p of the position before it) fails it in 11 of 12 disjoint samples of 192
+    rows, 1 of 24 at 96; on tiny-64 in 18 of 18 samples of 128 rows (each sample's smallest
+    p below 1e-9, the threshold 4.5e-5), 24 of 24 at 96. A fresh draw from p at a rejection (SJD) and top-k
+    skipped in AR move these peaked marginals too little to fail it on tiny at 192 rows (the toy
+    enumeration, tests/test_exactness.py, catches both)."""
     model = {"tiny": image_model, "tiny-64": model64}[name]
     n = math.prod(model.grid)
-    rows, positions = 192, list(range(0, n, 3 * n // 64))
+    rows, positions = ROWS[name], list(range(0, n, 3 * n // 64))
     settings = dict(window=8, top_k=8, cfg_scale=3.0, temperature=1.0)
     prompts = ["grinning face"] * rows
     image_model = model
