@@ -29,7 +29,7 @@ def test_the_note_under_tiny_64_leads_to_both_models_samples_their_leads_and_the
         link.click()
         pg.wait_for_function("() => document.activeElement?.closest('#frontier')?.tagName !== undefined",
                              timeout=10_000)                          # the tab opened, its heading focused
-        pg.wait_for_function(f"() => {{ const y = document.querySelector('#frontier h3').getBoundingClientRect().top;"
+        pg.wait_for_function(f"() => {{ const y = document.querySelector('#frontier h2').getBoundingClientRect().top;"
                              f" return y >= -2 && y <= {size[1] // 4}; }}", timeout=5_000)   # ... and brought into sight
         pg.wait_for_function("() => [...document.querySelectorAll('#frontier img')].every(i => i.alt)", timeout=5_000)
         pg.wait_for_function("() => [...document.querySelectorAll('#frontier img')].every(i => i.complete)",
