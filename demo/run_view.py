@@ -333,6 +333,7 @@ def draft_facts(it: Iteration, row: int = 0) -> list[DraftFact]:
     fed, a = it.window_tokens[row].tolist(), it.accept_prob[row].float().tolist()
     p_x, q_x = it.p_draft[row].float().tolist(), it.q_draft[row].float().tolist()
     n_before, n_after, accepted = int(it.n_before[row]), int(it.n_after[row]), int(it.num_accepted[row])
+    start = int(it.start[row])         # the window's first position (held at the grid's end by the last passes)
     committed, nxt = it.tokens_after[row].tolist(), it.drafts_after[row].tolist()
     out = []
     for i, keep in enumerate(a):
@@ -342,7 +343,7 @@ def draft_facts(it: Iteration, row: int = 0) -> list[DraftFact]:
         test = "accepted" if i < accepted else "rejected" if i == accepted else "untested"
         again = nxt[pos - n_after] if pos >= n_after and pos - n_after < len(nxt) and nxt[pos - n_after] >= 0 \
             else None
-        out.append(DraftFact(pos, fed[1 + i], p_x[i], q_x[i], keep, test,
+        out.append(DraftFact(pos, fed[pos - start], p_x[i], q_x[i], keep, test,
                              committed[pos] if test == "rejected" else None, again))
     return out
 

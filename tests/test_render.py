@@ -547,6 +547,10 @@ def test_pointing_at_a_draft_of_the_replayed_pass_says_its_token_its_test_and_it
             assert f"p(x) = {p:.3f} at this pass, q(x) = {q:.3f} when drawn" in words[n_before + i]
         if verified > accepted:                          # the residual's token is the one committed
             assert words[n_before + accepted].endswith(f"drew token {int(it.tokens_after[0, n_before + accepted])}")
+        for f in run_view.draft_facts(it):                  # each draft the token fed at its position,
+            committed = int(it.tokens_after[0, f.position])  # the window held at the grid's end included
+            assert committed == f.token if f.test == "accepted" else True
+            assert f.residual == committed != f.token if f.test == "rejected" else True
         kept += sum("kept by the coupling" in w for w in words.values())
         redrawn += sum("redrawn, token" in w for w in words.values())
         fig = figure(charts.accept_prob_figure(it, tuple(model.grid)))
