@@ -502,20 +502,20 @@ def coupling_figure(data: dict | None = None):
                              marker=dict(color=c[key]), xaxis=f"x{axis}", yaxis=f"y{axis}",
                              hovertemplate=f"token %{{x}}: {label.split(':')[0]} = %{{y:.3f}}<extra></extra>"))
         if name == "kept":
-            words = (f"<b>p rose at the draft</b> (position {case['position']}, passes {case['before']} → "
-                     f"{case['now']}): kept with probability min(1, p/q) = {keep:.2f}")
+            words = (f"<b>p rose at the draft</b> (position {case['position']}, pass {case['before']} → "
+                     f"{case['now']}):<br>kept with probability min(1, p/q) = {keep:.2f}")
         else:
-            words = (f"<b>p fell at the draft</b> (position {case['position']}, passes {case['before']} → "
-                     f"{case['now']}): kept with probability min(1, p/q) = {keep:.2f},<br>else redrawn from "
-                     f"the residual; here it was: token {case['again']}")
+            words = (f"<b>p fell at the draft</b> (position {case['position']}, pass {case['before']} → "
+                     f"{case['now']}):<br>kept with probability min(1, p/q) = {keep:.2f}, else<br>redrawn "
+                     f"from the residual: here, token {case['again']}")
         top = max(max(q), max(p), max(case["residual"]) if name == "redrawn" else 0)
-        low, high = (0.56, 1.0) if k == 0 else (0.0, 0.40)
+        low, high = (0.58, 1.0) if k == 0 else (0.0, 0.40)
         axes |= {f"xaxis{axis}": dict(type="category", anchor=f"y{axis}", tickfont=dict(size=10),
                                       title=dict(text="token" if k else "", standoff=2)),
-                 f"yaxis{axis}": dict(domain=[low, high - 0.08], range=[0, top * 1.1], anchor=f"x{axis}",
+                 f"yaxis{axis}": dict(domain=[low, high - 0.1], range=[0, top * 1.1], anchor=f"x{axis}",
                                       title=dict(text="probability", font=dict(size=11)))}
-        notes += [dict(text=words, x=0, y=high - 0.06, xref="paper", yref="paper", showarrow=False, xanchor="left",
-                       yanchor="bottom", align="left", font=dict(size=12)),
+        notes += [dict(text=words, x=0, y=high - 0.08, xref="paper", yref="paper", showarrow=False, xanchor="left",
+                       yanchor="bottom", align="left", font=dict(size=11)),
                   dict(x=i, y=max(q[i], p[i]) * 0.6, xref=f"x{axis}", yref=f"y{axis}", text=f"the draft, {case['draft']}",
                        showarrow=True, arrowhead=2, ax=-70 if i > len(x) // 2 else 70, ay=0, font=dict(size=11))]
         said.append(f"where p {'rose' if name == 'kept' else 'fell'} at the draft (token {case['draft']}, q "
@@ -547,17 +547,17 @@ def frontier_figure(points: list[tuple[str, float, float]], lead_goal: float, ra
     top = max([y for _, _, y in points] + list(references.values()) + [lead_goal]) + 0.15
     bottom = max(0.0, min([y for _, _, y in points] + [lead_goal]) - 0.15)
     right = max([x for _, x, _ in points] + [rate_goal]) * 1.15
-    data = [dict(type="scatter", x=[x], y=[y], mode="markers", name=f"{name}: {y:.2f}x, {x:.1%}",
+    data = [dict(type="scatter", x=[x], y=[y], mode="markers", name=name,
                  marker=dict(color=colour, symbol=symbol, size=11, line=dict(width=1.5, color=colour)),
                  hovertemplate=f"{name}<br>lead over SJD %{{y:.2f}}x<br>nearest-emoji rate %{{x:.1%}}<extra></extra>")
             for (name, x, y), (colour, symbol) in zip(points, POINT_STYLES * 2)]
     data += [dict(type="scatter", x=[0, right], y=[lead_goal, lead_goal], mode="lines", hoverinfo="skip",
                   name=f"goal: a lead of {lead_goal:.2f}x", line=dict(color=GOAL_COLOUR, dash="dash", width=1.5)),
              dict(type="scatter", x=[rate_goal, rate_goal], y=[bottom, top], mode="lines", hoverinfo="skip",
-                  name=f"goal: drawing like tiny ({rate_goal:.0%})", line=dict(color=GOAL_COLOUR, dash="longdash",
+                  name=f"goal: drawing like tiny, {rate_goal:.0%}", line=dict(color=GOAL_COLOUR, dash="longdash",
                                                                             width=1.5))]
     data += [dict(type="scatter", x=[0, right], y=[lead, lead], mode="lines", hoverinfo="skip",
-                  name=f"{name}: {lead:.2f}x (no emoji rate)", line=dict(color=PAPER_COLOUR, dash="dot", width=2))
+                  name=f"{name}: {lead:.2f}x", line=dict(color=PAPER_COLOUR, dash="dot", width=2))
              for name, lead in references.items()]
     both = [n for n, x, y in points if x >= rate_goal and y >= lead_goal]
     alt = ("Every prior trained so far, its lead over SJD at its best window against how often its samples are "
@@ -565,7 +565,7 @@ def frontier_figure(points: list[tuple[str, float, float]], lead_goal: float, ra
            + f". Goals: a lead of {lead_goal:.2f}x and drawing like tiny, {rate_goal:.0%}; "
            + (f"{', '.join(both)} meets both." if both else "none meets both."))
     return _figure(data, title("Drawing against leading", "one point per trained prior"),
-                   "nearest-emoji rate (own design among the 10 nearest renders)", "lead over SJD, best window",
-                   height=380, xaxis=dict(range=[0, right], tickformat=".0%"),
+                   "nearest-emoji rate", "lead over SJD, best window",
+                   height=520, xaxis=dict(range=[0, right], tickformat=".0%"),
                    yaxis=dict(range=[bottom, top], ticksuffix="x"),
-                   legend=dict(orientation="v", x=0, y=-0.2, yanchor="top", font=dict(size=12)), alt=alt)
+                   legend=dict(orientation="v", x=0, y=-0.16, yanchor="top", font=dict(size=11)), alt=alt)

@@ -124,13 +124,13 @@ def prior_name(row: dict) -> str:
     name = f"{layers} local layers" if full == 0 else \
         f"{full} of {layers} layers {'reads' if full == 1 else 'read'} the whole prefix"
     step, steps = int(row["step"]), int(row["steps"])
-    return name + (f", step {step:,} of {steps:,}" if step < steps else f", {steps:,} steps")
+    return name + (f", at step {step:,} of {steps:,}" if step < steps else "")
 
 
 def frontier_points(path: Path = FRONTIER) -> list[tuple[str, float, float]]:
     """(name in words, nearest-emoji rate, lead at the best window) of every prior the figure
     draws: `tiny` and `tiny-64` (their leads from their held-out benchmarks), then the campaign's."""
-    shipped = [(f"{m} ({GRID[m].split(',')[0]}; {'reads the whole prefix' if m == 'tiny' else 'local layers'})",
+    shipped = [(f"{m}: {GRID[m].split(' ')[0]}, {'reads the whole prefix' if m == 'tiny' else 'local layers'}",
                 NEAREST_EMOJI[m], best_lead(BENCH[m]).lead) for m in MODELS]
     with path.open(newline="", encoding="utf-8") as f:
         rows = [r for r in csv.DictReader(f) if r["prior"] not in LEFT_OUT]

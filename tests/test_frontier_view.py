@@ -132,7 +132,7 @@ def test_the_frontier_is_drawn_as_a_chart_of_the_page_its_points_named_in_words(
     for prior in fv.LEFT_OUT:
         assert f"--leave-out {prior}" in doc
     assert fv.prior_name({"layers": "6", "attention": "/".join(["local"] * 6), "step": "374", "steps": "1500"}) \
-        == "6 local layers, step 374 of 1,500"
+        == "6 local layers, at step 374 of 1,500"
     plot = fv.figure()
     fig = figure(plot)
     marks = [d.marker.color for d in fig.data if d.mode == "markers"] + [d.line.color for d in fig.data if d.mode == "lines"]

@@ -590,7 +590,7 @@ def test_the_coupling_figure_is_the_runs_own_and_teaches_the_hard_case_too():
     for case in (kept, redrawn):
         assert f"min(1, p/q) = {charts.keep_probability(case):.2f}" in notes
         assert f"{case['overlap']:.2f}" in fig.layout.title.text
-    assert f"here it was: token {redrawn['again']}" in notes
+    assert f"here, token {redrawn['again']}" in notes
     names = {d.name.split(":")[0] for d in fig.data}
     assert names == {"q", "p at the next pass", "overlap min(p, q)", "residual norm(max(0, p − q))"}
     colours = {d.marker.color for d in fig.data}

@@ -46,8 +46,17 @@
       }
     }
   };
+  // The replay's table of drafts: each cell carries its column's name, so that on a phone each
+  // row reads as a card (page.css), as the race table does.
+  const cellNames = () => {
+    for (const table of document.querySelectorAll('#replay-text table')) {
+      const heads = [...table.querySelectorAll('th')].map(th => th.textContent.trim());
+      for (const row of table.querySelectorAll('tbody tr'))
+        [...row.children].forEach((td, i) => { if (td.dataset.label !== heads[i]) td.dataset.label = heads[i]; });
+    }
+  };
   let due = null;
-  new MutationObserver(() => { if (!due) due = setTimeout(() => { due = null; name(); chartNames(); quiet(); }, 150); })
+  new MutationObserver(() => { if (!due) due = setTimeout(() => { due = null; name(); chartNames(); cellNames(); quiet(); }, 150); })
     .observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true, attributeFilter: ['src']});
   // Progress in words, in a polite live region of the page's own: a run's start, a step now
   // and then (STEP_MS apart at most), its end or stop, and a click refused. Each status carries
