@@ -466,7 +466,7 @@ def race_figures(runs: dict, samples: int) -> tuple:
             race_flicker_figure({m: r.changed_per_pass() for m, r in runs.items()}))
 
 
-COUPLING = "texts/coupling.json"       # two positions of a real run (scripts/coupling_figure.py)
+COUPLING = "texts/coupling.json"       # two positions of a real run (python -m bench coupling-figure)
 # The coupling figure's own colours (not the methods'), each 3:1 against both themes; the
 # residual in the orange the pictures give a residual sample.
 COUPLING_COLOURS = {"q": "#0891b2", "p": "#db2777", "overlap": "#6366f1", "residual": "#ea580c"}

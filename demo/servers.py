@@ -38,7 +38,7 @@ FIRST_PAINT = 0.3        # seconds for the browser to show the final picture (an
 SLOW_PLOT_EVERY = 2.0    # slow motion: live charts this often. Redrawing the two live charts costs
                          # the browser 150-450 ms on 2 busy cores (a picture, 60-120 ms): with
                          # them at every pass, the updates queued behind them held a Stop up
-                         # for up to 0.8 s (scripts/page_timing.py --only stop)
+                         # for up to 0.8 s (python -m bench page-timing --only stop)
 
 
 # ----------------------------------------------------------------------------- serving

@@ -3,7 +3,7 @@
 On a GPU the host queues work and moves on: a pass "returns" long before it has run. A clock
 read at that moment measures the launch, not the work. So every time here is read only once
 the work it times has reached the host: a pass's wall time after its record has been copied
-back (`Iteration.of` waits for that copy), the model's time from CUDA events that are read
+back (`Iteration.from_pass` waits for that copy), the model's time from CUDA events that are read
 then too. The model's share of a pass (its `step`) is therefore part of the pass's wall time,
 and the engine's share, wall - step, is never negative.
 """

@@ -123,7 +123,7 @@ def decode(model: TokenModel, prompts: list[str], seeds: list[int], plan: Plan,
             on_start(session.session)
         plan.check_session(session.session)
         state, verdict = start_rows(session.first_logits, seeds, plan)
-        record = Iteration.of(0, plan.method, None, state, verdict, nfe=1)
+        record = Iteration.from_pass(0, plan.method, None, state, verdict, nfe=1)
     record.wall_time, record.step_time = clock.stop(), session.seconds
     yield record
     one_pass = passes.pass_for(session, plan)            # chain or tree, eager or compiled
@@ -132,8 +132,8 @@ def decode(model: TokenModel, prompts: list[str], seeds: list[int], plan: Plan,
         with no_autograd(plan):
             before = state
             state, verdict = one_pass(session, state, plan)
-            record = Iteration.of(record.index + 1, plan.method, before, state, verdict, nfe=record.nfe + 1,
-                                  log=record.log)      # copied to the host: the pass has ended
+            record = Iteration.from_pass(record.index + 1, plan.method, before, state, verdict, nfe=record.nfe + 1,
+                                         log=record.log)      # copied to the host: the pass has ended
         record.wall_time, record.step_time = clock.stop(), session.seconds
         yield record
 

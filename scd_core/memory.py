@@ -3,7 +3,7 @@
 A pass's memory grows with rows x window x vocabulary: the model's logits [B, W, V], the
 processed p at every slot, the stored laws q of the drafts, the residuals, the law each slot
 draws from and its cumulative sums are all [B, W, V] (float32 in the engine). Measured on the
-CPU at V = 64,000 (`python scripts/pass_memory.py`, docs/models.md), the peak of a speculative
+CPU at V = 64,000 (`python -m bench pass-memory`, docs/models.md), the peak of a speculative
 pass, its state included, is 28-32 bytes per (row, window slot, vocabulary entry); AR's is
 under one, since it feeds one token. Top-p sorts p over [B, W, V] (a float32 copy and int64
 indices) and masks it: more at its peak, so the bytes per element follow the sampling settings

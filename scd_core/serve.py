@@ -235,7 +235,7 @@ class Scheduler:
             with no_autograd(plan):
                 before = self.state
                 self.state, verdict = passes.pass_for(self.session, plan)(self.session, self.state, plan)
-                record = Iteration.of(0, plan.method, before, self.state, verdict, 0)
+                record = Iteration.from_pass(0, plan.method, before, self.state, verdict, 0)
             self.passes += 1
             self._deliver(record, time.perf_counter() - entered, self.session.seconds - step_before)
             done = record.n_after >= self.plan.N
@@ -293,7 +293,8 @@ class Scheduler:
                     step_before = self.session.seconds
                     first, added = self.session.timed(self.session.session.add_rows, prompts), True
                 state, verdict = start_rows(first, seeds, self.plan)
-                record = Iteration.of(0, self.plan.method, None, state, verdict, 0)   # on the host: the prefill ran
+                # on the host: the prefill ran
+                record = Iteration.from_pass(0, self.plan.method, None, state, verdict, 0)
                 step = self.session.seconds - step_before
         except Exception as exc:
             if not running:

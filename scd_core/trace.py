@@ -51,7 +51,7 @@ class TokenLog:
         """Take a pass's committed tokens [B, N] (any device): one whole copy, which changes only
         the positions the pass committed (a committed token never changes, and every position
         a row has not committed is -1 in both)."""
-        self.tokens.copy_(tokens, non_blocking=True)   # from a GPU: the caller waits for it (`Iteration.of`)
+        self.tokens.copy_(tokens, non_blocking=True)   # from a GPU: the caller waits for it (`Iteration.from_pass`)
 
     def upto(self, n: torch.LongTensor) -> torch.LongTensor:
         """[B, N] the tokens below position n[b] of each row, -1 after them (a new tensor)."""
@@ -96,8 +96,8 @@ class Iteration:
     parents: torch.LongTensor | None = None    # [B, W] parent of each fed node (-1: root); None: a chain
 
     @classmethod
-    def of(cls, index: int, method: str, before, after, verdict, nfe: int,
-           log: TokenLog | None = None) -> "Iteration":
+    def from_pass(cls, index: int, method: str, before, after, verdict, nfe: int,
+                  log: TokenLog | None = None) -> "Iteration":
         """The record of one pass from the engine's state before and after it and its verdict
         (`before` None: the prefill), copied to the host: on a GPU it returns once the pass has
         run, so the caller reads its clocks after it and sets `wall_time` and `step_time`.

@@ -92,8 +92,8 @@ $PY -m scd_core.bench --model "$OUT" --methods ar,sjd,scd-mc,scd-gumbel --window
   --prompts scd_core/assets/tiny64/heldout_prompts.txt --threads "$THREADS" --csv bench_out/tiny64.csv \
   --prompts-csv bench_out/tiny64-prompts.csv
 stamp "influence"
-$PY scripts/influence_curve.py --model "$OUT" --threads "$THREADS" --csv bench_out/tiny64-influence.csv
+$PY -m bench influence-curve --model "$OUT" --threads "$THREADS" --csv bench_out/tiny64-influence.csv
 stamp "nearest emoji"
 [ -f data/emoji32/images.safetensors ] || $PY -m scd_core.train.data --out data/emoji32 --size 32 --big 0
-$PY scripts/nearest_emoji.py --model tiny --model "$OUT" --data data/emoji32 --threads "$THREADS"
+$PY -m bench nearest-emoji --model tiny --model "$OUT" --data data/emoji32 --threads "$THREADS"
 stamp "done"

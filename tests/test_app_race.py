@@ -1,7 +1,7 @@
 """The race, the lossless view and the texture/tiny ratios through the served page
 (gradio_client): the race's two times are present and labelled per method, and its NFE are
 the benchmark's for the same settings. Whether SCD-MC's one image beats AR's is a timing
-claim, measured by scripts/race_timing.py, not asserted here."""
+claim, measured by `python -m bench race-timing`, not asserted here."""
 from __future__ import annotations
 
 import re

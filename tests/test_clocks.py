@@ -69,15 +69,15 @@ def late(monkeypatch):
     def start(cls, model_, prompts, cfg_scale):
         return cls(LateSession(model_.start(prompts, cfg_scale), device), 0.0, on_device=True)
 
-    real_of = trace.Iteration.of.__func__
+    real_from_pass = trace.Iteration.from_pass.__func__
 
-    def of(cls, *args, **kwargs):                          # copying a record waits for the device
+    def from_pass(cls, *args, **kwargs):                   # copying a record waits for the device
         device.wait()
-        return real_of(cls, *args, **kwargs)
+        return real_from_pass(cls, *args, **kwargs)
 
     monkeypatch.setattr(clocks.TimedSession, "start", classmethod(start))
     monkeypatch.setattr(clocks, "device_events", lambda: (Event(device), Event(device)))
-    monkeypatch.setattr(trace.Iteration, "of", classmethod(of))
+    monkeypatch.setattr(trace.Iteration, "from_pass", classmethod(from_pass))
     return model
 
 

@@ -5,7 +5,7 @@ Compiling costs tens of seconds per graph on a small CPU, so these tests cover o
 each kind of graph: the pass fused with an embedded model's step (texture's closed form, tiny's
 KV cache; a draft tree's pass with texture's `step_tree` and `keep_path`), and the split pass
 around a step that is not traced (toy-grid's: a draft tree here, a chain in the server test). Each checks that graphs were built, so a pass
-that fell back to eager fails. `scripts/compile_check.py` compares every golden case.
+that fell back to eager fails. `python -m bench compile-check` compares every golden case.
 """
 from __future__ import annotations
 

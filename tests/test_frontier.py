@@ -1,5 +1,5 @@
-"""The frontier's scripts: the campaign's pieces (scripts/train_frontier.py), the nearest-emoji
-ranking (scripts/nearest_emoji.py) and the figure (scripts/frontier_figure.py)."""
+"""The frontier's measurements: the campaign's pieces (`python -m bench train-frontier`), the
+nearest-emoji ranking (`nearest-emoji`) and the figure (`frontier-figure`)."""
 from __future__ import annotations
 
 import csv
@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from script_util import load_script
+from bench import frontier_figure, nearest_emoji, train_frontier
 
 pytestmark = pytest.mark.drill
 
@@ -18,7 +18,7 @@ SHIPPED = Path(__file__).resolve().parents[1] / "scd_core" / "assets" / "tiny64"
 
 
 def test_nearest_hits_counts_the_own_design_first_and_among_the_top():
-    nearest = load_script("nearest_emoji")
+    nearest = nearest_emoji
     flat = torch.eye(12)                               # 12 renders, each its own point
     keys = ["a", "a"] + [f"k{i}" for i in range(10)]  # "a": one design, two variants (renders 0, 1)
     exact = flat[[0, 5]]                               # samples equal to render 0 ("a") and render 5 ("k3")
@@ -31,7 +31,7 @@ def test_nearest_hits_counts_the_own_design_first_and_among_the_top():
 
 
 def test_the_shipped_tokenizer_checkpoint_exports_the_shipped_weights(tmp_path):
-    frontier = load_script("train_frontier")
+    frontier = train_frontier
     ckpt = tmp_path / "vq64"
     frontier.shipped_tokenizer_checkpoint(ckpt)
     record = json.loads(ckpt.with_suffix(".json").read_text())
@@ -45,7 +45,7 @@ def test_the_shipped_tokenizer_checkpoint_exports_the_shipped_weights(tmp_path):
 
 
 def test_lead_columns_from_a_benchmark_csv(tmp_path):
-    frontier = load_script("train_frontier")
+    frontier = train_frontier
     path = tmp_path / "bench.csv"
     rows = [("ar", 1, 256, 1.0)]
     # step compression is the mean over runs of 256 / passes, not 256 / the mean passes: the lead
@@ -63,7 +63,7 @@ def test_lead_columns_from_a_benchmark_csv(tmp_path):
 
 
 def test_a_prior_given_on_the_command_line():
-    frontier = load_script("train_frontier")
+    frontier = train_frontier
     prior = frontier.parse_prior("small:20:--d-model 32 --layers 2")
     assert (prior.name, prior.steps, prior.args) == ("small", 20, "--d-model 32 --layers 2")
     for bad in ("small", "small:x:--d-model 32", ":5:--layers 2", "small:0:"):
@@ -75,7 +75,7 @@ def test_a_prior_given_on_the_command_line():
 
 
 def test_frontier_figure_draws_the_points_and_goals(tmp_path, capsys):
-    figure = load_script("frontier_figure")
+    figure = frontier_figure
     results = tmp_path / "results.csv"
     results.write_text("prior,best_lead,top10_train\nlocal,1.9,0.05\nfull,1.65,0.25\n")
     out = tmp_path / "frontier.png"
@@ -96,7 +96,7 @@ def test_frontier_figure_draws_the_points_and_goals(tmp_path, capsys):
 
 
 def test_snapshots_are_found_by_name_and_ordered_by_step(tmp_path):
-    frontier = load_script("train_frontier")
+    frontier = train_frontier
     campaign = frontier.Campaign(tmp_path, threads=1, max_minutes=0, py="python")
     folder = tmp_path / "checkpoints"
     folder.mkdir()
@@ -109,7 +109,7 @@ def test_snapshots_are_found_by_name_and_ordered_by_step(tmp_path):
 
 
 def test_the_details_table_has_every_column(tmp_path):
-    frontier, figure = load_script("train_frontier"), load_script("frontier_figure")
+    frontier, figure = train_frontier, frontier_figure
     path = tmp_path / "results.csv"
     row = {c: "0" for c in frontier.RESULT_COLUMNS}
     row.update(prior="deep", step="800", steps="1500", attention="local/local", d_model="128", layers="2",

@@ -6,7 +6,7 @@ falls within rounding of a boundary gives another token on another machine. So e
 pinned at a seed whose tokens stay the same when every logit is scaled by 1 + 1e-5 N(0, 1)
 (`NUDGE`), in each of `NUDGES` runs, far above the relative 1e-7-1e-6 by which CPUs' sums differ;
 the regeneration below looks for such a seed (the base seed, then + 1000, + 2000, ...). A change that must alter the order of randomness is decided
-by the exactness suite and an NFE comparison over many seeds (`scripts/engine_ab.py
+by the exactness suite and an NFE comparison over many seeds (`python -m bench engine-ab
 --nfe-seeds 32`), and then regenerates this file in a commit of its own:
 
     python tests/test_golden.py --regenerate

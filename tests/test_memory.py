@@ -10,7 +10,7 @@ import scd_core
 from scd_core import memory
 from scd_core.models import REGISTRY
 from scd_core.serve import Scheduler
-from script_util import load_script
+from bench import pass_memory
 
 
 @pytest.fixture(scope="module")
@@ -83,11 +83,11 @@ def test_the_registry_knows_each_shipped_models_vocabulary(name):
 @pytest.mark.drill
 @pytest.mark.parametrize("method", ["sjd", "scd-mc", "scd-gumbel"])
 def test_a_pass_holds_no_more_than_the_formula_says(method):
-    """Measured in a process of its own (`scripts/pass_memory.py`: the growth of its peak
+    """Measured in a process of its own (`python -m bench pass-memory`: the growth of its peak
     resident set over a warm-up run): the pass's peak, its state and the logits included, stays under `pass_bytes`, and
     is more than two thirds of it (the formula is the pass's size, not a loose bound)."""
     rows, window, vocab = 4, 32, 64000
-    peak = load_script("pass_memory").measure(method, rows, window, vocab)
+    peak = pass_memory.measure(method, rows, window, vocab)
     formula = memory.pass_bytes(rows, window, vocab)
     assert 2 / 3 * formula < peak <= formula, f"{method}: {peak / 2**20:.0f} MiB, formula {formula / 2**20:.0f} MiB"
 
@@ -99,7 +99,7 @@ def test_a_top_p_pass_at_cosmos_page_settings_holds_no_more_than_the_formula_say
     settings (top-p 0.8, window 128, V 64,000) stays under `pass_bytes` at that top-p, which is
     more than without it, and above two thirds of it."""
     rows, window, vocab, top_p = 2, 128, 64000, 0.8
-    peak = load_script("pass_memory").measure(method, rows, window, vocab, top_p)
+    peak = pass_memory.measure(method, rows, window, vocab, top_p)
     formula = memory.pass_bytes(rows, window, vocab, top_p)
     assert formula > memory.pass_bytes(rows, window, vocab)
     assert 2 / 3 * formula < peak <= formula, f"{method}: {peak / 2**20:.0f} MiB, formula {formula / 2**20:.0f} MiB"

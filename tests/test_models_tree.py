@@ -141,13 +141,12 @@ def test_the_documented_example_model_passes_the_tree_checker():
 
 
 def test_a_tree_pass_writes_bytes_of_the_tree_not_of_the_cache():
-    """`scripts/cache_writes.py`: the bytes a 2x2 tree's pass (`step_tree` + `keep_path`) writes
+    """`python -m bench cache-writes`: the bytes a 2x2 tree's pass (`step_tree` + `keep_path`) writes
     into the KV cache or into copies of it, per layer, are the same for a cache of 64 positions
     and one of 512 (its nodes into the tree slots, the kept path moved into place), a small
     part of a layer's keys; a chain pass of as many tokens writes about as much."""
-    from script_util import load_script
+    from bench.cache_writes import measure
 
-    measure = load_script("cache_writes").measure
     small, large = measure("tiny", 2, 2), measure("tiny-video", 2, 2)
     assert small["slots"] * 8 == large["slots"] and small["tree"] == large["tree"] > 0
     assert large["tree"] < large["cache"] / 10 and small["tree"] <= 2 * small["chain"]

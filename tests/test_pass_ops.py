@@ -3,7 +3,7 @@ no more operations than the engine did before draft trees (each is a kernel laun
 
 Counted with a dispatch mode (`ops_util.OpCounter`) over every pass of a `stream` after the
 prefill, records included, on `texture` (B = 8, L = 16; the count per pass does not depend on
-the grid's size, so a 12 x 12 grid keeps the test short), as `scripts/pass_ops.py` prints
+the grid's size, so a 12 x 12 grid keeps the test short), as `python -m bench pass-ops` prints
 them. The one wait a pass may have is the loop's "are all rows done" check.
 """
 from __future__ import annotations

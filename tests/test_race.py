@@ -236,7 +236,7 @@ def test_one_image_and_the_batch_have_the_benchs_nfe(client, texture):
     """The figures the race times, against the bench's for the same settings: one image alone
     is `--seeds 1`, its NFE exactly; the batch's per-sample NFE is `--seeds K`'s, and `--seeds 1
     --batch K` decodes the same K rows (same NFE). Only that the times exist is asserted here:
-    how they compare is measured by scripts/race_timing.py."""
+    how they compare is measured by `python -m bench race-timing`."""
     from scd_core import bench_rows
 
     settings = race.Race("ocean waves", scd_core.Settings(window=16))

@@ -1,4 +1,4 @@
-"""scripts/real_size_drill.py on small configs of each family: the published file layouts,
+"""`python -m bench real-size-drill` on small configs of each family: the published file layouts,
 served by the fake Hub, downloaded and loaded by `load_model(..., dtype=torch.bfloat16)` in a
 fresh process, then a few passes. What is asserted is what makes a real-size load cost one
 copy of the weights: no weight is randomly initialised before it is loaded (a `torch.nn.init`
@@ -15,7 +15,7 @@ import torch
 import transformers  # noqa: F401  (the drills write transformers checkpoints)
 
 from scd_core.models.checkpoints import converted_state
-from script_util import load_script
+from bench import real_size_drill as drill
 
 pytestmark = pytest.mark.drill
 
@@ -26,7 +26,6 @@ PASSES = 2
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict[str, dict]:
-    drill = load_script("real_size_drill")
     work = tmp_path_factory.mktemp("drill")
     return {name: drill.run_drill(drill.DRILLS[name], "ci", work, None, threads=1, passes=PASSES, timeout=300)
             for name in DRILLS}

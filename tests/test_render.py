@@ -570,10 +570,10 @@ def test_the_coupling_figure_is_the_runs_own_and_teaches_the_hard_case_too():
     import json
     from pathlib import Path
 
-    from script_util import load_script
+    from bench import coupling_figure
 
     shipped = json.loads((Path(charts.__file__).parent / charts.COUPLING).read_text(encoding="utf-8"))
-    again = load_script("coupling_figure").measure()
+    again = coupling_figure.measure()
     for name in ("kept", "redrawn"):
         a, b = again[name], shipped[name]
         assert a["tokens"] == b["tokens"] and a["draft"] == b["draft"] and a["again"] == b["again"]
