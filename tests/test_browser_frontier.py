@@ -50,12 +50,14 @@ def test_the_note_under_tiny_64_leads_to_both_models_samples_their_leads_and_the
         pg.wait_for_function("() => document.querySelector('#frontier-figure .js-plotly-plot')?.getAttribute('aria-label')",
                              timeout=10_000)
         assert chart.get_attribute("aria-label") == charts.alt_of(fv.figure()) and chart.get_attribute("role") == "img"
-        legend = chart.locator(".legendtext").all_inner_texts()
+        legend = chart.locator(".legendtext").evaluate_all("texts => texts.map(t => t.textContent)")
         assert [name for name, _, _ in fv.frontier_points()] == legend[:len(fv.frontier_points())]
         assert not any("_" in name or "deep-local" in name for name in legend)   # named in words, not run ids
         assert chart.evaluate(REACHABLE) == "ok"                               # whole on a phone: no swipe
-        for line in chart.locator(".legendtext").all():                         # every name whole, in sight
-            assert line.evaluate(REACHABLE) == "ok", line.inner_text()
+        assert chart.evaluate("""el => { const c = el.getBoundingClientRect();      // every name whole, in the chart
+            return [...el.querySelectorAll('.legendtext, .g-xtitle text, .g-ytitle text')].filter(t => {
+              const r = t.getBoundingClientRect(); return r.left < c.left - 1 || r.right > c.right + 1
+                || r.top < c.top - 1 || r.bottom > c.bottom + 1; }).map(t => t.textContent); }""") == []
         sizes = chart.evaluate("el => [...el.querySelectorAll('.legendtext, .xtick text, .ytick text')]"
                                ".map(t => parseFloat(getComputedStyle(t).fontSize))")
         assert min(sizes) >= 11, sizes
