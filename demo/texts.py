@@ -73,9 +73,12 @@ def code_block(text: str) -> str:
     return f"{fence}\n{text}\n{fence}"
 
 
+QUIET = '<span class="say-quiet" hidden></span>'     # a status the live region does not say: no news
+
+
 def hint(text: str, name: str) -> str:
-    """A tab's hint before a run, naming the model it will run."""
-    return f"**{name}** · {text}"
+    """A tab's hint before a run, naming the model it will run (not said by the live region)."""
+    return f"**{name}** · {text}{QUIET}"
 
 
 def pace_info(shortest: float) -> str:

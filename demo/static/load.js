@@ -60,8 +60,9 @@
     .observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true, attributeFilter: ['src']});
   // Progress in words, in a polite live region of the page's own: a run's start, a step now
   // and then (STEP_MS apart at most), its end or stop, and a click refused. Each status carries
-  // what to say in a hidden span (`.say-start`, `.say-step`, `.say-end`: demo.texts.said);
-  // another change of a status is said as its first line, where its tab is in view.
+  // what to say in a hidden span (`.say-start`, `.say-step`, `.say-end`: demo.texts.said; a
+  // hint's `.say-quiet`: nothing); another change of a status is said as its first line, where
+  // its tab is in view.
   // Gradio's own region says "Loading" at every event and an untranslated key,
   // "common.complete", at its end: it is hidden from assistive technology.
   const STEP_MS = 6000;
@@ -94,10 +95,11 @@
       const words = (span ? span.textContent : md.textContent.trim().split('\n')[0]).trim()
         .replace(/ · /g, ', ').replace(/…$/, '');
       if (words === heard[sel]) continue;
+      const first = !(sel in heard);
       heard[sel] = words;
-      if (!primed || !words) continue;                     // what the page opens with is not news
+      if (!primed || first || !words || kind === 'quiet') continue;    // a hint, or what a tab opens with
       if (kind === 'step' && Date.now() - (stepAt[sel] || 0) < STEP_MS) continue;
-      if (kind === 'note' && box.offsetParent === null) continue;      // a tab out of view
+      if (kind === 'note' && !box.checkVisibility({visibilityProperty: true})) continue;    // a tab out of view
       if (kind !== 'end') stepAt[sel] = Date.now();
       speak(words);
     }
