@@ -17,7 +17,7 @@ import scd_core
 from legend_check import unnamed_colours
 from plots_util import figure
 from scd_core import race, trace
-from demo import charts, export, pictures, race_view, run_view
+from demo import charts, export, pictures, race_view, run_view, streaming
 from scd_core.trace import Iteration, Run, TokenLog
 
 
@@ -479,6 +479,31 @@ def test_a_run_that_shared_its_passes_says_so_and_gives_no_latency_speedup(toy_g
     assert "| latency speed-up | not measured: this run's passes shared" in shared
     assert "so it includes their work" in shared
     assert "| latency speed-up | 1.80x" in run_view.run_summary("SJD", stats.sample(), 0.5, 0.9, "CPU")
+
+
+def test_the_latency_speedup_divides_a_warm_ars_median_never_a_first_run(toy_grid, sjd_iterations):
+    """A session's first run on a model may be its worker's, which warms the model up (tiny's AR:
+    3.02 s, then 0.97 s and 0.34 s): its time is never the reference, and its own ratio is not
+    given; one warm AR run is said as one run each; more give their median."""
+    stats = run_view.TraceStats(tuple(toy_grid.grid))
+    for it in sjd_iterations:
+        stats.add(it)
+    history = {"_model": "toy-grid"}
+    assert streaming.first_run(history)
+    streaming.remember(history, "ar", [1], [1], 3.02, (1, 0), 0, 16)          # cold: not kept
+    assert history["ar"]["walls"] == [] and not streaming.first_run(history)
+    first = run_view.run_summary("SJD", stats.sample(), 0.5, [], "CPU", first=True)
+    assert "| latency speed-up | not measured: your first run on this model here" in first
+    assert "run AR (after a first run" in run_view.run_summary("SJD", stats.sample(), 0.5, [], "CPU")
+    streaming.remember(history, "ar", [1], [1], 0.97, (1, 0), 0, 16)
+    one = run_view.run_summary("SJD", stats.sample(), 0.5, history["ar"]["walls"], "CPU")
+    assert "| latency speed-up | 1.94x, one run each (this one 0.50 s, your AR run 0.97 s)" in one
+    for wall in (0.34, 0.40):
+        streaming.remember(history, "ar", [1], [1], wall, (1, 0), 0, 16)
+    many = run_view.run_summary("SJD", stats.sample(), 0.2, history["ar"]["walls"], "CPU")
+    assert "| latency speed-up | 2.00x against the median of your last 3 AR runs, 0.40 s (0.34–0.97)" in many
+    streaming.remember(history, "ar", [1], [1], None, (1, 0), 0, 16)          # shared its passes: not kept
+    assert history["ar"]["walls"] == [0.97, 0.34, 0.40]
 
 
 def test_a_stopped_run_has_no_step_compression_or_speedup(toy_grid, sjd_iterations):
