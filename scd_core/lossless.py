@@ -60,17 +60,7 @@ def chi_square_two_sample(a: Sequence[int], b: Sequence[int],
     na, nb = float(a.sum()), float(b.sum())
     if na == 0 or nb == 0:
         raise ValueError("a and b must each count at least one sample")
-    share = min(na, nb) / (na + nb)                     # expected count in the smaller set: pooled * share
-    pooled = a + b
-    order = [int(v) for v in torch.argsort(pooled, descending=True, stable=True) if pooled[v] > 0]
-    kept = [v for v in order if float(pooled[v]) * share >= min_expected]
-    rare = [v for v in order if v not in set(kept)]
-    bins = [(v,) for v in kept]
-    if rare:
-        if sum(float(pooled[v]) for v in rare) * share >= min_expected or not bins:
-            bins.append(tuple(rare))
-        else:                                            # too few even pooled: join the smallest kept bin
-            bins[-1] = bins[-1] + tuple(rare)
+    bins = token_groups(a + b, min(na, nb) / (na + nb), min_expected)
     oa = torch.tensor([float(a[list(g)].sum()) for g in bins], dtype=torch.float64)
     ob = torch.tensor([float(b[list(g)].sum()) for g in bins], dtype=torch.float64)
     labels = tuple(g[0] if len(g) == 1 else -1 for g in bins)
@@ -85,6 +75,22 @@ def chi_square_two_sample(a: Sequence[int], b: Sequence[int],
     return ChiSquare(statistic, dof, p, labels, tuple(int(x) for x in oa), tuple(int(x) for x in ob))
 
 
+def token_groups(pooled: torch.Tensor, share: float, min_expected: float = MIN_EXPECTED) -> list[tuple[int, ...]]:
+    """The token groups a test compares, from the pooled counts alone: each token expected at
+    least `min_expected` times in the smaller set (`share` of the pooled samples) alone, the rest
+    pooled into one group (rarest last), or joined to the smallest group when too few even pooled."""
+    order = [int(v) for v in torch.argsort(pooled, descending=True, stable=True) if pooled[v] > 0]
+    kept = [v for v in order if float(pooled[v]) * share >= min_expected]
+    rare = [v for v in order if v not in set(kept)]
+    bins = [(v,) for v in kept]
+    if rare:
+        if sum(float(pooled[v]) for v in rare) * share >= min_expected or not bins:
+            bins.append(tuple(rare))
+        else:                                            # too few even pooled: join the smallest kept bin
+            bins[-1] = bins[-1] + tuple(rare)
+    return bins
+
+
 def counts_at(tokens: torch.LongTensor, position: int, vocab_size: int) -> torch.LongTensor:
     """[V] how many of the samples `tokens` [S, N] have each token value at `position`."""
     return torch.bincount(tokens[:, position].cpu(), minlength=vocab_size)
@@ -95,17 +101,23 @@ def spread_positions(num_tokens: int, count: int = 4) -> list[int]:
     return sorted({round(i * (num_tokens - 1) / max(1, count - 1)) for i in range(count)})
 
 
-def informative_positions(a: torch.LongTensor, b: torch.LongTensor, count: int = 4) -> list[int]:
-    """The `count` positions where the samples `a` [S, N] and `b` [S', N], pooled, vary most (the
-    entropy of the pooled tokens there; the earlier position on a tie), in order: where the law
-    has entropy, so that a test there can tell two laws apart. Chosen from the pooled samples
-    only, which are the same whichever sample came from which method: if both draw from one law,
-    the choice leaves each test's chance of a small p-value as it is."""
+def informative_positions(a: torch.LongTensor, b: torch.LongTensor, count: int = 4,
+                          min_expected: float = MIN_EXPECTED) -> list[int]:
+    """The `count` positions where the samples `a` [S, N] and `b` [S', N], pooled, vary most as
+    the test sees them (the entropy of the pooled samples over the token groups the test would
+    compare there, `token_groups`; the earlier position on a tie), in order: where the law has
+    entropy a test can see, so that it can tell two laws apart (a position of many tokens each
+    too rare to test alone is one group: nothing to tell). Chosen from the pooled samples only,
+    which are the same whichever sample came from which method: if both draw from one law, the
+    choice leaves each test's chance of a small p-value as it is."""
     pooled = torch.cat([a, b]).cpu()
+    share = min(a.shape[0], b.shape[0]) / pooled.shape[0]
     entropy = []
     for position in range(pooled.shape[1]):
-        share = torch.unique(pooled[:, position], return_counts=True)[1].double() / pooled.shape[0]
-        entropy.append(float(-(share * share.log()).sum()))
+        counts = torch.bincount(pooled[:, position])
+        totals = torch.tensor([float(counts[list(g)].sum()) for g in token_groups(counts, share, min_expected)],
+                              dtype=torch.float64) / pooled.shape[0]
+        entropy.append(float(-(totals * totals.log()).sum()))
     order = sorted(range(len(entropy)), key=lambda i: (-entropy[i], i))
     return sorted(order[:count])
 

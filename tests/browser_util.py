@@ -76,10 +76,17 @@ def fill(pg, elem_id: str, value) -> None:
     box.press("Tab")
 
 
-def pick_model(pg, name: str, wait: int = 1500) -> None:
+def pick_model(pg, name: str, wait: int | None = None) -> None:
+    """Pick `name` in the model list; by default, until the switch has landed (the Generate
+    status names the model: its hint, or the run the pick stopped), else `wait` ms."""
     pg.locator("#model input").click()
     pg.get_by_role("option", name=re.compile(rf"^{re.escape(name)} ")).click()
-    pg.wait_for_timeout(wait)
+    if wait is not None:
+        pg.wait_for_timeout(wait)
+        return
+    pg.wait_for_function("name => { const said = (document.querySelector('#status [data-testid=markdown]')"
+                         "?.textContent || '').trim(); return said.startsWith(name + ' ·') || "
+                         "said.includes('picked ' + name); }", arg=name, timeout=60_000)
 
 
 PLACEHOLDERS = """() => [...document.querySelectorAll('[aria-label="Empty value"]')]

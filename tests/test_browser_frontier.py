@@ -63,6 +63,9 @@ def test_the_note_under_tiny_64_leads_to_both_models_samples_their_leads_and_the
         assert min(sizes) >= 11, sizes
         assert pg.evaluate("() => document.documentElement.scrollWidth") <= size[0]   # the page itself does not
         assert pg.evaluate(MARKS) == []
+        pg.wait_for_function("() => document.querySelector('#coupling-figure .js-plotly-plot')?.getAttribute('aria-label')")
+        coupling = pg.locator("#coupling-figure .js-plotly-plot").get_attribute("aria-label")
+        assert "kept with probability 1.00" in coupling and "redrawn from the residual" in coupling
         assert axe_findings(pg) == []
         pg.locator("#frontier").screenshot(path=os.path.join(SHOTS, f"scd_frontier_{theme}_{size[0]}.png"))
     finally:

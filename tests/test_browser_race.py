@@ -14,7 +14,7 @@ from demo import config, models
 from scd_core.settings import METHODS
 from browser_util import browser  # noqa: F401  (a fixture)
 from browser_util import (axe_findings, fill, in_sight, open_page, pick_model, race_cells, said, text,
-                          unreachable_cells, wait_text, BROKEN_WORDS, LISTEN, PICTURES, SHOTS, SIZES)
+                          unreachable_cells, wait_text, BROKEN_WORDS, LISTEN, MARKS, PICTURES, SHOTS, SIZES)
 
 pytestmark = pytest.mark.browser
 
@@ -73,6 +73,8 @@ def test_lossless_on_a_phone_reads_whole_and_shows_where_the_pictures_differ(bro
                 assert apart, (a, b)
         assert pg.locator("#lossless-summary").evaluate(BROKEN_WORDS) == []
         assert unreachable_cells(pg, "#lossless-summary li") == []
+        summary = text(pg, "lossless-summary")                  # where the samples vary, with the test's power
+        assert "where the samples, pooled, vary most" in summary and summary.count("catches, 8 times in 10") >= 1
         assert "red where their tokens differ" in text(pg, "lossless-diff-title")
         assert pg.locator("#lossless-diff img").evaluate("el => el.getBoundingClientRect().width") > 200
         pg.screenshot(path=os.path.join(SHOTS, "scd_lossless_390.png"), full_page=True)
@@ -226,6 +228,7 @@ def test_axe_finds_nothing_critical_or_serious_after_a_race_and_a_lossless_compa
         assert {f"race-{m}" for m in METHODS} <= set(pictures), pictures
         assert pictures["race-scd-gumbel"].startswith("SCD Gumbel coupling. SCD Gumbel coupling all done"), pictures
         assert axe_findings(pg) == []
+        assert pg.evaluate(MARKS) == []                         # the race's charts too: every mark 3:1
         pg.locator("button[role=tab]", has_text="Lossless").click()
         fill(pg, "loss-samples", 32)
         pg.locator("#lossless").click()

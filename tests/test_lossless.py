@@ -92,13 +92,16 @@ def test_scd_draws_ars_law_on_texture_and_greedy_gives_ars_tokens(texture):
 
 
 def test_the_positions_tested_are_where_the_pooled_samples_vary_most():
-    """Not a position nearly every sample fills alike (nothing to tell apart there): the pooled
-    tokens' entropy picks them, the same whichever sample came from which method."""
+    """Not a position nearly every sample fills alike, nor one whose tokens are each too rare to
+    test alone (nothing to tell apart at either): the entropy of the pooled samples over the
+    token groups the test compares picks them, the same whichever sample came from which method."""
     a = torch.zeros(40, 6, dtype=torch.long)
     b = torch.zeros(40, 6, dtype=torch.long)
     a[:, 2], b[:, 2] = torch.arange(40) % 5, torch.arange(40) % 4       # five values, then four
-    a[:, 4], b[:, 4] = torch.arange(40) % 2, torch.arange(40) % 2       # two
-    a[0, 5] = 1                                                        # one sample apart
+    a[:, 3], b[:, 3] = torch.arange(40), torch.arange(40, 80)           # 80 tokens, each once: one group
+    a[:, 4], b[:, 4] = torch.arange(40) % 2, torch.arange(40) % 2       # two, half and half
+    a[:10, 5], b[:10, 5] = 1, 1                                         # two, a quarter and the rest
+    a[0, 1] = 1                                                        # one sample apart: one group
     assert lossless.informative_positions(a, b, count=3) == [2, 4, 5]
     assert lossless.informative_positions(b, a, count=3) == [2, 4, 5]
     mixed = torch.cat([a, b])[torch.randperm(80, generator=torch.Generator().manual_seed(3))]
