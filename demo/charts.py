@@ -12,6 +12,7 @@ from gradio.components.plot import PlotData
 from demo.labels import METHOD_LABELS
 from demo.pictures import ACCEPTED, F_CHANGED, F_KEPT, FILM_STYLE, NEW, RESAMPLED, STYLE, grid3
 from demo.run_view import TraceStats, draft_facts
+from scd_core import trace
 from scd_core.trace import Iteration
 
 # --------------------------------------------------------------------------- charts
@@ -443,14 +444,13 @@ def accept_prob_figure(it: Iteration, grid: tuple[int, ...], row: int = 0):
                           hovertemplate="row %{y}, column %{x}<br>%{customdata}<extra></extra>")
     key = dict(type="scatter", x=[None], y=[None], mode="markers", name="verified draft, coloured by min(1, p/q)",
                marker=dict(symbol="square", size=9, color="rgb(26, 152, 80)"))
-    facts = draft_facts(it, row)
-    tested = [f for f in facts if f.test != "untested"]
-    rejected = [f for f in tested if f.test == "rejected"]
-    alt = (f"min(1, p/q) of the drafts pass {it.index} verified: {len(tested)} verified, "
-           f"{len(tested) - len(rejected)} accepted"
-           + (f", {len(rejected)} rejected (min(1, p/q) = {rejected[0].keep:.3f})" if rejected else "")
-           + f", {len(facts) - len(tested)} fed but not tested; the table under the caption lists each draft's "
-           "p(x) and q(x)." if facts else f"min(1, p/q) of the drafts pass {it.index} verified: none shown.")
+    facts = draft_facts(it, row)                   # a chain's (a tree's nodes share positions: none)
+    rejected = [f for f in facts if f.test == "rejected"]
+    verified, accepted = trace.verified_drafts([it], row), trace.accepted_drafts([it], row)
+    alt = (f"min(1, p/q) of the drafts pass {it.index} verified: {verified} verified, {accepted} accepted"
+           + (f", the first rejected at min(1, p/q) = {rejected[0].keep:.3f}" if rejected else "")
+           + (f", {sum(f.test == 'untested' for f in facts)} fed after it, not tested; the table under the "
+              "caption lists each draft's p(x) and q(x)." if facts else "."))
     return heatmap_figure(vals, grid, title("min(1, p/q) of the verified drafts", f"pass {it.index}"),
                           "row %{y}, column %{x}<br>verified: min(1, p/q) = %{z:.3f}<br>%{customdata}",
                           colorscale="RdYlGn", colorbar="min(1, p/q)", extra=(untested_cells, key),

@@ -202,11 +202,11 @@ def passes_sentence(summaries: Sequence[MethodSummary]) -> str:
         return f"{head}: {name} needs the fewest, {_nfe(best)} per image on average, clearly fewer than {listed(clear)}."
     few = [s for s in close if apart((best.nfe.low, best.nfe.high), (s.nfe.low, s.nfe.high))]
     within = [s for s in close if s not in few]
-    said = [f"within the samples' spread of {listed(within)}"] if within else []
+    parts = [f"within the samples' spread of {listed(within)}"] if within else []
     if few:
-        said.append(f"fewer than {listed(few)} in every sample, though with {best.nfe.count} samples "
-                    f"{_one_in(chance_apart(best.nfe.count, few[0].nfe.count))}")
-    return (f"{head}: {name} has the lowest mean, {_nfe(best)} per image, but is " + ", and ".join(said)
+        parts.append(f"fewer than {listed(few)} in every sample, though with {best.nfe.count} samples "
+                     f"{_one_in(chance_apart(best.nfe.count, few[0].nfe.count))}")
+    return (f"{head}: {name} has the lowest mean, {_nfe(best)} per image, but is " + ", and ".join(parts)
             + ": no method clearly needs the fewest here"
             + (f"; {name} needs clearly fewer than {listed(clear)}" if clear else "") + ".")
 
@@ -251,11 +251,11 @@ def _ranked(timed: Sequence[MethodSummary], what: str, value, spread, shown, bes
     name = METHOD_LABELS[best.method]
     if not close and not few:
         return f"{what}: {name} {best_is}, {shown(best.timing)}, clearly ahead of {_names(clear, shown)}."
-    said = [f"within noise of {_names(close, shown)}"] if close else []
+    parts = [f"within noise of {_names(close, shown)}"] if close else []
     if few:
-        said.append(f"ahead of {_names(few, shown)} in each of {best.timing.rounds} rounds, too few to call "
-                    f"it clear ({_one_in(chance_apart(best.timing.rounds, few[0].timing.rounds))})")
-    return (f"{what}: {name} has the best median, {shown(best.timing)}, but is " + ", and ".join(said)
+        parts.append(f"ahead of {_names(few, shown)} in each of {best.timing.rounds} rounds, too few to call "
+                     f"it clear ({_one_in(chance_apart(best.timing.rounds, few[0].timing.rounds))})")
+    return (f"{what}: {name} has the best median, {shown(best.timing)}, but is " + ", and ".join(parts)
             + ": no method is clearly the best here"
             + (f"; {name} is clearly ahead of {_names(clear, shown)}" if clear else "") + ".")
 

@@ -68,16 +68,16 @@
   const STEP_MS = 6000;
   const SAID = ['#status', '#race-status', '#lossless-status', '#input-message', '#lossless-message'];
   const heard = {}, stepAt = {};
-  let region = null, primed = false;
+  let primed = false;
+  const region = Object.assign(document.createElement('div'), {id: 'page-said', className: 'page-said'});
+  region.setAttribute('role', 'status');          // in the page from the start: a region made as it speaks
+  region.setAttribute('aria-live', 'polite');     // is not always heard
+  region.setAttribute('aria-atomic', 'true');
+  (document.querySelector('#header') || document.body).after(region);
   const speak = words => {
-    if (!region) {
-      region = Object.assign(document.createElement('div'), {id: 'page-said', className: 'page-said'});
-      region.setAttribute('role', 'status');
-      region.setAttribute('aria-live', 'polite');
-      region.setAttribute('aria-atomic', 'true');
-      (document.querySelector('#header') || document.body).after(region);
-    }
-    region.textContent = words;
+    if (region.textContent !== words) { region.textContent = words; return; }
+    region.textContent = '';                      // the same words again (the same run twice): heard again
+    setTimeout(() => { region.textContent = words; }, 100);
   };
   const quiet = () => {
     for (const el of document.querySelectorAll('.sr-only[aria-live]:not(#page-said)')) {
