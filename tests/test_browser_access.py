@@ -174,17 +174,16 @@ ANNOUNCERS = """() => [...document.querySelectorAll('[aria-live]')]     // live 
 @pytest.mark.parametrize("theme", ["light", "dark"])
 @pytest.mark.parametrize("size", SIZES)
 def test_axe_finds_nothing_critical_serious_or_moderate_and_a_generate_is_announced_in_words(browser, size, theme):
-    """On a first visit and after a Generate on tiny: axe finds nothing critical, serious or
-    moderate; every picture and every chart named by what it shows; text at AA contrast and every
-    chart mark at 3:1 in both themes, one h1, the charts in the page's theme. The run is said in
-    words in the page's own polite live region, from its start to its end, and Gradio's
-    announcer (its "Loading" and untranslated "common.complete") is not heard."""
+    """On a first visit and after a Generate: axe finds nothing critical, serious or moderate;
+    every picture and every chart named by what it shows; text at AA contrast and every chart
+    mark at 3:1 in both themes, one h1, the charts in the page's theme. The run is said in words
+    in the page's own polite live region, and Gradio's announcer (its "Loading" and untranslated
+    "common.complete") is not heard."""
     pg = open_page(browser, *size, theme)
     try:
         assert pg.evaluate("() => document.body.classList.contains('dark')") == (theme == "dark")
         assert axe_findings(pg) == []
         assert pg.locator("h1").count() == 1
-        pick_model(pg, "tiny")
         fill(pg, "pace", 0)
         pg.evaluate(LISTEN)
         pg.locator("#generate").click()
@@ -198,8 +197,8 @@ def test_axe_finds_nothing_critical_serious_or_moderate_and_a_generate_is_announ
         pg.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')].filter(p => p.offsetParent)"
                              ".every(p => p.getAttribute('role') === 'img' && p.getAttribute('aria-label'))",
                              timeout=10_000)
-        words = [w for w in said(pg) if w.startswith("Generate")]          # a model pick's hint may come first
-        assert words[-1].startswith("Generate done: SCD maximal coupling on tiny, 64 tokens in "), words
+        words = said(pg)
+        assert words[-1].startswith("Generate done: SCD maximal coupling on texture, 576 tokens in "), words
         assert all(w.startswith("Generate started") for w in words[:1] if len(words) > 1), words   # too quick to show one
         assert pg.evaluate(ANNOUNCERS) == ["page-said"]
         assert "not measured: your first run on this model here" in text(pg, "summary")   # no cold reference
@@ -226,7 +225,7 @@ def tab_stops(pg, start: str, until: str, most: int = 60) -> list[tuple[str, str
     stops = []
     while len(stops) < most and (not stops or stops[-1][0] != until):
         pg.keyboard.press("Tab")
-        pg.wait_for_timeout(150)            # a person's pace: a dropdown left at once can take the focus back
+        pg.wait_for_timeout(150)            # a person's pace: a ring fades in (a button's transition)
         stops.append(tuple(pg.evaluate(FOCUSED)))
     return stops
 
@@ -319,15 +318,19 @@ MARKUP = """() => [...document.querySelectorAll('#ID img, #ID script, #ID strong
 @pytest.mark.parametrize("size", SIZES)
 def test_a_prompt_with_html_markdown_and_script_shows_as_text_wherever_it_is_echoed(browser, size):
     """Under the prompt box, in the run's summary and in a switch's note: the characters typed,
-    nothing the browser fetches, runs or formats."""
+    nothing the browser fetches, runs or formats; the run on tiny said in words in the live
+    region (no prompt in them)."""
     pg = open_page(browser, *size)
     try:
         pick_model(pg, "tiny")
         fill(pg, "pace", 0)
         pg.locator("#prompt textarea").fill(HOSTILE_PROMPT)
         wait_text(pg, "prompt-words", "not known to tiny, ignored: <img **giant**", timeout=10_000)
+        pg.evaluate(LISTEN)
         pg.locator("#generate").click()
         wait_text(pg, "status", "done")
+        pg.wait_for_function("() => (window.__said || []).some(w => w.startsWith("
+                             "'Generate done: SCD maximal coupling on tiny, 64 tokens in '))", timeout=10_000)
         wait_text(pg, "summary", "ignored: <img **giant**.")
         for where in ("prompt-words", "summary"):
             assert pg.evaluate(MARKUP.replace("ID", where)) == 0, where
