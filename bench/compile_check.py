@@ -5,6 +5,7 @@
     python -m bench compile-check --cases texture      # only the cases of one model
     python -m bench compile-check --time texture/scd-mc --batch 1   # compile seconds of one pass
     python -m bench compile-check --static-writes texture,tiny,janus-pro,emu3,lumina-mgpt,llamagen,cosmos
+    python -m bench compile-check --graph-inputs texture,tiny,janus-pro,emu3,lumina-mgpt,llamagen,cosmos
 
 Each case decodes eager, then compiled: the first compiled run of a case pays its compile
 (printed as "first"), a second one runs on the compiled graph. `--time MODEL/METHOD` only
@@ -14,6 +15,9 @@ process finds the compiled code on disk and only traces the pass again). `--stat
 the tensors one compiled pass of each model (SCD-MC, L = 6; and SJD with a 2x2 tree, L = 8)
 writes in place that are not static, read from inductor's graphs
 (`scd_core.testing.unmarked_writes`; on a GPU such a pass is not captured as a CUDA graph).
+`--graph-inputs`: for the same passes, two runs of the same prompts traced on the GPU's path
+(`scd_core.testing.read_graph_inputs`): the inputs a pass took that an earlier pass returned,
+and the static buffers the second run took at other addresses.
 """
 from __future__ import annotations
 
@@ -25,16 +29,30 @@ import torch
 
 import scd_core
 from bench.builds import tiny_config
-from scd_core.testing import unmarked_writes
+from scd_core.testing import read_graph_inputs, unmarked_writes
 from test_golden import MODELS, all_cases
+
+CASES = {"SCD-MC, L = 6": dict(method="scd-mc", window=6), "SJD, 2x2 tree, L = 8": dict(method="sjd", window=8,
+                                                                                        tree=(2, 2))}
+
+
+def graph_inputs(names: list[str]) -> None:
+    """Inputs fed back and static buffers moved, per model and setting (see the docstring)."""
+    print("| model | setting | fed back | moved |\n|---|---|---|---|")
+    for name in names:
+        model, prompts, cfg = tiny_config(name)
+        for setting, settings in CASES.items():
+            kw = dict(seed=0, top_k=40) | settings | (dict(init="random") if name == "cosmos" else {})
+            read = read_graph_inputs(model, prompts[:1], cfg, **kw)
+            print(f"| {name} | {setting} | {', '.join(read.fed_back) or 'none'} | "
+                  f"{len(read.moved)} of {read.static} |", flush=True)
 
 
 def static_writes(names: list[str]) -> None:
     """Unmarked in-place writes of one compiled pass per model and setting (see the docstring)."""
     import torch._dynamo
 
-    cases = {"SCD-MC, L = 6": dict(method="scd-mc", window=6), "SJD, 2x2 tree, L = 8": dict(method="sjd", window=8,
-                                                                                            tree=(2, 2))}
+    cases = CASES
     print("| model | " + " | ".join(cases) + " |\n|---|" + "---|" * len(cases))
     for name in names:
         model, prompts, cfg = tiny_config(name)
@@ -56,11 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--static-writes", default="", metavar="MODELS",
                     help="instead: the unmarked in-place writes of these models' compiled passes (comma-separated)")
+    ap.add_argument("--graph-inputs", default="", metavar="MODELS",
+                    help="instead: the inputs fed back and buffers moved of these models' passes (comma-separated)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", category=UserWarning)
     if args.static_writes:
         static_writes(args.static_writes.split(","))
+        return 0
+    if args.graph_inputs:
+        graph_inputs(args.graph_inputs.split(","))
         return 0
     if args.time:
         name, method = args.time.split("/")

@@ -36,7 +36,7 @@ and no operation waits for the device, so it compiles whole.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 
 import torch
@@ -60,6 +60,9 @@ class Plan:
     settings: Settings
     grid: tuple[int, ...]
     vocab_size: int
+    # [M] the tokens random-init drafts are drawn from, uniformly (None: all V). Any fixed set
+    # is exact (q is the uniform law over it); one the logits restrict p to is accepted most.
+    draft_vocab: torch.LongTensor | None = field(default=None, compare=False)
 
     @classmethod
     def of(cls, settings: Settings, model: TokenModel) -> "Plan":
@@ -282,8 +285,8 @@ def carry_and_fill(state: State, tokens: torch.LongTensor, c: torch.LongTensor, 
 def fill_slots(state: State, carried: torch.BoolTensor, u: torch.Tensor, plan: Plan) -> State:
     """Fill every slot without a carried draft (a suffix of the window) by the init scheme.
 
-    random: uniform over the vocabulary, q = uniform (exact, and accepted far more often than
-    a one-hot q). repeat-above / repeat-frame: the token `stride` positions back, q one-hot;
+    random: uniform over the vocabulary (or the plan's `draft_vocab`), q = that uniform law
+    (exact, and accepted far more often than a one-hot q). repeat-above / repeat-frame: the token `stride` positions back, q one-hot;
     a source that is itself an empty slot passes the copy on, so each slot copies the last
     filled position on its chain (pos - stride, pos - 2 stride, ...); a chain that leaves the
     grid's start falls back to random. The laws are written into the empty slots of
@@ -292,8 +295,14 @@ def fill_slots(state: State, carried: torch.BoolTensor, u: torch.Tensor, plan: P
     B, D, V = state.q.shape
     pos = state.n.unsqueeze(1) + torch.arange(D, device=u.device)               # [B, D]
     empty = ~carried
-    draft = (u * V).long()                                                      # random init: uniform
-    q = state.q.masked_fill_(empty.unsqueeze(-1), 1.0 / V)
+    if plan.draft_vocab is None:                                                # random init: uniform over V
+        draft = (u * V).long()
+        q = state.q.masked_fill_(empty.unsqueeze(-1), 1.0 / V)
+    else:                                                                       # uniform over the draft vocabulary
+        M = plan.draft_vocab.shape[0]
+        draft = plan.draft_vocab[(u * M).long()]
+        uniform = torch.zeros(V, dtype=state.q.dtype, device=u.device).index_fill_(0, plan.draft_vocab, 1.0 / M)
+        q = state.q.masked_fill_(empty.unsqueeze(-1), 0.0).add_(empty.unsqueeze(-1) * uniform)
     stride = plan.copy_stride
     if stride:
         first_empty = pos[:, :1] + carried.sum(1, keepdim=True)                 # [B, 1]

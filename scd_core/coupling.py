@@ -10,7 +10,7 @@
 - `gumbel_argmax(p, g)`: argmax(log p + G), a draw from p; two calls that share G are
   coupled (they agree with probability at least (1 - TV) / (1 + TV)).
   `gumbel_argmax_on(p, support, keys, positions)` is the same draw with the noise hashed only
-  at the tokens top-k left p on.
+  at the k tokens top-k picked (tokens tied with the k-th outside them drawn as one).
 - draft trees: `sample_siblings(q, first, u)` and `gumbel_siblings(q, first, g)`, candidates
   drawn from q without replacement after a first one; `recursive_rejection(p, q, c, u)`, the
   test of such candidates in order (each one against what the earlier rejections left of p).
@@ -124,13 +124,39 @@ def gumbel_argmax(p: torch.Tensor, g: torch.Tensor) -> torch.LongTensor:
 
 def gumbel_argmax_on(p: torch.Tensor, support: torch.LongTensor, keys: torch.LongTensor,
                      positions: torch.LongTensor) -> torch.LongTensor:
-    """`gumbel_argmax(p, gumbel_noise(keys, positions, V))` [B, S] for p [B, S, V] with mass only
-    at the tokens `support` [B, S, K] (top-k's k): the noise is hashed at those K tokens alone,
-    a fixed shape, and the draw is the same token (a token of zero mass scores 0 and never
-    wins; ties go to the lowest token, as `argmax`'s do). keys [B, 1], positions [B, S]."""
-    score = gumbel_noise(keys, positions, p.shape[-1], tokens=support).exp_().mul_(p.gather(-1, support))   # [B, S, K]
+    """`gumbel_argmax(p, gumbel_noise(keys, positions, V))` [B, S] in law, for p [B, S, V] of
+    top-k: mass at the k tokens `support` [B, S, K] and, where logits tie at the k-th, at tied
+    tokens outside it, all of one mass (`sampling.top_k_probs`). keys [B, 1], positions [B, S].
+
+    The noise is hashed at the K tokens alone, a fixed shape: without such tied tokens the draw
+    is the dense draw's token (a token of zero mass scores 0 and never wins; ties go to the lowest
+    token, as `argmax`'s do). The r tied tokens outside the support have one mass, so the largest
+    of their r Gumbel variables is one Gumbel variable plus log r, at a token uniform among them:
+    both are drawn from the position's own stream (`tied_outside`), the same at every pass."""
+    V = p.shape[-1]
+    score = gumbel_noise(keys, positions, V, tokens=support).exp_().mul_(p.gather(-1, support))   # [B, S, K]
     best = score.amax(-1, keepdim=True)
-    return torch.where(score == best, support, p.shape[-1]).amin(-1)
+    on_support = torch.where(score == best, support, V).amin(-1)                                    # [B, S]
+    outside, outside_score = tied_outside(p, support, keys, positions)
+    return torch.where(outside_score > best.squeeze(-1), outside, on_support)
+
+
+TIES_STREAM = 1 << 30   # the sub-stream (`stream_keys`) of the draws among tied tokens outside a support
+
+
+def tied_outside(p: torch.Tensor, support: torch.LongTensor, keys: torch.LongTensor,
+                 positions: torch.LongTensor) -> tuple[torch.LongTensor, torch.Tensor]:
+    """The best of the r tokens p [B, S, V] has mass on outside `support` [B, S, K] (all of one
+    mass m): a token [B, S] uniform among them and its score m * exp(G + log r) [B, S], G a
+    Gumbel variable (score 0 where r = 0). Both numbers are hashed from (row key, position)."""
+    outside = (p > 0).scatter(-1, support, False)                                              # [B, S, V]
+    r = outside.sum(-1)                                                                        # [B, S]
+    u = uniforms(stream_keys(keys, TIES_STREAM).unsqueeze(-1),
+                 positions.unsqueeze(-1) * 2 + torch.arange(2, device=p.device))                       # [B, S, 2]
+    token = sample(outside.float(), u[..., 0]).clamp_(max=p.shape[-1] - 1)                     # [B, S] uniform among them
+    exp_g = -1.0 / u[..., 1].log()                                                             # exp(G), G = -log(-log u)
+    score = (p.gather(-1, token.unsqueeze(-1)).squeeze(-1) * r * exp_g).float()
+    return token, torch.where(r > 0, score, 0.0)
 
 
 # ------------------------------------------------------------------- draft-tree samplers

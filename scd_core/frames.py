@@ -67,13 +67,11 @@ def token_frame_picks(model, n_decoded: int, T: int, frame_tokens: int, decode=N
 
     A causal temporal tokenizer (Cosmos DV: 1 + 8k pixel frames for 1 + k latent frames)
     decodes the conditioning latent frames in front of the generated ones. When the row's
-    decoder `decode` carries them (`prefix_tokens` [1, P * H * W], as Cosmos' does; else the
-    model's `last_prefix`), each generated token frame shows the last pixel frame of its chunk;
-    otherwise the frames are spread evenly.
+    decoder `decode` carries them (`prefix_tokens` [1, P * H * W], as Cosmos' does), each
+    generated token frame shows the last pixel frame of its chunk; otherwise the frames are
+    spread evenly.
     """
     prefix = getattr(decode, "prefix_tokens", None)
-    if prefix is None:
-        prefix = getattr(model, "last_prefix", None)
     p = int(prefix.shape[-1]) // frame_tokens if hasattr(prefix, "shape") and frame_tokens else 0
     if p > 0 and (n_decoded - 1) % (p + T - 1) == 0:
         r = (n_decoded - 1) // (p + T - 1)

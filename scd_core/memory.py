@@ -15,6 +15,9 @@ So what a pass needs is known before it runs (`pass_bytes`), and each model has 
 `ValueError` that says how many rows fit (`check_rows`); a server admits at most
 `rows_per_pass` rows into a batch and queues the others (`scd_core.serve`), so a page's pass
 never grows past the cap however many visitors it has.
+
+Between runs a model keeps its sessions' caches for the next session of the same shapes
+(`scd_core.models.static.Buffers`): what it keeps idle is capped too (`idle_cap`).
 """
 from __future__ import annotations
 
@@ -28,6 +31,8 @@ PASS_BYTES_PER_ELEMENT = 36          # bytes of a pass per (row, window slot, vo
 TOP_P_BYTES_PER_ELEMENT = 44         # the same with top-p < 1 (the nucleus's sort): 38.0 measured, and room
 DEFAULT_PASS_BYTES = 4 * GiB         # a model's cap on one pass, unless it or SCD_PASS_BYTES says otherwise
 ENV = "SCD_PASS_BYTES"
+DEFAULT_IDLE_BYTES = 4 * GiB         # a model's buffers kept between runs, unless it or SCD_IDLE_BYTES says otherwise
+IDLE_ENV = "SCD_IDLE_BYTES"
 
 
 def fed_width(method: str, window: int, num_tokens: int) -> int:
@@ -49,16 +54,30 @@ def pass_bytes(rows: int, width: int, vocab: int, top_p: float = 1.0) -> int:
 def pass_cap(model) -> int:
     """The most bytes one pass of this model may hold: SCD_PASS_BYTES, else the model's
     `max_pass_bytes`, else `DEFAULT_PASS_BYTES`."""
-    raw = os.environ.get(ENV, "").strip()
-    if raw:
-        try:
-            value = int(float(raw))
-        except ValueError:
-            value = 0
-        if value <= 0:
-            raise ValueError(f"{ENV} must be a positive number of bytes, got {raw!r}")
-        return value
-    return int(optional(model, "max_pass_bytes") or DEFAULT_PASS_BYTES)
+    return _cap(ENV, optional(model, "max_pass_bytes") or DEFAULT_PASS_BYTES, least=1)
+
+
+def idle_cap(model) -> int:
+    """The most bytes of buffers this model keeps between runs for its next sessions (the
+    caches of finished sessions, reset and lent again): SCD_IDLE_BYTES, else the model's
+    `max_idle_bytes`, else `DEFAULT_IDLE_BYTES`. What running sessions hold is not counted:
+    each holds what its rows need, which `check_rows` bounds with the pass."""
+    idle = optional(model, "max_idle_bytes")
+    return _cap(IDLE_ENV, DEFAULT_IDLE_BYTES if idle is None else idle, least=0)
+
+
+def _cap(env: str, default: int, least: int) -> int:
+    """The number of bytes `env` gives (at least `least`), else `default`."""
+    raw = os.environ.get(env, "").strip()
+    if not raw:
+        return int(default)
+    try:
+        value = int(float(raw))
+    except ValueError:
+        value = least - 1
+    if value < least:
+        raise ValueError(f"{env} must be a number of bytes of at least {least}, got {raw!r}")
+    return value
 
 
 def rows_per_pass(model, method: str, window: int, top_p: float = 1.0) -> int:

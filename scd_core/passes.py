@@ -11,11 +11,13 @@
   otherwise the pass's two halves are compiled around the model's own eager step
   (`split_pass`, `split_tree_pass`).
 
-On a GPU the graphs are compiled with `mode="reduce-overhead"`: each is captured as a CUDA
-graph and replayed, so a pass costs one launch instead of hundreds. A replay writes its
-outputs into the same memory as the replay before it, so the outputs a later pass still
-reads (the state, the verdict) are cloned as each pass returns. On the CPU the same
-`fullgraph` graph runs as compiled C++.
+On a GPU the graphs are compiled with `mode="reduce-overhead"` and replayed as CUDA graphs
+(`replays`), so a pass costs one launch instead of hundreds. CUDA-graph trees free a replay's
+outputs at the next replay, so no replay reads what the one before returned: the pass writes
+the new state in place into static buffers (`state_buffers`: two States, read and written in
+turn), and what else it returns (the verdict) is cloned as it returns. The model's session
+follows the same rules (`scd_core.models.static`). On the CPU the same `fullgraph` graph runs
+as compiled C++ and returns its state.
 
 The pass has no operation that waits for the device and no shape that depends on data, so
 each function is one graph. A graph is compiled for the shapes and settings it first meets; a
@@ -37,13 +39,15 @@ import functools
 import os
 import shutil
 import warnings
+import weakref
 from typing import Callable
 
 import torch
 
-from scd_core import chain, tree_pass
+from scd_core import chain, memory, tree_pass
 from scd_core.chain import Plan, State, Verdict
 from scd_core.clocks import TimedSession
+from scd_core.models.static import Buffers
 from scd_core.protocols import Session
 
 PassFunction = Callable[[TimedSession, State, Plan], tuple[State, Verdict]]
@@ -97,10 +101,16 @@ def problem(device: torch.device | str = "cpu") -> str | None:
     return None
 
 
+def replays(device: torch.device) -> bool:
+    """Whether a compiled pass on `device` is replayed as a CUDA graph: on a GPU
+    (`scd_core.testing.recorded_passes` says yes on the CPU, to check that path there)."""
+    return device.type == "cuda"
+
+
 def compiled(fn: Callable, device: torch.device) -> Callable:
-    """`fn` compiled whole for `device` (a graph break is an error, not a silent slow path); on
-    a GPU replayed as a CUDA graph, its outputs cloned as it returns."""
-    if device.type != "cuda":
+    """`fn` compiled whole for `device` (a graph break is an error, not a silent slow path);
+    where it `replays` as a CUDA graph, its outputs cloned as it returns."""
+    if not replays(device):
         return _compiled(fn, "default")
     graph = _compiled(fn, "reduce-overhead")
 
@@ -124,15 +134,64 @@ def _clone_tensors(out):
     if isinstance(out, tuple):
         items = [_clone_tensors(o) for o in out]
         return type(out)(*items) if hasattr(out, "_fields") else tuple(items)
-    if isinstance(out, State):
-        return State(*(_clone_tensors(getattr(out, f)) for f in State.__dataclass_fields__))
     return out
+
+
+def advanced(session: TimedSession, fn: Callable, *args) -> tuple:
+    """`fn(*args)` compiled, `fn` returning (the new State, ...) from the State among `args`.
+    Where it `replays`, the State is read from one of the session's two state buffers and the
+    new one written into the other in place (`state_buffers`), so that no replay reads the
+    one before's output and the state is not copied out and back in."""
+    state = next(a for a in args if isinstance(a, State))
+    device = state.n.device
+    if not replays(device):
+        return compiled(fn, device)(*args)
+    before, after = state_buffers(session, state)
+    return (after, *compiled(written, device)(after, fn, *[before if a is state else a for a in args]))
+
+
+def written(after: State, fn: Callable, *args) -> tuple:
+    """`fn(*args)` with the State it returns first copied into `after`'s tensors, the rest
+    returned: what `advanced` compiles."""
+    state, *rest = fn(*args)
+    for mine, value in zip(_tensors(after), _tensors(state)):
+        mine.copy_(value)
+    return tuple(rest)
+
+
+_STATES: "weakref.WeakKeyDictionary[TimedSession, list[State]]" = weakref.WeakKeyDictionary()
+_STATE_BUFFERS = Buffers(memory.idle_cap(None))
+
+
+def state_buffers(session: TimedSession, state: State) -> tuple[State, State]:
+    """The two States in static tensors, borrowed for `session`, that its replayed passes read
+    and write in turn: (the one holding `state`, the other). `state` is copied in unless it is
+    one of them (a run's first pass, or rows that joined or left: new shapes borrow a new pair).
+    Both stay readable until the pass after next: a record reads the state before and after
+    its pass."""
+    pair = _STATES.get(session)
+    if pair is None or [t.shape for t in _tensors(pair[0])] != [t.shape for t in _tensors(state)]:
+        if pair is not None:
+            _STATE_BUFFERS.give_back(_tensors(pair[0]) + _tensors(pair[1]))
+        flat = _STATE_BUFFERS.zeros(session, [(t.shape, t.dtype) for t in _tensors(state)] * 2, state.n.device)
+        half = len(flat) // 2
+        pair = _STATES[session] = [State(*flat[:half]), State(*flat[half:])]
+    if state is pair[1]:
+        pair.reverse()
+    elif state is not pair[0]:
+        for mine, value in zip(_tensors(pair[0]), _tensors(state)):
+            mine.copy_(value)
+    return pair[0], pair[1]
+
+
+def _tensors(state: State) -> list[torch.Tensor]:
+    return [getattr(state, name) for name in State.__dataclass_fields__]
 
 
 def fused_pass(pass_fn: Callable, session: TimedSession, state: State, plan: Plan) -> tuple[State, Verdict]:
     """`pass_fn` (a chain's or a tree's pass) compiled with the model's step: one graph. Its
     time counts as the model's (`TimedSession.seconds`): the two cannot be told apart inside it."""
-    return session.timed(compiled(pass_fn, state.n.device), session.session, state, plan)
+    return session.timed(advanced, session, pass_fn, session.session, state, plan)
 
 
 def split_pass(session: TimedSession, state: State, plan: Plan) -> tuple[State, Verdict]:
@@ -140,7 +199,7 @@ def split_pass(session: TimedSession, state: State, plan: Plan) -> tuple[State, 
     device = state.n.device
     start, fed = compiled(chain.window, device)(state, plan)
     logits = session.step(fed, start)
-    state, verdict = compiled(chain.advance, device)(state, logits, start, plan)
+    state, verdict = advanced(session, chain.advance, state, logits, start, plan)
     return state, verdict._replace(fed=fed)
 
 
@@ -149,7 +208,7 @@ def split_tree_pass(session: TimedSession, state: State, plan: Plan) -> tuple[St
     device = state.n.device
     start, fed, parents, tree = compiled(tree_pass.feed, device)(state, plan)
     logits = session.step_tree(fed, parents, start)
-    state, verdict, path = compiled(tree_pass.advance, device)(state, logits, start, plan, tree)
+    state, verdict, path = advanced(session, tree_pass.advance, state, logits, start, plan, tree)
     session.keep_path(path)
     return state, verdict._replace(fed=fed, parents=parents)
 

@@ -137,6 +137,8 @@ OPTIONAL_ATTRIBUTES: dict[str, str] = {
              "(for bag-of-words prompts)",
     "max_pass_bytes": "int: the most bytes one pass may hold (rows x window x vocabulary, "
                       "`scd_core.memory`); by default 4 GiB",
+    "max_idle_bytes": "int: the most bytes of buffers kept between runs for the next sessions "
+                      "(`scd_core.memory.idle_cap`); by default 4 GiB",
 }
 
 

@@ -1,11 +1,15 @@
 """Logits -> the one processed distribution p per position (exactness rule 1).
 
 Classifier-free guidance is applied by the model behind the `Session` contract, with `guide`
-(every adapter mixes with it); here come temperature, top-k and top-p, then softmax. Verification, drafting, residuals and the AR
-baseline all call `processed_probs`, so they all sample the same p.
+(every adapter mixes with it); here come temperature, top-k and top-p, then softmax, with the
+law of transformers' warpers and of the models' own samplers: top-k keeps every token tied with
+the k-th largest logit (bfloat16 logits tie often), top-p is `TopPLogitsWarper`'s computation.
+Verification, drafting, residuals and the AR baseline all call `processed_probs`, so they all
+sample the same p.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -14,7 +18,7 @@ import torch
 @dataclass(frozen=True)
 class SamplingConfig:
     temperature: float = 1.0   # 0 means greedy
-    top_k: int = 0             # 0 means no top-k filtering
+    top_k: int = 0             # 0 means no top-k filtering; 1 is greedy (the first of tokens tied at the largest)
     top_p: float = 1.0         # 1.0 means no nucleus filtering
 
     @property
@@ -52,14 +56,15 @@ def processed_probs(logits: torch.Tensor, cfg: SamplingConfig, rows: torch.LongT
 
     With `rows` [B, L] (logits [B, W, V]), p is [B, L, V] with p[b, l] the distribution of
     logits[b, rows[b, l]]: the logits are filtered where they lie and only the rows' results
-    are copied (no [B, L, V] copy of the logits)."""
+    are copied (without top-p, no [B, L, V] copy of the logits)."""
     return probs_and_support(logits, cfg, rows)[0]
 
 
 def probs_and_support(logits: torch.Tensor, cfg: SamplingConfig,
                       rows: torch.LongTensor | None = None) -> tuple[torch.Tensor, torch.LongTensor | None]:
-    """`processed_probs`, and the tokens p can have mass on: the k that top-k keeps [..., k]
-    (in no particular order), or None where it may be any token."""
+    """`processed_probs`, and the k tokens `torch.topk` picks under top-k [..., k] (in no
+    particular order; None without top-k). p has mass on them and, where logits tie with the
+    k-th largest, on the tied tokens the pick left out, each with the k-th token's mass."""
     if logits.dtype != torch.float32:
         logits = logits.float()
     if rows is None:
@@ -71,24 +76,38 @@ def probs_and_support(logits: torch.Tensor, cfg: SamplingConfig,
         return logits.new_zeros(shape).scatter_(-1, pick(logits.argmax(-1, keepdim=True)), 1.0), None
     if cfg.temperature != 1.0:
         logits = logits / cfg.temperature
-    support = None
-    if 0 < cfg.top_k < logits.shape[-1]:
-        # softmax over the k largest logits only (exactly k tokens: torch.topk breaks ties)
-        top = logits.topk(cfg.top_k, dim=-1, sorted=False)
-        support = pick(top.indices)
-        probs = logits.new_zeros(shape).scatter_(-1, support, pick(top.values).softmax(-1))
+    top = logits.topk(cfg.top_k, dim=-1, sorted=False) if 0 < cfg.top_k < logits.shape[-1] else None
+    support = None if top is None else pick(top.indices)
+    if cfg.top_p < 1:
+        scores = pick(logits)
+        if top is not None:                                      # transformers' TopKLogitsWarper
+            scores = scores.masked_fill(scores < pick(top.values.amin(-1, keepdim=True)), -math.inf)
+        probs = nucleus(scores, cfg.top_p).softmax(-1)
+    elif top is not None:
+        probs = top_k_probs(pick(logits == top.values.amin(-1, keepdim=True)), pick(top.values), support)
     else:
         probs = pick(logits).softmax(-1)
-    if cfg.top_p < 1:
-        probs = _nucleus(probs, cfg.top_p)
     return probs, support
 
 
-def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Keep the smallest set of most likely tokens whose mass reaches top_p, renormalised."""
-    sorted_p, order = probs.sort(-1, descending=True)
-    mass_before = sorted_p.cumsum(-1) - sorted_p
-    keep_sorted = mass_before < top_p
-    keep = torch.zeros_like(keep_sorted).scatter_(-1, order, keep_sorted)
-    kept = probs * keep
-    return kept / kept.sum(-1, keepdim=True)
+def top_k_probs(tied: torch.BoolTensor, values: torch.Tensor, support: torch.LongTensor) -> torch.Tensor:
+    """p [..., V] of top-k: the softmax over every logit >= the k-th largest, from the k
+    (values [..., k], tokens `support` [..., k]) `torch.topk` picks and the mask of logits equal
+    to the k-th [..., V], which may hold more tokens than the pick does. Each tied token the pick
+    left out takes the k-th token's mass; with none, p is the softmax of the k values alone."""
+    s = values.softmax(-1)                                                      # [..., k]
+    s_kth = s.amin(-1, keepdim=True)                                            # [..., 1]
+    left_out = tied.sum(-1, keepdim=True) - (values == values.amin(-1, keepdim=True)).sum(-1, keepdim=True)
+    mass = 1 + left_out * s_kth                                                 # [..., 1]: 1 exactly without ties
+    return torch.where(tied, s_kth / mass, 0.0).scatter_(-1, support, s / mass)
+
+
+def nucleus(scores: torch.Tensor, top_p: float) -> torch.Tensor:
+    """transformers' `TopPLogitsWarper`: scores [..., V] with -inf at the tokens outside the
+    smallest set of most likely ones whose mass exceeds top_p, computed as there (an ascending
+    sort, its softmax's cumulative sum against 1 - top_p, the most likely token always kept), so
+    that the same scores keep the same tokens, ties across the cut included."""
+    ascending, order = scores.sort(-1)
+    drop = ascending.softmax(-1).cumsum(-1) <= 1 - top_p
+    drop[..., -1:] = False
+    return scores.masked_fill(drop.scatter(-1, order, drop), -math.inf)

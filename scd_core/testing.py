@@ -6,6 +6,7 @@ docs/models.md "Bring your own model"): the checks every shipped model and adapt
     check_model(model, ["a prompt", "another prompt"], cfg_scale=3.0)         # TokenModel, Session
     check_tree_session(model, ["a prompt", "another prompt"], cfg_scale=3.0)  # TreeSession (tree=)
     check_static_writes(model, ["a prompt"], cfg_scale=3.0)                   # compile=True on a GPU
+    check_graph_inputs(model, ["a prompt"], cfg_scale=3.0)                    # the same, run after run
 
 Each call raises an AssertionError saying what differs, and returns None when the model
 follows the contract: call them from a test of yours, or from a script. Both compare a
@@ -14,14 +15,18 @@ with sessions of each prompt alone fed the same tokens as one chain by `step`, t
 rounding relative to the logits' scale (`rel`; a model computing in bfloat16 needs a larger
 one, e.g. 0.05). They need two prompts, and a grid of at least 12 tokens for the trees.
 `check_static_writes` compiles a run's pass (seconds to a minute on a CPU) and checks that
-every tensor it writes in place is static, as a CUDA graph needs (`unmarked_writes`).
+every tensor it writes in place is static, as a CUDA graph needs (`unmarked_writes`);
+`check_graph_inputs` runs the GPU's path on the CPU, its graphs traced but not compiled
+(`recorded_passes`), and checks that no pass reads what the pass before returned and that a
+second run borrows the first run's buffers (`scd_core.models.static`'s rules).
 Nothing here needs pytest.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 import torch
@@ -285,3 +290,211 @@ def check_static_writes(model, prompts: Sequence[str], cfg_scale: float, **setti
                           "the pass would not be captured as a CUDA graph; mark each where it is allocated with "
                           "torch._dynamo.mark_static_address): " + "; ".join(map(str, unmarked)))
     return len(graphs)
+
+
+# ------------------------------------------------------------------------------ run after run, as a GPU replays
+
+@dataclass(frozen=True)
+class GraphInput:
+    """One tensor a recorded call of a compiled graph took: dynamo's name for where it came from
+    (e.g. `L['session'].fed`), whether it is static, and its storage (kept alive by the
+    recording, so that no other tensor takes its address)."""
+
+    name: str
+    static: bool
+    parameter: bool
+    storage: torch.UntypedStorage = field(repr=False)
+
+
+@dataclass
+class Call:
+    """One call of a compiled graph: what it took and the storages of what it returned."""
+
+    graph: int
+    inputs: list[GraphInput]
+    outputs: list[torch.UntypedStorage] = field(repr=False)
+
+
+class Recording:
+    """The calls of the graphs compiled inside `recorded_passes`, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self.graphs = 0
+
+    def backend(self, gm, example_inputs):
+        """A dynamo backend: the graph as traced (no inductor), each call recorded. Static
+        inputs are those inductor's CUDA-graph trees take as static: marked, a parameter, or
+        a tensor attribute of a module (dynamo marks those), as seen when traced."""
+        graph = self.graphs
+        self.graphs += 1
+        placeholders = list(gm.graph.find_nodes(op="placeholder"))
+        names = [getattr(getattr(p, "_dynamo_source", None), "name", p.name) for p in placeholders]
+        static = [bool(p.meta.get("tensor_dict", {}).get("_dynamo_static_input_type")) for p in placeholders]
+
+        def run(*args):
+            inputs = [GraphInput(n, s, isinstance(a, torch.nn.Parameter), a.untyped_storage())
+                      for n, s, a in zip(names, static, args) if isinstance(a, torch.Tensor)]
+            out = gm(*args)
+            flat = out if isinstance(out, (list, tuple)) else [out]
+            self.calls.append(Call(graph, inputs, [o.untyped_storage() for o in flat if isinstance(o, torch.Tensor)]))
+            return out
+        return run
+
+
+def fed_back(calls: Sequence[Call]) -> list[str]:
+    """The inputs (dynamo's names) whose storage an earlier call returned (made: an output
+    that is one of the call's own inputs is the caller's): on a GPU that storage is a
+    CUDA-graph output, freed at the next replay, so the call would read freed memory or fail
+    ("accessing tensor output of CUDAGraphs that has been overwritten")."""
+    returned, found = set(), []
+    for call in calls:
+        found += [i.name for i in call.inputs if i.storage.data_ptr() in returned]
+        own = {i.storage.data_ptr() for i in call.inputs}
+        returned |= {o.data_ptr() for o in call.outputs if o.data_ptr() not in own}
+    return sorted(set(found))
+
+
+def moved(first: Sequence[Call], second: Sequence[Call]) -> tuple[list[str], int]:
+    """The static inputs (not parameters) of `first`'s calls that `second`'s calls, of a run
+    of the same shapes, took at another address (dynamo's names), and how many static
+    storages `first` took: on a GPU each move makes CUDA-graph trees record the graph again
+    and keep both recordings."""
+    assert [c.graph for c in first] == [c.graph for c in second], "the two runs called other graphs"
+    seen, gone = set(), {}
+    for a, b in zip(first, second):
+        for x, y in zip(a.inputs, b.inputs):
+            if x.static and not x.parameter:
+                seen.add(x.storage.data_ptr())
+                if x.storage.data_ptr() != y.storage.data_ptr():
+                    gone[x.storage.data_ptr()] = x.name
+    return sorted(set(gone.values())), len(seen)
+
+
+@contextlib.contextmanager
+def recorded_passes() -> Iterator[Recording]:
+    """Inside: every pass `scd_core.passes` compiles takes the GPU's path on any device (it
+    `replays`: the state in static buffers, the outputs cloned), traced by dynamo as for
+    inductor but run as traced (seconds, not a minute, a graph), and every call recorded
+    (`Recording`). Dynamo's caches are reset on the way in and out."""
+    import torch._dynamo
+
+    from scd_core import passes
+
+    recording = Recording()
+    replays, compile_ = passes.replays, passes._compiled
+
+    @functools.cache
+    def traced(fn, mode):
+        return torch.compile(fn, backend=recording.backend, fullgraph=True)
+
+    torch._dynamo.reset()
+    passes.replays, passes._compiled = (lambda device: True), traced
+    try:
+        yield recording
+    finally:
+        passes.replays, passes._compiled = replays, compile_
+        torch._dynamo.reset()
+
+
+@dataclass(frozen=True)
+class GraphInputs:
+    """What `check_graph_inputs` read: per run, the calls of compiled graphs; the inputs fed
+    back (`fed_back`) and the static buffers that moved between the runs (`moved`) of the
+    `static` storages the first run took."""
+
+    calls: int
+    fed_back: list[str]
+    moved: list[str]
+    static: int
+
+
+def read_graph_inputs(model, prompts: Sequence[str], cfg_scale: float, **settings) -> GraphInputs:
+    """Two runs of `generate(model, prompts, compile=True, **settings)` inside
+    `recorded_passes`, each giving eager's tokens and passes, read (SCD-MC, window 6 unless
+    `settings` say otherwise)."""
+    import scd_core
+
+    kw = dict(method="scd-mc", window=6, seed=0, cfg_scale=cfg_scale) | settings
+    eager = scd_core.generate(model, list(prompts), **kw)
+    runs = []
+    with recorded_passes() as recording:
+        for _ in range(2):
+            begin = len(recording.calls)
+            run = scd_core.generate(model, list(prompts), compile=True, **kw)
+            assert torch.equal(run.tokens.cpu(), eager.tokens.cpu()) and run.nfe == eager.nfe, \
+                "the compiled passes (as a GPU replays them) gave other tokens than eager"
+            runs.append(recording.calls[begin:])
+    assert runs[0], "compile=True compiled no graph (did the pass run eager?)"
+    gone, static = moved(*runs)
+    return GraphInputs(len(runs[0]), fed_back(runs[0] + runs[1]), gone, static)
+
+
+def check_graph_inputs(model, prompts: Sequence[str], cfg_scale: float, **settings) -> GraphInputs:
+    """`read_graph_inputs`, checked: no compiled pass takes as an input a tensor a pass before
+    returned or left on the session (`fed_back`: on a GPU it fails at the second pass), and the second run takes every static input at the first run's address
+    (`moved`: on a GPU a static buffer at a new address records the graph again, kept
+    forever). Returns what was read."""
+    read = read_graph_inputs(model, prompts, cfg_scale, **settings)
+    assert not read.fed_back, ("a compiled pass reads what an earlier one returned (write session tensors in place, "
+                               "never assign them: scd_core.models.static): " + ", ".join(read.fed_back))
+    assert not read.moved, (f"a second run took {len(read.moved)} of {read.static} static buffers at new addresses "
+                            "(borrow them from the model's buffers: scd_core.models.static): " + ", ".join(read.moved))
+    return read
+
+
+# ------------------------------------------------------------------------------ on a GPU
+
+def cuda_graphs_recorded(device: torch.device | str) -> int:
+    """How many CUDA graphs CUDA-graph trees hold on `device` (every recording they keep);
+    0 off a GPU."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return 0
+    from torch._inductor import cudagraph_trees
+
+    manager = cudagraph_trees.get_manager(device.index if device.index is not None else torch.cuda.current_device(),
+                                          create_if_none_exists=False)
+    if manager is None or manager.roots is None:
+        return 0
+
+    def count(nodes) -> int:
+        return sum(1 + count([c for children in n.children.values() for c in children]) for n in nodes)
+    return count([n for nodes in manager.roots.values() for n in nodes])
+
+
+def check_cuda_graphs(model, prompts: Sequence[str], cfg_scale: float, **settings) -> int:
+    """On the model's GPU: `generate(model, prompts, compile=True, **settings)` (SCD-MC, window 6
+    unless `settings` say otherwise) replays its passes as CUDA graphs and gives eager's tokens,
+    run after run. It fails, rather than passing without a graph, where the pass cannot
+    compile (`scd_core.passes.problem`), where a capture is skipped (inductor's
+    `cudagraph_or_error`), where the first run records no CUDA graph (the pass ran eager),
+    and where a second run of the same shapes records any (a static buffer moved). Returns
+    how many graphs the first run recorded."""
+    import torch._dynamo
+    import torch._inductor.config
+
+    import scd_core
+    from scd_core import passes
+
+    kw = dict(method="scd-mc", window=6, seed=0, cfg_scale=cfg_scale) | settings
+    eager = scd_core.generate(model, list(prompts), **kw)
+    device = _device_of(model, prompts, cfg_scale)
+    reason = passes.problem(device)
+    assert reason is None, f"compile=True cannot compile on {device} ({reason}): the pass would run eager"
+    torch._dynamo.reset()
+    recorded = []
+    with torch._inductor.config.patch({"triton.cudagraph_or_error": True}):
+        for _ in range(2):
+            run = scd_core.generate(model, list(prompts), compile=True, **kw)
+            recorded.append(cuda_graphs_recorded(device) - sum(recorded))
+            assert torch.equal(run.tokens.cpu(), eager.tokens.cpu()) and run.nfe == eager.nfe, \
+                "the passes replayed as CUDA graphs gave other tokens than eager"
+    assert recorded[0] > 0, f"no CUDA graph was recorded on {device} (did the pass run eager?)"
+    assert recorded[1] == 0, f"a second run of the same shapes recorded {recorded[1]} more CUDA graphs (a static buffer moved)"
+    return recorded[0]
+
+
+def _device_of(model, prompts: Sequence[str], cfg_scale: float) -> torch.device:
+    """The device a session of the model computes on (its first logits')."""
+    return model.start(list(prompts), cfg_scale).first_logits.device

@@ -1,8 +1,8 @@
-"""The engine on a GPU, checked in a few minutes: `scripts/gpu_check.sh` runs this after the
+"""The engine on a GPU, checked in a minute: `scripts/gpu_check.sh` runs this after the
 GPU-only tests. On a CPU the same steps run, the CUDA-only ones skipped by name.
 
     python scripts/gpu_check.py                     # every step, a table at the end
-    python scripts/gpu_check.py --models tiny,texture
+    python scripts/gpu_check.py --models tiny,texture --compiled tiny
 
 Per model (the embedded models as shipped, the adapters on tiny random configs of their
 classes, tests/models_util.py), with `stream`:
@@ -11,10 +11,9 @@ classes, tests/models_util.py), with `stream`:
   back (CUDA only);
 - clocks: each pass's wall time is at least its step's (`scd_core.clocks`: the engine's
   share is never negative);
-- compiled (`--compiled`; gpu_check.sh leaves it to the GPU-only tests, which check the same
-  in tests/test_static_writes.py): `compile=True` gives eager's tokens, and inductor's count
-  of skipped CUDA-graph captures stays 0 (CUDA only; the compile lane checks the same graphs'
-  static inputs on the CPU).
+- compiled (the models `--compiled` names, CUDA only): `scd_core.testing.check_cuda_graphs`
+  (CUDA graphs recorded, none more in a second run, eager's tokens), then a pass's wall time
+  eager and compiled, the best of three runs.
 Then one pass's peak device memory at V = 64,000 (`random-logits`), top-p off and at 0.8
 (Cosmos's page setting), against `scd_core.memory.pass_bytes` (CUDA only; tests/test_memory.py
 measures the CPU's). Exit status 1 if a step failed.
@@ -36,9 +35,10 @@ for path in (ROOT, ROOT / "tests"):
         sys.path.insert(0, str(path))
 
 import scd_core  # noqa: E402
-from scd_core import memory, passes  # noqa: E402
+from scd_core import memory, passes, testing  # noqa: E402
 
 MODELS = ["texture", "tiny", "tiny-64", "janus-pro", "emu3", "lumina-mgpt", "llamagen", "cosmos"]
+COMPILED = "tiny,janus-pro,llamagen"               # `--compiled` alone
 CUDA_ONLY = "skipped (CUDA only)"
 
 
@@ -74,7 +74,7 @@ def passes_raise_on_waits(device: torch.device):
         passes.pass_for = chooser
 
 
-def check_model(name: str, device: torch.device, compiled: bool = True) -> dict[str, str]:
+def check_model(name: str, device: torch.device, compiled: bool = False) -> dict[str, str]:
     """The steps of one model: {step: "ok", a failure's message, or why it was skipped}."""
     import models_util
 
@@ -96,19 +96,27 @@ def check_model(name: str, device: torch.device, compiled: bool = True) -> dict[
     steps = [b.step_time - a.step_time for a, b in zip(records, records[1:])]
     short = [i + 1 for i, (w, s) in enumerate(zip(walls, steps)) if w < s]
     out["wall >= step"] = "ok" if not short else f"FAILED: passes {short[:5]}"
-    if device.type != "cuda" or not compiled:
-        out["compiled = eager, no skipped capture"] = CUDA_ONLY if device.type != "cuda" else \
-            "in the GPU-only tests (tests/test_static_writes.py)"
-        return out
-    eager = scd_core.generate(model, prompts, **kw).tokens
-    torch._dynamo.reset()
-    skips = torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]
-    runs = [scd_core.generate(model, prompts, compile=True, **kw) for _ in range(2)]
-    skipped = torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] - skips
-    same = all(torch.equal(r.tokens.cpu(), eager.cpu()) for r in runs)
-    out["compiled = eager, no skipped capture"] = "ok" if same and not skipped else \
-        f"FAILED: {'tokens differ; ' if not same else ''}{skipped} captures skipped"
+    if device.type != "cuda":
+        out["compiled: CUDA graphs, a pass eager and compiled"] = CUDA_ONLY
+    elif compiled:
+        out["compiled: CUDA graphs, a pass eager and compiled"] = compiled_timing(model, prompts, kw)
     return out
+
+
+def compiled_timing(model, prompts: list[str], kw: dict) -> str:
+    """`check_cuda_graphs`, then a pass's wall time eager and compiled (best of three runs)."""
+    try:
+        settings = {k: v for k, v in kw.items() if k != "cfg_scale"}
+        graphs = testing.check_cuda_graphs(model, prompts, kw["cfg_scale"], **settings)
+    except AssertionError as exc:
+        return f"FAILED: {exc}"
+
+    def per_pass(**extra) -> float:
+        runs = [scd_core.generate(model, prompts, **kw, **extra) for _ in range(3)]
+        return min((r.wall_time - r.iterations[0].wall_time) / (r.nfe - 1) for r in runs)   # the prefill left out
+    eager, fused = per_pass(), per_pass(compile=True)
+    return f"ok: {graphs} CUDA graphs; {eager * 1e3:.2f} ms a pass eager, {fused * 1e3:.2f} ms compiled " \
+           f"({eager / fused:.1f}x)"
 
 
 def check_memory(device: torch.device, top_p: float, rows: int = 2, window: int = 128, vocab: int = 64000) -> str:
@@ -134,7 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--device", default=None, help="cuda where there is one, else cpu")
-    ap.add_argument("--compiled", action="store_true", help="also compile each model's run (CUDA only)")
+    ap.add_argument("--compiled", nargs="?", const=COMPILED, default="",
+                    help=f"models whose pass is also timed compiled, CUDA only (alone: {COMPILED}, the models "
+                         "whose graphs gpu_check.sh's GPU-only tests leave in inductor's cache)")
+    ap.add_argument("--rows", default=None, help="also write the table's rows to this file")
     args = ap.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(0)
@@ -142,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models.split(","):
         t0 = time.perf_counter()
         try:
-            steps = check_model(name, device, args.compiled)
+            steps = check_model(name, device, name in args.compiled.split(","))
         except Exception as exc:                                  # one model's failure, said; the others go on
             traceback.print_exc()
             steps = {"runs": f"FAILED: {type(exc).__name__}: {exc}"}
@@ -152,9 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     for top_p in (1.0, 0.8):
         rows.append(("random-logits V 64,000", f"a pass's peak memory, top-p {top_p:g}", check_memory(device, top_p)))
     print(f"\n{device.type}: {torch.cuda.get_device_name() if device.type == 'cuda' else 'no GPU'}\n")
-    print("| model | step | result |\n|---|---|---|")
-    for name, step, verdict in rows:
-        print(f"| {name} | {step} | {verdict} |")
+    lines = [f"| {name}: {step} | {verdict} | |" for name, step, verdict in rows]
+    print("| check | result | time |\n|---|---|---|\n" + "\n".join(lines))
+    if args.rows:
+        Path(args.rows).write_text("".join(line + "\n" for line in lines))
     failed = [r for r in rows if r[2].startswith("FAILED")]
     print(f"\n{len(failed)} steps failed")
     return 1 if failed else 0

@@ -5,10 +5,11 @@ large enough that logits depend on the context (greedy runs that vary).
 
 `build(name, dtype, tmp_path_factory) -> (model, prompts, cfg_scale)`: two prompts the model
 knows (one for the 512-token clip model, the slowest to decode); `builds(tmp_path_factory)`:
-the same, each model built once, for a module's fixture.
+the same, each model built once; `built`, that as a module's fixture (import it there).
 """
 from __future__ import annotations
 
+import pytest
 import torch
 
 from scd_core.models import load_model
@@ -102,6 +103,12 @@ def builds(tmp_path_factory, texture_grid=(8, 8)):
             cache[name] = model, (prompts[:1] if name == "tiny-video" else prompts), cfg
         return cache[name]
     return get
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """`builds(tmp_path_factory)`, once per test module."""
+    return builds(tmp_path_factory)
 
 
 def build_meta(name: str):

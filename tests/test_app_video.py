@@ -175,8 +175,8 @@ def test_live_picture_shows_the_generated_frames_not_the_given_ones(served_model
     """33 decoded frames = 2 given latent frames + 3 generated; each generated latent frame
     (8 pixel frames) is shown by its last pixel frame: 16, 24, 32."""
     model, clip, _ = served_model
-    model.start([clip])
-    assert pictures.token_frame_picks(model, 33, 3, 4 * 5) == [16, 24, 32]
+    row = model.start([clip]).row_decoder(0)                  # what the page decodes a row with
+    assert pictures.token_frame_picks(model, 33, 3, 4 * 5, row) == [16, 24, 32]
 
     class NoPrefix:
         pass

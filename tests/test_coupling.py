@@ -279,3 +279,22 @@ def test_support_gumbel_equality_catches_noise_keyed_by_support_rank():
 
     p, support, keys, positions = _keyed_case(300, 2048, 100, 0)
     assert not torch.equal(by_rank(p, support, keys, positions), _dense_gumbel(p, keys, positions))
+
+
+def test_gumbel_on_the_support_draws_p_where_tokens_tie_outside_it(monkeypatch):
+    """Logits [3, 2, 1, 1, 1, 0] under top-k 3: three tokens tie at the 3rd largest, two of them
+    outside torch.topk's pick. The draw on the support (their largest Gumbel variable drawn as
+    one) follows p over 40,000 positions; a draw blind to them does not."""
+    from scd_core.sampling import SamplingConfig, probs_and_support
+
+    R = 40_000
+    logits = torch.tensor([3.0, 2.0, 1.0, 1.0, 1.0, 0.0]).expand(R, 1, 6)
+    p, support = probs_and_support(logits, SamplingConfig(1.0, 3, 1.0))
+    assert (p[0, 0] > 0).sum() == 5 and support.shape[-1] == 3
+    keys = coupling.row_keys(torch.arange(R) + 10_000).unsqueeze(1)
+    positions = torch.arange(R).unsqueeze(1) % 4096
+    draws = coupling.gumbel_argmax_on(p, support, keys, positions).flatten()
+    assert chi_square_pvalue(draws, p[0, 0]) > 1e-4
+    monkeypatch.setattr(coupling, "tied_outside", lambda p, s, k, pos: (
+        torch.zeros(p.shape[:-1], dtype=torch.long), torch.zeros(p.shape[:-1])))
+    assert chi_square_pvalue(coupling.gumbel_argmax_on(p, support, keys, positions).flatten(), p[0, 0]) < 1e-10

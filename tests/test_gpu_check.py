@@ -1,6 +1,7 @@
 """`scripts/gpu_check.sh`, the first thing to run on a GPU (docs/deploy.md), runs on the CPU as CI
 has it: every step that does not need CUDA runs and passes, and each CUDA-only one is
-skipped by name, in the table at the end."""
+skipped by name, in the one table at the end; on a GPU its steps' limits make its header's
+five minutes true."""
 from __future__ import annotations
 
 import os
@@ -23,12 +24,23 @@ def test_the_gpu_check_runs_on_the_cpu_with_the_cuda_steps_skipped_by_name(tmp_p
                           timeout=1500)
     out = done.stdout
     assert done.returncode == 0, out[-4000:] + done.stderr[-2000:]
-    assert "| gpu-tests | skipped (CUDA only) |" in out
-    assert "| engine | ok |" in out and "| gpu-timing | ok |" in out
-    engine = (tmp_path / "engine.log").read_text()
+    table = out[out.rindex("| check | result | time |"):]
+    assert "| gpu-first | skipped (CUDA only) |" in table and "| gpu-tests | skipped (CUDA only) |" in table
+    assert "| engine | ok |" in table and "| gpu-timing | ok |" in table
     for name in MODELS:
-        assert f"| {name} | wall >= step | ok |" in engine
-        assert f"| {name} | no wait in a pass | skipped (CUDA only) |" in engine
-        assert f"| {name} | compiled = eager, no skipped capture | skipped (CUDA only) |" in engine
-    assert engine.count("a pass's peak memory") == 2 and "0 steps failed" in engine
+        assert f"| {name}: wall >= step | ok | |" in table
+        assert f"| {name}: no wait in a pass | skipped (CUDA only) | |" in table
+        assert f"| {name}: compiled: CUDA graphs, a pass eager and compiled | skipped (CUDA only) | |" in table
+    assert table.count("a pass's peak memory") == 2 and "0 steps failed" in (tmp_path / "engine.log").read_text()
     assert (tmp_path / "gpu_timing.json").exists()
+
+
+def test_the_gpu_checks_limits_add_up_to_its_five_minutes():
+    """The header's figure is the sum of the GPU steps' limits, and at most five minutes."""
+    import re
+
+    script = (ROOT / "scripts" / "gpu_check.sh").read_text()
+    begin = script.index('if [ "$GPU" = 1 ]; then')
+    gpu = script[begin:script.index("\nelse\n", begin)]
+    limits = [int(n) for n in re.findall(r"^\s*step [\w-]+ (\d+) ", gpu, re.M)]
+    assert len(limits) == 4 and f"limits below add to {sum(limits)} s" in script and sum(limits) <= 300

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import scd_core.hf as hf
-from hf_util import tiny_llama
+from hf_util import tiny_causal, tiny_llama
 from transformers import LogitsProcessor, LogitsProcessorList
 from transformers.generation.streamers import BaseStreamer
 
@@ -157,3 +157,105 @@ def test_importing_the_loop_imports_no_transformers():
     from test_library_imports import loaded_after
     assert "transformers" not in loaded_after("import scd_core.hf")
     assert "transformers" in loaded_after("import scd_core.hf, transformers")      # the check can see it loaded
+
+
+# -- models and settings the loop cannot run exactly are refused by name ----------------------
+
+def short(model, method="scd-mc", **kwargs):
+    ids = torch.tensor([[5, 6, 7, 8, 11]])
+    return model.generate(ids, custom_generate=hf.generate, method=method, window=4, **kwargs)
+
+
+@pytest.mark.parametrize("family", ["Mistral", "Phi3"])
+def test_sliding_window_attention_runs_within_its_window_and_is_refused_past_it(family):
+    """Mistral and Phi-3 set `sliding_window` without layer types: every layer attends to the
+    last 12 tokens. Within 12 tokens that is full attention, and the loop gives transformers'
+    greedy tokens; a longer run is refused by name (there transformers' tokens are others than
+    full attention's)."""
+    model = tiny_causal(f"{family}Config", f"{family}ForCausalLM", sliding_window=12)
+    within = dict(max_new_tokens=8, do_sample=False)                           # 5 + 8 - 1 = 12 tokens fed
+    assert torch.equal(short(model, **within), model.generate(torch.tensor([[5, 6, 7, 8, 11]]), **within))
+    with pytest.raises(ValueError, match="sliding_window=12"):
+        short(model, max_new_tokens=9, do_sample=False)
+    full = tiny_causal(f"{family}Config", f"{family}ForCausalLM", sliding_window=None)
+    past = dict(max_new_tokens=24, do_sample=False)
+    ids = torch.tensor([[5, 6, 7, 8, 11]])
+    assert not torch.equal(model.generate(ids, **past), full.generate(ids, **past))   # the window matters there
+
+
+@pytest.mark.parametrize("config,named", [
+    (dict(layer_types=["full_attention", "sliding_attention"], sliding_window=4), "sliding_window=4"),
+    (dict(layer_types=["full_attention", "sliding_attention"], sliding_window=64), None),
+])
+def test_sliding_layers_are_refused_past_their_window(config, named):
+    model = tiny_causal("Qwen2Config", "Qwen2ForCausalLM", use_sliding_window=True, **config)
+    if named is None:
+        settings = dict(max_new_tokens=16, do_sample=False)
+        assert torch.equal(short(model, **settings), model.generate(torch.tensor([[5, 6, 7, 8, 11]]), **settings))
+    else:
+        with pytest.raises(ValueError, match=named):
+            short(model, max_new_tokens=16, do_sample=False)
+
+
+def test_chunked_attention_is_refused_past_its_chunk():
+    model = tiny_causal("Llama4TextConfig", "Llama4ForCausalLM", head_dim=8, intermediate_size_mlp=64,
+                        num_local_experts=2, attention_chunk_size=8)
+    with pytest.raises(ValueError, match="attention_chunk_size=8"):
+        short(model, max_new_tokens=16, do_sample=False)
+
+
+def test_recurrent_layers_are_refused():
+    import transformers
+
+    mamba = transformers.MambaForCausalLM(transformers.MambaConfig(vocab_size=50, hidden_size=16, state_size=4,
+                                                                   num_hidden_layers=1)).eval()
+    with pytest.raises(ValueError, match="MambaForCausalLM has recurrent or state-space layers"):
+        short(mamba, max_new_tokens=4, do_sample=False)
+    jamba = tiny_causal("JambaConfig", "JambaForCausalLM", num_attention_heads=2, num_key_value_heads=1,
+                        num_experts=2, expert_layer_period=2, attn_layer_period=2, attn_layer_offset=1,
+                        mamba_d_state=4, mamba_expand=1, use_mamba_kernels=False)
+    with pytest.raises(ValueError, match="JambaForCausalLM has recurrent or state-space layers"):
+        short(jamba, max_new_tokens=4, do_sample=False)
+
+
+def test_attention_other_than_eager_or_sdpa_is_refused(llama):
+    eager = tiny_llama(pad_token_id=PAD)
+    eager.set_attn_implementation("eager")
+    assert torch.equal(ours(eager, "scd-mc", max_new_tokens=12, do_sample=False),
+                       theirs(llama, max_new_tokens=12, do_sample=False))
+    flex = tiny_llama(pad_token_id=PAD)
+    flex.set_attn_implementation("flex_attention")
+    with pytest.raises(ValueError, match="attn_implementation: LlamaForCausalLM runs 'flex_attention'"):
+        ours(flex, "scd-mc", max_new_tokens=4, do_sample=False)
+
+
+@pytest.mark.parametrize("settings,named", [
+    (dict(prompt_lookup_num_tokens=3), "prompt_lookup_num_tokens"),
+    (dict(use_cache=False), "use_cache"),
+    (dict(cache_implementation="static"), "cache_implementation"),
+    (dict(do_sample=True, top_k=1), "top_k: 1 with do_sample=True"),
+])
+def test_settings_the_loop_would_not_honour_are_refused(llama, settings, named):
+    with pytest.raises(ValueError, match=named):
+        ours(llama, "scd-mc", max_new_tokens=4, **settings)
+
+
+def test_position_ids_other_than_the_masks_are_refused(llama):
+    ids, mask = prompts()
+    own = mask.cumsum(-1) - 1                                                 # transformers' own: accepted
+    out = llama.generate(ids, attention_mask=mask, position_ids=own.masked_fill(mask == 0, 1), max_new_tokens=8,
+                         do_sample=False, custom_generate=hf.generate, method="sjd", window=4)
+    assert torch.equal(out, theirs(llama, max_new_tokens=8, do_sample=False))
+    with pytest.raises(ValueError, match="position_ids"):
+        llama.generate(ids, attention_mask=mask, position_ids=own + 3, max_new_tokens=8, do_sample=False,
+                       custom_generate=hf.generate)
+
+
+def test_the_output_is_a_model_output(llama):
+    out = ours(llama, "scd-mc", max_new_tokens=8, do_sample=False, return_dict_in_generate=True)
+    from transformers.utils import ModelOutput
+
+    assert isinstance(out, ModelOutput) and isinstance(out, hf.GenerateOutput)
+    assert out["sequences"] is out.sequences is out[0]
+    assert out["nfe"] == out.nfe == out.run.nfe and 0 <= out["acceptance_rate"] <= 1
+    assert out.step_compression == pytest.approx(8 / out.nfe)

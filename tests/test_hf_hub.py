@@ -71,3 +71,31 @@ def test_janus_image_mode_through_the_folder_function_gives_transformers_tokens(
     out = scd(janus, ids, attention_mask=torch.ones_like(ids), generation_mode="image",
               generation_config=models.janus_config(3.0), method="scd-mc", window=6)
     assert torch.equal(out, ref)
+
+
+def test_the_folder_function_takes_the_model_first_or_by_keyword():
+    llama = tiny_llama(pad_token_id=0)
+    ids = torch.tensor([[5, 6, 7, 8, 11]])
+    settings = dict(max_new_tokens=12, do_sample=False, method="sjd", window=4)
+    scd = llama.load_custom_generate(HUB, trust_remote_code=True)
+    first, keyword = scd(llama, ids, **settings), scd(ids, model=llama, **settings)
+    assert torch.equal(first, keyword) and torch.equal(first, llama.generate(ids, max_new_tokens=12, do_sample=False))
+    with pytest.raises(ValueError, match="assistant_model"):
+        scd(llama, ids, assistant_model=llama, **settings)
+
+
+def test_a_model_repository_holding_the_folder_decodes_with_it(tmp_path):
+    """A model saved with the folder beside it: `from_pretrained(trust_remote_code=True)` binds
+    the folder's `generate` to the model (by keyword), and `model.generate(ids)` runs it."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    tiny_llama(pad_token_id=0).save_pretrained(tmp_path)
+    shutil.copytree(Path(HUB) / "custom_generate", tmp_path / "custom_generate")
+    model = AutoModelForCausalLM.from_pretrained(tmp_path, trust_remote_code=True)
+    ids = torch.tensor([[5, 6, 7, 8, 11]])
+    out = model.generate(ids, max_new_tokens=12, do_sample=False, method="scd-mc", window=4,
+                         return_dict_in_generate=True)
+    assert out.run.method == "scd-mc" and out.nfe == len(out.run.iterations)     # the folder's loop ran
+    assert torch.equal(out.sequences, tiny_llama(pad_token_id=0).generate(ids, max_new_tokens=12, do_sample=False))

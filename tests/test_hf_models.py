@@ -130,3 +130,77 @@ def test_cuda_emu3_greedy_gives_transformers_tokens():
     ref = model.generate(ids, **kwargs)
     out = model.generate(ids, custom_generate=hf.generate, method="scd-mc", window=6, **kwargs)
     assert out.device.type == "cuda" and torch.equal(out, ref)
+
+
+# -- the Emu3 recipe of docs/transformers.md, as written, on a tiny Emu3 saved as a checkpoint --
+
+RECIPE_GRID = 4                                      # the tiny processor's image: 4 x 4 codes
+
+
+def tiny_emu3_checkpoint(folder):
+    """A tiny random Emu3 with a processor of Emu3's special tokens (a one-character-per-token
+    tokenizer), saved where `from_pretrained` reads it."""
+    from tokenizers import Regex, Tokenizer, models as token_models, pre_tokenizers
+    from transformers import (Emu3Config, Emu3ForConditionalGeneration, Emu3ImageProcessor, Emu3Processor,
+                              Emu3TextConfig, Emu3VQVAEConfig, PreTrainedTokenizerFast)
+
+    specials = {"pad_token": "<|endoftext|>", "bos_token": "<|extra_203|>", "eos_token": "<|extra_204|>"}
+    extra = {"image_token": "<image>", "boi_token": "<|image start|>", "eoi_token": "<|image end|>",
+             "image_wrapper_token": "<|image token|>", "eof_token": "<|extra_201|>"}
+    vocab = {chr(c): c - 32 for c in range(32, 127)}
+    for token in [*specials.values(), *extra.values(), "<|extra_200|>"]:
+        vocab[token] = len(vocab)
+    words = Tokenizer(token_models.WordLevel(dict(vocab), unk_token=" "))
+    words.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=words, extra_special_tokens=extra, **specials)
+    Emu3Processor(Emu3ImageProcessor(), tokenizer).save_pretrained(folder)
+    vocab.update({f"<|visual token{i:06d}|>": len(vocab) for i in range(te.K)})
+    torch.manual_seed(0)
+    text = Emu3TextConfig(vocab_size=len(vocab), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                          pad_token_id=vocab[specials["pad_token"]], bos_token_id=vocab[specials["bos_token"]],
+                          eos_token_id=vocab[specials["eos_token"]])
+    vq = Emu3VQVAEConfig(codebook_size=te.K, embed_dim=4, latent_channels=4, base_channels=32, channel_multiplier=[1, 1],
+                         num_res_blocks=1, attn_resolutions=[], hidden_size=32, temporal_downsample_factor=1)
+    model = Emu3ForConditionalGeneration(Emu3Config(text_config=text, vq_config=vq, vocabulary_map=vocab)).eval()
+    spread(model.model.text_model, 0.15)
+    spread(model.lm_head, 0.15, seed=1)
+    model.save_pretrained(folder)
+
+
+def test_the_emu3_recipe_runs_as_written(tmp_path, monkeypatch, capsys):
+    """docs/transformers.md's Emu3 block, its checkpoint id replaced by a tiny Emu3 saved here and
+    without `device_map="cuda"` (the model stays on the CPU); the tiny processor draws a 4 x 4
+    image (its class default is 90 x 90)."""
+    import re
+    from pathlib import Path
+
+    from transformers import Emu3Processor
+
+    tiny_emu3_checkpoint(tmp_path)
+    monkeypatch.setattr(Emu3Processor, "image_area", (8 * RECIPE_GRID) ** 2)
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "transformers.md").read_text()
+    section = doc.split("\n## Emu3\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert block.count('"BAAI/Emu3-Gen-hf"') == 2 and block.count(', device_map="cuda"') == 1
+    code = block.replace('"BAAI/Emu3-Gen-hf"', repr(str(tmp_path))).replace(', device_map="cuda"', "")
+    scope = {}
+    exec(compile(code, "docs/transformers.md (Emu3)", "exec"), scope)
+    out, codes, image = scope["out"], scope["codes"], scope["image"]
+    assert codes.shape == (1, RECIPE_GRID * (RECIPE_GRID + 1) + 3)
+    assert image.shape[0] == 1 and image.ndim == 4                          # decoded by the VQ-VAE
+    assert f"{out.nfe} passes for {codes.shape[1]} tokens" in capsys.readouterr().out
+
+
+def test_emu3_fresh_drafts_are_tokens_its_constraints_allow(emu3):
+    """The processors allow visual codes at Emu3's first generated position, so fresh drafts
+    are visual codes (uniform over them), never the text tokens p has no mass on: every token
+    a pass feeds is a code or one of the forced tokens."""
+    ids, kwargs = emu3_inputs(te.PROMPTS[:1], 3.0)
+    kwargs.update(do_sample=True, top_k=20, return_dict_in_generate=True)
+    allowed = {te.code_to_bpe(i) for i in range(te.K)} | {te.EOL, te.EOF, te.EOI, te.EOS}
+    fed = set()
+    for seed in range(4):
+        out = emu3.generate(ids, custom_generate=hf.generate, method="sjd", window=8, seed=seed, **kwargs)
+        fed |= {int(t) for r in out.run.iterations for t in r.window_tokens.flatten()}
+    assert fed <= allowed and len(fed & {te.code_to_bpe(i) for i in range(te.K)}) > 20

@@ -17,7 +17,7 @@ import torch
 import torch._dynamo
 
 import scd_core
-import models_util
+from models_util import built  # noqa: F401 (a fixture)
 from scd_core.testing import unmarked_writes
 
 pytestmark = pytest.mark.compile
@@ -31,11 +31,6 @@ OTHER = {(name, ("ar", "sjd", "scd-gumbel")[i % 3]) for i, name in enumerate(MOD
 CASES = [pytest.param(name, method, marks=() if (name, method) in DEFAULT else pytest.mark.slow,
                       id=f"{name}-{method}") for name in MODELS for method in METHODS
          if (name, method) in DEFAULT | OTHER]
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return models_util.builds(tmp_path_factory)
 
 
 @pytest.mark.parametrize("name,method", CASES)
@@ -80,9 +75,12 @@ def test_a_tree_step_and_its_kept_path_trace_as_one_graph(built, name):
         return logits
 
     outs = []
+    torch._dynamo.reset()                 # one code object compiled per model: not a recompile of the last's
     for fn in (tree_pass, torch.compile(tree_pass, fullgraph=True)):
         with torch.no_grad():
             session = model.start(prompts, cfg)
+            if hasattr(session, "reserve_tree"):           # as the engine does: tree slots before the first tree
+                session.reserve_tree(7)
             session.step(tokens[:, :3], torch.zeros(B, dtype=torch.long))
             logits = fn(session, tokens, parents, torch.full((B,), 2), nodes)
             outs.append((logits, session.step(tokens[:, :2], torch.full((B,), 5))))

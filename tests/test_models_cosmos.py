@@ -279,9 +279,11 @@ def test_video_prompt_to_frames_end_to_end(tiny_folder):
                                       "window": 128, "init": "repeat-frame"}
     s = model.start([clip, clip], cfg_scale=1.0)
     assert s.first_logits.shape == (2, 60)
-    assert torch.equal(model.last_prefix[0], model.last_prefix[1])
+    assert torch.equal(s.prefix_tokens[0], s.prefix_tokens[1])
     assert s.step(torch.zeros(2, 4, dtype=torch.long), torch.tensor([0, 0])).shape == (2, 4, 60)
-    frames = model.decode(torch.randint(0, 60, (2, 60)))
+    with pytest.raises(ValueError, match="prefix"):                  # which frames it continues: the row's
+        model.decode(torch.randint(0, 60, (2, 60)))
+    frames = model.decode(torch.randint(0, 60, (2, 60)), prefix=s.prefix_tokens)
     assert len(frames) == 2 and len(frames[0]) == 33 and frames[0][0].size == (80, 64)
     with pytest.raises(ValueError, match="cfg_scale"):
         model.start([clip], cfg_scale=3.0)
@@ -464,7 +466,8 @@ def test_timing_recipe_runs_on_a_tiny_config():
 def test_session_exposes_the_conditioning_tokens():
     model = tiny_model()
     s = start(model, batch=2)
-    assert s.prefix_tokens.shape == (2, model.cfg.prefix_len) and torch.equal(s.prefix_tokens, model.last_prefix)
+    assert s.prefix_tokens.shape == (2, model.cfg.prefix_len)
+    assert not hasattr(model, "last_prefix")                          # a session's, never the model's
 
 
 def test_registry_name_resolves_in_the_checkpoints_folder(tmp_path, monkeypatch, empty_hub_cache):
@@ -555,15 +558,15 @@ def test_an_image_conditions_on_one_latent_frame_and_four_are_generated(tmp_path
     assert one.net is model.net and one.num_input_frames == 1 and model.with_input_frames(9) is model
     assert one.grid == (4, 4, 5) and one.cfg.prefix_len == 20 and model.grid == (3, 4, 5)
     s = one.start([white])
-    assert s.first_logits.shape == (1, 60) and one.last_prefix.shape == (1, 20)
+    assert s.first_logits.shape == (1, 60) and s.prefix_tokens.shape == (1, 20)
     static = dv.prepare_clip(dv.read_frames(white), 1, TINY.pixel_size)
     assert torch.equal(static[:, 0], static[:, 32])
-    assert torch.equal(one.last_prefix, one.tokenizer.encode(static[None]).flatten(1)[:, :20])
+    assert torch.equal(s.prefix_tokens, one.tokenizer.encode(static[None]).flatten(1)[:, :20])
     # A clip on the 1-frame model conditions on its last frame only.
     ramp = write_levels(tmp_path / "ramp.gif", [0, 60, 255])
     assert torch.equal(one.encode_videos([ramp]), one.encode_videos([white]))
     assert not torch.equal(one.encode_videos([ramp]), one.encode_videos([write_image(tmp_path / "k.png", 0)]))
-    frames = one.decode(torch.randint(0, 60, (1, 80)))
+    frames = one.decode(torch.randint(0, 60, (1, 80)), prefix=s.prefix_tokens)
     assert len(frames[0]) == 33
     with pytest.raises(ValueError, match="num_input_frames"):
         cosmos.CosmosVideoModel(model.net, num_input_frames=5)

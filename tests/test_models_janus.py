@@ -10,6 +10,7 @@ from scd_core.models import standins  # noqa: E402
 from fakehub import empty_hub_cache  # noqa: E402,F401  (fixture: offline, empty Hugging Face cache)
 import rows_util  # noqa: E402
 from scd_core import testing  # noqa: E402
+from scd_core.models import static  # noqa: E402
 
 BOS, EOS, PAD, BOI = 1, 2, 0, 298
 V_IMG = 128
@@ -98,7 +99,7 @@ def test_smaller_start_forgets(tm):
     torch.testing.assert_close(out, ref[:, 3:], atol=1e-4, rtol=0)
     # the cache was sized at the start (prompt, grid, scratch slot) and written in place
     assert [k.shape for k, _ in s.kv.tensors()] == [k.shape for k, _ in clean.kv.tensors()]
-    assert s.kv.capacity == len(encode(PROMPTS[1])) + 16 + 1
+    assert s.kv.capacity == static.bucket(len(encode(PROMPTS[1]))) + 16 + 1     # the prompt region: a bucket
 
 
 def test_rows_at_different_starts_match_single_rows(tm):
@@ -190,6 +191,22 @@ def test_engine_top1_matches_library_generate(tm, method):
                             temperature=1.0, top_k=1, top_p=1.0, cfg_scale=5.0, init="random")
     for b, p in enumerate(PROMPTS):
         assert torch.equal(run.tokens[b].cpu(), library_greedy(tm, p, 5.0)[0])
+
+
+def test_guidance_in_bfloat16_is_transformers_guidance():
+    """In bfloat16 the guided logits are the ones transformers' image mode samples from
+    (`ClassifierFreeGuidanceLogitsProcessor` on the head's bfloat16 scores), then float32: the
+    same rounding, so the same tokens tie at the top-k cut."""
+    from transformers import ClassifierFreeGuidanceLogitsProcessor
+    model = janus_mod.JanusTokenModel(tiny_janus().to(torch.bfloat16), encode=encode, bos_token_id=BOS,
+                                      boi_token_id=BOI, pad_token_id=PAD, name="tiny-janus")
+    session = model.start(PROMPTS, 5.0)
+    hidden = torch.randn(2 * len(PROMPTS), 64, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    scores = model.model.model.generation_head(hidden)
+    want = ClassifierFreeGuidanceLogitsProcessor(5.0)(torch.zeros(len(PROMPTS), 1, dtype=torch.long), scores).float()
+    got = session._logits(hidden)
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+    assert not torch.equal(got, (scores[2:].float() + 5.0 * (scores[:2].float() - scores[2:].float())))
 
 
 def test_engine_sampled_batch_run_decodes(tm):
@@ -304,7 +321,8 @@ def test_keep_rows_drops_the_slots_only_leaving_rows_used(tm):
     s.keep_rows(torch.tensor([2, 0]))                                  # the longest prompt leaves
     alone = tm.start([PROMPTS[1], PROMPTS[0]], 5.0)
     alone.step(torch.zeros(2, 6, dtype=torch.long), torch.zeros(2, dtype=torch.long))
-    assert s.kv.P == alone.kv.P == len(encode(PROMPTS[1])) and s.kv.capacity == alone.kv.capacity
+    assert s.kv.P == alone.kv.P == static.bucket(len(encode(PROMPTS[1]))) < static.bucket(len(encode(LONG)))
+    assert s.kv.capacity == alone.kv.capacity
 
 
 def test_bad_rows_and_prompts_are_refused_and_leave_the_session_as_it_was(tm):
@@ -354,4 +372,4 @@ def test_the_cache_is_sized_at_the_start_and_written_in_place(tm):
     s.keep_path(torch.tensor([[0, 1, 3, -1]]))
     s.step(tokens[:, :2], torch.tensor([5]))
     assert [(k.data_ptr(), k.shape) for k, _ in s.kv.tensors()] == before
-    assert before[0][1][2] == len(encode(PROMPTS[0])) + 16 + 1 + 8          # prompt, grid, scratch, tree slots
+    assert before[0][1][2] == static.bucket(len(encode(PROMPTS[0]))) + 16 + 1 + 8   # prompt, grid, scratch, tree slots

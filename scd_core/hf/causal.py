@@ -14,8 +14,8 @@ position:
   conditions on: the prompt as transformers has it (left padding included), then the tokens
   fed before it, the committed ones and the drafts (`_process`).
 
-`Started` is the TokenModel that hands the engine such a session (over `max_new_tokens`
-positions: its grid is one row, (1, N)).
+`SessionTokenModel` is the TokenModel that hands the engine such a session (over
+`max_new_tokens` positions: its grid is one row, (1, N)).
 """
 from __future__ import annotations
 
@@ -62,6 +62,16 @@ class CausalSession:
             self.first_logits = self._process(self._guided(logits), self.fed - 1)[:, 0]
         self.vocab_size = int(self.first_logits.shape[-1])
 
+    def allowed_at_start(self) -> torch.LongTensor | None:
+        """The tokens the processors leave a score at the first generated position of some row
+        [M] (None: every token, or no processors). Fresh drafts are drawn from them
+        (`Plan.draft_vocab`): exact for any set, and where the processors restrict the
+        vocabulary (Emu3's visual codes) they are the drafts that can be accepted."""
+        if not self.processors:
+            return None
+        allowed = (self.first_logits > -torch.inf).any(0)                     # [V]
+        return None if bool(allowed.all()) else allowed.nonzero().squeeze(1)
+
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids, cache=self.kv.cache,
                          use_cache=True)
@@ -80,22 +90,25 @@ class CausalSession:
     def _process(self, scores: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
         """The processors on scores [B, W, V] whose position j of row b predicts position
         start[b] + j + 1: each sees that position's prefix, the prompt then the tokens fed at
-        positions 0 .. start[b] + j. Rows with prefixes of equal length are processed in one
-        call of the whole batch (so batch indices stay those of the prompts); the other rows
-        of that call (their own tokens, cut short or followed by ones fed earlier) are
-        discarded. A host loop, run only when there are processors."""
+        positions 0 .. start[b] + j. One call of the whole batch per prefix length (so batch
+        indices stay those of the prompts), each row at its window position of that length;
+        a row with none there is processed too and discarded. A host loop, run only when there
+        are processors, after one read-back of the rows' starts."""
         if not self.processors:
             return scores
+        B, W = scores.shape[:2]
+        rows = torch.arange(B, device=scores.device)
         out = scores.clone()
-        for j in range(scores.shape[1]):
-            lengths = start + j + 1                                          # [B] generated tokens before
-            for length in torch.unique(lengths).tolist():
-                ids = torch.cat([self.prompt_ids, self.fed_tokens[:, :length]], 1)
-                s = scores[:, j].clone()
-                for proc in self.processors:
-                    s = proc(ids, s)
-                rows = lengths == length
-                out[rows, j] = s[rows].to(out.dtype)
+        first, last = (int(v) for v in torch.stack([start.min(), start.max()]).tolist())
+        for length in range(first + 1, last + W + 1):                    # generated tokens in the prefix
+            j = length - 1 - start                                       # [B] each row's window position
+            here = (j >= 0) & (j < W)
+            j = j.clamp(0, W - 1)
+            ids = torch.cat([self.prompt_ids, self.fed_tokens[:, :length]], 1)
+            s = scores[rows, j]                                          # [B, V]
+            for proc in self.processors:
+                s = proc(ids, s)
+            out[rows[here], j[here]] = s[here].to(out.dtype)
         return out
 
     @torch.no_grad()
@@ -110,10 +123,10 @@ class CausalSession:
         return self._process(self._guided(logits), start)
 
 
-class Started:
-    """A TokenModel whose `start` hands the engine a session already started (transformers'
-    prompts are ids, already in it): a `CausalSession` over N = max_new_tokens positions
-    (grid (1, N)), or an adapter's session."""
+class SessionTokenModel:
+    """A TokenModel over a session already started (transformers' prompts are ids, already in
+    it): `start` hands the engine that session, a `CausalSession` over N = max_new_tokens
+    positions (grid (1, N)), or an adapter's session."""
 
     def __init__(self, session, vocab_size: int, grid: tuple[int, ...], decode=None):
         self.session, self.vocab_size, self.grid = session, int(vocab_size), tuple(grid)

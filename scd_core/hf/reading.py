@@ -13,7 +13,8 @@ own, then with `do_sample` the warpers (temperature, top-k, top-p, ...). Here:
   logits of every window position with that position's prefix: the committed tokens and the
   drafts before it, exactly what verification conditions on (`session.CausalSession._process`);
 - temperature, top-k and top-p become the engine's `SamplingConfig` (`scd_core.sampling`:
-  verification, drafting, residuals and the AR baseline all sample that one p);
+  verification, drafting, residuals and the AR baseline all sample that one p, the law of
+  transformers' warpers: top-k keeps every token tied with the k-th, top-p rounds as there);
 - anything else is refused: a warper the engine has no filter for (min-p, typical, eta, ...),
   a processor that keeps state between calls or reads beams or batch layout, and any class
   not known to be a function of the prefix and the scores.
@@ -91,6 +92,10 @@ def read_processors(processors, do_sample: bool) -> Reading:
                                  "in the order temperature, top-k, top-p")
             warpers.append(name)
             reading.sampling[SAMPLING[name]] = getattr(proc, SAMPLING[name])
+            if name == "TopKLogitsWarper" and proc.top_k == 1:
+                raise ValueError("top_k: 1 with do_sample=True samples among the tokens tied at the largest score "
+                                 "in transformers, where the engine's top_k=1 takes the first of them; pass "
+                                 "do_sample=False for greedy decoding, or top_k >= 2")
         elif name in PREFIX_PROCESSORS:
             if warpers:
                 if name == "LogitNormalization":       # a log-softmax after the filters leaves p as it is

@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from .checkpoints import config_model_type, pick_device_dtype, resolve_weights
-from .checks import check_cfg, check_prompts, check_tokens, left_pad
-from .transformers_session import RowEnds, RowEndsSession, SlotCache, head_rows, load_pretrained
+from .checks import check_cfg, check_prompts, check_tokens
+from .transformers_session import RowEnds, RowEndsSession, head_rows, load_pretrained
 from .hub import HubFiles, ProgressFn
 from .tree import Forced, Tree
 
@@ -176,19 +176,18 @@ class Emu3Session(RowEndsSession):
     sequence and a scratch slot); rows join with `add_rows` and leave with `keep_rows` (a
     `ResizableSession`); its passes are `transformers_session.RowEndsSession`'s."""
 
-    compilable = True                                    # `step` is tensor code alone: it compiles with the pass
+    compilable = True
 
     def __init__(self, tm: Emu3TokenModel, rows: list[list[int]], batch: int, cfg_scale: float):
         self.tm, self.batch, self.cfg_scale = tm, batch, cfg_scale
         self.reps = len(rows) // batch                   # 2 with guidance: prompt block, negative block
         self.decoder = tm.model.model.text_model
         self.row_ends, self.code_ids = tm.layout, tm.code_to_bpe   # end-of-line tokens; code -> model id
-        ids, mask = left_pad(rows, tm.pad_token_id, tm.device)
         h, w = tm.grid
-        self.kv = SlotCache(self.decoder.config.num_hidden_layers, mask.sum(1), ids.shape[1], h * (w + 1))
-        self.fed = torch.zeros(batch, dtype=torch.long, device=tm.device)   # grid positions each row holds
+        ids, prefill = self.borrow_cache(rows, tm.pad_token_id, self.decoder.config.num_hidden_layers, h * (w + 1),
+                                         tm.image_head.dtype)
         with torch.no_grad():
-            hidden = self._forward(ids, *self.kv.prefill(tm.image_head.dtype))
+            hidden = self._forward(ids, *prefill)
             self.first_logits = self._guided(hidden[:, -1])
         self.tree: Tree | None = None                    # the last step_tree's, until keep_path
         self.forced: Forced | None = None

@@ -26,8 +26,8 @@ import torch
 from scd_core.sampling import guide
 
 from .checkpoints import config_model_type, pick_device_dtype, resolve_weights
-from .checks import check_cfg, check_prompts, check_step, check_tokens, left_pad
-from .transformers_session import ResizableRows, SlotCache, load_pretrained
+from .checks import check_cfg, check_prompts, check_step, check_tokens
+from .transformers_session import ResizableRows, load_pretrained
 from .hub import HubFiles, ProgressFn
 from .tree import Tree, check_path, check_tree
 
@@ -153,19 +153,17 @@ class JanusSession(ResizableRows):
     (when guided); rows join with `add_rows` and leave with `keep_rows` (a `ResizableSession`).
     """
 
-    compilable = True                                    # `step` is tensor code alone: it compiles with the pass
+    compilable = True
 
     def __init__(self, tm: JanusTokenModel, rows: list[list[int]], batch: int, cfg_scale: float):
         self.tm, self.batch, self.cfg_scale = tm, batch, cfg_scale
         self.reps = len(rows) // batch                   # 2 with guidance: cond block, uncond block
         self._lm = tm.model.model.language_model
-        ids, mask = left_pad(rows, tm.pad_token_id, tm.device)
-        N = tm.grid[0] * tm.grid[1]
-        self.kv = SlotCache(self._lm.config.num_hidden_layers, mask.sum(1), ids.shape[1], N)
-        self.fed = torch.zeros(batch, dtype=torch.long, device=tm.device)   # generated positions each row holds
+        embedding = tm.model.get_input_embeddings()
+        ids, prefill = self.borrow_cache(rows, tm.pad_token_id, self._lm.config.num_hidden_layers,
+                                         tm.grid[0] * tm.grid[1], embedding.weight.dtype)
         with torch.no_grad():
-            embeds = tm.model.get_input_embeddings()(ids)
-            hidden = self._forward(embeds, *self.kv.prefill(embeds.dtype))
+            hidden = self._forward(embedding(ids), *prefill)
             self.first_logits = self._logits(hidden[:, -1])
         self.tree: Tree | None = None                    # the last step_tree's, until keep_path
 
@@ -175,12 +173,13 @@ class JanusSession(ResizableRows):
         return out.last_hidden_state
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Image-head logits of all rows -> guided logits of the B prompts (float32)."""
-        scores = self.tm.model.model.generation_head(hidden).float()
-        if self.reps == 1:
-            return scores
-        cond, uncond = scores[: self.batch], scores[self.batch:]
-        return guide(cond, uncond, self.cfg_scale)
+        """Image-head logits of all rows -> guided logits of the B prompts, guided in the model's
+        dtype as transformers' and DeepSeek's samplers guide, then float32 (in bfloat16 the
+        rounding decides which tokens tie at the top-k cut)."""
+        scores = self.tm.model.model.generation_head(hidden)
+        if self.reps > 1:
+            scores = guide(scores[: self.batch], scores[self.batch:], self.cfg_scale)
+        return scores.float()
 
     @torch.no_grad()
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
@@ -189,13 +188,13 @@ class JanusSession(ResizableRows):
         offsets = start[:, None] + torch.arange(tokens.shape[1], device=tokens.device)
         embeds = self.tm.model.prepare_embeddings_for_image_generation(tokens.repeat(self.reps, 1))
         hidden = self._forward(embeds, *self.kv.write_at(offsets.repeat(self.reps, 1), embeds.dtype))
-        self.fed = start + tokens.shape[1]
+        self.fed.copy_(start + tokens.shape[1])
         self.tree = None
         return self._logits(hidden)
 
     # a tree of drafts (`protocols.TreeSession`): a 4-D mask over the cache and the nodes'
     # own paths, position ids at each node's depth; the nodes' keys/values go to the cache's
-    # tree slots until `keep_path` moves the kept ones into place (`SlotCache.hold` / `keep`)
+    # tree slots until `keep_path` moves the kept ones into place (`SlotCache.write_tree` / `keep_path`)
     @torch.no_grad()
     def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
                   start: torch.LongTensor) -> torch.Tensor:
@@ -203,16 +202,16 @@ class JanusSession(ResizableRows):
                           fed=self.fed, length=self.kv.S)
         rows = tree.repeat(self.reps)                    # unconditional rows: the same tree
         embeds = self.tm.model.prepare_embeddings_for_image_generation(rows.tokens)
-        hidden = self._forward(embeds, *self.kv.hold(rows.start, rows.positions, rows.seen, embeds.dtype))
-        self.fed = tree.start                            # the nodes are not kept until keep_path
+        hidden = self._forward(embeds, *self.kv.write_tree(rows.start, rows.positions, rows.seen, embeds.dtype))
+        self.fed.copy_(tree.start)                       # the nodes are not kept until keep_path
         self.tree = tree
         return self._logits(hidden)
 
     def keep_path(self, nodes: torch.LongTensor) -> None:
         index, kept = check_path(self.tree, nodes)
         offsets = self.tree.start[:, None] + torch.arange(index.shape[1], device=index.device)
-        self.kv.keep(index.repeat(self.reps, 1), kept.repeat(self.reps, 1), offsets.repeat(self.reps, 1))
-        self.fed = self.tree.start + kept.sum(1)
+        self.kv.keep_path(index.repeat(self.reps, 1), kept.repeat(self.reps, 1), offsets.repeat(self.reps, 1))
+        self.fed.copy_(self.tree.start + kept.sum(1))
         self.tree = None
 
 

@@ -15,7 +15,8 @@ What this adapter hides from the engine:
   generated sequence index s of a row lives in slot P + s, so each row can start anywhere,
   "forgetting" is simply masking and overwriting, and a step reads nothing back. Rows join a
   running session (`add_rows`: the prompt regions of both batches are left-padded to the
-  longer one) and leave it (`keep_rows`: the prompt region shrinks to the longest kept prompt).
+  longer one) and leave it (`keep_rows`: the prompt region shrinks to the bucket of the
+  longest kept prompt, `static.bucket`).
 - the checkpoint conversion: Lumina stores q/k-norm weights as (model_parallel_size, head_dim),
   transformers expects (num_heads, head_dim) (k: num_key_value_heads).
 """
@@ -31,8 +32,8 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from .checkpoints import pick_device_dtype, resolve_weights
-from .checks import check_prompts, left_pad
-from .transformers_session import RowEnds, RowEndsSession, SlotCache, head_rows
+from .checks import check_prompts
+from .transformers_session import RowEnds, RowEndsSession, head_rows
 from .tree import Forced, Tree
 from .hub import HubFiles, ProgressFn, cached
 
@@ -202,7 +203,7 @@ class LuminaSession(RowEndsSession):
     sequence and a scratch slot). Rows join with `add_rows` and leave with `keep_rows` (a
     `ResizableSession`); its passes are `transformers_session.RowEndsSession`'s."""
 
-    compilable = True                                    # `step` is tensor code alone: it compiles with the pass
+    compilable = True
 
     def __init__(self, tm: LuminaTokenModel, prompts: list[str], cfg_scale: float) -> None:
         self.tm = tm
@@ -214,24 +215,19 @@ class LuminaSession(RowEndsSession):
         if cfg_scale != 1.0:
             rows += [tm.uncond_ids() for _ in prompts]
         self.reps = len(rows) // self.batch              # 2 with guidance: cond block, uncond block
-        ids, mask = left_pad(rows, tm.layout.pad, tm.device)
         h, w = tm.grid
-        self.kv = SlotCache(tm.model.config.num_hidden_layers, mask.sum(1), ids.shape[1], h * (w + 1))
-        self.fed = torch.zeros(self.batch, dtype=torch.long, device=tm.device)   # grid positions each row holds
+        ids, prefill = self.borrow_cache(rows, tm.layout.pad, tm.model.config.num_hidden_layers, h * (w + 1),
+                                         tm.image_head.dtype)
         with torch.no_grad():
-            hidden = self._forward(ids, *self.kv.prefill(tm.image_head.dtype))
+            hidden = self._forward(ids, *prefill)
         self.first_logits = self._guided(hidden[:, -1])
         self.tree: Tree | None = None                        # the last step_tree's, until keep_path
         self.forced: Forced | None = None
 
     @property
     def P(self) -> int:
-        """Slots of the prompt region: the longest prompt's tokens."""
+        """Slots of the prompt region: the longest prompt's tokens, padded to a bucket."""
         return self.kv.P
-
-    # rows joining and leaving (`transformers_session.ResizableRows`): `add_rows` left-pads the
-    # prompt regions of both batches to the longer one, `keep_rows` shrinks it to the longest
-    # kept prompt
 
 
 # --------------------------------------------------------------------------- loading

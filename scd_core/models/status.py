@@ -15,7 +15,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from . import REGISTRY, _entry_for_folder
+from .registry import REGISTRY, entry_for_folder
 from .hub import HubFiles, cached, offline
 
 STATES = ("embedded", "cached", "downloadable", "needs GPU", "unavailable")
@@ -56,7 +56,7 @@ def model_status(name: str) -> ModelStatus:
     """The state of `name` (a registry name or a local folder) on this machine. Cheap."""
     entry = REGISTRY.get(name) if isinstance(name, str) else None
     if entry is None:
-        if isinstance(name, str) and os.path.isdir(name) and _entry_for_folder(name) is not None:
+        if isinstance(name, str) and os.path.isdir(name) and entry_for_folder(name) is not None:
             return ModelStatus(name, "cached", f"local folder {name}", needs_gpu=False)
         return ModelStatus(str(name), "unavailable", f"unknown model {name!r}", needs_gpu=False)
     try:

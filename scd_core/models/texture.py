@@ -158,16 +158,16 @@ def _ramp(keys: list[tuple[int, int, int]], shades: int) -> torch.Tensor:
 
 
 class TextureSession:
-    compilable = True                                   # `step` is tensor code alone: it compiles with the pass
+    compilable = True
 
     def __init__(self, model: TextureModel, prompts: list[str], cfg_scale: float):
         self.model, self.cfg_scale = model, cfg_scale
         B, S = len(prompts), model.shades
         chosen = [model.vocab.choose(p) for p in prompts]
-        self.centre = torch.stack([model.field(pattern) for _, pattern in chosen]) * (S - 1)   # [B, N]
-        self.offset = torch.tensor([list(PALETTES).index(palette) * S for palette, _ in chosen],
-                                   device=model.device)                                       # [B]
-        self.history = static.zeros(B, model.N + 1, dtype=torch.long, device=model.device)   # written in place
+        centre = torch.stack([model.field(pattern) for _, pattern in chosen]) * (S - 1)      # [B, N]
+        offset = torch.tensor([list(PALETTES).index(palette) * S for palette, _ in chosen], device=model.device)
+        history = torch.zeros(B, model.N + 1, dtype=torch.long, device=model.device)       # written in place
+        self.centre, self.offset, self.history = static.buffers_of(model).holding(self, [centre, offset, history])
         self.first_logits = self._logits(torch.zeros(B, 1, dtype=torch.long, device=model.device))[:, 0]
         self.tree: Tree | None = None                   # the last step_tree's, until keep_path
 

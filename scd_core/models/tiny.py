@@ -365,7 +365,7 @@ class TinyGPT(nn.Module):
 class TinySession(GuidedRows):
     """Batch decoding state with a static position-indexed KV cache (see module docstring)."""
 
-    compilable = True                                   # `step` is tensor code alone: it compiles with the pass
+    compilable = True
 
     def __init__(self, model: "TinyModel", prompts: Sequence[str], cfg_scale: float) -> None:
         self.model, self.gpt = model, model.gpt
@@ -379,18 +379,21 @@ class TinySession(GuidedRows):
         n_rows, length = len(rows), cfg.n_tokens + 2           # slots 0..N by position, then a scratch slot
         dh = cfg.d_model // cfg.n_heads
         p = next(self.gpt.parameters())
-        shape = (n_rows, cfg.n_heads, length, dh)
-        self.cache = [(static.zeros(*shape, dtype=p.dtype, device=p.device),
-                       static.zeros(*shape, dtype=p.dtype, device=p.device)) for _ in cfg_blocks(cfg)]
+        self.buffers = static.buffers_of(model)
+        # every layer's keys and values [R, heads, slots, head_dim], borrowed from the model's buffers
+        self.cache = _pairs(self.buffers.zeros(self, [((n_rows, cfg.n_heads, length, dh), p.dtype)] * (2 * cfg.n_layers),
+                                               p.device))
         self.length, self.tree_slots = length, 0           # tree slots after the sequence: `reserve_tree`
-        self.pos_table = self.gpt.positions().to(p.dtype)
-        self.key_pos = torch.arange(length, device=p.device)
         self.scratch = length - 1                           # what keep_path writes for nodes not kept: no query sees it
-        # each block's attention table over the cache's keys [N+1, N+2] (the scratch column:
-        # False), made here on the model's device so that no step makes one; None: causal
+        # the positions' embeddings, the slots' positions and each block's attention table over
+        # the cache's keys [N+1, N+2] (the scratch column: False; None: causal), borrowed too
         no_scratch = torch.zeros(length - 1, 1, dtype=torch.bool, device=p.device)
-        self.tables = [None if table is None else torch.cat([table, no_scratch], 1)
-                       for table in map(self.gpt.layer_table, cfg_blocks(cfg))]
+        tables = [None if table is None else torch.cat([table, no_scratch], 1)
+                  for table in map(self.gpt.layer_table, cfg_blocks(cfg))]
+        held = iter(self.buffers.holding(self, [self.gpt.positions().to(p.dtype), torch.arange(length, device=p.device),
+                                                *[t for t in tables if t is not None]]))
+        self.pos_table, self.key_pos = next(held), next(held)
+        self.tables = [None if table is None else next(held) for table in tables]
         with torch.inference_mode():
             prompt = self.gpt.prompt_embedding(word_ids.to(p.device), word_mask.to(p.device)).to(p.dtype)
             x = prompt.unsqueeze(1) + self.pos_table[:1]
@@ -418,12 +421,16 @@ class TinySession(GuidedRows):
     def join_state(self, new: "TinySession", order: torch.Tensor) -> None:
         order = order.to(self.key_pos.device)
         self.reserve_tree(new.tree_slots), new.reserve_tree(self.tree_slots)      # the same tree slots
-        self.cache = [(static.static(torch.cat([k, nk])[order]), static.static(torch.cat([v, nv])[order]))
-                      for (k, v), (nk, nv) in zip(self.cache, new.cache)]
+        self._move([torch.cat([t, nt])[order] for t, nt in zip(_flat(self.cache), _flat(new.cache))])
 
     def select_state(self, index: torch.Tensor) -> None:
         index = index.to(self.key_pos.device)
-        self.cache = [(static.static(k[index]), static.static(v[index])) for k, v in self.cache]
+        self._move([t[index] for t in _flat(self.cache)])
+
+    def _move(self, cache: list[torch.Tensor]) -> None:
+        """Take `cache` (every layer's new keys and values) into borrowed buffers, giving the
+        old ones back."""
+        self.cache = _pairs(self.buffers.holding(self, cache, old=_flat(self.cache)))
 
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
         n = self.gpt.cfg.n_tokens
@@ -449,7 +456,7 @@ class TinySession(GuidedRows):
         """Tree slots for trees of `nodes` nodes in every layer's cache (grown, never shrunk)."""
         if nodes > self.tree_slots:
             more, self.tree_slots = nodes - self.tree_slots, nodes
-            self.cache = [(static.with_tree_slots(k, more), static.with_tree_slots(v, more)) for k, v in self.cache]
+            self._move([static.with_tree_slots(t, more) for t in _flat(self.cache)])
 
     def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
                   start: torch.LongTensor) -> torch.Tensor:
@@ -498,6 +505,15 @@ class TinySession(GuidedRows):
 
 def cfg_blocks(cfg: GPTConfig) -> range:
     return range(cfg.n_layers)
+
+
+def _pairs(flat: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """[k0, v0, k1, v1, ...] -> [(k0, v0), (k1, v1), ...]."""
+    return list(zip(flat[0::2], flat[1::2]))
+
+
+def _flat(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
+    return [t for pair in pairs for t in pair]
 
 
 # The first eight image prompts look like their names in 8 of 8 samples (seeds 0-7, SCD-MC, the

@@ -1,38 +1,21 @@
 """Sessions of transformers models (Janus-Pro, Emu3, Lumina-mGPT's Chameleon) on a KV cache
 of fixed size, written by position.
 
-Importing this module imports torch only; transformers is imported inside the functions
-that need it.
-
-- `SlotCache`: every layer's keys and values [R, heads, C, head_dim], C fixed at the start
-  (the prompt region, the whole image sequence, one scratch slot), written at explicit
-  per-row slots: generated sequence offset s of a row lives in slot P + s, so rows sit at
-  different positions, forgetting is masking (and overwriting later), and no shape depends
-  on what was fed. The model sees it as a transformers `Cache` built from its public
-  constructor (`Cache(layers=...)`) with a layer class of this module (`slot_layer_class()`); every
-  forward gets an explicit 4-D mask (transformers uses one as given) and position ids.
-  A tree's entries are written into tree slots reserved at the end of the same cache
-  (`reserve`, `hold`), masked so that no other query sees them, and the kept path's moved
-  into place by position afterwards (`SlotCache.keep`): no pass copies the cache. Rows join
-  (`join`) and leave (`select`). Every tensor of it is static (`scd_core.models.static`):
-  marked with `torch._dynamo.mark_static_address` where it is allocated and wherever rows
-  join or leave, so that on a GPU a compiled pass that writes it replays as a CUDA graph;
-  any session built on it (the adapters here, `scd_core.hf`) inherits that.
-- `RowEnds`: the sequence layout of a model that closes every grid row with a forced
-  end-of-row token (Emu3, Lumina-mGPT), for a window (`chain`) and for a tree (`tree`),
-  with shapes fixed by the window or the tree's size.
-- `ResizableRows`: `add_rows` / `keep_rows` for such a session (through `rows.GuidedRows`).
-- `RowEndsSession`: the chain and tree passes of a guided session over a `RowEnds` layout
-  (Emu3's and Lumina-mGPT's sessions).
-- `head_rows`: a head's rows of the image codes, as a view where they are contiguous.
-- `load_pretrained`: a transformers model and processor from a downloaded folder.
+- `SlotCache`: every layer's keys and values in slots fixed at the start, written at
+  explicit per-row slots, so that rows sit at different positions and forgetting is
+  masking; the model sees it as a transformers `Cache` and gets a 4-D mask and position ids.
+- `RowEnds`: the layout of a model that closes every grid row with a forced end-of-row token
+  (Emu3, Lumina-mGPT); `RowEndsSession`: the chain and tree passes over it.
+- `ResizableRows`: rows joining and leaving such a session.
 
 Nothing in a `step`, `step_tree` or `keep_path` built on these reads a value back or copies
-to the device.
+to the device, and every tensor they read or write is borrowed from the model's buffers
+(`static`). Importing this module imports torch only.
 """
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -42,7 +25,7 @@ import torch.nn.functional as F
 from scd_core.sampling import guide
 
 from . import static
-from .checks import check_step
+from .checks import check_step, left_pad
 from .hub import WeightsNotFoundError
 from .rows import GuidedRows
 from .tree import Forced, Tree, check_path, check_tree, force_after, gather_nodes, path_entries
@@ -55,28 +38,23 @@ def slot_layer_class() -> type:
 
     class SlotLayer(CacheLayerMixin):
         """One attention layer of a `SlotCache`: keys/values [R, heads, C + tree slots, head_dim],
-        static (`static`), written at the slots its `SlotCache` names for this forward
-        (`owner.slots` [R, T]); the forward sees slots [0, `owner.view`)."""
+        borrowed from its `SlotCache`'s buffers at the first forward, written at the slots its
+        `SlotCache` names for this forward (`owner.slots` [R, T]); the forward sees slots
+        [0, `owner.view`)."""
 
         is_compileable = True
         is_sliding = False
 
-        def __init__(self, owner: "SlotCache", keys: torch.Tensor | None = None,
-                     values: torch.Tensor | None = None) -> None:
+        def __init__(self, owner: "SlotCache") -> None:
             super().__init__()
             self.owner = owner
-            if keys is not None:
-                self.keys, self.values, self.device = static.static(keys), static.static(values), keys.device
-                self.is_initialized = True
+
+        def take(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+            self.keys, self.values, self.device = keys, values, keys.device
+            self.is_initialized = True
 
         def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-            r, h, _, d = key_states.shape
-            slots = self.owner.capacity + self.owner.tree_slots
-            self.keys = static.zeros(r, h, slots, d, dtype=key_states.dtype, device=key_states.device)
-            self.values = static.zeros(r, h, slots, value_states.shape[-1], dtype=value_states.dtype,
-                                       device=value_states.device)
-            self.device = key_states.device
-            self.is_initialized = True
+            self.take(*self.owner.zeros_like(key_states, value_states))
 
         def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
             if not self.is_initialized:
@@ -110,7 +88,7 @@ def additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 class SlotCache:
     """Keys and values of every layer, R rows of C = P + S + 1 slots each and `tree_slots`
-    more, fixed at the start (or by `reserve`, before a run's first tree), static:
+    more, fixed at the start (or by `reserve`, before a run's first tree):
 
     - slots [0, P): the prompt region, left-padded (row r's prompt in [P - plen[r], P));
     - slots [P, P + S): the sequence, generated offset s of a row in slot P + s;
@@ -120,22 +98,25 @@ class SlotCache:
       tree's entries that the tree's mask lets see it.
 
     A forward writes where `slots` [R, T] says: a chain's entries at their sequence slots
-    (`write_at`, the forward sees slots [0, C)), a tree's in the tree slots (`hold`, the
-    forward sees [0, C + T)), from which `keep` moves the kept path's entries to their
-    sequence slots by position. `cache` is what the model is given.
+    (`write_at`, the forward sees slots [0, C)), a tree's in the tree slots (`write_tree`, the
+    forward sees [0, C + T)), from which `keep_path` moves the kept path's entries to their
+    sequence slots by position. `cache` is what the model is given. Its tensors (and `plen`)
+    are borrowed from `buffers` for `owner` (a session; by default a cache of its own, nothing
+    reused) and given back as rows join or leave (`join`, `select`).
     """
 
-    def __init__(self, num_layers: int, plen: torch.Tensor, P: int, S: int,
-                 tensors: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None, tree_slots: int = 0) -> None:
+    def __init__(self, num_layers: int, plen: torch.Tensor, P: int, S: int, tree_slots: int = 0,
+                 buffers: static.Buffers | None = None, owner=None) -> None:
         from transformers.cache_utils import Cache
 
-        self.plen, self.P, self.S = plen, int(P), int(S)
-        self.tree_slots = int(tree_slots)
+        self.buffers = buffers if buffers is not None else static.Buffers(idle_cap=0)
+        self.owner = weakref.ref(owner if owner is not None else self)
+        self.plen, = self.buffers.holding(self.owner(), [plen])
+        self.P, self.S, self.tree_slots = int(P), int(S), int(tree_slots)
         self.slots: torch.Tensor | None = None
         self.view = self.capacity                               # the slots a forward sees
         layer = slot_layer_class()
-        kv = tensors or [(None, None)] * num_layers
-        self.cache = Cache(layers=[layer(self, k, v) for k, v in kv])
+        self.cache = Cache(layers=[layer(self) for _ in range(num_layers)])
 
     @property
     def capacity(self) -> int:
@@ -152,6 +133,20 @@ class SlotCache:
     def tensors(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(layer.keys, layer.values) for layer in self.cache.layers]
 
+    def zeros_like(self, *states: torch.Tensor) -> list[torch.Tensor]:
+        """Borrowed zeros for a layer's keys and values like `states` [R, heads, T, head_dim],
+        over every slot."""
+        slots = self.capacity + self.tree_slots
+        return self.buffers.zeros(self.owner(), [((t.shape[0], t.shape[1], slots, t.shape[3]), t.dtype)
+                                                 for t in states], states[0].device)
+
+    def give_back(self) -> None:
+        """Give every tensor back to the buffers (the cache is not used again)."""
+        for layer in self.cache.layers:
+            if layer.is_initialized:
+                self.buffers.give_back([layer.keys, layer.values])
+        self.buffers.give_back([self.plen])
+
     def reserve(self, entries: int) -> None:
         """Room for a tree of `entries` entries (the tree slots grow to it, never shrink):
         called before a run's first tree, so that no pass allocates (`step_tree` of a
@@ -162,18 +157,20 @@ class SlotCache:
         self.tree_slots = entries
         for layer in self.cache.layers:
             if layer.is_initialized:
-                layer.keys = static.static(F.pad(layer.keys, (0, 0, 0, more)))
-                layer.values = static.static(F.pad(layer.values, (0, 0, 0, more)))
+                layer.take(*self.buffers.holding(self.owner(), [static.with_tree_slots(t, more) for t in
+                                                                (layer.keys, layer.values)], old=[layer.keys, layer.values]))
 
     # -- what a forward writes, and what it sees ---------------------------------------------
-    def prefill(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write the prompt region: (additive mask [R, 1, P, C], position ids [R, P]). A
-        prompt token sees its row's prompt up to itself; padding sees itself only."""
+    def prefill(self, dtype: torch.dtype, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the prompts, left-padded to `width` tokens (default P), in the last `width`
+        slots of the prompt region: (additive mask [R, 1, width, C], position ids [R, width]).
+        A prompt token sees its row's prompt up to itself; padding sees itself only."""
+        width = self.P if width is None else width
         dev = self.plen.device
-        q = torch.arange(self.P, device=dev)
+        q = torch.arange(self.P - width, self.P, device=dev)
         k = torch.arange(self.capacity, device=dev)
         first = (self.P - self.plen)[:, None, None]                                # [R, 1, 1]
-        allowed = ((k >= first) & (k <= q[:, None])) | (k == q[:, None])           # [R, P, C]
+        allowed = ((k >= first) & (k <= q[:, None])) | (k == q[:, None])           # [R, width, C]
         self.slots, self.view = q.expand(self.rows, -1), self.capacity
         return additive(allowed[:, None], dtype), (q - first[:, :, 0]).clamp(min=0)
 
@@ -193,8 +190,8 @@ class SlotCache:
         self.view = self.capacity
         return additive(allowed[:, None], dtype), self.plen[:, None] + offsets.clamp(min=0)
 
-    def hold(self, begin: torch.Tensor, offsets: torch.Tensor, seen: torch.Tensor,
-             dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def write_tree(self, begin: torch.Tensor, offsets: torch.Tensor, seen: torch.Tensor,
+                   dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """A tree's entries at offsets [R, T] (-1: padding), written in the tree slots (entry j
         in slot C + j): each sees the row's prompt, the sequence before offset `begin` [R],
         and the entries `seen` [R, T, T] marks. Returns (additive mask [R, 1, T, C + T],
@@ -208,9 +205,9 @@ class SlotCache:
         self.view = self.capacity + T
         return additive(allowed[:, None], dtype), self.plen[:, None] + offsets.clamp(min=0)
 
-    def keep(self, entries: torch.Tensor, valid: torch.Tensor, offsets: torch.Tensor) -> None:
-        """After `hold`'s forward: move its entries `entries` [R, Q] from the tree slots to
-        sequence offsets `offsets` [R, Q] where `valid`, the others to the scratch slot."""
+    def keep_path(self, entries: torch.Tensor, valid: torch.Tensor, offsets: torch.Tensor) -> None:
+        """After `write_tree`'s forward: move its entries `entries` [R, Q] from the tree slots
+        to sequence offsets `offsets` [R, Q] where `valid`, the others to the scratch slot."""
         slots = torch.where(valid, self.P + offsets, self.scratch)
         C, T = self.capacity, self.view - self.capacity
         for layer in self.cache.layers:
@@ -226,25 +223,35 @@ class SlotCache:
         pad = (0, 0, P - self.P, tree_slots - self.tree_slots)
         return [(F.pad(k, pad), F.pad(v, pad)) for k, v in self.tensors()]
 
+    def _like(self, plen: torch.Tensor, P: int, tree_slots: int,
+              kv: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> "SlotCache":
+        """A cache of this one's buffers and owner holding `kv` (new contents); this one's
+        tensors given back."""
+        cache = SlotCache(len(kv), plen, P, self.S, tree_slots, self.buffers, self.owner())
+        for layer, (k, v) in zip(cache.cache.layers, kv):
+            layer.take(*cache.buffers.holding(cache.owner(), [k, v]))
+        self.give_back()
+        return cache
+
     @staticmethod
     def join(first: "SlotCache", second: "SlotCache", order: torch.Tensor) -> "SlotCache":
         """One cache of the rows cat([first's, second's])[order], the prompt regions left-padded
-        to the longer one (and the tree slots to the more)."""
+        to the longer one (and the tree slots to the more), in first's buffers."""
         P, tree_slots = max(first.P, second.P), max(first.tree_slots, second.tree_slots)
         order = order.to(first.plen.device)
         kv = [(torch.cat([ka, kb])[order], torch.cat([va, vb])[order])
               for (ka, va), (kb, vb) in zip(first._padded(P, tree_slots), second._padded(P, tree_slots))]
-        return SlotCache(len(kv), torch.cat([first.plen, second.plen])[order], P, first.S, kv, tree_slots)
+        return first._like(torch.cat([first.plen, second.plen])[order], P, tree_slots, kv)
 
     def select(self, index: torch.Tensor) -> "SlotCache":
-        """The cache of rows `index` (in that order), its prompt region cut to the longest of
-        their prompts (read on the host: rows leave between passes)."""
+        """The cache of rows `index` (in that order), its prompt region cut to the bucket of
+        the longest of their prompts (read on the host: rows leave between passes)."""
         index = index.to(self.plen.device)
         plen = self.plen[index]
-        P = int(plen.max()) if len(plen) else self.P
+        P = min(self.P, static.bucket(int(plen.max()))) if len(plen) else self.P
         cut = self.P - P                                     # prompt slots no kept row uses
         kv = [(k[index][:, :, cut:], v[index][:, :, cut:]) for k, v in self.tensors()]
-        return SlotCache(len(kv), plen, P, self.S, kv, self.tree_slots)
+        return self._like(plen, P, self.tree_slots, kv)
 
 
 @dataclass(frozen=True)
@@ -323,11 +330,23 @@ def head_rows(weight: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
 class ResizableRows(GuidedRows):
     """`add_rows` / `keep_rows` for a session whose rows share one `SlotCache` (`kv`), laid out
     as `reps` blocks of `batch` rows (conditional rows, then unconditional ones), with `fed`
-    [batch] the generated positions each prompt's rows hold. The session provides `tm` (whose
+    [batch] the generated positions each prompt's rows hold (borrowed from `buffers`, the
+    model's: a step writes it in place). The session provides `tm` (whose
     `start(prompts, cfg_scale)` makes a session of the same kind), `cfg_scale`, `batch`,
-    `reps`, `kv`, `fed` and `first_logits`."""
+    `reps`, `buffers`, `kv`, `fed` and `first_logits`."""
 
     entries_per_node = 1                 # cache entries a tree node writes (RowEnds: its end-of-row entry too)
+
+    def borrow_cache(self, rows: list[list[int]], pad_id: int, num_layers: int, S: int, dtype: torch.dtype
+                     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Borrow `kv` from the model's buffers (the prompts `rows` left-padded in a prompt region
+        of `static.bucket` slots, then S sequence slots) and `fed`; returns the prompt ids
+        [R, P0] and the prefill's (mask, position ids) for them."""
+        self.buffers = static.buffers_of(self.tm)
+        ids, mask = left_pad(rows, pad_id, self.tm.device)
+        self.kv = SlotCache(num_layers, mask.sum(1), static.bucket(ids.shape[1]), S, buffers=self.buffers, owner=self)
+        self.fed, = self.buffers.zeros(self, [((self.batch,), torch.long)], self.tm.device)
+        return ids, self.kv.prefill(dtype, ids.shape[1])
 
     def reserve_tree(self, nodes: int) -> None:
         """Room in the cache for trees of `nodes` nodes (`protocols.TreeSession`)."""
@@ -338,11 +357,12 @@ class ResizableRows(GuidedRows):
 
     def join_state(self, new: "ResizableRows", order: torch.Tensor) -> None:
         self.kv = SlotCache.join(self.kv, new.kv, order)
-        self.fed = torch.cat([self.fed, new.fed.to(self.fed.device)])
+        self.fed, = self.buffers.holding(self, [torch.cat([self.fed, new.fed.to(self.fed.device)])], old=[self.fed])
 
     def select_state(self, index: torch.Tensor) -> None:
         self.kv = self.kv.select(index)
-        self.fed = self.fed[index[: len(index) // self.reps].to(self.fed.device)]
+        kept = self.fed[index[: len(index) // self.reps].to(self.fed.device)]
+        self.fed, = self.buffers.holding(self, [kept], old=[self.fed])
 
 
 class RowEndsSession(ResizableRows):
@@ -376,7 +396,7 @@ class RowEndsSession(ResizableRows):
         ids, offsets, out = self.row_ends.chain(self.code_ids[tokens], start)   # end-of-row tokens inserted
         mask, position_ids = self.kv.write_at(offsets.repeat(self.reps, 1), tm.image_head.dtype)
         hidden = self._forward(ids.repeat(self.reps, 1), mask, position_ids)
-        self.fed = start + tokens.shape[1]
+        self.fed.copy_(start + tokens.shape[1])
         self.tree = None
         return self._guided(entries_of(hidden, out, self.reps))
 
@@ -384,7 +404,7 @@ class RowEndsSession(ResizableRows):
     # each node that ends a row (`tree.force_after`: seen by that node's children only); a
     # 4-D mask shows each entry the prompt, the sequence before its start and its own path;
     # the entries' keys/values go to the cache's tree slots until `keep_path` moves the
-    # kept path's to their sequence slots (`SlotCache.hold` / `keep`)
+    # kept path's to their sequence slots (`SlotCache.write_tree` / `keep_path`)
     @torch.no_grad()
     def step_tree(self, tokens: torch.LongTensor, parents: torch.LongTensor,
                   start: torch.LongTensor) -> torch.Tensor:
@@ -393,19 +413,20 @@ class RowEndsSession(ResizableRows):
                           length=tm.grid[0] * tm.grid[1])
         ids, self.entry_offsets, forced = self.row_ends.tree(self.code_ids[tree.tokens], tree)
         reps = self.reps                                 # the unconditional rows: the same tree
-        mask, position_ids = self.kv.hold(self.row_ends.offset(tree.start).repeat(reps),
+        mask, position_ids = self.kv.write_tree(self.row_ends.offset(tree.start).repeat(reps),
                                           self.entry_offsets.repeat(reps, 1), forced.seen.repeat(reps, 1, 1),
                                           tm.image_head.dtype)
         hidden = self._forward(ids.repeat(reps, 1), mask, position_ids)
-        self.tree, self.forced, self.fed = tree, forced, tree.start
+        self.tree, self.forced = tree, forced
+        self.fed.copy_(tree.start)                       # the nodes are not kept until keep_path
         return self._guided(entries_of(hidden, forced.out, self.reps))
 
     def keep_path(self, nodes: torch.LongTensor) -> None:
         index, kept = check_path(self.tree, nodes)
         entries, valid, offsets = RowEnds.kept(self.forced, self.entry_offsets, index, kept)
-        self.kv.keep(entries.repeat(self.reps, 1), valid.repeat(self.reps, 1), offsets.repeat(self.reps, 1))
-        self.fed = self.tree.start + kept.sum(1)
-        self.tree = self.forced = None
+        self.kv.keep_path(entries.repeat(self.reps, 1), valid.repeat(self.reps, 1), offsets.repeat(self.reps, 1))
+        self.fed.copy_(self.tree.start + kept.sum(1))
+        self.tree = self.forced = self.entry_offsets = None
 
 
 def load_pretrained(folder: str, model_cls, processor_cls, device, dtype, family: str):

@@ -8,6 +8,7 @@ from typing import Sequence
 
 import torch
 
+from .. import static
 from ..checks import check_step
 from ..rows import GuidedRows
 from ..tree import Tree, check_path, check_tree
@@ -45,7 +46,7 @@ class CosmosSession(GuidedRows):
     row reads nothing that another session may change."""
 
     reps = 1                                                  # no guidance: one block of rows
-    compilable = True                                         # `step` is tensor code alone: it compiles with the pass
+    compilable = True
 
     def __init__(self, model: "CosmosVideoModel", prefix: torch.LongTensor,
                  context: torch.Tensor | None = None):
@@ -56,7 +57,8 @@ class CosmosSession(GuidedRows):
         # engine can seed 'repeat-frame' drafts of generated frame 0 from the last given frame.
         self.prefix_tokens = prefix.detach().long()
         self.base = cfg.offset + cfg.prefix_len              # sequence index of generated 0
-        self.cache = KVCache.allocate(cfg, b, cfg.seq_len + 1, model.device, model.dtype)
+        self.buffers = static.buffers_of(model)
+        self.cache = KVCache.allocate(cfg, b, cfg.seq_len + 1, model.device, model.dtype, self.buffers, self)
         if cfg.cross_attention:
             if context is None:
                 raise ValueError("context: Video2World needs text embeddings")
@@ -68,7 +70,7 @@ class CosmosSession(GuidedRows):
         pos = torch.arange(tokens.shape[1], device=model.device).expand(b, -1)
         with torch.no_grad():
             self.first_logits = net(tokens, pos, self.cache)[:, -1]
-        self.fed = torch.zeros(b, dtype=torch.long, device=model.device)   # generated positions fed per row
+        self.fed, = self.buffers.zeros(self, [((b,), torch.long)], model.device)   # generated positions fed per row
         self.tree: Tree | None = None                         # the last step_tree's, until keep_path
         self.batch = b
 
@@ -88,12 +90,12 @@ class CosmosSession(GuidedRows):
     def join_state(self, new: "CosmosSession", order: torch.Tensor) -> None:
         self.cache.join(new.cache)                            # one block: order is the identity
         self.prefix_tokens = torch.cat([self.prefix_tokens, new.prefix_tokens.to(self.prefix_tokens.device)])
-        self.fed = torch.cat([self.fed, new.fed])
+        self.fed, = self.buffers.holding(self, [torch.cat([self.fed, new.fed])], old=[self.fed])
 
     def select_state(self, index: torch.Tensor) -> None:
         self.cache.keep(index.to(self.model.device))
         self.prefix_tokens = self.prefix_tokens[index.to(self.prefix_tokens.device)]
-        self.fed = self.fed[index.to(self.fed.device)]
+        self.fed, = self.buffers.holding(self, [self.fed[index.to(self.fed.device)]], old=[self.fed])
 
     def step(self, tokens: torch.LongTensor, start: torch.LongTensor) -> torch.Tensor:
         # no value is read on the host: the values are checked only where that is free (`device_check`)
@@ -103,7 +105,7 @@ class CosmosSession(GuidedRows):
         pos = (self.base + start)[:, None] + torch.arange(w, device=tokens.device)
         with torch.no_grad():
             logits = self.model.net(tokens, pos, self.cache)
-        self.fed = start + w
+        self.fed.copy_(start + w)
         self.tree = None
         return logits
 
@@ -121,7 +123,7 @@ class CosmosSession(GuidedRows):
         with torch.no_grad():
             logits = self.model.net(tree.tokens, self.base + tree.positions, self.cache,
                                     tree=(self.base + tree.start, tree.seen))
-        self.fed = tree.start                                # the nodes are not kept until keep_path
+        self.fed.copy_(tree.start)                           # the nodes are not kept until keep_path
         self.tree = tree
         return logits
 
@@ -129,7 +131,7 @@ class CosmosSession(GuidedRows):
         index, kept = check_path(self.tree, nodes)
         slots = self.base + self.tree.start[:, None] + torch.arange(index.shape[1], device=index.device)
         self.cache.keep_nodes(index, kept, slots)
-        self.fed = self.fed + kept.sum(1)
+        self.fed.copy_(self.tree.start + kept.sum(1))
         self.tree = None
 
 
@@ -152,11 +154,6 @@ class CosmosVideoModel:
         top_p = 0.7 if self.cfg.cross_attention else 0.8
         self.default_settings = {"top_p": top_p, "temperature": 1.0, "cfg_scale": 1.0,
                                  "window": 128, "init": "repeat-frame"}
-        # [B, prefix_len] of the last start(): only for `decode(tokens)` called without a
-        # prefix by a caller that holds no row decoder (the race's batch pictures; `scd_core.generate`
-        # decodes each row with its own).
-        # Sessions never write it and row decoders never read it.
-        self.last_prefix: torch.LongTensor | None = None
 
     def with_input_frames(self, num_input_frames: int) -> "CosmosVideoModel":
         """The same network conditioned on `num_input_frames` (1: an image or a clip's last
@@ -200,7 +197,6 @@ class CosmosVideoModel:
     def start_tokens(self, prefix: torch.LongTensor, context: torch.Tensor | None = None) -> CosmosSession:
         """Start from conditioning tokens [B, prefix_len] (and T5 states [B, 512, 1024])."""
         self.check_prefix(prefix)
-        self.last_prefix = prefix.detach().cpu().long()
         return CosmosSession(self, prefix.long(), context)
 
     def decode(self, tokens: torch.LongTensor, prefix: torch.LongTensor | None = None) -> list:
@@ -208,18 +204,18 @@ class CosmosVideoModel:
 
         The decoder works on whole 33-frame chunks, so the conditioning latents `prefix`
         [B, prefix_len] are put in front; the first 9 frames reconstruct the input clip. A
-        session's `row_decoder(row)` passes its row's prefix; without one, the prefix of the
-        model's last `start` is used (a concurrent `start` would replace it).
+        session's `row_decoder(row)` passes its row's prefix (`scd_core.generate` decodes each
+        row with its own).
         """
         if self.tokenizer is None:
             raise ValueError("decode: this model was loaded without the DV tokenizer")
         n = math.prod(self.grid)
         if tokens.ndim != 2 or tokens.shape[1] != n:
             raise ValueError(f"tokens: expected [B, {n}], got {tuple(tokens.shape)}")
-        prefix = self.last_prefix if prefix is None else prefix.long().cpu()
         if prefix is None or prefix.shape[0] != tokens.shape[0]:
-            raise ValueError("prefix: decode needs the conditioning tokens of these rows; call start() "
-                             "first or pass prefix=[B, prefix_len]")
+            raise ValueError("prefix: decode needs the conditioning tokens of these rows, prefix=[B, prefix_len] "
+                             "(a session's row_decoder(row) passes its row's)")
+        prefix = prefix.long().cpu()
         full = torch.cat([prefix, tokens.long().cpu()], dim=1).view(tokens.shape[0], *self.cfg.latent_shape)
         return [dv.clip_to_frames(self.tokenizer.decode(row[None]))[0] for row in full]   # a row at a time
 

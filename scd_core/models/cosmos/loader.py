@@ -85,7 +85,8 @@ def load_cosmos(name_or_path: str, device: str | torch.device | None = None,
     tokenizer = dv.DVTokenizer.load(tok_dir, device=device, dtype=dtype, levels=levels_for(net.cfg.vocab_size))
     text = None
     if net.cfg.cross_attention and load_text_encoder:
-        text = load_t5(t5_path, torch.device(t5_device or device), t5_dtype, **hub)
+        t5_device = device if t5_device is None else pick_device_dtype(t5_device)[0]    # "auto" as for `device`
+        text = load_t5(t5_path, t5_device, t5_dtype, **hub)
     name = name_or_path if name_or_path in HUB_IDS else os.path.basename(os.path.normpath(name_or_path))
     return CosmosVideoModel(net, tokenizer, text, name=name, device=device, dtype=dtype,
                             num_input_frames=num_input_frames)

@@ -3,6 +3,7 @@ embeddings, and its static, position-indexed KV cache."""
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -175,26 +176,47 @@ class TransformerBlock(nn.Module):
 
 @dataclass
 class KVCache:
-    """Static, position-indexed self-attention cache (`scd_core.models.static`): k/v
-    [B, Hkv, capacity + tree slots, D] per layer, the last of the capacity's slots scratch,
-    then the tree slots (`reserve`), where a tree's nodes are written for one pass."""
+    """Static, position-indexed self-attention cache: k/v [B, Hkv, capacity + tree slots, D]
+    per layer, the last of the capacity's slots scratch, then the tree slots (`reserve`), where
+    a tree's nodes are written for one pass; and each cross-attention's keys/values of the text
+    (Video2World). Borrowed from `buffers` for `owner` (a session; by default a cache of its
+    own, nothing reused), and moved into other borrowed buffers as rows join or leave or tree
+    slots are added (`scd_core.models.static`)."""
     k: list[torch.Tensor]
     v: list[torch.Tensor]
     context: list[tuple[torch.Tensor, torch.Tensor] | None] = field(default_factory=list)
     tree_slots: int = 0
     nodes: int = 0                                  # the last tree's nodes, until keep_nodes
+    buffers: static.Buffers = field(default_factory=lambda: static.Buffers(idle_cap=0))
+    owner: weakref.ref | None = None
 
     @classmethod
-    def allocate(cls, cfg: CosmosConfig, batch: int, capacity: int,
-                 device: str | torch.device, dtype: torch.dtype) -> "KVCache":
+    def allocate(cls, cfg: CosmosConfig, batch: int, capacity: int, device: str | torch.device, dtype: torch.dtype,
+                 buffers: static.Buffers | None = None, owner=None) -> "KVCache":
+        cache = cls([], [], [None] * cfg.n_layers)
+        cache.buffers = buffers if buffers is not None else cache.buffers
+        cache.owner = weakref.ref(owner if owner is not None else cache)
         shape = (batch, cfg.n_kv_heads, capacity, cfg.hd)
-        return cls([static.zeros(*shape, device=device, dtype=dtype) for _ in range(cfg.n_layers)],
-                   [static.zeros(*shape, device=device, dtype=dtype) for _ in range(cfg.n_layers)],
-                   [None] * cfg.n_layers)
+        flat = cache.buffers.zeros(cache.owner(), [(shape, dtype)] * (2 * cfg.n_layers), device)
+        cache.k, cache.v = flat[:cfg.n_layers], flat[cfg.n_layers:]
+        return cache
 
     @property
     def capacity(self) -> int:
         return self.k[0].shape[2] - self.tree_slots
+
+    def set_context(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """A cross-attention layer's keys and values of the text [B, Hkv, L, D], borrowed."""
+        self.context[layer] = tuple(self.buffers.holding(self.owner(), [k, v]))
+
+    def _move(self, k: list[torch.Tensor], v: list[torch.Tensor], context=None) -> None:
+        """Take new keys and values (and text keys and values) into borrowed buffers, giving the
+        old ones back."""
+        flat = self.buffers.holding(self.owner(), k + v, old=self.k + self.v)
+        self.k, self.v = flat[:len(k)], flat[len(k):]
+        for i, new in enumerate(context or []):
+            if new is not None:
+                self.context[i] = tuple(self.buffers.holding(self.owner(), list(new), old=list(self.context[i])))
 
     def grow(self, capacity: int) -> None:
         """Extend every layer's cache to `capacity` positions (kept entries are unchanged; the
@@ -202,16 +224,15 @@ class KVCache:
         extra = capacity - self.capacity
         if extra > 0:
             def pad(t):
-                return static.static(torch.cat([t[:, :, :self.capacity],
-                                                t.new_zeros(*t.shape[:2], extra + self.tree_slots, t.shape[3])], dim=2))
-            self.k, self.v = [pad(t) for t in self.k], [pad(t) for t in self.v]
+                return torch.cat([t[:, :, :self.capacity], t.new_zeros(*t.shape[:2], extra + self.tree_slots, t.shape[3])],
+                                 dim=2)
+            self._move([pad(t) for t in self.k], [pad(t) for t in self.v])
 
     def reserve(self, nodes: int) -> None:
         """Tree slots for trees of `nodes` nodes (grown, never shrunk)."""
         if nodes > self.tree_slots:
             more, self.tree_slots = nodes - self.tree_slots, nodes
-            self.k = [static.with_tree_slots(t, more) for t in self.k]
-            self.v = [static.with_tree_slots(t, more) for t in self.v]
+            self._move([static.with_tree_slots(t, more) for t in self.k], [static.with_tree_slots(t, more) for t in self.v])
 
     def keep_nodes(self, index: torch.Tensor, kept: torch.Tensor, slots: torch.Tensor) -> None:
         """Move the last tree's nodes `index` [B, P] to positions `slots` [B, P] where `kept`,
@@ -225,8 +246,8 @@ class KVCache:
 
     def keep(self, rows: torch.Tensor) -> None:
         """Keep only rows `rows` of every layer (self- and cross-attention), in that order."""
-        self.k, self.v = [static.static(t[rows]) for t in self.k], [static.static(t[rows]) for t in self.v]
-        self.context = [None if c is None else (c[0][rows], c[1][rows]) for c in self.context]
+        self._move([t[rows] for t in self.k], [t[rows] for t in self.v],
+                   [None if c is None else (c[0][rows], c[1][rows]) for c in self.context])
 
     def join(self, other: "KVCache") -> None:
         """Append the rows of `other` (a cache of the same network)."""
@@ -241,10 +262,9 @@ class KVCache:
         self.grow(capacity)
         other.grow(capacity)
         self.reserve(other.tree_slots), other.reserve(self.tree_slots)         # the same tree slots
-        self.k = [static.static(torch.cat([a, b])) for a, b in zip(self.k, other.k)]
-        self.v = [static.static(torch.cat([a, b])) for a, b in zip(self.v, other.v)]
-        self.context = [None if a is None else (torch.cat([a[0], b[0]]), torch.cat([a[1], b[1]]))
-                        for a, b in zip(self.context, other.context)]
+        self._move([torch.cat([a, b]) for a, b in zip(self.k, other.k)], [torch.cat([a, b]) for a, b in zip(self.v, other.v)],
+                   [None if a is None else (torch.cat([a[0], b[0]]), torch.cat([a[1], b[1]]))
+                    for a, b in zip(self.context, other.context)])
 
 
 class CosmosTransformer(nn.Module):
@@ -263,7 +283,7 @@ class CosmosTransformer(nn.Module):
         for i, layer in enumerate(self.layers):
             if layer.has_cross:
                 k, v = layer.cross_attention.project_kv(context.to(layer.cross_attention.wk.weight.dtype))
-                cache.context[i] = (k.transpose(1, 2), v.transpose(1, 2))
+                cache.set_context(i, k.transpose(1, 2), v.transpose(1, 2))
 
     def forward(self, tokens: torch.LongTensor, seq_pos: torch.LongTensor, cache: KVCache,
                 tree: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:

@@ -8,6 +8,7 @@ import torch
 
 from scd_core.sampling import guide
 
+from .. import static
 from ..checks import check_cfg, check_prompts, check_step
 from ..rows import GuidedRows
 from ..tree import Tree, check_path, check_tree, tree_mask
@@ -118,18 +119,20 @@ class LlamaGenSession(GuidedRows):
     """Cond rows 0..B-1, uncond rows B..2B-1 (when cfg_scale != 1), one static cache; rows join
     with `add_rows` and leave with `keep_rows` (a `ResizableSession`)."""
 
-    compilable = True                                   # `step` is tensor code alone: it compiles with the pass
+    compilable = True
 
     def __init__(self, tm: LlamaGenTokenModel, prompts: list[str], cfg_scale: float) -> None:
         self.tm = tm
         self.batch = len(prompts)
         self.cfg_scale = cfg_scale
-        emb, self.cond_mask = tm.conditions(prompts, with_uncond=cfg_scale != 1.0)
+        emb, cond_mask = tm.conditions(prompts, with_uncond=cfg_scale != 1.0)
         self.R = emb.shape[0]
         self.reps = self.R // self.batch                     # 2 with guidance: cond block, uncond block
         self.cls = tm.cfg.cls_token_num
         self.length = self.cls + tm.cfg.block_size
-        self.cache = tm.gpt.new_cache(self.R)
+        self.buffers = static.buffers_of(tm)
+        self.cond_mask, = self.buffers.holding(self, [cond_mask])
+        self.cache = tm.gpt.new_cache(self.R, self.buffers, self)
         with torch.no_grad():
             pos = torch.arange(self.cls, device=tm.device).expand(self.R, -1)
             logits = tm.gpt.forward_embeddings(emb, pos, self._mask(pos), self.cache)
@@ -144,14 +147,15 @@ class LlamaGenSession(GuidedRows):
         order = order.to(self.cond_mask.device)
         for mine, theirs in zip(self.cache, new.cache):
             mine.join(theirs, order)
-        self.cond_mask = torch.cat([self.cond_mask, new.cond_mask])[order]
+        self.cond_mask, = self.buffers.holding(self, [torch.cat([self.cond_mask, new.cond_mask])[order]],
+                                               old=[self.cond_mask])
         self.R = int(order.numel())
 
     def select_state(self, index: torch.Tensor) -> None:
         index = index.to(self.cond_mask.device)
         for layer in self.cache:
             layer.keep(index)
-        self.cond_mask = self.cond_mask[index]
+        self.cond_mask, = self.buffers.holding(self, [self.cond_mask[index]], old=[self.cond_mask])
         self.R = int(index.numel())
 
     def _mix(self, logits: torch.Tensor) -> torch.Tensor:

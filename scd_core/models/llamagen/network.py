@@ -2,6 +2,8 @@
 position-indexed KV cache."""
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -118,15 +120,16 @@ class CaptionEmbedder(nn.Module):
 
 class StaticKV:
     """Per-layer static key/value tensors [R, kv_heads, S + tree slots, head_dim], written by
-    slot (`scd_core.models.static`): slots [0, S) by position, the last of them scratch (where
-    `keep_nodes` writes the path entries not kept: no query sees it), then the tree slots
-    (`reserve`), where a tree's nodes are written for one pass."""
+    slot: slots [0, S) by position, the last of them scratch (where `keep_nodes` writes the
+    path entries not kept: no query sees it), then the tree slots (`reserve`), where a tree's
+    nodes are written for one pass. Borrowed from `buffers` for `owner` (a session), and moved
+    into other borrowed buffers as rows join or leave (`scd_core.models.static`)."""
 
-    def __init__(self, rows: int, cfg: GPTConfig, length: int, device, dtype) -> None:
+    def __init__(self, rows: int, cfg: GPTConfig, length: int, device, dtype, buffers: static.Buffers, owner) -> None:
         self.length, self.tree_slots = length + 1, 0        # S: the sequence slots and the scratch slot
+        self.buffers, self.owner = buffers, weakref.ref(owner)
         shape = (rows, cfg.kv_heads, self.length, cfg.head_dim)
-        self.k = static.zeros(*shape, device=device, dtype=dtype)
-        self.v = static.zeros(*shape, device=device, dtype=dtype)
+        self.k, self.v = buffers.zeros(owner, [(shape, dtype)] * 2, device)
         self.nodes = 0                                      # the last tree's nodes, until keep_nodes
 
     def write(self, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor, view: int):
@@ -140,7 +143,7 @@ class StaticKV:
         """Tree slots for trees of `nodes` nodes (grown, never shrunk)."""
         if nodes > self.tree_slots:
             more, self.tree_slots = nodes - self.tree_slots, nodes
-            self.k, self.v = static.with_tree_slots(self.k, more), static.with_tree_slots(self.v, more)
+            self._move(static.with_tree_slots(self.k, more), static.with_tree_slots(self.v, more))
 
     def write_tree(self, k: torch.Tensor, v: torch.Tensor):
         """Tree nodes' keys/values [R, kv_heads, T, head_dim] into the tree slots (siblings share
@@ -160,13 +163,16 @@ class StaticKV:
 
     def keep(self, rows: torch.Tensor) -> None:
         """Keep only cache rows `rows`, in that order."""
-        self.k, self.v = static.static(self.k[rows]), static.static(self.v[rows])
+        self._move(self.k[rows], self.v[rows])
 
     def join(self, other: "StaticKV", order: torch.Tensor) -> None:
         """Append the rows of `other`, then reorder: cat([these rows, other rows])[order]."""
         self.reserve(other.tree_slots), other.reserve(self.tree_slots)         # the same tree slots
-        self.k = static.static(torch.cat([self.k, other.k])[order])
-        self.v = static.static(torch.cat([self.v, other.v])[order])
+        self._move(torch.cat([self.k, other.k])[order], torch.cat([self.v, other.v])[order])
+
+    def _move(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Take new keys and values into borrowed buffers, giving the old ones back."""
+        self.k, self.v = self.buffers.holding(self.owner(), [k, v], old=[self.k, self.v])
 
 
 class Transformer(nn.Module):
@@ -187,10 +193,11 @@ class Transformer(nn.Module):
         self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         self.freqs_cis = rope_2d_table(cfg.grid_size, cfg.head_dim, cfg.rope_base, cfg.cls_token_num)
 
-    def new_cache(self, rows: int) -> list[StaticKV]:
+    def new_cache(self, rows: int, buffers: static.Buffers, owner) -> list[StaticKV]:
+        """Every layer's cache for `rows` rows, borrowed from `buffers` for `owner`."""
         w = self.tok_embeddings.weight
         length = self.config.cls_token_num + self.config.block_size
-        return [StaticKV(rows, self.config, length, w.device, w.dtype) for _ in self.layers]
+        return [StaticKV(rows, self.config, length, w.device, w.dtype, buffers, owner) for _ in self.layers]
 
     def condition(self, cond: torch.Tensor) -> torch.Tensor:
         """Class ids [R] or caption states [R, cls, caption_dim] -> embeddings [R, cls, dim]."""
