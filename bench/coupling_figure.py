@@ -1,14 +1,16 @@
-"""One position of a real SCD-MC run, for the figure in "How it works": the draft's law q (p at
-the pass that drew it), p at the next pass, their overlap, and whether the coupling kept it.
+"""Two positions of a real SCD-MC run, for the figure in "How it works": at each, the draft's law
+q (p at the pass that drew it), p at the next pass, their overlap, and what the coupling did.
 
     python -m bench coupling-figure            # writes demo/texts/coupling.json
 
 It decodes tiny ("red heart", SCD-MC, L = 16, seed 0, the model's sampling), then replays the
 run's passes through the model's session (the same `step` calls the engine made) to read p at
-every fed position. The position shown is one fed after the first rejection in two passes in a
-row whose draft the second pass kept, with total variation between the two p nearest 0.35
-(a typical one: maximal coupling keeps a draft with probability 1 - TV). The page draws it
-(`demo.charts.coupling_figure`).
+every fed position. Both positions are fed after the first rejection in two passes in a row, the
+draft of the first fed to the second. `kept`: one whose draft the second pass kept, with total
+variation between the two p nearest 0.35 (a typical one: maximal coupling keeps a draft with
+probability 1 - TV). `redrawn`: one where p fell at the draft, so that it was kept only with
+probability min(1, p/q) < 1 (nearest 0.5), and the coupling redrew it from the residual
+norm(max(0, p - q)). The page draws both (`demo.charts.coupling_figure`).
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ def measure() -> dict:
     def p_at(it, pos: int) -> torch.Tensor:          # slot k predicts position start + k + 1
         return p[it.index][pos - int(it.start[0]) - 1]
 
-    best = None
+    kept = redrawn = None
     for a, b in zip(records[1:], records[2:]):
         untested = max(int(r.n_before[0]) + int(r.num_accepted[0]) + 1 for r in (a, b))
         for pos in range(untested, int(b.start[0]) + b.window_tokens.shape[1]):
@@ -49,19 +51,33 @@ def measure() -> dict:
                     and pos - int(a.start[0]) <= WINDOW):      # p at it known to pass a too
                 continue
             x = int(b.window_tokens[0, pos - int(b.start[0])])
-            if int(a.drafts_after[0, in_a]) != x or int(b.drafts_after[0, in_b]) != x:
-                continue                            # a's coupled draft, fed to b and kept there
+            if int(a.drafts_after[0, in_a]) != x:
+                continue                            # not a's coupled draft, fed to b
             q, now = p_at(a, pos), p_at(b, pos)
             tv = 0.5 * float((q - now).abs().sum())
-            if best is None or abs(tv - TYPICAL_TV) < abs(best[0] - TYPICAL_TV):
-                best = (tv, a, b, pos, x, q, now)
-    tv, a, b, pos, x, q, now = best
-    shown = sorted(torch.topk(torch.maximum(q, now), SHOWN).indices.tolist())
-    if x not in shown:
-        shown[-1] = x
-    return {"model": MODEL, "prompt": PROMPT, "seed": SEED, "window": WINDOW, "before": a.index,
-            "now": b.index, "position": pos, "draft": x, "overlap": round(1 - tv, 4), "tokens": shown,
+            keep = min(1.0, float(now[x] / q[x]))
+            again = int(b.drafts_after[0, in_b])
+            if again == x and (kept is None or abs(tv - TYPICAL_TV) < abs(kept[0] - TYPICAL_TV)):
+                kept = (tv, a, b, pos, x, q, now, again)
+            if again != x and keep < 1 and (redrawn is None or abs(keep - 0.5) < abs(redrawn[0] - 0.5)):
+                redrawn = (keep, a, b, pos, x, q, now, again)
+    return {"model": MODEL, "prompt": PROMPT, "seed": SEED, "window": WINDOW,
+            "kept": case(*kept[1:]), "redrawn": case(*redrawn[1:])}
+
+
+def case(a, b, pos: int, x: int, q: torch.Tensor, now: torch.Tensor, again: int) -> dict:
+    """One position as the figure draws it: the SHOWN tokens most likely under q or p (the
+    draft and its redraw among them), q, p and the residual norm(max(0, p - q)) at each."""
+    residual = (now - q).clamp(min=0)
+    residual = residual / residual.sum()
+    must = list(dict.fromkeys([x, again]))
+    likely = [t for t in torch.argsort(torch.maximum(q, now), descending=True).tolist() if t not in must]
+    shown = sorted(must + likely[:SHOWN - len(must)])
+    tv = 0.5 * float((q - now).abs().sum())
+    return {"before": a.index, "now": b.index, "position": pos, "draft": x, "again": again,
+            "overlap": round(1 - tv, 4), "tokens": shown,
             "q": [round(float(q[t]), 4) for t in shown], "p": [round(float(now[t]), 4) for t in shown],
+            "residual": [round(float(residual[t]), 4) for t in shown],
             "rest_q": round(1 - float(q[shown].sum()), 4), "rest_p": round(1 - float(now[shown].sum()), 4)}
 
 

@@ -2,8 +2,8 @@
 same prompts (samples of the shipped models, drawn once by `scripts/frontier_samples.py` into
 `demo/static/frontier/`, each file naming its model, prompts and seeds), each one's lead over
 SJD at its best window (from its benchmark table in `docs/bench/`), the frontier figure of
-docs/embedded-models.md (`docs/img/frontier.png`, as that section draws it) and one sentence
-on what the two show. Both models' notes and their races' "why" link here (`#frontier`:
+docs/embedded-models.md drawn as a chart of the page (from `docs/bench/frontier.csv`, the points
+that section draws) and one sentence on what the two show. Both models' notes and their races' "why" link here (`#frontier`:
 demo/static/load.js opens the tab and brings the view into sight)."""
 from __future__ import annotations
 
@@ -15,12 +15,22 @@ import gradio as gr
 import numpy as np
 from PIL import Image
 
+from demo import charts
+
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("tiny", "tiny-64")                        # the one that draws, the one that leads
 # Each model's benchmark on held-out prompts (docs/embedded-models.md's table of step compression)
 BENCH = {"tiny": ROOT / "docs" / "bench" / "tiny-heldout.csv",
          "tiny-64": ROOT / "docs" / "bench" / "tiny-64-heldout.csv"}
-FIGURE = ROOT / "docs" / "img" / "frontier.png"     # redrawn as the campaign adds priors
+FRONTIER = ROOT / "docs" / "bench" / "frontier.csv"   # the campaign's priors, one row each
+# What docs/embedded-models.md's figure draws beside the campaign's rows ("The frontier: drawing
+# against leading"): the two shipped priors' nearest-emoji rates (top 10, training designs), the
+# goals, the paper's lead on Lumina-mGPT, and the rows it leaves out (a 20-step pipeline check;
+# a snapshot under its finished run's point).
+NEAREST_EMOJI = {"tiny": 0.25, "tiny-64": 0.031}
+LEAD_GOAL = 1.6
+REFERENCES = {"Lumina-mGPT, the paper (L 64)": 1.82}
+LEFT_OUT = ("d32-20steps", "deep-local6_s605")
 SAMPLES = Path(__file__).resolve().parent / "static" / "frontier"
 ANCHOR = "frontier"                                 # the view's id, the links' target
 GRID = {"tiny": "8x8 tokens, each layer reads the whole prefix",
@@ -107,6 +117,31 @@ FIGURE_NOTE = ("One point per trained prior (docs/embedded-models.md, \"The fron
                "the dashed lines are the two goals, the dotted one Lumina-mGPT's lead in the paper.")
 
 
+def prior_name(row: dict) -> str:
+    """A campaign prior in words, from what it is (not its training run's name): which of its
+    layers read the whole prefix, and its step where it was measured before its last."""
+    layers, full = int(row["layers"]), row["attention"].split("/").count("full")
+    name = f"{layers} local layers" if full == 0 else \
+        f"{full} of {layers} layers {'reads' if full == 1 else 'read'} the whole prefix"
+    step, steps = int(row["step"]), int(row["steps"])
+    return name + (f", at step {step:,} of {steps:,}" if step < steps else "")
+
+
+def frontier_points(path: Path = FRONTIER) -> list[tuple[str, float, float]]:
+    """(name in words, nearest-emoji rate, lead at the best window) of every prior the figure
+    draws: `tiny` and `tiny-64` (their leads from their held-out benchmarks), then the campaign's."""
+    shipped = [(f"{m}: {GRID[m].split(' ')[0]}, {'reads the whole prefix' if m == 'tiny' else 'local layers'}",
+                NEAREST_EMOJI[m], best_lead(BENCH[m]).lead) for m in MODELS]
+    with path.open(newline="", encoding="utf-8") as f:
+        rows = [r for r in csv.DictReader(f) if r["prior"] not in LEFT_OUT]
+    return shipped + [(prior_name(r), float(r["top10_train"]), float(r["best_lead"])) for r in rows]
+
+
+def figure():
+    """The frontier, drawn as a chart of the page (its theme, its words)."""
+    return charts.frontier_figure(frontier_points(), LEAD_GOAL, NEAREST_EMOJI["tiny"], REFERENCES)
+
+
 def model_link(name: str) -> str:
     """At the end of the note under the model, for the two models compared: a link to them side by side."""
     if name not in MODELS:
@@ -122,20 +157,21 @@ def picture(elem_id: str, value: np.ndarray) -> gr.Image:
                     elem_id=elem_id, container=False, elem_classes="bare")
 
 
-def layout() -> None:
+def layout(told: str = "") -> None:
     """The view, inside the Blocks context where it goes: its heading, the sentence, the two
-    models' samples with their leads, the figure."""
+    models' samples with their leads (`told`: under `tiny`'s, how its leads elsewhere relate),
+    the figure."""
     leads = {m: best_lead(BENCH[m]) for m in MODELS}
     with gr.Column(elem_id=ANCHOR):
-        gr.Markdown("### Why `tiny` draws and `tiny-64` leads\n\n" + sentence(leads), elem_id="frontier-sentence")
+        gr.Markdown("## Why `tiny` draws and `tiny-64` leads\n\n" + sentence(leads), elem_id="frontier-sentence")
         with gr.Row():
             for m in MODELS:
                 s = read_samples(m)
                 with gr.Column(min_width=240):
                     gr.Markdown(title(s), elem_classes="panel-title")
                     picture(f"frontier-{m}", s.picture)
-                    gr.Markdown(lead_words(m, leads[m]), elem_id=f"frontier-lead-{m}")
+                    gr.Markdown(lead_words(m, leads[m]) + (f"\n\n{told}" if told and m == "tiny" else ""),
+                                elem_id=f"frontier-lead-{m}")
         gr.Markdown(FIGURE_TITLE, elem_classes="panel-title")
-        with Image.open(FIGURE) as img:
-            picture("frontier-figure", np.asarray(img.convert("RGB")))
+        gr.Plot(figure(), show_label=False, elem_id="frontier-figure", elem_classes="chart")
         gr.Markdown(FIGURE_NOTE, elem_id="frontier-note")

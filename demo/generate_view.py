@@ -38,13 +38,15 @@ def waiting(grid: tuple[int, ...] | None, tokens: int, pictured: bool = True) ->
          "tree": "", "clip_row": gr.Row(visible=False), "clip_video": None, "clip_files": None}
 
 
-def replay(model, run: dict, i: int, picture=None) -> dict:
+def replay(model, run: dict, i: int, picture=None, opened: bool = False) -> dict:
     """Pass `i` of a run as the replay shows it: its picture (`picture` when already drawn),
-    caption and min(1, p/q) map."""
+    caption (`opened`: the pass the replay opens on), min(1, p/q) map and the map's table."""
     its = run["iterations"]
     picture = pictures.render_iteration(model, its[i], decode=run.get("decode")) if picture is None else picture
-    return {"replay_image": picture, "replay_text": run_view.replay_caption(its, i),
-            "replay_probs": charts.accept_prob_figure(its[i], tuple(model.grid))}
+    grid = tuple(model.grid)
+    return {"replay_image": picture,
+            "replay_text": run_view.replay_caption(its, i, opened) + run_view.draft_table(its[i], grid, run["method"]),
+            "replay_probs": charts.accept_prob_figure(its[i], grid)}
 
 
 class GenerateView:
@@ -58,7 +60,7 @@ class GenerateView:
         self.history = streaming.history_of(history, page.name)
         self.pace_said = {running: run_view.pace_note(page.pace, servers.shown_pace(page.pace), running)
                           for running in (True, False)}      # as it runs, after
-        self.picture, self.first_shown = None, None
+        self.picture, self.first_shown, self.started = None, None, False
         self.clear = waiting(None, math.prod(model.grid), pictured=False) | REPLAY_CLEARED
 
     def cleared(self, update: dict) -> dict:
@@ -70,8 +72,12 @@ class GenerateView:
         return clear | update
 
     def status(self, state: str, shared: int, **said) -> str:
+        """The status line, with what the live region says of it (the first one shown: the start)."""
+        first, self.started = state == "running" and not self.started, True
+        kind = "end" if state != "running" else "start" if first else "step"
         return run_view.run_status(self.label, self.stats, self.stats.records[-1].wall_time, state, shared,
-                                   pace_raised=self.pace_said[state == "running"], model=self.page.name, **said)
+                                   pace_raised=self.pace_said[state == "running"], model=self.page.name, **said) \
+            + texts.said(run_view.spoken(self.label, self.page.name, self.stats, state, first), kind)
 
     def shown(self, it: Iteration | None, picture_due: bool, charts_due: bool, row) -> dict:
         """A pass as it arrives (None: slow motion waits for passes that other runs hold up):
@@ -105,23 +111,26 @@ class GenerateView:
             "status": self.status(end, shared, shown_for=shown_for, tree=settings.tree, chain_nfe=self.chain)})
 
     def ended(self, decode, shared: int) -> dict:
-        """The ended run's charts, metrics, strip and replay (on its last pass, drawn), kept in
-        the session's history when it finished; a video's clip as MP4 and GIF."""
+        """The ended run's charts, metrics, strip and replay (on a pass that rejected a draft,
+        `run_view.telling_pass`, drawn), kept in the session's history when it finished; a video's
+        clip as MP4 and GIF."""
         stats, settings, name, it = self.stats, self.page.settings, self.page.name, self.stats.records[-1]
+        first = streaming.first_run(self.history)
         if stats.done:
             streaming.remember(self.history, self.method, stats.nfe, stats.committed,
                                None if shared else it.wall_time, settings.tree, self.page.race.seed,
                                settings.window, None if self.method == "ar" else stats.sample().draft_stability)
         run = {"model": name, "method": self.method, "iterations": stats.records, "decode": decode}
-        last = len(stats.records) - 1
+        last, opened = len(stats.records) - 1, run_view.telling_pass(stats.records)
         out = charts.run_figures(stats, self.history, self.method) | {
             "summary": texts.prompt_note(self.model, self.page.race.prompt) + run_view.run_summary(
-                self.label, stats.sample(), it.wall_time, self.history.get("ar", {}).get("wall"), self.device,
-                shared, stats.done, settings.tree, stats.counts, settings.window, self.chain),
+                self.label, stats.sample(), it.wall_time, self.history.get("ar", {}).get("walls", []), self.device,
+                shared, stats.done, settings.tree, stats.counts, settings.window, self.chain, first=first),
             "film": pictures.filmstrip_image(stats.film), "film_title": run_view.film_title(self.method),
             "history": self.history, "last_run": run,
-            "replay_slider": gr.Slider(minimum=0, maximum=max(1, last), value=last, step=1,   # 0 < max
-                                       interactive=True)} | replay(self.model, run, last, self.last_picture)
+            "replay_slider": gr.Slider(minimum=0, maximum=max(1, last), value=opened, step=1,   # 0 < max
+                                       interactive=True)} | replay(
+            self.model, run, opened, self.last_picture if opened == last else None, opened=True)
         if is_video(name):
             mp4, gif = export.export_run_clip(self.model, it, f"{name}-{self.method}", decode)
             out |= {"clip_row": gr.Row(visible=True), "clip_video": mp4, "clip_files": [mp4, gif]}

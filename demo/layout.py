@@ -203,8 +203,8 @@ with gr.Blocks(title="Speculative coupled decoding", delete_cache=config.CACHE_S
                         loss_greedy = image("lossless-greedy")
                 with gr.Tab("How it works", id="tab-explain"):
                     gr.Markdown(texts.HOW_IT_WORKS, elem_id="how-it-works")
-                    plot("coupling-figure", charts.coupling_figure())       # one position of a real run
-                    frontier_view.layout()                  # tiny and tiny-64 side by side, the frontier figure
+                    plot("coupling-figure", charts.coupling_figure())       # two positions of a real run
+                    frontier_view.layout(race_view.leads_sentence())   # tiny and tiny-64 side by side, the frontier figure
     go_generate, go_race, go_lossless = (gr.Number(None, visible=False) for _ in range(3))   # set by a passed check
     stopped_state = gr.State(None)                     # the run a model pick stopped, for the switch to say
     marked_state = gr.State([])                        # the fields marked with a message now

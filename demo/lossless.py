@@ -17,7 +17,7 @@ from demo.charts import METHOD_COLOURS, plot_of, title
 from demo.labels import METHOD_LABELS
 from demo.pictures import tile_frames, to_rgb
 from demo.run_view import plural
-from scd_core.lossless import ChiSquare, Comparison
+from scd_core.lossless import ChiSquare, Comparison, detectable_shift
 from scd_core.models import REGISTRY
 
 DEFAULT_SAMPLES, MIN_SAMPLES, MAX_SAMPLES = 256, 16, 1024
@@ -98,22 +98,38 @@ def reading(test: ChiSquare) -> str:
     return "consistent with one distribution"
 
 
+def power_words(t: ChiSquare, samples: int) -> str:
+    """The test's power at a position, in words: the shift of its most common token's share it
+    catches 8 times in 10 (`scd_core.lossless.detectable_shift`)."""
+    counts = [a + b for a, b in zip(t.counts_a, t.counts_b)]
+    share = max(counts) / sum(counts)
+    if t.dof == 0 or share >= 1:
+        return ""
+    shift = detectable_shift(share, samples, t.dof)
+    return (f"; at {samples} samples each it catches, 8 times in 10, a method that moves the most common "
+            f"token's share here ({share:.0%}) by {shift * 100:.0f} points")
+
+
 def summary_markdown(model, c: Comparison) -> str:
-    """What the comparison shows, in plain words, with its table of positions."""
+    """What the comparison shows, in plain words, with its list of positions and the test's power."""
     label, N = METHOD_LABELS[c.method], c.greedy_ar.numel()
     rows = "\n".join(          # a list, not a table: it reads the same on a phone
         f"- **Position {p}** ({_where(model, p)}): **p = {t.p_value:.2f}**, {reading(t)} "
-        f"({plural(len(t.bins), 'token group')} compared)" for p, t in zip(c.positions, c.tests))
+        f"({plural(len(t.bins), 'token group')} compared{power_words(t, c.samples)})"
+        for p, t in zip(c.positions, c.tests))
     greedy = ("**identical**" if c.greedy_equal == N else f"**different at {N - c.greedy_equal} positions**")
     return (f"**{c.samples} samples of AR and {c.samples} of {label}** ({c.seconds:.0f} s to decode "
             f"here), from different seeds. {c.different_images} of the {c.samples} pairs of images "
             f"differ: a speculative method does not copy AR's picture. What it keeps is the "
             f"*distribution*: at each position below, the share of samples that put each token "
-            f"there should match AR's up to chance.\n\n"
+            f"there should match AR's up to chance. The positions are the {len(c.positions)} where the "
+            f"samples, pooled, vary most: where nearly every sample puts the same token there is "
+            f"nothing to tell apart.\n\n"
             f"The **p-value** of a chi-square test answers: if both drew from the same distribution, how "
             f"often would their counts differ at least this much? Near 0 means they almost surely "
             f"differ; for equal distributions it is spread evenly between 0 and 1 (below 0.05 one "
-            f"time in twenty).\n\n"
+            f"time in twenty). A large p-value says only that no difference this test can see was "
+            f"found: each position says how large a change it would catch.\n\n"
             f"{rows}\n\n"
             f"**Greedy** (temperature 0, no randomness): {label}'s {N} tokens and AR's are {greedy} "
             f"({c.greedy_equal}/{N} equal), though {label} needed fewer passes to find them.")
@@ -165,6 +181,24 @@ class Progress:
         else:
             left = f"the time left comes with AR's first {first}"
         return f"{head}; {left}…"
+
+
+    def heard(self, first: bool) -> str:
+        """Where it stands in a few words, for the live region: its start (`first`), then the samples."""
+        ar, other = self.done()
+        label = METHOD_LABELS[self.method]
+        if first:
+            return f"Lossless comparison started: {self.samples} samples of AR, then {self.samples} of {label}."
+        return f"Lossless: AR {ar} of {self.samples} samples, {label} {other} of {self.samples}."
+
+
+def done_words(name: str, c: Comparison) -> str:
+    """A finished comparison in a few words, for the live region."""
+    values = ", ".join(f"{t.p_value:.2f}" for t in c.tests)
+    worst = min(c.tests, key=lambda t: t.p_value)
+    return (f"Lossless comparison done on {name}: p-values {values}; the lowest reads "
+            f"{reading(worst).replace('**', '')}. Greedy tokens "
+            + ("identical." if c.greedy_equal == c.greedy_ar.numel() else "different.") )
 
 
 class Comparing:
@@ -247,7 +281,10 @@ def histogram_figure(model, c: Comparison):
                    barmode="group", height=height, margin=dict(l=50, r=10, t=90, b=60),
                    plot_bgcolor="white", paper_bgcolor="white",
                    legend=dict(orientation="h", x=0, xref="paper", yref="container", y=0, yanchor="bottom"))
-    return plot_of(dict(data=data, layout=layout))
+    alt = (f"Which token each sample put at positions {', '.join(map(str, c.positions))}: AR's share of its "
+           f"{c.samples} samples beside {METHOD_LABELS[c.method]}'s, token by token; p-values "
+           + ", ".join(f"{t.p_value:.2f}" for t in c.tests) + ".")
+    return plot_of(dict(data=data, layout=layout), alt)
 
 
 def samples_picture(model, tokens, count: int = SHOWN_SAMPLES) -> np.ndarray:

@@ -9,7 +9,7 @@ import gradio as gr
 
 from scd_core import lossless as lossless_stats
 
-from demo import config, layout, lossless, runs, zerogpu
+from demo import config, layout, lossless, runs, texts, zerogpu
 from demo.inputs import busy, prepare, problems, refused, verdict
 from demo.labels import METHOD_LABELS as LABELS
 from demo.layout import (go_lossless, loss_ar, loss_chart, loss_diff, loss_diff_title, loss_greedy, loss_message,
@@ -37,8 +37,8 @@ def check_lossless(request: gr.Request = None):
 @zerogpu.on_gpu(zerogpu.lossless_seconds, lambda: layout.demo.blocks)
 def lossless_run(request: gr.Request = None, *, lossless_samples=None, ticket=None, **values):
     """Many samples of AR and of the method (the one picked; SCD-MC when AR is; by default the
-    model's `lossless.default_samples`), which token each put at four positions with the
-    chi-square test's p-value, and greedy mode's tokens."""
+    model's `lossless.default_samples`), which token each put at the four positions where the
+    samples vary most, with the chi-square test's p-value, and greedy mode's tokens."""
     outputs = (loss_summary, loss_chart, loss_ar, loss_method, loss_greedy, loss_diff)
     try:
         name = lossless.check_model(values.get("model"))
@@ -57,18 +57,20 @@ def lossless_run(request: gr.Request = None, *, lossless_samples=None, ticket=No
                                             batch=zerogpu.LOSSLESS_BATCH, stop=stop, on_batch=progress.ask),
         config.CONTROL.stopped(runs.session_key(request), ticket))
     try:
-        yield dict.fromkeys(outputs, None) | {loss_status: progress.said()}
+        yield dict.fromkeys(outputs, None) | {loss_status: progress.said() + texts.said(progress.heard(True), "start")}
         while (c := comparing.result(timeout=1.0)) is comparing.PENDING:
-            yield {loss_status: progress.said()}
+            yield {loss_status: progress.said() + texts.said(progress.heard(False), "step")}
     finally:
         comparing.close()
     if isinstance(c, Exception):
         yield {loss_status: refused(c, started=True)}
         return
     if c is None:
-        yield {loss_status: "**Stopped** before the samples were complete: nothing to compare."}
+        yield {loss_status: "**Stopped** before the samples were complete: nothing to compare."
+               + texts.said("Lossless comparison stopped before the samples were complete.", "end")}
         return
-    yield {loss_status: f"**Done** on **{name}** in {c.seconds:.0f} s.", loss_summary: lossless.summary_markdown(model, c),
+    yield {loss_status: f"**Done** on **{name}** in {c.seconds:.0f} s." + texts.said(lossless.done_words(name, c), "end"),
+           loss_summary: lossless.summary_markdown(model, c),
            loss_chart: lossless.histogram_figure(model, c),
            loss_ar: lossless.samples_picture(model, c.ar_tokens),
            loss_method: lossless.samples_picture(model, c.method_tokens),

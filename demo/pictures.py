@@ -34,11 +34,11 @@ STYLE: dict[int, tuple[str, tuple[int, int, int], float, bool]] = {
     COMMITTED: ("committed earlier", (255, 255, 255), 0.0, False),
     ACCEPTED: ("accepted this pass", (22, 163, 74), 0.35, True),
     RESAMPLED: ("residual sample (first rejection)", (234, 88, 12), 0.45, True),
-    NEW: ("bonus / AR sample", (37, 99, 235), 0.25, True),
+    NEW: ("bonus / AR sample", (59, 130, 246), 0.25, True),
     DRAFT: ("still draft", (100, 116, 139), 0.55, False),
     EMPTY: ("empty", (200, 200, 200), 1.0, False),
 }
-OUTLINE = {ACCEPTED: (22, 163, 74), RESAMPLED: (220, 38, 38), NEW: (37, 99, 235)}
+OUTLINE = {ACCEPTED: (22, 163, 74), RESAMPLED: (220, 38, 38), NEW: (59, 130, 246)}
 LEGEND_ORDER = (COMMITTED, ACCEPTED, RESAMPLED, NEW, DRAFT, EMPTY)
 
 
@@ -258,8 +258,10 @@ def legend_strip(width: int) -> np.ndarray:
 
 
 F_EMPTY, F_KEPT, F_CHANGED, F_FRESH = range(4)
+# The colours the charts draw too (demo.charts): each at least 3:1 against white and against the
+# dark theme's panel (#1f2937), and unchanged and changed told apart by hue, not by red alone.
 FILM_STYLE: dict[int, tuple[str, tuple[int, int, int]]] = {
-    F_KEPT: ("draft unchanged since the previous pass", (51, 65, 85)),
+    F_KEPT: ("draft unchanged since the previous pass", (8, 145, 178)),
     F_CHANGED: ("draft changed since the previous pass (flicker)", (220, 38, 38)),
     F_FRESH: ("fresh draft (init scheme)", (196, 181, 253)),
     F_EMPTY: ("no draft (past the grid's end)", (241, 245, 249)),

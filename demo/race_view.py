@@ -4,6 +4,7 @@ here, how it was run, and the benchmark command that gives the same per-sample f
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -15,11 +16,12 @@ from demo import frontier_view
 from demo.charts import RACE_WAITING, race_figures, race_progress_figure
 from demo.labels import METHOD_LABELS
 from demo.pictures import blank_picture, render_iteration, tile_frames
-from demo.texts import code_block
+from demo.run_view import plural
+from demo.texts import as_text, code_block, said
 from demo.servers import FULL_SPEED_EVERY, PLOT_EVERY, STATUS_EVERY, Pacer
 from scd_core.settings import METHODS
 from scd_core.race import (TIMING_ROUNDS, MethodSummary, Race, Sensitivity, Spread, Timing, apart,
-                           summarise)
+                           chance_apart, clearly_apart, summarise)
 
 
 def bench_command(model_name: str, race: Race, samples: int, seeds: int | None = None,
@@ -51,10 +53,19 @@ def explain_gap(summary: Sequence[MethodSummary], probe: Sensitivity | None) -> 
                 f"{mc.nfe.mean:.1f} against {sjd.nfe.mean:.1f}), and "
                 + ("every method returned exactly AR's tokens." if same else
                    "a method did NOT return AR's tokens (see the table): that is a defect."))
-    lead = (f"Here SCD maximal coupling needs **{ratio:.2f}x fewer passes** than SJD (mean NFE {_nfe(mc)} "
-            f"against {_nfe(sjd)})" if fewer(mc, sjd) else
-            f"Here SCD maximal coupling and SJD need about as many passes: mean NFE {_nfe(mc)} against "
-            f"{_nfe(sjd)}, " + ("within the samples' spread" if mc.nfe.count > 1 else "one sample each"))
+    ahead = mc.nfe.mean < sjd.nfe.mean and (mc.nfe.count < 2 or apart((mc.nfe.low, mc.nfe.high),
+                                                                      (sjd.nfe.low, sjd.nfe.high)))
+    if fewer(mc, sjd):
+        lead = (f"Here SCD maximal coupling needs **{ratio:.2f}x fewer passes** than SJD (mean NFE {_nfe(mc)} "
+                f"against {_nfe(sjd)})")
+    elif ahead:                       # apart, over too few samples to call it clear
+        few = "one sample each" if mc.nfe.count < 2 else \
+            f"{mc.nfe.count} samples each: {_one_in(chance_apart(mc.nfe.count, sjd.nfe.count))}"
+        lead = (f"Here SCD maximal coupling needed **{ratio:.2f}x fewer passes** than SJD in every sample (mean "
+                f"NFE {_nfe(mc)} against {_nfe(sjd)}), though over too few samples to call it clear ({few})")
+    else:
+        lead = (f"Here SCD maximal coupling and SJD need about as many passes: mean NFE {_nfe(mc)} against "
+                f"{_nfe(sjd)}, within the samples' spread")
     text = (f"{lead}. Coupling keeps "
             f"{mc.draft_stability.mean:.0%} of the carried-over drafts unchanged from one pass to the "
             f"next, against {sjd.draft_stability.mean:.0%} for SJD's fresh draws.")
@@ -160,11 +171,11 @@ def _nfe(s: MethodSummary) -> str:
 
 
 def fewer(a: MethodSummary, b: MethodSummary) -> bool:
-    """Whether `a` needs fewer passes per image than `b`, told apart from the spread of the
-    samples: both have at least two samples and their ranges do not overlap (`race.apart`),
-    the rule the times follow too."""
-    return a.nfe.count > 1 and b.nfe.count > 1 and a.nfe.mean < b.nfe.mean and \
-        apart((a.nfe.low, a.nfe.high), (b.nfe.low, b.nfe.high))
+    """Whether `a` needs clearly fewer passes per image than `b`: their ranges over the samples
+    do not overlap, over enough samples that the spread alone would seldom do that
+    (`race.clearly_apart`: three samples each at least), the rule the times follow too."""
+    return a.nfe.mean < b.nfe.mean and clearly_apart((a.nfe.low, a.nfe.high), (b.nfe.low, b.nfe.high),
+                                                     a.nfe.count, b.nfe.count)
 
 
 def passes_sentence(summaries: Sequence[MethodSummary]) -> str:
@@ -189,9 +200,20 @@ def passes_sentence(summaries: Sequence[MethodSummary]) -> str:
     close = [s for s in others if s not in clear]
     if not close:
         return f"{head}: {name} needs the fewest, {_nfe(best)} per image on average, clearly fewer than {listed(clear)}."
-    return (f"{head}: {name} has the lowest mean, {_nfe(best)} per image, but is within the samples' spread "
-            f"of {listed(close)}: no method clearly needs the fewest here"
+    few = [s for s in close if apart((best.nfe.low, best.nfe.high), (s.nfe.low, s.nfe.high))]
+    within = [s for s in close if s not in few]
+    parts = [f"within the samples' spread of {listed(within)}"] if within else []
+    if few:
+        parts.append(f"fewer than {listed(few)} in every sample, though with {best.nfe.count} samples "
+                     f"{_one_in(chance_apart(best.nfe.count, few[0].nfe.count))}")
+    return (f"{head}: {name} has the lowest mean, {_nfe(best)} per image, but is " + ", and ".join(parts)
+            + ": no method clearly needs the fewest here"
             + (f"; {name} needs clearly fewer than {listed(clear)}" if clear else "") + ".")
+
+
+def _one_in(chance: float) -> str:
+    """How often noise alone sets two sets of figures apart, in words."""
+    return f"the spread alone sets two methods apart one time in {1 / chance:.0f}"
 
 
 def _seconds(t: Timing) -> str:
@@ -216,16 +238,25 @@ def _names(summaries: Sequence[MethodSummary], shown=None) -> str:
 
 def _ranked(timed: Sequence[MethodSummary], what: str, value, spread, shown, best_is: str) -> str:
     """One time in words: the method best by median is named the winner only where its range
-    overlaps no other's; where it overlaps some, they are said to be within noise of it and no
-    method is called the fastest, though it is said to be ahead of those it is apart from."""
+    overlaps no other's over enough rounds (`race.clearly_apart`: three at least; two rounds
+    apart happen by noise one time in three); where it overlaps some, they are said to be within
+    noise of it and no method is called the fastest, though it is said to be clearly ahead of
+    those it is clearly apart from, and ahead in every round of those apart over too few rounds."""
     best = min(timed, key=value)
-    clear = [s for s in timed if s is not best and apart(spread(best.timing), spread(s.timing))]
-    close = [s for s in timed if s is not best and s not in clear]
+    others = [s for s in timed if s is not best]
+    clear = [s for s in others if clearly_apart(spread(best.timing), spread(s.timing), best.timing.rounds,
+                                                s.timing.rounds)]
+    few = [s for s in others if s not in clear and apart(spread(best.timing), spread(s.timing))]
+    close = [s for s in others if s not in clear and s not in few]
     name = METHOD_LABELS[best.method]
-    if not close:
+    if not close and not few:
         return f"{what}: {name} {best_is}, {shown(best.timing)}, clearly ahead of {_names(clear, shown)}."
-    return (f"{what}: {name} has the best median, {shown(best.timing)}, but is within noise of "
-            f"{_names(close, shown)}: no method is clearly the best here"
+    parts = [f"within noise of {_names(close, shown)}"] if close else []
+    if few:
+        parts.append(f"ahead of {_names(few, shown)} in each of {best.timing.rounds} rounds, too few to call "
+                     f"it clear ({_one_in(chance_apart(best.timing.rounds, few[0].timing.rounds))})")
+    return (f"{what}: {name} has the best median, {shown(best.timing)}, but is " + ", and ".join(parts)
+            + ": no method is clearly the best here"
             + (f"; {name} is clearly ahead of {_names(clear, shown)}" if clear else "") + ".")
 
 
@@ -311,6 +342,18 @@ def race_decoding(run, phase: str = "") -> str:
     return f"Decoding **{label}**: {what} · NFE {run.nfe} · {n}/{N} tokens in {slowest}"
 
 
+def race_said(run) -> str:
+    """A method's rows in a few words for the live region: where they stand, or their stop."""
+    n = min((int(it.n_after[0]) for it in run.last()), default=0)
+    head = "Race stopped" if run.stopped else "Race"
+    return f"{head}: {METHOD_LABELS[run.method]} at {n} of {run.num_tokens} tokens, NFE {run.nfe}."
+
+
+def plain(markdown: str) -> str:
+    """A sentence of the page's Markdown as words: no stars, no HTML."""
+    return re.sub(r"<[^>]+>", "", markdown).replace("**", "").replace("*", "")
+
+
 STOPPED_TIMING = ("**Stopped while timing**; every method had finished decoding: the times below are "
                   "those of the rounds that ended.")
 
@@ -357,8 +400,14 @@ def race_report(name: str, race, runs: dict, samples: int, device: str, probe=No
     lead = "\n\n".join(x for x in (passes_sentence(table), timing_sentence(table, device),
                                     race_note(samples, race.seed, greedy, device, rounds),
                                     differ_sentence(runs, greedy)) if x)
-    return (race_table_html(table, greedy), explain_gap(table, probe), lead,
-            bench_markdown(name, race, samples), race_figures(runs, samples))
+    why = explain_gap(table, probe)
+    by = {s.method: s for s in table}
+    if name == "tiny" and why and not greedy:          # its three leads, this race's among them
+        why += " " + leads_sentence((by["sjd"].nfe.mean / by["scd-mc"].nfe.mean,
+                                     f"this race (“{as_text(race.prompt)}”, {plural(samples, 'seed')}, "
+                                     f"L {race.settings.window})"))
+    return (race_table_html(table, greedy), why, lead, bench_markdown(name, race, samples),
+            race_figures(runs, samples))
 
 
 # ------------------------------------------------------------------ the race as shown
@@ -389,15 +438,20 @@ class RaceView:
     def started(self) -> dict:
         """The last race's views cleared: every panel the model's empty grid, the charts
         saying when they come."""
-        return waiting(blank_picture(tuple(self.model.grid)), WARMING)
+        return waiting(blank_picture(tuple(self.model.grid)), WARMING + said(
+            f"Race started on {self.page.name}: each method decodes {self.page.samples} samples, then is timed.",
+            "start"))
 
     def step(self, step) -> dict:
         """A step of the race: the status and the pictures as they come; the finished
         methods' figures kept; a stopped method's rows said, with the table of those done."""
         self.runs = {**step.runs}
         if step.run is None:             # a timing round starts: every method's panel complete (drawn once)
-            return {"status": timing_round(step.round, self.rounds, step.method)} | self.panels.at(step.runs)
-        out = {"status": race_decoding(step.run, step.phase)} if self.status_due() or step.run.stopped else {}
+            return {"status": timing_round(step.round, self.rounds, step.method) + said(
+                f"Race: timing round {step.round}, {METHOD_LABELS[step.method]}.", "step")} | self.panels.at(step.runs)
+        out = {"status": race_decoding(step.run, step.phase) + said(race_said(step.run), "end" if step.run.stopped
+                                                                     else "step")} \
+            if self.status_due() or step.run.stopped else {}
         if self.picture_due() or step.run.stopped:
             out |= self.panels.at(step.runs | {step.method: step.run})
         if step.run.stopped:
@@ -415,21 +469,25 @@ class RaceView:
     def replay(self, tick: int) -> dict:
         """The recorded passes in lockstep at NFE `tick`: the pictures, the progress, and the
         tokens-vs-NFE chart now and then."""
-        out = self.panels.at(self.runs, tick) | {"status": REPLAYING + race_progress(self.runs, tick)}
+        out = self.panels.at(self.runs, tick) | {"status": REPLAYING + race_progress(self.runs, tick) + said(
+            f"Race: every method has finished; replaying their passes side by side, NFE {tick}.", "step")}
         if self.plot_due():
             out["chart"] = race_progress_figure({m: r.committed_curves() for m, r in self.runs.items()},
                                                 self.runs["ar"].num_tokens, tick)
         return out
 
-    def report(self, said: str, tick: int | None = None) -> dict:
+    def report(self, words: str, tick: int | None = None) -> dict:
         """The finished race: its table, the passes and times in words, why, the benchmark's
-        commands, its charts, and `said` under the progress line (at NFE `tick`: the end when None)."""
+        commands, its charts, and `words` under the progress line (at NFE `tick`: the end when None)."""
         table, why, note, bench, figures = race_report(self.page.name, self.page.race, self.runs,
                                                        self.page.samples, self.device, self.probe(self.runs),
                                                        self.timings)
         why += frontier_view.model_link(self.page.name) if why else ""      # tiny, tiny-64: the two side by side
+        heard = f"Race {'done' if tick is None and words.startswith('**Done') else 'stopped'} on {self.page.name}. " + \
+            plain(note.split("\n\n")[0])
         return {"table": table, "why": why, "note": note, "bench": bench,
-                "status": race_progress(self.runs, tick, said)} | dict(zip(("chart", "hist", "flicker"), figures))
+                "status": race_progress(self.runs, tick, words) + said(heard, "end")} | \
+            dict(zip(("chart", "hist", "flicker"), figures))
 
     def done(self) -> dict:
         """The end: the last pictures and the report; the runs kept to show another sample of a
@@ -463,6 +521,25 @@ def shipped_passes(model: str, window: int = 16, init: str = "random",
             if r["method"] == "ar" or (int(r["window"]) == window and r["init"] == init)}
 
 
+def leads_sentence(this_race: tuple[float, str] | None = None, directory: Path = BENCH_DIR) -> str:
+    """`tiny`'s lead over SJD measured three ways, in one sentence: in a race (`this_race`: its
+    SJD / SCD-MC ratio and how it was run; by default the page's default race, the benchmark's
+    `docs/bench/tiny-race.csv`), over the benchmark's prompts at L 16 (`tiny.csv`) and at its best
+    window on held-out prompts (`tiny-heldout.csv`, as "How it works" gives it)."""
+    if this_race is None:
+        p = shipped_passes("tiny-race", directory=directory)
+        this_race = (p["sjd"] / p["scd-mc"], "the default race (“red heart”, 8 seeds, L 16)")
+    bench = shipped_passes("tiny", directory=directory)
+    with (directory / "tiny-prompts.csv").open(encoding="utf-8") as f:
+        prompts = len({r["prompt"] for r in csv.DictReader(f)})
+    best = frontier_view.best_lead(directory / "tiny-heldout.csv")
+    ratio, how = this_race
+    return (f"`tiny`'s lead over SJD, measured three ways: **{ratio:.2f}x** in {how}, "
+            f"**{bench['sjd'] / bench['scd-mc']:.2f}x** over the benchmark's {prompts} prompts at L 16, and "
+            f"**{best.lead:.2f}x** at its best window, L {best.window}, on held-out prompts: one prompt is not "
+            "the average prompt, and a wider window leaves coupling more drafts to keep.")
+
+
 def ratios_markdown(models: Sequence[str] = ("texture", "tiny"), directory: Path = BENCH_DIR) -> str:
     """SJD's and SCD-MC's passes per image on each model side by side, their ratio, and one
     sentence each on why it differs (the benchmark's shipped figures, L = 16, random drafts)."""
@@ -473,7 +550,7 @@ def ratios_markdown(models: Sequence[str] = ("texture", "tiny"), directory: Path
         lines.append(f"| `{m}` | {p['ar']:.0f} | {p['sjd']:.1f} | {p['scd-mc']:.1f} | "
                      f"**{p['sjd'] / p['scd-mc']:.2f}x** |")
         if m in WHY:
-            why.append(f"- **{m}**: {WHY[m]}")
+            why.append(f"- **{m}**: {WHY[m]}" + (f" {leads_sentence(directory=directory)}" if m == "tiny" else ""))
     return ("**Passes per image** (forward passes to finish one image; fewer is faster), from the "
             "benchmark's shipped tables (`docs/bench/<model>.csv`: `python -m scd_core.bench`, window "
             "16, random drafts, means over prompts and seeds):\n\n" + "\n".join(lines)

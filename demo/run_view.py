@@ -3,6 +3,7 @@ charts (`TraceStats`), and its status line, summary table and replay caption. Ev
 is the trace's (`scd_core.trace`), computed from the run's records."""
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -22,7 +23,7 @@ METRIC_HELP = {
     "mean_len": "mean accepted length = accepted drafts per forward pass (prefill excluded); "
                 "each pass commits one token more (the residual or bonus token)",
     "compression": "step compression = AR NFE / this NFE (AR needs one pass per token)",
-    "speedup": "latency speed-up = AR wall time / this wall time, same process",
+    "speedup": "latency speed-up = AR wall time (the median of your warm AR runs) / this wall time, same process",
     "stability": "draft stability = carried-over drafts whose token did not change from one pass "
                  "to the next / carried-over drafts",
     "sibling": "sibling share = passes whose accepted path took a candidate other than the first at "
@@ -164,8 +165,8 @@ def pace_note(pace: float, shown: float, running: bool = True) -> str:
 
 
 def plural(count: int, word: str) -> str:
-    """'1 draft', '2 drafts', '0 drafts'."""
-    return f"{count} {word}{'' if count == 1 else 's'}"
+    """'1 draft', '2 drafts', '0 drafts', '2 passes'."""
+    return f"{count} {word}{'' if count == 1 else 'es' if word.endswith('s') else 's'}"
 
 
 def nfe_words(nfe: int) -> str:
@@ -235,26 +236,60 @@ def run_status(label: str, stats: TraceStats, wall: float, state: str, shared: i
             + raised)
 
 
-def run_summary(label: str, sample: Sample, wall: float, ar_wall: float | None, device: str,
+def spoken(label: str, model: str, stats: TraceStats, state: str, first: bool = False) -> str:
+    """The status in a few words for the live region (`texts.said`): a run started (`first`),
+    where it stands, done or stopped."""
+    n, total, nfe = stats.committed[-1], stats.num_tokens, stats.nfe[-1]
+    if state == "stopped":
+        return f"Generate stopped: {n} of {total} tokens after {plural(nfe, 'pass')}."
+    if state == "done":
+        fewer = "one pass per token" if stats.method == "ar" else \
+            f"{stats.sample().step_compression:.2f} times fewer than AR"
+        return f"Generate done: {label} on {model}, {total} tokens in {plural(nfe, 'pass')}, {fewer}."
+    if first:
+        return f"Generate started: {label} on {model}, {total} tokens to decode."
+    return f"Generate: {n} of {total} tokens after {plural(nfe, 'pass')}."
+
+
+def latency_words(wall: float, ar_walls: Sequence[float], first: bool) -> str:
+    """The latency speed-up of a run that ran alone, in words: against the median of this
+    session's warm AR runs (`ar_walls`: never a first run on the model, `streaming.first_run`),
+    said as one run each where there is one; none for the session's `first` run (its worker
+    may have warmed up in it)."""
+    if first:
+        return ("not measured: your first run on this model here, which may include warming it up "
+                "(a first run can take several times longer); run it again")
+    if not ar_walls or wall <= 0:
+        return "run AR (after a first run on this model) to measure it; a run that shared its passes does not count"
+    ar = statistics.median(ar_walls)
+    ratio = f"{trace.latency_speedup(ar, wall):.2f}x"
+    if len(ar_walls) == 1:
+        return (f"{ratio}, one run each (this one {wall:.2f} s, your AR run {ar:.2f} s): the same run can "
+                "take twice as long the next time; run AR again for a median")
+    return (f"{ratio} against the median of your last {len(ar_walls)} AR runs, {ar:.2f} s "
+            f"({min(ar_walls):.2f}–{max(ar_walls):.2f}); this run once, {wall:.2f} s")
+
+
+def run_summary(label: str, sample: Sample, wall: float, ar_walls: Sequence[float] | float | None, device: str,
                 shared: int = 0, complete: bool = True, tree: tuple[int, int] = (1, 0),
-                counts: trace.DraftCounts | None = None, window: int = 0, chain_nfe: int | None = None) -> str:
-    """The ended run's metrics as a markdown table, each with its definition. `ar_wall`: this
-    session's last AR run that ran alone; `shared` as for `run_status`: a run that shared its
+                counts: trace.DraftCounts | None = None, window: int = 0, chain_nfe: int | None = None,
+                first: bool = False) -> str:
+    """The ended run's metrics as a markdown table, each with its definition. `ar_walls`: this
+    session's warm AR runs that ran alone (a number: one); `first`: this is the session's first
+    run on the model (`latency_words`); `shared` as for `run_status`: a run that shared its
     passes has no latency of its own (the race times each method alone); a stopped run
     (`complete` False) has neither a step compression nor a latency speed-up. `window` and
     `chain_nfe` say what a draft tree cost against the chain (`tree_vs_chain`)."""
     stopped = f"not measured: stopped after {sample.committed} tokens"
+    ar_walls = [ar_walls] if isinstance(ar_walls, (int, float)) else list(ar_walls or [])
     if not complete:
         speedup = stopped
     elif shared:
         speedup = f"not measured: this run's {shared_note(shared)} (the Race times each method alone)"
     elif label == METHOD_LABELS["ar"]:
         speedup = "1.00x: AR is the reference"
-    elif ar_wall and wall > 0:
-        speedup = (f"{trace.latency_speedup(ar_wall, wall):.2f}x (against this session's AR run, "
-                   f"{ar_wall:.2f} s)")
     else:
-        speedup = "run AR once to measure it (a run that shared its passes does not count)"
+        speedup = latency_words(wall, ar_walls, first)
     timed = f"engine time of this run on {device}" + (
         f"; its {shared_note(shared)}, so it includes their work" if shared else "")
     ar = label == METHOD_LABELS["ar"]
@@ -276,11 +311,94 @@ def run_summary(label: str, sample: Sample, wall: float, ar_wall: float | None, 
         "\n".join(f"| {a} | {b} | {c} |" for a, b, c in rows)
 
 
-def replay_caption(iterations: Sequence[Iteration], i: int) -> str:
+@dataclass(frozen=True)
+class DraftFact:
+    """What a pass did with one draft it fed (a chain's), for the replay's map and its table."""
+
+    position: int
+    token: int                    # the draft x
+    p: float                      # p(x) at this pass
+    q: float                      # q(x), the law x was drawn from
+    keep: float                   # min(1, p/q)
+    test: str                     # "accepted", "rejected" or "untested" (fed after the first rejection)
+    residual: int | None          # the token the residual drew where it was rejected
+    next_draft: int | None        # the next pass's draft at this position (None: none there)
+
+
+def draft_facts(it: Iteration, row: int = 0) -> list[DraftFact]:
+    """Each draft a chain's pass fed, in window order, with what the pass did with it; [] for a
+    tree's pass (its nodes share positions) and for AR."""
+    if it.parents is not None:
+        return []
+    fed, a = it.window_tokens[row].tolist(), it.accept_prob[row].float().tolist()
+    p_x, q_x = it.p_draft[row].float().tolist(), it.q_draft[row].float().tolist()
+    n_before, n_after, accepted = int(it.n_before[row]), int(it.n_after[row]), int(it.num_accepted[row])
+    start = int(it.start[row])         # the window's first position (held at the grid's end by the last passes)
+    committed, nxt = it.tokens_after[row].tolist(), it.drafts_after[row].tolist()
+    out = []
+    for i, keep in enumerate(a):
+        pos = n_before + i
+        if pos >= len(committed) or np.isnan(keep):
+            continue
+        test = "accepted" if i < accepted else "rejected" if i == accepted else "untested"
+        again = nxt[pos - n_after] if pos >= n_after and pos - n_after < len(nxt) and nxt[pos - n_after] >= 0 \
+            else None
+        out.append(DraftFact(pos, fed[pos - start], p_x[i], q_x[i], keep, test,
+                             committed[pos] if test == "rejected" else None, again))
+    return out
+
+
+def place(position: int, grid: tuple[int, ...]) -> str:
+    """A position as the maps number it, from 0: "row r, column c" (a video: its frame first)."""
+    *frames, h, w = grid
+    where = f"row {position // w % h}, column {position % w}"
+    return f"frame {position // (h * w)}, {where}" if frames and frames[0] > 1 else where
+
+
+def draft_table(it: Iteration, grid: tuple[int, ...], method: str) -> str:
+    """The replayed pass's drafts as a table (what pointing at the map says, for the keyboard
+    and a screen reader), in a closed box; "" when the pass tested none."""
+    facts = draft_facts(it)
+    if not facts:
+        return ""
+    kept = "kept by the coupling" if method.startswith("scd") else "drawn again, the same token"
+    rows = []
+    for f in facts:
+        test = {"accepted": "accepted, committed",
+                "rejected": f"rejected; the residual drew token {f.residual}",
+                "untested": "not tested (after the first rejection)"}[f.test]
+        nxt = "—" if f.next_draft is None else kept if f.next_draft == f.token else f"redrawn: token {f.next_draft}"
+        rows.append(f"| {place(f.position, grid)} | {f.token} | {f.p:.3f} | {f.q:.3f} | {f.keep:.3f} | {test} | {nxt} |")
+    return ("\n\n<details><summary>This pass's drafts as a table: each draft's p(x), q(x) and test</summary>\n\n"
+            "| position | draft token x | p(x) at this pass | q(x) when drawn | min(1, p/q) | test | "
+            "the next pass's draft there |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n</details>")
+
+
+def telling_pass(iterations: Sequence[Iteration]) -> int:
+    """The pass the replay opens on: of the passes whose test rejected a draft (the residual
+    drew there), the one that verified the most drafts (the latest of those); the last pass
+    when none rejected (greedy, AR)."""
+    best = None
+    for i, it in enumerate(iterations):
+        if bool(it.resampled[0]):
+            verified = trace.verified_drafts([it], 0)
+            if best is None or verified >= best[0]:
+                best = (verified, i)
+    return len(iterations) - 1 if best is None else best[1]
+
+
+def replay_caption(iterations: Sequence[Iteration], i: int, opened: bool = False) -> str:
+    """The replayed pass in words; `opened`: the pass the replay opens on (`telling_pass`),
+    said so, with where the last one is."""
     it = iterations[i]
+    last = len(iterations) - 1
     nb, na = int(it.n_before[0]), int(it.n_after[0])
     acc, ver = trace.accepted_drafts([it], 0), trace.verified_drafts([it], 0)
-    return (f"pass {i} of {len(iterations) - 1} · NFE {it.nfe} · committed {nb} → {na} (+{na - nb}): "
+    why = ""
+    if opened and i != last:
+        why = (f"  \nThe replay opens here: of the passes that rejected a draft, this one verified the most. "
+               f"Move the slider (or press End) for the last pass, {last}.")
+    return (f"pass {i} of {last} · NFE {it.nfe} · committed {nb} → {na} (+{na - nb}): "
             f"{plural(ver, 'draft')} verified, {acc} accepted"
             + (", the first rejection replaced by a residual sample" if bool(it.resampled[0]) else
-               ", then one token sampled from p" if na > nb + acc else ""))
+               ", then one token sampled from p" if na > nb + acc else "") + why)

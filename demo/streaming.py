@@ -43,12 +43,27 @@ def history_of(history: dict | None, name: str) -> dict:
     return dict(history or {}) if (history or {}).get("_model") == name else {"_model": name}
 
 
+WALLS_KEPT = 5          # a method's warm times kept for the latency speed-up's median
+
+
+def first_run(history: dict) -> bool:
+    """Whether no run of this session has finished on the model yet: the next one may be its
+    worker's first, which warms the model up and takes several times longer (tiny's AR: 3.02 s,
+    then 0.97 s and 0.34 s), so its time is never a reference."""
+    return not history.get("_runs")
+
+
 def remember(history: dict, method: str, nfe: list[int], committed: list[int], wall: float | None,
              tree: tuple[int, int], seed: int, window: int, stability: float | None = None) -> None:
     """Keep a finished run in the session's history: its curve for the tokens chart, its
-    seconds (`wall`, None when it shared its passes), its draft stability (None: AR) for the
-    flicker chart, and a chain run's NFE for `chain_nfe`."""
-    history[method] = {"nfe": nfe, "committed": committed, "wall": wall, "stability": stability}
+    seconds (`wall`, None when it shared its passes; `walls`: the method's last WALLS_KEPT warm
+    ones, the session's first run on the model left out, `first_run`), its draft stability
+    (None: AR) for the flicker chart, and a chain run's NFE for `chain_nfe`."""
+    walls = list(history.get(method, {}).get("walls", []))
+    if wall is not None and not first_run(history):
+        walls = (walls + [wall])[-WALLS_KEPT:]
+    history["_runs"] = history.get("_runs", 0) + 1
+    history[method] = {"nfe": nfe, "committed": committed, "wall": wall, "walls": walls, "stability": stability}
     if tree[0] == 1 or tree[1] == 0:
         history["_chain"] = {**history.get("_chain", {}), method: (nfe[-1], seed, window)}
 

@@ -49,6 +49,18 @@ def as_text(text) -> str:
     return "".join(out)
 
 
+SAID_KINDS = ("start", "step", "end")
+
+
+def said(words: str, kind: str) -> str:
+    """What the page's live region says of a status (demo/static/load.js), carried in the
+    status's Markdown as a hidden span: a run's "start", a "step" (said now and then, not at
+    every update) or its "end". `words` are shown as text."""
+    if kind not in SAID_KINDS:
+        raise ValueError(f"kind: one of {SAID_KINDS}, got {kind!r}")
+    return f' <span class="say-{kind}" hidden>{as_text(words)}</span>'
+
+
 def quoted(value) -> str:
     """A value the visitor gave, quoted as Python writes it, shown as text (`as_text`)."""
     return as_text(repr(value))
@@ -61,9 +73,12 @@ def code_block(text: str) -> str:
     return f"{fence}\n{text}\n{fence}"
 
 
+QUIET = '<span class="say-quiet" hidden></span>'     # a status the live region does not say: no news
+
+
 def hint(text: str, name: str) -> str:
-    """A tab's hint before a run, naming the model it will run."""
-    return f"**{name}** · {text}"
+    """A tab's hint before a run, naming the model it will run (not said by the live region)."""
+    return f"**{name}** · {text}{QUIET}"
 
 
 def pace_info(shortest: float) -> str:

@@ -3,10 +3,12 @@ reproduce AR's image.
 
 `compare` decodes S samples with AR and S with a method, from disjoint seeds (AR from seed,
 the method from seed + SPACING, so that no pair of samples shares its random numbers), and
-counts which token each sample put at a few positions. At each position a chi-square
-two-sample test (`chi_square_two_sample`) asks whether the two sets of counts could come
-from one distribution: its p-value is the chance of counts at least this different if they
-do. Equal distributions give p-values spread evenly between 0 and 1 (below 0.05 one time in
+counts which token each sample put at a few positions: those where the samples, pooled, vary
+most (`informative_positions`; where nearly every sample puts the same token there is nothing to
+tell apart). At each position a chi-square two-sample test (`chi_square_two_sample`) asks
+whether the two sets of counts could come from one distribution: its p-value is the chance of
+counts at least this different if they do; `detectable_shift` says how large a change the test
+would catch at the samples' size (its power). Equal distributions give p-values spread evenly between 0 and 1 (below 0.05 one time in
 twenty by chance); a method that changed the distribution gives p-values near 0 once S is
 large enough. In greedy mode (temperature 0) there is no randomness: the method must return
 AR's tokens exactly, and `compare` checks that too.
@@ -58,17 +60,7 @@ def chi_square_two_sample(a: Sequence[int], b: Sequence[int],
     na, nb = float(a.sum()), float(b.sum())
     if na == 0 or nb == 0:
         raise ValueError("a and b must each count at least one sample")
-    share = min(na, nb) / (na + nb)                     # expected count in the smaller set: pooled * share
-    pooled = a + b
-    order = [int(v) for v in torch.argsort(pooled, descending=True, stable=True) if pooled[v] > 0]
-    kept = [v for v in order if float(pooled[v]) * share >= min_expected]
-    rare = [v for v in order if v not in set(kept)]
-    bins = [(v,) for v in kept]
-    if rare:
-        if sum(float(pooled[v]) for v in rare) * share >= min_expected or not bins:
-            bins.append(tuple(rare))
-        else:                                            # too few even pooled: join the smallest kept bin
-            bins[-1] = bins[-1] + tuple(rare)
+    bins = token_groups(a + b, min(na, nb) / (na + nb), min_expected)
     oa = torch.tensor([float(a[list(g)].sum()) for g in bins], dtype=torch.float64)
     ob = torch.tensor([float(b[list(g)].sum()) for g in bins], dtype=torch.float64)
     labels = tuple(g[0] if len(g) == 1 else -1 for g in bins)
@@ -83,6 +75,22 @@ def chi_square_two_sample(a: Sequence[int], b: Sequence[int],
     return ChiSquare(statistic, dof, p, labels, tuple(int(x) for x in oa), tuple(int(x) for x in ob))
 
 
+def token_groups(pooled: torch.Tensor, share: float, min_expected: float = MIN_EXPECTED) -> list[tuple[int, ...]]:
+    """The token groups a test compares, from the pooled counts alone: each token expected at
+    least `min_expected` times in the smaller set (`share` of the pooled samples) alone, the rest
+    pooled into one group (rarest last), or joined to the smallest group when too few even pooled."""
+    order = [int(v) for v in torch.argsort(pooled, descending=True, stable=True) if pooled[v] > 0]
+    kept = [v for v in order if float(pooled[v]) * share >= min_expected]
+    rare = [v for v in order if v not in set(kept)]
+    bins = [(v,) for v in kept]
+    if rare:
+        if sum(float(pooled[v]) for v in rare) * share >= min_expected or not bins:
+            bins.append(tuple(rare))
+        else:                                            # too few even pooled: join the smallest kept bin
+            bins[-1] = bins[-1] + tuple(rare)
+    return bins
+
+
 def counts_at(tokens: torch.LongTensor, position: int, vocab_size: int) -> torch.LongTensor:
     """[V] how many of the samples `tokens` [S, N] have each token value at `position`."""
     return torch.bincount(tokens[:, position].cpu(), minlength=vocab_size)
@@ -91,6 +99,60 @@ def counts_at(tokens: torch.LongTensor, position: int, vocab_size: int) -> torch
 def spread_positions(num_tokens: int, count: int = 4) -> list[int]:
     """`count` positions spread over the grid, the first and the last included."""
     return sorted({round(i * (num_tokens - 1) / max(1, count - 1)) for i in range(count)})
+
+
+def informative_positions(a: torch.LongTensor, b: torch.LongTensor, count: int = 4,
+                          min_expected: float = MIN_EXPECTED) -> list[int]:
+    """The `count` positions where the samples `a` [S, N] and `b` [S', N], pooled, vary most as
+    the test sees them (the entropy of the pooled samples over the token groups the test would
+    compare there, `token_groups`; the earlier position on a tie), in order: where the law has
+    entropy a test can see, so that it can tell two laws apart (a position of many tokens each
+    too rare to test alone is one group: nothing to tell). Chosen from the pooled samples only,
+    which are the same whichever sample came from which method: if both draw from one law, the
+    choice leaves each test's chance of a small p-value as it is."""
+    pooled = torch.cat([a, b]).cpu()
+    share = min(a.shape[0], b.shape[0]) / pooled.shape[0]
+    entropy = []
+    for position in range(pooled.shape[1]):
+        counts = torch.bincount(pooled[:, position])
+        totals = torch.tensor([float(counts[list(g)].sum()) for g in token_groups(counts, share, min_expected)],
+                              dtype=torch.float64) / pooled.shape[0]
+        entropy.append(float(-(totals * totals.log()).sum()))
+    order = sorted(range(len(entropy)), key=lambda i: (-entropy[i], i))
+    return sorted(order[:count])
+
+
+def chi_square_survival(x: float, dof: int, noncentrality: float = 0.0) -> float:
+    """P(X > x) for X chi-square with `dof` degrees of freedom, noncentral by `noncentrality`
+    (a Poisson mixture of central ones)."""
+    half = noncentrality / 2
+    out, j, weight = 0.0, 0, math.exp(-half)
+    while True:
+        out += weight * float(torch.special.gammaincc(torch.tensor((dof + 2 * j) / 2, dtype=torch.float64),
+                                                      torch.tensor(x / 2, dtype=torch.float64)))
+        j += 1
+        weight *= half / j
+        if j > half and weight < 1e-12:
+            return out
+
+
+def _solve(f, low: float, high: float) -> float:
+    """x in [low, high] where the increasing `f` crosses 0 (bisection)."""
+    for _ in range(100):
+        mid = (low + high) / 2
+        low, high = (mid, high) if f(mid) < 0 else (low, mid)
+    return (low + high) / 2
+
+
+def detectable_shift(share: float, samples: int, dof: int, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The test's power in one figure: how far one token's share must move (the other tokens'
+    shares scaled to make room) for the test at level `alpha` to catch it with probability
+    `power`, with `samples` samples of each method and the token's share `share` (0 < share < 1)
+    over `dof` + 1 token groups. The statistic is then noncentral chi-square with noncentrality
+    samples / 2 * d^2 / (share (1 - share)) for a shift d."""
+    critical = _solve(lambda x: alpha - chi_square_survival(x, dof), 0.0, 1e4)
+    needed = _solve(lambda lam: chi_square_survival(critical, dof, lam) - power, 0.0, 500.0)
+    return math.sqrt(2 * needed * share * (1 - share) / samples)
 
 
 @dataclass(frozen=True)
@@ -145,14 +207,14 @@ def compare(model, prompt: str, settings: Settings, method: str, samples: int = 
             on_batch: Callable[[], None] | None = None) -> Comparison | None:
     """AR's and `method`'s distributions side by side under `settings` (its temperature,
     top-k, top-p, CFG and window): `samples` of each, the chi-square test at each of
-    `positions` (four spread over the grid by default), and both decoded at temperature 0.
+    `positions` (by default the four where the samples vary most, `informative_positions`), and
+    both decoded at temperature 0.
     None if `stop()` turned true (asked before every forward pass); `on_batch()` is called
     before each batch of samples (`sample_tokens`)."""
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 2:
         raise ValueError(f"samples must be an integer of at least 2, got {samples!r}")
     N = math.prod(int(g) for g in model.grid)
-    positions = tuple(spread_positions(N) if positions is None else positions)
-    if any(not 0 <= p < N for p in positions):
+    if positions is not None and any(not 0 <= p < N for p in positions):
         raise ValueError(f"positions must lie in 0 .. {N - 1}, got {list(positions)}")
     started = time.perf_counter()
     ar = sample_tokens(model, prompt, settings.replace(method="ar"), samples, seed, batch, stop, on_batch)
@@ -167,5 +229,6 @@ def compare(model, prompt: str, settings: Settings, method: str, samples: int = 
         return None
     g_ar, g_m = g_ar[0], g_m[0]
     V = int(model.vocab_size)
+    positions = tuple(informative_positions(ar, other) if positions is None else positions)
     tests = tuple(chi_square_two_sample(counts_at(ar, p, V), counts_at(other, p, V)) for p in positions)
     return Comparison(method, samples, positions, tests, ar, other, g_ar, g_m, time.perf_counter() - started)

@@ -284,6 +284,23 @@ def apart(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[1] < b[0] or b[1] < a[0]
 
 
+CLEAR_CHANCE = 0.1      # a lead is called clear only where noise alone gives one this often at most
+
+
+def chance_apart(a: int, b: int) -> float:
+    """How often noise alone sets two sets of measurements apart (`apart`: every one of one set
+    below every one of the other), `a` and `b` of them, when all come from one distribution:
+    2 / C(a + b, a) (each order of the a + b equally likely). Two rounds each: 1 in 3; three:
+    1 in 10; eight samples each: 1 in 6,435."""
+    return 2 / math.comb(a + b, a)
+
+
+def clearly_apart(a: tuple[float, float], b: tuple[float, float], count_a: int, count_b: int) -> bool:
+    """Ranges apart, over enough measurements (`count_a`, `count_b`) that noise alone would set
+    them apart at most CLEAR_CHANCE of the time: only then does the page call a lead clear."""
+    return apart(a, b) and chance_apart(count_a, count_b) <= CLEAR_CHANCE + 1e-12
+
+
 @dataclass
 class MethodSummary:
     method: str

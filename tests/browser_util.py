@@ -76,10 +76,17 @@ def fill(pg, elem_id: str, value) -> None:
     box.press("Tab")
 
 
-def pick_model(pg, name: str, wait: int = 1500) -> None:
+def pick_model(pg, name: str, wait: int | None = None) -> None:
+    """Pick `name` in the model list; by default, until the switch has landed (the Generate
+    status names the model: its hint, or the run the pick stopped), else `wait` ms."""
     pg.locator("#model input").click()
     pg.get_by_role("option", name=re.compile(rf"^{re.escape(name)} ")).click()
-    pg.wait_for_timeout(wait)
+    if wait is not None:
+        pg.wait_for_timeout(wait)
+        return
+    pg.wait_for_function("name => { const said = (document.querySelector('#status [data-testid=markdown]')"
+                         "?.textContent || '').trim(); return said.startsWith(name + ' ·') || "
+                         "said.includes('picked ' + name); }", arg=name, timeout=60_000)
 
 
 PLACEHOLDERS = """() => [...document.querySelectorAll('[aria-label="Empty value"]')]
@@ -189,14 +196,73 @@ def selected_tab(pg) -> str:
 
 AXE = (Path(axe_playwright_python.__file__).parent / "axe.min.js").read_text(encoding="utf-8")   # axe-core 4
 AXE_RUN = """() => axe.run(document, {resultTypes: ['violations']}).then(r => r.violations
-    .filter(v => v.impact === 'critical' || v.impact === 'serious')
-    .flatMap(v => v.nodes.map(n => `${v.id}: ${n.target.join(' ')} ${(n.failureSummary || '').split('\\n')[1] || ''}`)))"""
+    .filter(v => ['critical', 'serious', 'moderate'].includes(v.impact))
+    .flatMap(v => v.nodes.map(n => `${v.impact} ${v.id}: ${n.target.join(' ')} ${(n.failureSummary || '').split('\\n')[1] || ''}`)))"""
 PICTURES = """() => [...document.querySelectorAll('.bare img')].filter(i => i.offsetParent !== null)
     .map(i => [i.closest('[id]').id, i.alt])"""
 
 
 def axe_findings(pg) -> list[str]:
-    """What axe-core finds critical or serious on the page as it is now, a line a node."""
+    """What axe-core finds critical, serious or moderate on the page as it is now, a line a node."""
     if not pg.evaluate("() => typeof axe !== 'undefined'"):
         pg.evaluate(AXE)
     return pg.evaluate(AXE_RUN)
+
+
+LIGHTNESS = """const rgba = c => { const m = c.match(/rgba?\\(([^)]*)\\)/); if (!m) return null;
+    const v = m[1].split(',').map(Number); return [v[0], v[1], v[2], v.length > 3 ? v[3] : 1]; };
+  const lum = ([r, g, b]) => [r, g, b].map(v => v / 255).map(v => v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4)
+    .reduce((s, v, i) => s + v * [0.2126, 0.7152, 0.0722][i], 0);
+  const ratio = (a, b) => { const [x, y] = [lum(a), lum(b)].sort((p, q) => q - p); return (x + 0.05) / (y + 0.05); };
+  const over = (top, under) => top[3] >= 1 ? top : top.slice(0, 3).map((v, i) => v * top[3] + under[i] * (1 - top[3]));
+  const behind = el => {        // the colour drawn behind an element: the first opaque background up its ancestors
+    for (let e = el; e && e !== document.documentElement; e = e.parentElement) {
+      const c = rgba(getComputedStyle(e).backgroundColor);
+      if (c && c[3] > 0) return c.slice(0, 3);
+    }
+    return rgba(getComputedStyle(document.body).backgroundColor).slice(0, 3);
+  };"""
+
+MARKS = """() => {   // every mark of every chart in sight, below 3:1 against the panel it is drawn on
+  """ + LIGHTNESS + """
+  const out = [];
+  for (const plot of document.querySelectorAll('.js-plotly-plot')) {
+    if (plot.offsetParent === null) continue;
+    const svg = plot.querySelector('.main-svg'), bg = plot.querySelector('.bg');
+    const fill = bg && rgba(getComputedStyle(bg).fill);
+    const panel = fill && fill[3] > 0 ? over(fill, behind(svg)) : behind(svg);
+    const marks = [...plot.querySelectorAll('.barlayer .point path')].map(e => ['bar', getComputedStyle(e).fill])
+      .concat([...plot.querySelectorAll('.scatterlayer .js-line')].map(e => ['line', getComputedStyle(e).stroke]))
+      .concat([...plot.querySelectorAll('.scatterlayer .point')].map(e => {
+        const s = getComputedStyle(e); return ['marker', s.fill !== 'none' && rgba(s.fill)?.[3] ? s.fill : s.stroke]; }));
+    for (const [kind, colour] of marks) {
+      const c = rgba(colour);
+      if (!c || c[3] === 0) continue;
+      const r = ratio(over(c, panel), panel);
+      if (r < 3) out.push([plot.closest('.block[id]')?.id || '?', kind, colour, Math.round(r * 100) / 100]);
+    }
+  }
+  return out;
+}"""
+
+RING = """el => {   // the focus ring's colour against what is drawn around it
+  """ + LIGHTNESS + """
+  const ring = rgba(getComputedStyle(el).outlineColor);
+  return Math.round(ratio(ring.slice(0, 3), behind(el.parentElement)) * 100) / 100;
+}"""
+
+LISTEN = """() => {   // what the page's live region says from now on, each change once
+  window.__said = [];
+  new MutationObserver(() => {
+    const said = document.querySelector('#page-said')?.textContent || '';
+    if (said && window.__said[window.__said.length - 1] !== said) window.__said.push(said);
+  }).observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+
+LISTS = """() => [...document.querySelectorAll('.options')]     // dropdown option lists drawn
+    .filter(e => e.getBoundingClientRect().height > 0).map(e => e.closest('.block[id]')?.id || '?')"""
+
+
+def said(pg) -> list[str]:
+    """What the page's live region has said since `LISTEN` ran."""
+    return pg.evaluate("() => window.__said || []")

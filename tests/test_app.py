@@ -433,10 +433,10 @@ def test_replay_and_export_belong_to_the_last_run():
     run = final(texture, layout.last_run)
     assert run["model"] == "texture"
     assert replay_tab.replay_view(0, run)[0].shape == (384, 384, 3)                # texture's picture
-    last = len(run["iterations"]) - 1                  # the replay opens on the last pass, drawn
-    assert final(texture, layout.replay_text) == run_view.replay_caption(run["iterations"], last)
-    assert (final(texture, layout.replay_image) == picture(replay_tab.replay_view(last, run)[0])).all()
-    assert figure(final(texture, layout.replay_probs)).layout.title.text.endswith(f"pass {last}</sub>")
+    opened = run_view.telling_pass(run["iterations"])  # the replay opens on a pass that rejected a draft, drawn
+    assert final(texture, layout.replay_text).startswith(run_view.replay_caption(run["iterations"], opened, True))
+    assert (final(texture, layout.replay_image) == picture(replay_tab.replay_view(opened, run)[0])).all()
+    assert figure(final(texture, layout.replay_probs)).layout.title.text.endswith(f"pass {opened}</sub>")
     history = final(texture, layout.history_state)
     refused = list(generate_tab.generate_stream(**args(model="tiny", prompt="red heart", window=10 ** 6),
                                        history=history))

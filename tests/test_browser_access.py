@@ -12,8 +12,8 @@ import pytest
 
 from demo import models, texts
 from browser_util import browser  # noqa: F401  (a fixture)
-from browser_util import (axe_findings, error_badges, fill, in_sight, open_page, pick_model, placeholders,
-                          selected_tab, text, wait_text, PICTURES, SHOTS, SIZES)
+from browser_util import (axe_findings, error_badges, fill, in_sight, open_page, pick_model, placeholders, said,
+                          selected_tab, text, wait_text, LISTEN, LISTS, MARKS, PICTURES, RING, SHOTS, SIZES)
 from fakehub import empty_hub_cache  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.browser
@@ -34,11 +34,13 @@ def lines_of(pg, selector: str) -> int:
 def test_the_live_charts_and_the_status_are_in_sight_while_a_run_goes(browser, size):
     """At both sizes, as a run goes, without scrolling after the click: the status next to the
     picture is in sight with the acceptance so far and the tokens per pass; on a desktop the
-    two live charts (tokens against passes, acceptance) are in sight and drawn."""
+    two live charts (tokens against passes, acceptance) are in sight and drawn; the live region
+    says the run started and, after Stop, where it stopped."""
     pg = open_page(browser, *size)
     try:
         fill(pg, "pace", 0.1)
         pg.evaluate("window.scrollTo(0, 0)")
+        pg.evaluate(LISTEN)
         pg.locator("#generate").click()
         wait_text(pg, "status", "decoding", timeout=60_000)
         pg.wait_for_function("""() => { const el = document.querySelector('#chart-rate .js-plotly-plot');
@@ -48,11 +50,14 @@ def test_the_live_charts_and_the_status_are_in_sight_while_a_run_goes(browser, s
         if size[0] > texts.NARROW_PX:
             for chart in ("#chart-committed .js-plotly-plot", "#chart-rate .js-plotly-plot"):
                 assert in_sight(pg, chart) == "ok", chart
-        said = text(pg, "status")                                  # a live strip on a phone
-        assert "decoding" in said and "tokens per pass so far" in said and "acceptance so far" in said, said
+        status = text(pg, "status")                                # a live strip on a phone
+        assert "decoding" in status and "tokens per pass so far" in status and "acceptance so far" in status, status
         pg.screenshot(path=os.path.join(SHOTS, f"scd_live_{size[0]}.png"))
         pg.locator("#stop").click()
         wait_text(pg, "status", "stopped at NFE", timeout=10_000)
+        pg.wait_for_function("() => (window.__said || []).some(w => w.startsWith('Generate stopped: '))",
+                             timeout=10_000)
+        assert said(pg)[0] == "Generate started: SCD maximal coupling on texture, 576 tokens to decode.", said(pg)
     finally:
         pg.close()
 
@@ -117,12 +122,24 @@ def test_words_a_newcomer_reads_at_first_sight(browser, empty_hub_cache, size):
         pg.close()
 
 
+TIMERS = """() => {   // Gradio's timer text drawn in a slot for the page's words (not a run's status), from now on
+  window.__timers = [];
+  const seen = () => { for (const t of document.querySelectorAll('[data-testid=status-tracker] .progress-text')) {
+    const box = t.closest('.block[id]');
+    if (box && box.querySelector('[data-testid=markdown-wrapper]') && !['status', 'race-status', 'lossless-status']
+        .includes(box.id) && t.getClientRects().length && t.innerText.trim()) window.__timers.push(box.id + ': ' + t.innerText);
+  } };
+  new MutationObserver(seen).observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_before_any_run_no_empty_frame_and_a_model_pick_is_heard_at_once(browser, monkeypatch, size):
     """At both sizes: before any run no tab shows a chart frame with nothing drawn in
     it, nor the race's panels of empty grids (the text says what will come); a model picked is
     acknowledged under the model within a second, even where finding out where it stands takes
-    seconds (a Hub that does not answer)."""
+    seconds (a Hub that does not answer), and no slot for the page's words shows Gradio's timer
+    ("0.5s") meanwhile."""
     def slow_hub() -> bool:
         time.sleep(2)
         return False
@@ -137,6 +154,7 @@ def test_before_any_run_no_empty_frame_and_a_model_pick_is_heard_at_once(browser
             assert placeholders(pg) == []
         assert not pg.locator("#race-ar").is_visible()           # no grey grids before a race
         pg.get_by_role("tab", name="Generate").click()
+        pg.evaluate(TIMERS)
         pick_model(pg, "janus-pro-1b", wait=0)
         clicked = time.monotonic()
         wait_text(pg, "model-info", "janus-pro-1b", timeout=5_000)
@@ -144,21 +162,30 @@ def test_before_any_run_no_empty_frame_and_a_model_pick_is_heard_at_once(browser
         assert in_sight(pg, "#model-info") == "ok", size
         wait_text(pg, "model-info", "Janus-Pro", timeout=30_000)    # then where it stands
         pick_model(pg, "texture", wait=6000)
+        assert pg.evaluate("() => window.__timers") == []
     finally:
         pg.close()
 
 
+ANNOUNCERS = """() => [...document.querySelectorAll('[aria-live]')]     // live regions a screen reader hears
+    .filter(e => !e.closest('[aria-hidden=true]')).map(e => e.id || e.className)"""
+
+
 @pytest.mark.parametrize("theme", ["light", "dark"])
 @pytest.mark.parametrize("size", SIZES)
-def test_axe_finds_nothing_critical_or_serious_on_a_first_visit_and_after_a_generate(browser, size, theme):
-    """Every picture named by what it shows and where its run stands, text at AA contrast in
-    both themes, one h1, and the charts in the page's theme."""
+def test_axe_finds_nothing_critical_serious_or_moderate_and_a_generate_is_announced_in_words(browser, size, theme):
+    """On a first visit and after a Generate: axe finds nothing critical, serious or moderate;
+    every picture and every chart named by what it shows; text at AA contrast and every chart
+    mark at 3:1 in both themes, one h1, the charts in the page's theme. The run is said in words
+    in the page's own polite live region, and Gradio's announcer (its "Loading" and untranslated
+    "common.complete") is not heard."""
     pg = open_page(browser, *size, theme)
     try:
         assert pg.evaluate("() => document.body.classList.contains('dark')") == (theme == "dark")
         assert axe_findings(pg) == []
         assert pg.locator("h1").count() == 1
         fill(pg, "pace", 0)
+        pg.evaluate(LISTEN)
         pg.locator("#generate").click()
         wait_text(pg, "status", "done")
         pg.wait_for_function("() => document.querySelector('#live-image img')?.alt.includes('done') && "
@@ -167,7 +194,16 @@ def test_axe_finds_nothing_critical_or_serious_on_a_first_visit_and_after_a_gene
         assert set(pictures) == {"live-image", "film"}, pictures
         assert pictures["live-image"].startswith("Committed tokens + current drafts. ") and "done" in pictures["live-image"]
         assert pictures["film"].startswith("Drafts after each pass")
+        pg.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')].filter(p => p.offsetParent)"
+                             ".every(p => p.getAttribute('role') === 'img' && p.getAttribute('aria-label'))",
+                             timeout=10_000)
+        words = said(pg)
+        assert words[-1].startswith("Generate done: SCD maximal coupling on texture, 576 tokens in "), words
+        assert all(w.startswith("Generate started") for w in words[:1] if len(words) > 1), words   # too quick to show one
+        assert pg.evaluate(ANNOUNCERS) == ["page-said"]
+        assert "not measured: your first run on this model here" in text(pg, "summary")   # no cold reference
         assert axe_findings(pg) == []
+        assert pg.evaluate(MARKS) == []
         backgrounds = pg.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot .main-svg:first-of-type')]
             .filter(s => s.getBoundingClientRect().width > 0).map(s => getComputedStyle(s).backgroundColor)""")
         assert backgrounds and all((b == "rgb(255, 255, 255)") == (theme == "light") for b in backgrounds), backgrounds
@@ -177,24 +213,29 @@ def test_axe_finds_nothing_critical_or_serious_on_a_first_visit_and_after_a_gene
 
 
 FOCUSED = """() => { const e = document.activeElement, ring = el => getComputedStyle(el).outlineStyle !== 'none';
-    const box = e.closest('label') || e.closest('.wrap-inner') || e;
-    return [e.closest('[id]')?.id || '', e.tagName.toLowerCase() + (e.type ? '/' + e.type : ''), ring(e) || ring(box)]; }"""
+    const box = e.closest('label') || e.closest('.wrap-inner') || e, drawn = ring(e) ? e : box;
+    return [e.closest('[id]')?.id || '', e.tagName.toLowerCase() + (e.type ? '/' + e.type : ''), ring(e) || ring(box),
+            ring(drawn) ? (""" + RING + """)(drawn) : 0]; }"""
 
 
-def tab_stops(pg, start: str, until: str, most: int = 60) -> list[tuple[str, str, bool]]:
+def tab_stops(pg, start: str, until: str, most: int = 60) -> list[tuple[str, str, bool, float]]:
     """The Tab stops from `start` to the one inside `#until` (`most` at most): each one's id,
-    tag/type, and whether it shows a focus ring."""
+    tag/type, whether it shows a focus ring, and the ring's contrast."""
     pg.locator(start).focus()
     stops = []
     while len(stops) < most and (not stops or stops[-1][0] != until):
         pg.keyboard.press("Tab")
-        pg.wait_for_timeout(150)            # a person's pace: a dropdown left at once can take the focus back
+        pg.wait_for_timeout(150)            # a person's pace: a ring fades in (a button's transition)
         stops.append(tuple(pg.evaluate(FOCUSED)))
     return stops
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_every_control_works_from_the_keyboard_and_the_replay_follows_the_pass_slider(browser, size):
+    """Every control a Tab stop with a ring at 3:1 against what surrounds it (the tabs' inside
+    them); a dropdown's list gone once the focus leaves it, by Tab, Escape or a click elsewhere;
+    the replay opens on a pass that rejected a draft, follows its slider by keys and a typed
+    number, and its drafts' p(x) and q(x) are a table the keyboard opens."""
     pg = open_page(browser, *size)
     try:
         pg.wait_for_timeout(1000)                   # a phone's Settings closed (load.js) ...
@@ -202,11 +243,21 @@ def test_every_control_works_from_the_keyboard_and_the_replay_follows_the_pass_s
         assert pg.locator("#pace input").is_visible()
         stops = tab_stops(pg, "#model input", "pace")
         ids = ["model"] + [s[0] for s in stops]
-        assert all(ring for _, _, ring in stops), stops                   # every stop shows its focus
+        assert all(ring for _, _, ring, _ in stops), stops                # every stop shows its focus
+        assert [s for s in stops if s[3] < 3] == []                       # ... at 3:1
         for name in ("model", "prompt", "generate", "race", "stop", "method", "init", "tree", "window", "seed",
                      "temperature", "greedy", "top-k", "top-p", "cfg", "samples", "pace"):
             assert name in ids, (name, stops)
         assert ids.count("method") == 1                                  # the radio group: one stop
+        assert pg.evaluate(LISTS) == []                                  # no list left drawn past a dropdown
+        pg.locator("#model input").focus()
+        pg.wait_for_function(f"() => ({LISTS})().includes('model')")      # its list opens with the focus ...
+        pg.keyboard.press("Escape")
+        pg.wait_for_function(f"() => ({LISTS})().length === 0")           # ... and Escape closes it
+        pg.locator("#init input").click()
+        pg.wait_for_function(f"() => ({LISTS})().includes('init')")
+        pg.locator("#header").click()                                    # so does a click elsewhere
+        pg.wait_for_function(f"() => ({LISTS})().length === 0")
         pg.locator("#method input[value=scd-mc]").focus()
         pg.keyboard.press("ArrowRight")                                  # ... whose arrows choose
         pg.wait_for_function("() => document.querySelector('#method input[value=scd-gumbel]').checked")
@@ -225,12 +276,21 @@ def test_every_control_works_from_the_keyboard_and_the_replay_follows_the_pass_s
         assert selected_tab(pg) == "Race"
         pg.keyboard.press("ArrowLeft")
         assert selected_tab(pg) == "Generate"
+        assert tab.evaluate("el => getComputedStyle(el).outlineOffset") == "-3px"   # the ring inside the tab
         pg.locator("#replay button.label-wrap").focus()
-        pg.keyboard.press("Enter")                                        # the replay opens at the run's last pass ...
+        pg.keyboard.press("Enter")                                        # the replay opens on a pass that rejected a draft ...
         wait_text(pg, "replay-text", "pass ", timeout=20_000)
         slider = pg.locator("#replay-slider input[type=range]")
-        last = int(slider.get_attribute("max"))
-        assert last > 5 and f"pass {last} of {last}" in text(pg, "replay-text")
+        last, opened = int(slider.get_attribute("max")), int(slider.input_value())
+        caption = text(pg, "replay-text")
+        assert last > 5 and f"pass {opened} of {last}" in caption and "first rejection replaced" in caption
+        assert opened == last or "The replay opens here" in caption
+        summary = pg.locator("#replay-text summary")
+        summary.focus()
+        pg.keyboard.press("Enter")                                        # ... its drafts a table, by the keyboard
+        cells = pg.locator("#replay-text td")
+        cells.first.wait_for(state="visible", timeout=10_000)
+        assert "rejected; the residual drew token" in pg.locator("#replay-text table").inner_text()
         slider.focus()
         pg.keyboard.press("Home")                                          # ... and follows the keys
         wait_text(pg, "replay-text", f"pass 0 of {last}", timeout=20_000)
@@ -258,15 +318,19 @@ MARKUP = """() => [...document.querySelectorAll('#ID img, #ID script, #ID strong
 @pytest.mark.parametrize("size", SIZES)
 def test_a_prompt_with_html_markdown_and_script_shows_as_text_wherever_it_is_echoed(browser, size):
     """Under the prompt box, in the run's summary and in a switch's note: the characters typed,
-    nothing the browser fetches, runs or formats."""
+    nothing the browser fetches, runs or formats; the run on tiny said in words in the live
+    region (no prompt in them)."""
     pg = open_page(browser, *size)
     try:
         pick_model(pg, "tiny")
         fill(pg, "pace", 0)
         pg.locator("#prompt textarea").fill(HOSTILE_PROMPT)
         wait_text(pg, "prompt-words", "not known to tiny, ignored: <img **giant**", timeout=10_000)
+        pg.evaluate(LISTEN)
         pg.locator("#generate").click()
         wait_text(pg, "status", "done")
+        pg.wait_for_function("() => (window.__said || []).some(w => w.startsWith("
+                             "'Generate done: SCD maximal coupling on tiny, 64 tokens in '))", timeout=10_000)
         wait_text(pg, "summary", "ignored: <img **giant**.")
         for where in ("prompt-words", "summary"):
             assert pg.evaluate(MARKUP.replace("ID", where)) == 0, where

@@ -73,8 +73,8 @@ def test_a_video_model_shows_no_empty_clip_frames_before_or_during_a_run_and_its
 
 def test_phone_run_brings_stop_and_the_picture_into_sight_and_every_view_in_reach(browser):
     """On a phone a run brings Stop and the picture into sight; after it, nothing is an
-    empty placeholder, every metric can be read whole, and the replay opens on the last pass
-    drawn; a typo's message shows where one looks."""
+    empty placeholder, every metric can be read whole, and the replay opens drawn on a pass that
+    rejected a draft, saying where the last one is; a typo's message shows where one looks."""
     pg = open_page(browser, 390, 844)
     try:
         fill(pg, "pace", 0)
@@ -88,8 +88,10 @@ def test_phone_run_brings_stop_and_the_picture_into_sight_and_every_view_in_reac
         assert placeholders(pg) == []
         assert unreachable_cells(pg, "#summary td") == []
         pg.get_by_text("Replay and export the last run").click()
-        last = re.search(r"NFE (\d+)", text(pg, "status")).group(1)
-        wait_text(pg, "replay-text", f"pass {int(last) - 1} of {int(last) - 1}", timeout=60_000)
+        last = int(re.search(r"NFE (\d+)", text(pg, "status")).group(1)) - 1
+        wait_text(pg, "replay-text", f" of {last} · NFE", timeout=60_000)
+        caption = text(pg, "replay-text")
+        assert "the first rejection replaced by a residual sample" in caption and f"the last pass, {last}" in caption
         pg.wait_for_function("() => document.querySelector('#replay-image img')?.getAttribute('src')", timeout=60_000)
         assert placeholders(pg) == [] and image_src(pg, "replay-image")
         pg.screenshot(path=os.path.join(SHOTS, "scd_generate_390.png"), full_page=True)

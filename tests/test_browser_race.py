@@ -13,21 +13,28 @@ import pytest
 from demo import config, models
 from scd_core.settings import METHODS
 from browser_util import browser  # noqa: F401  (a fixture)
-from browser_util import (axe_findings, fill, in_sight, open_page, pick_model, race_cells, text,
-                          unreachable_cells, wait_text, BROKEN_WORDS, PICTURES, SHOTS, SIZES)
+from browser_util import (axe_findings, fill, in_sight, open_page, pick_model, race_cells, said, text,
+                          unreachable_cells, wait_text, BROKEN_WORDS, LISTEN, MARKS, PICTURES, SHOTS, SIZES)
 
 pytestmark = pytest.mark.browser
 
 
 def test_phone_race_keeps_the_page_width_every_panel_reachable_and_words_whole(browser):
     """On a phone every figure of the race table can be brought into sight and read (the page
-    scrolled, only boxes that scroll swiped), words whole."""
+    scrolled, only boxes that scroll swiped), words whole; the race said in words in the live
+    region, its start, a step and its end."""
     pg = open_page(browser, 390, 844)
     try:
         fill(pg, "pace", 0)
         fill(pg, "samples", 2)
+        pg.evaluate(LISTEN)
         pg.locator("#race").click()
         wait_text(pg, "race-summary", "Gumbel", timeout=300_000)
+        pg.wait_for_function("() => (window.__said || []).some(w => w.startsWith('Race done on texture.'))",
+                             timeout=20_000)
+        words = said(pg)
+        assert words[0] == "Race started on texture: each method decodes 2 samples, then is timed.", words
+        assert any(w.startswith("Race: ") for w in words) and "Passes (the same" in words[-1], words
         pg.wait_for_timeout(800)
         assert pg.evaluate("() => document.documentElement.scrollWidth") <= 390
         for m in ("ar", "sjd", "scd-mc", "scd-gumbel"):              # each panel on the page, whole
@@ -47,8 +54,13 @@ def test_lossless_on_a_phone_reads_whole_and_shows_where_the_pictures_differ(bro
     try:
         pg.get_by_role("tab", name="Lossless").click()
         fill(pg, "loss-samples", 16)
+        pg.evaluate(LISTEN)
         pg.locator("#lossless").click()
         wait_text(pg, "lossless-status", "Done", timeout=300_000)
+        pg.wait_for_function("() => (window.__said || []).some(w => w.startsWith('Lossless comparison done'))",
+                             timeout=10_000)
+        words = said(pg)
+        assert words[0].startswith("Lossless comparison started: 16 samples of AR"), words
         pg.wait_for_function("() => document.querySelectorAll('#lossless-chart .annotation-text').length === 4",
                              timeout=20_000)
         titles = pg.locator("#lossless-chart .annotation-text").all()
@@ -61,6 +73,8 @@ def test_lossless_on_a_phone_reads_whole_and_shows_where_the_pictures_differ(bro
                 assert apart, (a, b)
         assert pg.locator("#lossless-summary").evaluate(BROKEN_WORDS) == []
         assert unreachable_cells(pg, "#lossless-summary li") == []
+        summary = text(pg, "lossless-summary")                  # where the samples vary, with the test's power
+        assert "where the samples, pooled, vary most" in summary and summary.count("catches, 8 times in 10") >= 1
         assert "red where their tokens differ" in text(pg, "lossless-diff-title")
         assert pg.locator("#lossless-diff img").evaluate("el => el.getBoundingClientRect().width") > 200
         pg.screenshot(path=os.path.join(SHOTS, "scd_lossless_390.png"), full_page=True)
@@ -214,6 +228,7 @@ def test_axe_finds_nothing_critical_or_serious_after_a_race_and_a_lossless_compa
         assert {f"race-{m}" for m in METHODS} <= set(pictures), pictures
         assert pictures["race-scd-gumbel"].startswith("SCD Gumbel coupling. SCD Gumbel coupling all done"), pictures
         assert axe_findings(pg) == []
+        assert pg.evaluate(MARKS) == []                         # the race's charts too: every mark 3:1
         pg.locator("button[role=tab]", has_text="Lossless").click()
         fill(pg, "loss-samples", 32)
         pg.locator("#lossless").click()

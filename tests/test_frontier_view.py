@@ -111,3 +111,47 @@ def test_the_samples_script_draws_the_shipped_tokens_again(tmp_path):
         assert (again.prompts, again.seeds) == (shipped.prompts, shipped.seeds)
         same = (again.tokens == shipped.tokens).all(1)
         assert same.sum() >= 2 * len(same) / 3, (name, f"{int(same.sum())} of {len(same)} samples drawn again")
+
+
+def test_the_frontier_is_drawn_as_a_chart_of_the_page_its_points_named_in_words():
+    """The figure docs/embedded-models.md draws, from the same rows (its left-out ones left out),
+    each point named by what the prior is, not by its training run's name; its marks 3:1 against
+    both themes' backgrounds; its words say every point and that none meets both goals."""
+    from demo import charts
+    from plots_util import figure
+
+    points = fv.frontier_points()
+    with fv.FRONTIER.open(newline="", encoding="utf-8") as f:
+        rows = [r for r in csv.DictReader(f) if r["prior"] not in fv.LEFT_OUT]
+    assert len(points) == len(rows) + 2 and all("_" not in name for name, _, _ in points)
+    for name, (shown, rate, lead) in zip(fv.MODELS, points):
+        assert shown.startswith(name) and lead == pytest.approx(fv.best_lead(fv.BENCH[name]).lead)
+    for row, (name, rate, lead) in zip(rows, points[2:]):
+        assert row["prior"] not in name and (rate, lead) == (float(row["top10_train"]), float(row["best_lead"]))
+    doc = (ROOT / "docs" / "embedded-models.md").read_text(encoding="utf-8")
+    for prior in fv.LEFT_OUT:
+        assert f"--leave-out {prior}" in doc
+    assert fv.prior_name({"layers": "6", "attention": "/".join(["local"] * 6), "step": "374", "steps": "1500"}) \
+        == "6 local layers, at step 374 of 1,500"
+    plot = fv.figure()
+    fig = figure(plot)
+    marks = [d.marker.color for d in fig.data if d.mode == "markers"] + [d.line.color for d in fig.data if d.mode == "lines"]
+    assert all(charts.contrast(c, bg) >= 3 for c in marks for bg in charts.CHART_BACKGROUNDS.values())
+    names = [d.name for d in fig.data]
+    assert all(any(name in n for n in names) for name, _, _ in points)
+    alt = charts.alt_of(plot)
+    assert all(name in alt for name, _, _ in points) and alt.endswith("none meets both.")
+
+
+def test_tinys_three_leads_are_told_in_one_sentence():
+    """The race's 1.08x, the benchmark's 1.17x and the best window's 1.30x, each from its table."""
+    from demo import race_view
+
+    said = race_view.leads_sentence()
+    race = race_view.shipped_passes("tiny-race")
+    bench = race_view.shipped_passes("tiny")
+    best = fv.best_lead(fv.BENCH["tiny"])
+    for ratio in (race["sjd"] / race["scd-mc"], bench["sjd"] / bench["scd-mc"], best.lead):
+        assert f"**{ratio:.2f}x**" in said
+    assert said.count(". ") == 0 and f"L {best.window}" in said
+    assert said in race_view.ratios_markdown()

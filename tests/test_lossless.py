@@ -83,12 +83,50 @@ def test_a_changed_distribution_is_found(texture):
 
 def test_scd_draws_ars_law_on_texture_and_greedy_gives_ars_tokens(texture):
     c = lossless.compare(texture, "ocean waves", scd_core.Settings(window=16), "scd-mc", samples=128)
-    assert c.positions == (0, 192, 383, 575) and len(c.tests) == 4
+    assert c.positions == tuple(lossless.informative_positions(c.ar_tokens, c.method_tokens)) and len(c.tests) == 4
     assert min(t.p_value for t in c.tests) > 1e-3                  # no position tells them apart
     assert c.greedy_equal == 576 and c.different_images == 128      # the same law, not the same images
     assert c.ar_tokens.shape == c.method_tokens.shape == (128, 576)
     first = scd_core.generate(texture, ["ocean waves"] * 2, seed=lossless.SPACING, method="scd-mc", window=16)
     assert torch.equal(c.method_tokens[:2], first.tokens)           # row k from seed + SPACING + k
+
+
+def test_the_positions_tested_are_where_the_pooled_samples_vary_most():
+    """Not a position nearly every sample fills alike, nor one whose tokens are each too rare to
+    test alone (nothing to tell apart at either): the entropy of the pooled samples over the
+    token groups the test compares picks them, the same whichever sample came from which method."""
+    a = torch.zeros(40, 6, dtype=torch.long)
+    b = torch.zeros(40, 6, dtype=torch.long)
+    a[:, 2], b[:, 2] = torch.arange(40) % 5, torch.arange(40) % 4       # five values, then four
+    a[:, 3], b[:, 3] = torch.arange(40), torch.arange(40, 80)           # 80 tokens, each once: one group
+    a[:, 4], b[:, 4] = torch.arange(40) % 2, torch.arange(40) % 2       # two, half and half
+    a[:10, 5], b[:10, 5] = 1, 1                                         # two, a quarter and the rest
+    a[0, 1] = 1                                                        # one sample apart: one group
+    assert lossless.informative_positions(a, b, count=3) == [2, 4, 5]
+    assert lossless.informative_positions(b, a, count=3) == [2, 4, 5]
+    mixed = torch.cat([a, b])[torch.randperm(80, generator=torch.Generator().manual_seed(3))]
+    assert lossless.informative_positions(mixed[:40], mixed[40:], count=3) == [2, 4, 5]
+
+
+def test_the_tests_power_is_the_noncentral_chi_squares():
+    """How far a token's share must move to be caught 8 times in 10 at p < 0.05: scipy's
+    noncentral chi-square gives the same, and so does drawing the samples (one token group, 256
+    samples each: a 50% share moved to 38%, the test's 12 points)."""
+    from scipy import optimize
+
+    for dof, share, n in ((1, 0.5, 256), (5, 0.3, 256), (3, 0.8, 64)):
+        critical = stats.chi2.isf(0.05, dof)
+        lam = optimize.brentq(lambda x: stats.ncx2.sf(critical, dof, x) - 0.8, 1e-6, 200)
+        assert lossless.detectable_shift(share, n, dof) == pytest.approx(math.sqrt(2 * lam * share * (1 - share) / n),
+                                                                          rel=1e-4)
+    shift = lossless.detectable_shift(0.5, 256, 1)
+    g = torch.Generator().manual_seed(11)
+    caught = 0
+    for _ in range(400):
+        a = int((torch.rand(256, generator=g) < 0.5).sum())
+        b = int((torch.rand(256, generator=g) < 0.5 - shift).sum())
+        caught += lossless.chi_square_two_sample([a, 256 - a], [b, 256 - b]).p_value < 0.05
+    assert 0.74 <= caught / 400 <= 0.86
 
 
 def test_samples_come_in_batches_as_one_batch_would(texture):
@@ -121,6 +159,12 @@ def test_the_view_says_it_in_plain_words(texture):
     c = lossless.compare(texture, "ocean waves", scd_core.Settings(window=16), "sjd", samples=32)
     text = view.summary_markdown(texture, c)
     assert "32 samples of AR and 32 of SJD" in text and "576/576 equal" in text and "p-value" in text
+    assert "where the samples, pooled, vary most" in text
+    for t in c.tests:                                                   # each position's power, said
+        counts = [x + y for x, y in zip(t.counts_a, t.counts_b)]
+        if t.dof:
+            shift = lossless.detectable_shift(max(counts) / sum(counts), 32, t.dof)
+            assert f"({max(counts) / sum(counts):.0%}) by {shift * 100:.0f} points" in text
     assert "total variation" not in text
     fig = figure(view.histogram_figure(texture, c))
     assert len(fig.data) == 8 and all(f"p = {t.p_value:.2f}" in str(fig.layout.annotations) for t in c.tests)

@@ -68,6 +68,19 @@ def test_spread_gives_mean_range_and_a_95_percent_interval():
     assert race.Spread.of([5]).half_width == 0
 
 
+def test_a_lead_is_clear_only_over_measurements_enough_that_noise_seldom_gives_it():
+    """Two sets of n measurements of one distribution fall apart (every one of one below every one
+    of the other) 2 / C(2n, n) of the time: two rounds each one time in three, three one in ten;
+    only from there is a lead called clear."""
+    assert race.chance_apart(2, 2) == pytest.approx(1 / 3) and race.chance_apart(3, 3) == pytest.approx(0.1)
+    g = torch.Generator().manual_seed(7)
+    apart = [race.apart((float(a.min()), float(a.max())), (float(b.min()), float(b.max())))
+             for a, b in (torch.rand(2, 2, generator=g) for _ in range(3000))]
+    assert abs(sum(apart) / len(apart) - 1 / 3) < 0.03                        # as counted
+    assert not race.clearly_apart((1, 2), (3, 4), 2, 2) and race.clearly_apart((1, 2), (3, 4), 3, 3)
+    assert not race.clearly_apart((1, 3), (2, 4), 8, 8)                      # overlapping: never
+
+
 def test_greedy_race_rows_all_equal_ar(toy_grid):
     settings = race.Race("fox", scd_core.Settings(window=8, temperature=0.0))
     runs = {m: decoded(toy_grid, settings, m, 2) for m in scd_core.METHODS}

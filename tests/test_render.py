@@ -17,7 +17,7 @@ import scd_core
 from legend_check import unnamed_colours
 from plots_util import figure
 from scd_core import race, trace
-from demo import charts, export, pictures, race_view, run_view
+from demo import charts, export, pictures, race_view, run_view, streaming
 from scd_core.trace import Iteration, Run, TokenLog
 
 
@@ -211,6 +211,78 @@ def test_every_chart_names_each_colour_it_draws(toy_grid, sjd_iterations):
         assert unnamed_colours(fig) == [], fig.layout.title.text
 
 
+def test_every_mark_of_every_chart_is_3_to_1_against_both_themes_backgrounds(toy_grid, sjd_iterations):
+    """WCAG 1.4.11: every line, bar and marker a chart draws, and every method's colour, at least
+    3:1 against white and against the dark theme's panel; a band's translucent fill is drawn with
+    its edges in its line's colour. A heat map's cells are read against its colour bar."""
+    from demo import frontier_view
+    from legend_check import colours
+
+    figs = all_figures(toy_grid, sjd_iterations)[1] + [figure(charts.coupling_figure()),
+                                                       figure(frontier_view.figure())]
+    low = []
+    for fig in figs:
+        for trace in (d.to_plotly_json() for d in fig.data):
+            if trace.get("type") == "heatmap":
+                continue
+            fill = trace.pop("fillcolor", None)
+            if fill is not None:
+                assert trace["line"]["width"] > 0, fig.layout.title.text      # a band: its edges drawn
+            for rgb in colours(trace):
+                for theme, background in charts.CHART_BACKGROUNDS.items():
+                    if charts.contrast(charts.hex_of(rgb), background) < 3:
+                        low.append((fig.layout.title.text.split("<")[0], trace.get("name"), rgb, theme))
+    assert low == []
+    for colour in charts.METHOD_COLOURS.values():
+        assert min(charts.contrast(colour, b) for b in charts.CHART_BACKGROUNDS.values()) >= 3, colour
+    for kept, changed in [(pictures.FILM_STYLE[pictures.F_KEPT][1], pictures.FILM_STYLE[pictures.F_CHANGED][1])]:
+        assert min(charts.contrast(charts.hex_of(c), b) for c in (kept, changed)
+                   for b in charts.CHART_BACKGROUNDS.values()) >= 3
+
+
+def test_every_chart_says_what_it_shows_in_one_line(toy_grid, sjd_iterations):
+    """A chart's text alternative (what a screen reader hears for it) carries its figures."""
+    stats = run_view.TraceStats(tuple(toy_grid.grid))
+    for it in sjd_iterations:
+        stats.add(it)
+    said = {name: charts.alt_of(plot) for name, plot in charts.run_figures(stats, {}, "sjd").items()}
+    assert set(said) == set(charts.RUN_CHARTS) and all(s and "\n" not in s for s in said.values())
+    assert f"{stats.num_tokens} tokens in {stats.nfe[-1]} passes" in said["committed"]
+    assert f"{stats.sample().acceptance_rate:.3f} now" in said["rate"]
+    assert f"{int(np.sum(stats.changed))} changed" in said["flicker"]
+    ar = charts.run_figures(stats, {}, "ar")
+    assert charts.alt_of(ar["rate"]).startswith("Acceptance rate: AR feeds no drafts")
+    it = sjd_iterations[3]
+    facts = run_view.draft_facts(it)
+    assert f"{sum(f.test == 'accepted' for f in facts)} accepted" in charts.alt_of(
+        charts.accept_prob_figure(it, tuple(toy_grid.grid)))
+
+
+def test_the_replays_table_holds_what_pointing_at_the_map_says(toy_grid, sjd_iterations):
+    """The per-draft p(x), q(x), test and next draft, in a table a keyboard and a screen reader
+    reach; the replay opens on a pass that rejected a draft (the most verified among those)."""
+    grid = tuple(toy_grid.grid)
+    for it in sjd_iterations[1:6]:
+        table = run_view.draft_table(it, grid, "sjd")
+        words = charts.draft_words(it)
+        assert table.count("\n| row ") == len(words)
+        for f in run_view.draft_facts(it):
+            assert f"| {run_view.place(f.position, grid)} | {f.token} | {f.p:.3f} | {f.q:.3f} | {f.keep:.3f} |" in table
+            assert f"p(x) = {f.p:.3f} at this pass, q(x) = {f.q:.3f}" in words[f.position]
+    i = run_view.telling_pass(sjd_iterations)
+    rejected = [j for j, it in enumerate(sjd_iterations) if bool(it.resampled[0])]
+    assert i in rejected and all(trace_verified(sjd_iterations[j]) <= trace_verified(sjd_iterations[i])
+                                 for j in rejected)
+    caption = run_view.replay_caption(sjd_iterations, i, opened=True)
+    assert "The replay opens here" in caption and f"the last pass, {len(sjd_iterations) - 1}" in caption
+    assert run_view.place(70, (2, 6, 6)) == "frame 1, row 5, column 4"
+
+
+def trace_verified(it) -> int:
+    from scd_core import trace
+    return trace.verified_drafts([it], 0)
+
+
 def test_accepted_length_bars_take_the_colour_their_legend_gives(toy_grid, sjd_iterations):
     stats, _ = all_figures(toy_grid, sjd_iterations)
     fig = figure(charts.accepted_length_figure(stats))
@@ -290,6 +362,13 @@ def test_race_names_a_faster_method_only_when_the_rounds_ranges_do_not_overlap()
     said = words(race_view.timing_sentence([ar, noisy], "CPU (1 thread)"))
     assert ("**One image**: AR has the best median, 0.52 s (0.50–0.55), but is within noise of "
             "SJD (0.54 s (0.10–0.83)): no method is clearly the best here.") in said
+    ar2 = summary_of("ar", [0.50, 0.55], [1.0, 1.2], nfe=(576,))          # two rounds apart: not yet clear
+    mc2 = summary_of("scd-mc", [0.12, 0.15], [0.5, 0.7], nfe=(135,))
+    said = words(race_view.timing_sentence([ar2, mc2], "CPU (1 thread)"))
+    assert "clearly ahead" not in said and "soonest" not in said
+    assert ("SCD maximal coupling has the best median, 0.14 s (0.12–0.15), but is ahead of AR (0.53 s "
+            "(0.50–0.55)) in each of 2 rounds, too few to call it clear (the spread alone sets two methods "
+            "apart one time in 3)") in said
 
 
 def test_a_race_timed_once_calls_no_method_faster():
@@ -303,15 +382,23 @@ def test_a_race_timed_once_calls_no_method_faster():
 
 def test_race_leads_with_passes_the_same_on_any_machine():
     """Passes per image lead; a method is named the fewest only where its range over the
-    samples overlaps no other's, the rule the times follow (no winner inside the noise)."""
-    ar = summary_of("ar", [0.5], [1.0], nfe=(576, 576))
-    mc = summary_of("scd-mc", [0.1], [0.5], nfe=(130, 138))
-    sjd = summary_of("sjd", [0.2], [0.7], nfe=(250, 260))
+    samples overlaps no other's, over samples enough that the spread alone would seldom set
+    them apart (three each: one time in ten; two: one time in three), the rule the times follow
+    (no winner inside the noise)."""
+    ar = summary_of("ar", [0.5], [1.0], nfe=(576, 576, 576))
+    mc = summary_of("scd-mc", [0.1], [0.5], nfe=(130, 134, 138))
+    sjd = summary_of("sjd", [0.2], [0.7], nfe=(250, 255, 260))
     said = words(race_view.passes_sentence([ar, sjd, mc]))
     assert said == ("**Passes** (the same for these seeds on any machine): SCD maximal coupling needs the fewest, "
                     "134.0 (130–138) per image on average, clearly fewer than AR (576.0, 4.30x more) and SJD "
                     "(255.0 (250–260), 1.90x more).")
-    gumbel = summary_of("scd-gumbel", [0.1], [0.5], nfe=(131, 153))        # 142.0: its range overlaps MC's
+    two = [summary_of("sjd", [0.2], [0.7], nfe=(250, 260)), summary_of("scd-mc", [0.1], [0.5], nfe=(130, 138))]
+    said = words(race_view.passes_sentence(two))                            # apart, but two samples each
+    assert "clearly" not in said.replace("no method clearly", "") and "in every sample" in said
+    assert "one time in 3" in said
+    gap = words(race_view.explain_gap(two, None))
+    assert "fewer passes** than SJD in every sample" in gap and "too few samples to call it clear" in gap
+    gumbel = summary_of("scd-gumbel", [0.1], [0.5], nfe=(131, 142, 153))    # 142.0: its range overlaps MC's
     said = words(race_view.passes_sentence([ar, sjd, mc, gumbel]))
     assert "coupling needs the fewest" not in said and "SCD maximal coupling has the lowest mean, 134.0 (130–138)" in said
     assert "within the samples' spread of SCD Gumbel coupling (142.0 (131–153), 1.06x more): no method " \
@@ -319,6 +406,7 @@ def test_race_leads_with_passes_the_same_on_any_machine():
     tiny = [summary_of("sjd", [0.1], [1], nfe=(20, 24)), summary_of("scd-mc", [0.1], [1], nfe=(18, 22))]
     said = words(race_view.passes_sentence(tiny))
     assert "no method clearly needs the fewest" in said and "clearly fewer" not in said
+    assert "in every sample" not in said                                    # overlapping: within the spread
     gap = words(race_view.explain_gap(tiny, None))
     assert "about as many passes" in gap and "fewer passes" not in gap
     once = words(race_view.passes_sentence([summary_of(m, [0.1], [1], nfe=(21.2,)) for m in ("sjd", "scd-mc")]))
@@ -393,6 +481,31 @@ def test_a_run_that_shared_its_passes_says_so_and_gives_no_latency_speedup(toy_g
     assert "| latency speed-up | 1.80x" in run_view.run_summary("SJD", stats.sample(), 0.5, 0.9, "CPU")
 
 
+def test_the_latency_speedup_divides_a_warm_ars_median_never_a_first_run(toy_grid, sjd_iterations):
+    """A session's first run on a model may be its worker's, which warms the model up (tiny's AR:
+    3.02 s, then 0.97 s and 0.34 s): its time is never the reference, and its own ratio is not
+    given; one warm AR run is said as one run each; more give their median."""
+    stats = run_view.TraceStats(tuple(toy_grid.grid))
+    for it in sjd_iterations:
+        stats.add(it)
+    history = {"_model": "toy-grid"}
+    assert streaming.first_run(history)
+    streaming.remember(history, "ar", [1], [1], 3.02, (1, 0), 0, 16)          # cold: not kept
+    assert history["ar"]["walls"] == [] and not streaming.first_run(history)
+    first = run_view.run_summary("SJD", stats.sample(), 0.5, [], "CPU", first=True)
+    assert "| latency speed-up | not measured: your first run on this model here" in first
+    assert "run AR (after a first run" in run_view.run_summary("SJD", stats.sample(), 0.5, [], "CPU")
+    streaming.remember(history, "ar", [1], [1], 0.97, (1, 0), 0, 16)
+    one = run_view.run_summary("SJD", stats.sample(), 0.5, history["ar"]["walls"], "CPU")
+    assert "| latency speed-up | 1.94x, one run each (this one 0.50 s, your AR run 0.97 s)" in one
+    for wall in (0.34, 0.40):
+        streaming.remember(history, "ar", [1], [1], wall, (1, 0), 0, 16)
+    many = run_view.run_summary("SJD", stats.sample(), 0.2, history["ar"]["walls"], "CPU")
+    assert "| latency speed-up | 2.00x against the median of your last 3 AR runs, 0.40 s (0.34–0.97)" in many
+    streaming.remember(history, "ar", [1], [1], None, (1, 0), 0, 16)          # shared its passes: not kept
+    assert history["ar"]["walls"] == [0.97, 0.34, 0.40]
+
+
 def test_a_stopped_run_has_no_step_compression_or_speedup(toy_grid, sjd_iterations):
     stats = run_view.TraceStats(tuple(toy_grid.grid))
     for it in sjd_iterations[:3]:
@@ -459,6 +572,10 @@ def test_pointing_at_a_draft_of_the_replayed_pass_says_its_token_its_test_and_it
             assert f"p(x) = {p:.3f} at this pass, q(x) = {q:.3f} when drawn" in words[n_before + i]
         if verified > accepted:                          # the residual's token is the one committed
             assert words[n_before + accepted].endswith(f"drew token {int(it.tokens_after[0, n_before + accepted])}")
+        for f in run_view.draft_facts(it):                  # each draft the token fed at its position,
+            committed = int(it.tokens_after[0, f.position])  # the window held at the grid's end included
+            assert committed == f.token if f.test == "accepted" else True
+            assert f.residual == committed != f.token if f.test == "rejected" else True
         kept += sum("kept by the coupling" in w for w in words.values())
         redrawn += sum("redrawn, token" in w for w in words.values())
         fig = figure(charts.accept_prob_figure(it, tuple(model.grid)))
@@ -470,9 +587,11 @@ def test_pointing_at_a_draft_of_the_replayed_pass_says_its_token_its_test_and_it
     assert 3 * same < kept                               # SJD redraws its drafts afresh: fewer stay
 
 
-def test_the_coupling_figure_is_the_runs_own_and_its_words_its_numbers():
-    """"How it works" draws one position of a real SCD-MC run: the script that measured it
-    measures it again, and the figure says the overlap and the draft's keep probability."""
+def test_the_coupling_figure_is_the_runs_own_and_teaches_the_hard_case_too():
+    """"How it works" draws two positions of a real SCD-MC run: the script that measured them
+    measures them again; one where p rose at the draft (kept for sure), one where it fell (kept
+    only with probability min(1, p/q) < 1, and redrawn there from the residual, drawn too); the
+    figure says each keep probability and overlap, in colours of its own, 3:1 in both themes."""
     import json
     from pathlib import Path
 
@@ -480,14 +599,26 @@ def test_the_coupling_figure_is_the_runs_own_and_its_words_its_numbers():
 
     shipped = json.loads((Path(charts.__file__).parent / charts.COUPLING).read_text(encoding="utf-8"))
     again = coupling_figure.measure()
-    assert again["tokens"] == shipped["tokens"] and again["draft"] == shipped["draft"]
-    assert again["q"] == pytest.approx(shipped["q"], abs=2e-4) and again["p"] == pytest.approx(shipped["p"], abs=2e-4)
-    assert sum(min(a, b) for a, b in zip(shipped["q"], shipped["p"])) <= shipped["overlap"] + 1e-3   # shown tokens: part of it
-    assert shipped["overlap"] <= sum(min(a, b) for a, b in zip(shipped["q"], shipped["p"])) + min(
-        shipped["rest_q"], shipped["rest_p"]) + 1e-3
+    for name in ("kept", "redrawn"):
+        a, b = again[name], shipped[name]
+        assert a["tokens"] == b["tokens"] and a["draft"] == b["draft"] and a["again"] == b["again"]
+        assert a["q"] == pytest.approx(b["q"], abs=2e-4) and a["p"] == pytest.approx(b["p"], abs=2e-4)
+        assert sum(min(x, y) for x, y in zip(b["q"], b["p"])) <= b["overlap"] + 1e-3     # shown tokens: part of it
+        assert b["overlap"] <= sum(min(x, y) for x, y in zip(b["q"], b["p"])) + min(b["rest_q"], b["rest_p"]) + 1e-3
+    kept, redrawn = shipped["kept"], shipped["redrawn"]
+    assert charts.keep_probability(kept) == 1.0 and kept["again"] == kept["draft"]
+    assert 0.2 < charts.keep_probability(redrawn) < 0.8 and redrawn["again"] != redrawn["draft"]
+    j = redrawn["tokens"].index(redrawn["again"])                 # the redraw lands where the residual has mass
+    assert redrawn["residual"][j] > 0 and redrawn["residual"][redrawn["tokens"].index(redrawn["draft"])] == 0
     fig = figure(charts.coupling_figure(shipped))
-    i = shipped["tokens"].index(shipped["draft"])
-    keep = min(1.0, shipped["p"][i] / shipped["q"][i])
-    assert f"= {shipped['overlap']:.2f} = 1 − TV(p, q)" in fig.layout.title.text
-    assert f"min(1, p/q) = {keep:.2f}" in fig.layout.annotations[0].text
-    assert [d.name.split(":")[0] for d in fig.data] == ["q", f"p at pass {shipped['now']}, now", "overlap min(p, q)"]
+    notes = " ".join(a.text for a in fig.layout.annotations)
+    for case in (kept, redrawn):
+        assert f"min(1, p/q) = {charts.keep_probability(case):.2f}" in notes
+        assert f"{case['overlap']:.2f}" in fig.layout.title.text
+    assert f"here, token {redrawn['again']}" in notes
+    names = {d.name.split(":")[0] for d in fig.data}
+    assert names == {"q", "p at the next pass", "overlap min(p, q)", "residual norm(max(0, p − q))"}
+    colours = {d.marker.color for d in fig.data}
+    assert not colours & set(charts.METHOD_COLOURS.values())       # not the methods' colours
+    assert all(charts.contrast(c, bg) >= 3 for c in colours for bg in charts.CHART_BACKGROUNDS.values())
+    assert "redrawn from the residual" in charts.alt_of(charts.coupling_figure(shipped))
