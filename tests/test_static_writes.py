@@ -2,9 +2,9 @@
 the CPU for every shipped model, chain and tree:
 
 1. every tensor it writes in place is static, read from inductor's compiled graph as CUDA-graph
-   trees read it (`scd_core.testing.check_static_writes`; the adapters' SCD-MC passes where
-   tests/test_model_compile.py compiles them). Each graph compiles cold, tens of seconds on a
-   small CPU: the compile lane takes every model once and one tree, the rest is also `slow`;
+   trees read it (`scd_core.testing.unmarked_writes`, `check_static_writes`): read where
+   tests/test_model_compile.py compiles each model's pass and tree step, cold, once (tens of
+   seconds a graph on a small CPU); here, the reading's own check;
 2. no pass takes as an input a tensor a pass before returned or left on the session (on a
    GPU, freed at the next replay), and
 3. a second run of the same prompts takes every static input at the first run's address (on a
@@ -33,15 +33,7 @@ from scd_core.testing import check_graph_inputs, check_static_writes, unmarked_w
 
 pytestmark = pytest.mark.compile
 
-SLOW = {"tiny-64", "tiny-video"}          # tiny's session and layers at other sizes
 TREE = dict(method="sjd", window=8, tree=(2, 2))
-# The adapters' SCD-MC passes are read where tests/test_model_compile.py compiles them (its
-# default cases, `unmarked_writes` around the compiled run): one cold compile each, not two.
-CASES = [pytest.param(name, {}, marks=pytest.mark.slow if name in SLOW else (), id=f"{name}-scd-mc")
-         for name in ["texture", "tiny", "tiny-64", "tiny-video"]]
-# trees: llamagen's in the compile lane, the others (the same tree slots, or texture's history) also slow
-CASES += [pytest.param(name, TREE, id=f"{name}-sjd-tree-2x2", marks=() if name == "llamagen" else pytest.mark.slow)
-          for name in ["texture", "tiny", "llamagen", "janus-pro", "emu3"]]
 ADAPTERS = ["texture", "tiny", "janus-pro", "emu3", "lumina-mgpt", "llamagen", "cosmos"]
 RUN_CASES = [pytest.param(name, {}, id=f"{name}-scd-mc") for name in ADAPTERS]
 RUN_CASES += [pytest.param(name, TREE, id=f"{name}-sjd-tree-2x2") for name in ["tiny", "llamagen"]]
@@ -75,19 +67,14 @@ def test_a_cache_that_is_not_marked_is_found():
     assert graphs == [[]] and torch.equal(marked[1], value[0])
 
 
-@pytest.mark.parametrize("name,settings", CASES)
-def test_the_compiled_pass_writes_only_static_tensors(built, name, settings):
-    model, prompts, cfg = built(name)
-    assert check_static_writes(model, prompts[:1], cfg, **_settings(name, settings)) >= 1
-
-
 # ------------------------------------------------------------------ 2-3. run after run
 
 class Planted:
     """A compilable model of the contract's smallest kind (p from a table by position and the
     row's last token), its session correct or with a planted defect: `assigned`, the fed
     count assigned inside the step (a graph output the next pass reads); `own`, its buffers
-    allocated by the session (new addresses every run)."""
+    allocated by the session (new addresses every run); `unmarked`, its history a plain
+    tensor, not static."""
 
     vocab_size, grid = 5, (2, 3)
 
@@ -108,7 +95,9 @@ class PlantedSession:
     def __init__(self, model: Planted, rows: int) -> None:
         self.model = model
         specs = [((rows, 7), torch.long), ((rows,), torch.long)]
-        if model.defect == "own":
+        if model.defect == "unmarked":
+            self.history, self.fed = (torch.zeros(*shape, dtype=dtype) for shape, dtype in specs)
+        elif model.defect == "own":
             self.history, self.fed = (static.zeros(*shape, dtype=dtype, device="cpu") for shape, dtype in specs)
         else:
             self.history, self.fed = static.buffers_of(model).zeros(self, specs, "cpu")
@@ -138,6 +127,15 @@ def test_the_run_reading_catches_a_fed_count_assigned_in_the_step_and_buffers_of
     assert sorted(read.moved) == ["L['args'][0].fed", "L['args'][0].history"] and not read.fed_back
     with pytest.raises(AssertionError, match="2 of .* static buffers at new addresses"):
         check_graph_inputs(Planted("own"), ["a"], 1.0, **kw)
+
+
+def test_the_static_writes_check_passes_the_planted_model_and_names_a_history_not_marked():
+    """`check_static_writes` compiles the pass with the planted session's step: marked buffers
+    pass, a plain history (and count) written in place are named by shape."""
+    kw = dict(window=3, seed=1)
+    assert check_static_writes(Planted(), ["a"], 1.0, **kw) >= 1
+    with pytest.raises(AssertionError, match=r"tensors the compiled pass writes in place are not static.*\[1, 7\]"):
+        check_static_writes(Planted("unmarked"), ["a"], 1.0, **kw)
 
 
 @pytest.mark.parametrize("name,settings", RUN_CASES)
