@@ -46,14 +46,10 @@ REQUESTS = backend.Requests(backend.make_client(
     SERVERS.max_batch))
 MODELS.use(REQUESTS.client, downloads_here=KIND == "process")   # it loads and draws the downloaded models
 # Each visitor's run, Stops, places on each queue, time limits (`demo.runs`); a ZeroGPU call runs
-# in a process of its own. Gradio's jobs are read from the page's queue (`demo.layout.demo`).
-def _jobs():
-    from demo.layout import demo
-    return queues.gradio_jobs(demo)
-
-
+# in a process of its own. The jobs Gradio's queue holds are read from the page's blocks, once
+# they exist (`demo.page` hands them over).
 CONTROL = runs.Control(runs.Stops(shared=backend.on_zero_gpu()), REQUESTS,
-                       queues.Admissions(CAPS, SMALL_CAPS, _jobs, queues.proxy_hops()), LIMITS)
+                       queues.Admissions(CAPS, SMALL_CAPS, hops=queues.proxy_hops()), LIMITS)
 
 # The runs' pictures and files are served from their own folders, never copied into Gradio's
 # cache, and swept there by age and count (demo.picture_files). What Gradio's cache holds (the

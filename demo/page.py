@@ -3,6 +3,7 @@ is the Blocks app (app.py hands it to a Hugging Face Space); `python -m demo` an
 app.py` serve it (demo/__main__.py says why through there). Which file holds what: docs/layout.md."""
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
@@ -92,6 +93,7 @@ with demo:
     demo.unload(forget)
 
 demo.queue(**config.QUEUE)
+config.CONTROL.admissions.jobs = functools.partial(queues.gradio_jobs, demo)   # the jobs it holds
 
 
 def main() -> None:
