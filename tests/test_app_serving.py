@@ -230,7 +230,9 @@ def test_32_visitors_at_once_are_all_served_with_their_seeds_pictures(url):
     model = config.MODELS.get("tiny")
     _, outputs = served(Client(url, verbose=False), seed=99)
     assert np.array_equal(picture(outputs), alone(model, 99)[0])
-    clients = [Client(url, verbose=False) for _ in range(33)]
+    # 33 visitors, each of an address of its own (X-Forwarded-For from a proxy on this machine,
+    # as uvicorn reads it): one address holds at most `demo.config.CAPS`' places on a queue
+    clients = [Client(url, verbose=False, headers={"X-Forwarded-For": f"198.18.0.{i + 1}"}) for i in range(33)]
     results, typo = {}, []
 
     def visit(i: int) -> None:

@@ -234,6 +234,8 @@ def test_race_opens_its_tab_and_reports_k_samples_with_spread(page):
     best = said.split(" is done soonest" if "soonest" in said else " has the best median")[0].strip()
     ahead = said.split("clearly ahead of ")[1].rstrip(". ") if "clearly ahead of" in said else ""
     for other in (m for m in rows if m != best):
+        if spans[best][1] == spans[other][0]:
+            continue                        # one figure to two decimals: apart or not, the table cannot say
         apart = spans[best][1] < spans[other][0]
         assert (f"{other} (" in ahead) == apart, (best, other, spans, said)
     assert not page.locator("#race-bench").is_visible()       # the commands, one click away
