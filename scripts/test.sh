@@ -7,7 +7,8 @@
 #      nvidia-* wheels). From PyTorch's CPU index; where that cannot be reached, from pip's
 #      configured indexes only if what pip finds there is a CPU build. Then it checks.
 #   3. The project with its dev extra (pip install -e '.[dev]'), then pytest in two processes:
-#      every lane, or with --quick as the first argument the quick lane (docs/testing.md).
+#      CI's lanes (all but slow, ray and drill: about 15 minutes on 2 cores), with --all as the
+#      first argument every lane (about 30), with --quick the quick lane (docs/testing.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -76,12 +77,12 @@ echo "== pip install -e '.[dev]'"
 python -m pip install -q -e '.[dev]'
 torch_is_cpu || { echo "ERROR: installing the project replaced torch's CPU build" >&2; exit 1; }
 
-# Every lane by default (-m ""), as CI runs it; --quick keeps pytest.ini's quick lane.
-lanes=(-m "")
-if [ "${1:-}" = "--quick" ]; then
-  shift
-  lanes=()
-fi
+# CI's lanes by default, as CI runs them; --all every lane; --quick pytest.ini's quick lane.
+lanes=(-m "not slow and not ray and not drill")
+case "${1:-}" in
+  --all) shift; lanes=(-m "") ;;
+  --quick) shift; lanes=() ;;
+esac
 # Two test processes (pytest-xdist; SCD_TEST_WORKERS sets how many, 0 for one process), each
 # test file whole in one of them (its module fixtures, a served page or a Ray cluster, made
 # once), the browser files all in one process, the longest first (tests/conftest.py).

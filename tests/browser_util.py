@@ -28,6 +28,10 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 SHOTS = os.environ.get("SCD_SCREENSHOT_DIR", tempfile.gettempdir())
 SIZES = [(1400, 1000), (390, 844)]
+# A check made at both sizes: at 1400 x 1000 in every lane, at 390 x 844 too in the `slow` lane,
+# which CI leaves to the full run (docs/testing.md). The phone's own checks (the tests named for a
+# phone, the first visit, axe on a dark phone) run in every lane.
+SIZES_ONCE = [SIZES[0], pytest.param(SIZES[1], marks=pytest.mark.slow)]
 
 
 @pytest.fixture(scope="module")

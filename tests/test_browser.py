@@ -34,7 +34,7 @@ def tab_bar(pg) -> list[str]:
         ["(some behind a menu)"]
 
 
-@pytest.mark.parametrize("size", [(1400, 1000), (900, 1000), (390, 844)])
+@pytest.mark.parametrize("size", [(1400, 1000), pytest.param((900, 1000), marks=pytest.mark.slow), (390, 844)])
 def test_first_visit_shows_the_controls_first_every_tab_and_no_placeholder(browser, size):
     """Generate, Race and Stop without scrolling; on a phone or a tablet, model, prompt, method
     and Settings (one tap away) before them and the results after, as wide as the page allows

@@ -13,7 +13,7 @@ import pytest
 from demo import models, texts
 from browser_util import browser  # noqa: F401  (a fixture)
 from browser_util import (axe_findings, error_badges, fill, in_sight, open_page, pick_model, placeholders, said,
-                          selected_tab, text, wait_text, LISTEN, LISTS, MARKS, PICTURES, RING, SHOTS, SIZES)
+                          selected_tab, text, wait_text, LISTEN, LISTS, MARKS, PICTURES, RING, SHOTS, SIZES, SIZES_ONCE)
 from fakehub import empty_hub_cache  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.browser
@@ -30,7 +30,7 @@ def lines_of(pg, selector: str) -> int:
         return new Set([...r.getClientRects()].filter(b => b.width > 0).map(b => Math.round(b.top))).size; }""")
 
 
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", SIZES_ONCE)
 def test_the_live_charts_and_the_status_are_in_sight_while_a_run_goes(browser, size):
     """At both sizes, as a run goes, without scrolling after the click: the status next to the
     picture is in sight with the acceptance so far and the tokens per pass; on a desktop the
@@ -75,7 +75,7 @@ WORDS_ON_ONE_LINE = """el => {   // the element's words (between spaces) drawn o
 }"""
 
 
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", SIZES_ONCE)
 def test_words_a_newcomer_reads_at_first_sight(browser, empty_hub_cache, size):
     """At both sizes: AR spelled out in the header; "Race all methods" on one line;
     a download command whole, no option split; slow motion's one meaning (0 is off, full
@@ -133,7 +133,7 @@ TIMERS = """() => {   // Gradio's timer text drawn in a slot for the page's word
 }"""
 
 
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", SIZES_ONCE)
 def test_before_any_run_no_empty_frame_and_a_model_pick_is_heard_at_once(browser, monkeypatch, size):
     """At both sizes: before any run no tab shows a chart frame with nothing drawn in
     it, nor the race's panels of empty grids (the text says what will come); a model picked is
@@ -171,8 +171,9 @@ ANNOUNCERS = """() => [...document.querySelectorAll('[aria-live]')]     // live 
     .filter(e => !e.closest('[aria-hidden=true]')).map(e => e.id || e.className)"""
 
 
-@pytest.mark.parametrize("theme", ["light", "dark"])
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size,theme", [(SIZES[0], "light"), (SIZES[1], "dark"),      # the hardest contrast: a dark phone
+                                        pytest.param(SIZES[0], "dark", marks=pytest.mark.slow),
+                                        pytest.param(SIZES[1], "light", marks=pytest.mark.slow)])
 def test_axe_finds_nothing_critical_serious_or_moderate_and_a_generate_is_announced_in_words(browser, size, theme):
     """On a first visit and after a Generate: axe finds nothing critical, serious or moderate;
     every picture and every chart named by what it shows; text at AA contrast and every chart
@@ -230,7 +231,7 @@ def tab_stops(pg, start: str, until: str, most: int = 60) -> list[tuple[str, str
     return stops
 
 
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", SIZES_ONCE)
 def test_every_control_works_from_the_keyboard_and_the_replay_follows_the_pass_slider(browser, size):
     """Every control a Tab stop with a ring at 3:1 against what surrounds it (the tabs' inside
     them); a dropdown's list gone once the focus leaves it, by Tab, Escape or a click elsewhere;
@@ -315,7 +316,7 @@ MARKUP = """() => [...document.querySelectorAll('#ID img, #ID script, #ID strong
     .filter(e => e.tagName !== 'STRONG' || e.innerText.includes('giant')).length"""     # the page's own bold words stay
 
 
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", SIZES_ONCE)
 def test_a_prompt_with_html_markdown_and_script_shows_as_text_wherever_it_is_echoed(browser, size):
     """Under the prompt box, in the run's summary and in a switch's note: the characters typed,
     nothing the browser fetches, runs or formats; the run on tiny said in words in the live
@@ -342,7 +343,7 @@ def test_a_prompt_with_html_markdown_and_script_shows_as_text_wherever_it_is_ech
         pg.close()
 
 
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", SIZES_ONCE)
 def test_a_clip_the_browser_cannot_play_is_refused_beside_the_field_which_keeps_its_label(browser, size, tmp_path):
     from demo import texts
 

@@ -17,7 +17,7 @@ PICTURES = """() => Object.fromEntries([...document.querySelectorAll('#frontier 
     [i.closest('[id]').id, [i.complete ? i.naturalWidth : 0, i.alt, Math.round(i.getBoundingClientRect().width)]]))"""
 
 
-@pytest.mark.parametrize("size, theme", [((1400, 1000), "light"), ((390, 844), "dark")])
+@pytest.mark.parametrize("size, theme", [((1400, 1000), "light"), pytest.param((390, 844), "dark", marks=pytest.mark.slow)])
 def test_the_note_under_tiny_64_leads_to_both_models_samples_their_leads_and_the_frontier_figure(
         browser, size, theme):
     pg = open_page(browser, *size, theme)

@@ -12,7 +12,7 @@ import pytest
 from demo import config, models, pictures
 from browser_util import browser  # noqa: F401  (a fixture)
 from browser_util import (error_badges, fill, image_src, in_sight, open_page, pick_model, placeholders,
-                          selected_tab, text, unreachable_cells, wait_text, SHOTS, SIZES, STRAYS)
+                          selected_tab, text, unreachable_cells, wait_text, SHOTS, SIZES, SIZES_ONCE, STRAYS)
 from scd_core.models import REGISTRY
 
 pytestmark = pytest.mark.browser
@@ -45,7 +45,7 @@ def test_every_method_generates_without_an_error_on_every_embedded_model(browser
     page.close()
 
 
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", SIZES_ONCE)
 def test_a_video_model_shows_no_empty_clip_frames_before_or_during_a_run_and_its_clip_after(browser, size):
     """On a video model the finished clip's player and downloads appear with the clip: not as
     two empty frames before a run, nor while one forms, nor while the next one does."""
@@ -105,7 +105,7 @@ def test_phone_run_brings_stop_and_the_picture_into_sight_and_every_view_in_reac
         pg.close()
 
 
-@pytest.mark.parametrize("size", [(1400, 1000), (390, 844)])
+@pytest.mark.parametrize("size", SIZES_ONCE)
 def test_a_model_switch_keeps_the_visitors_settings_and_leaves_no_view_of_the_last_model(browser, size):
     """After a run on texture, switching to tiny: the status, the picture and the tokens chart
     are tiny's (nothing of texture's run stays under tiny's name), the settings the visitor
@@ -148,9 +148,9 @@ def test_a_model_switch_keeps_the_visitors_settings_and_leaves_no_view_of_the_la
         pg.close()
 
 
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", SIZES_ONCE)
 def test_one_run_at_a_time_a_second_click_is_refused_and_a_model_switch_stops_the_run(browser, size):
-    """One run at a time, at both sizes: a second Generate (or Race) while a run goes is
+    """One run at a time (both sizes in the slow lane): a second Generate (or Race) while a run goes is
     refused beside the buttons, in sight; a model picked during a run stops it at once, its
     status says so under the new model's name and nothing of the old run comes back; Generate
     on the new model then starts at once. The same for a race, and for the Lossless tab."""

@@ -14,7 +14,7 @@ from demo import config, models
 from scd_core.settings import METHODS
 from browser_util import browser  # noqa: F401  (a fixture)
 from browser_util import (axe_findings, fill, in_sight, open_page, pick_model, race_cells, said, text,
-                          unreachable_cells, wait_text, BROKEN_WORDS, LISTEN, MARKS, PICTURES, SHOTS, SIZES)
+                          unreachable_cells, wait_text, BROKEN_WORDS, LISTEN, MARKS, PICTURES, SHOTS, SIZES, SIZES_ONCE)
 
 pytestmark = pytest.mark.browser
 
@@ -139,7 +139,7 @@ def ranges_of(cell: str) -> tuple[float, float]:
     return value, value
 
 
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", SIZES_ONCE)
 def test_a_race_names_no_winner_inside_the_noise_announces_its_replay_and_keeps_ranges_whole(browser, size):
     """At both sizes, on tiny, where the methods' passes overlap: a method is said to need
     the fewest passes (or fewer than SJD) only where
@@ -176,7 +176,7 @@ def test_a_race_names_no_winner_inside_the_noise_announces_its_replay_and_keeps_
         pg.close()
 
 
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", SIZES_ONCE)
 def test_charts_show_no_tool_bar_over_a_title_and_the_lossless_panels_read_apart_with_progress(browser, size):
     """At both sizes: hovered (a phone shows Plotly's tool
     bar always), no chart's title is covered; the Lossless chart's panels keep their labels off
