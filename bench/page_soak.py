@@ -15,7 +15,8 @@ after a second. Every --every runs: the page's resident memory, threads, open de
 and the files (count, MB) under its temp folder. Then SIGTERM: the exit status and what is
 left in the temp folder. With --bursts, first that many bursts of --visitors visitors pressing
 Generate at once (`bench.served.burst`), a sample after each; the last line then
-says the page's memory at the end against after the first burst (`end_over_first_burst`).
+says the page's memory at the end against after the first burst (`end_over_first_burst`), and
+the same after --settle seconds at both ends, once the page has given back what it freed.
 """
 from __future__ import annotations
 
@@ -62,6 +63,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--every", type=int, default=50, help="runs between two samples (default 50)")
     ap.add_argument("--bursts", type=int, default=0, help="bursts of --visitors at once before the soak (default 0)")
     ap.add_argument("--visitors", type=int, default=64)
+    ap.add_argument("--settle", type=float, default=35.0,
+                    help="with --bursts, seconds to wait after the first burst and at the end before a second sample: "
+                         "one return of freed memory (demo/heap.py, every 30 s) (default 35; 0: none)")
     served.app_dir_argument(ap)
     ap.add_argument("--files-s", type=int, default=60,
                     help="the page's SCD_FILES_S: files kept this long (default 60, to see the sweep in a short soak)")
@@ -83,6 +87,10 @@ def main(argv: list[str] | None = None) -> None:
             failed += [f"burst {b}: {r}" for r in crowd.failures]
             bursts.append(sample(page.pid, folder, 0, t0) | {"burst": b + 1, "served": len(crowd.latencies)})
             print(json.dumps(bursts[-1]), flush=True)
+            if b == 0 and args.settle:
+                time.sleep(args.settle)                                # the page gives back what it freed
+                settled = [sample(page.pid, folder, 0, t0)]
+                print(json.dumps(settled[0] | {"settled_after_burst": 1}), flush=True)
         for run in range(1, args.runs + 1):
             if run % 25 == 0:
                 client = visitor(page.url)                             # a new visitor
@@ -105,6 +113,12 @@ def main(argv: list[str] | None = None) -> None:
         if bursts:
             print(json.dumps({"after_first_burst_mb": bursts[0]["rss_mb"], "end_mb": samples[-1]["rss_mb"],
                               "end_over_first_burst": round(samples[-1]["rss_mb"] / bursts[0]["rss_mb"], 2)}))
+            if args.settle:
+                time.sleep(args.settle)
+                settled.append(sample(page.pid, folder, args.runs, t0))
+                print(json.dumps(settled[-1] | {"settled_at_end": True}), flush=True)
+                print(json.dumps({"settled_after_first_burst_mb": settled[0]["rss_mb"], "settled_end_mb": settled[-1]["rss_mb"],
+                                  "settled_end_over_first_burst": round(settled[-1]["rss_mb"] / settled[0]["rss_mb"], 2)}))
         code, seconds = page.stop()
         left = files(folder)
         print(json.dumps({"sigterm_exit_code": code, "exit_s": round(seconds, 2),

@@ -70,7 +70,7 @@ def walk(browser, width: int, height: int, theme: str, models: list[str], out: s
             check(f"{name} {method}", "status")
     switch_from, switch_to = models[-1], models[0]
     if switch_from != switch_to:                                       # a model picked during a run
-        pick_model(pg, switch_from)
+        # the page is on switch_from already: the walk's last model
         fill(pg, "pace", 0.2)
         pg.locator("#generate").click()
         wait_text(pg, "status", "decoding", timeout=60_000)
