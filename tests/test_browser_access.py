@@ -265,6 +265,7 @@ def test_every_control_works_from_the_keyboard_and_the_replay_follows_the_pass_s
         pg.keyboard.press("ArrowLeft")
         pg.wait_for_function("() => document.querySelector('#method input[value=scd-mc]').checked")
         pg.locator("#model input").focus()
+        pg.wait_for_function(f"() => ({LISTS})().includes('model')")     # its list open: the name cleared
         pg.keyboard.type("tin")                                          # typing replaces the name shown
         assert pg.locator("#model input").input_value() == "tin"
         pg.keyboard.press("Escape")
