@@ -23,7 +23,7 @@ from pathlib import Path
 from bench import ROOT, procs, served
 
 TINY = served.GENERATE | {"prompt": "red heart", "seed": 1}
-LOSSLESS = served.LOSSLESS | {"lossless_samples": 1024}
+LOSSLESS = served.LOSSLESS                     # 1,024 samples: still running at the stop
 RESTARTING = "the page is restarting"
 
 
@@ -39,12 +39,13 @@ def last_status(job, index: int) -> str | None:
     return said[-1] if said else None
 
 
-def wait_for(condition, timeout: float) -> bool:
+def wait_for(condition, timeout: float, step: float = 0.02) -> bool:
+    """Whether `condition()` came true within `timeout` seconds, asked every `step`."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
             return False
-        time.sleep(0.05)
+        time.sleep(step)
     return True
 
 

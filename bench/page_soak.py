@@ -76,6 +76,13 @@ def main(argv: list[str] | None = None) -> None:
     page = served.Page(args.app_dir, {"TMPDIR": str(folder), "GRADIO_TEMP_DIR": str(folder / "gradio"),
                                       "SCD_FILES_S": str(args.files_s)})
     t0, samples, failed = time.perf_counter(), [], []
+    settled = []                    # after the first burst and at the end, once freed memory is given back
+
+    def settle(runs: int) -> None:
+        time.sleep(args.settle)
+        settled.append(sample(page.pid, folder, runs, t0) | {"settled": True})
+        print(json.dumps(settled[-1]), flush=True)
+
     try:
         client = visitor(page.url)
         client.submit(**GENERATE, api_name="/generate").result(timeout=600)    # warm-up: the worker starts
@@ -88,9 +95,7 @@ def main(argv: list[str] | None = None) -> None:
             bursts.append(sample(page.pid, folder, 0, t0) | {"burst": b + 1, "served": len(crowd.latencies)})
             print(json.dumps(bursts[-1]), flush=True)
             if b == 0 and args.settle:
-                time.sleep(args.settle)                                # the page gives back what it freed
-                settled = [sample(page.pid, folder, 0, t0)]
-                print(json.dumps(settled[0] | {"settled_after_burst": 1}), flush=True)
+                settle(0)
         for run in range(1, args.runs + 1):
             if run % 25 == 0:
                 client = visitor(page.url)                             # a new visitor
@@ -114,9 +119,7 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps({"after_first_burst_mb": bursts[0]["rss_mb"], "end_mb": samples[-1]["rss_mb"],
                               "end_over_first_burst": round(samples[-1]["rss_mb"] / bursts[0]["rss_mb"], 2)}))
             if args.settle:
-                time.sleep(args.settle)
-                settled.append(sample(page.pid, folder, args.runs, t0))
-                print(json.dumps(settled[-1] | {"settled_at_end": True}), flush=True)
+                settle(args.runs)
                 print(json.dumps({"settled_after_first_burst_mb": settled[0]["rss_mb"], "settled_end_mb": settled[-1]["rss_mb"],
                                   "settled_end_over_first_burst": round(settled[-1]["rss_mb"] / settled[0]["rss_mb"], 2)}))
         code, seconds = page.stop()

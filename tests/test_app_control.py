@@ -17,6 +17,7 @@ import pytest
 from gradio_client import Client
 from gradio_client.utils import Status
 
+from bench.page_lifecycle import wait_for
 from demo import config, servers
 from test_app import args
 
@@ -29,15 +30,6 @@ LOSSLESS = dict(model="tiny", prompt="red heart", method="scd-mc", window=16, in
 
 def threads(prefix: str) -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith(prefix)]
-
-
-def wait_for(condition, timeout: float, step: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(step)
-    return True
 
 
 def status_of(job, index: int = 0) -> str:
