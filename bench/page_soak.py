@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from bench import procs, served
+from demo import heap
 from bench.served import GENERATE, LOSSLESS, visitor
 
 VIDEO = GENERATE | {"model": "tiny-video", "window": 32, "init": "repeat-frame", "prompt": "a red ball"}
@@ -63,9 +64,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--every", type=int, default=50, help="runs between two samples (default 50)")
     ap.add_argument("--bursts", type=int, default=0, help="bursts of --visitors at once before the soak (default 0)")
     ap.add_argument("--visitors", type=int, default=64)
-    ap.add_argument("--settle", type=float, default=35.0,
+    ap.add_argument("--settle", type=float, default=heap.EVERY_S + 5,
                     help="with --bursts, seconds to wait after the first burst and at the end before a second sample: "
-                         "one return of freed memory (demo/heap.py, every 30 s) (default 35; 0: none)")
+                         f"one return of freed memory (demo/heap.py, every {heap.EVERY_S:g} s) "
+                         f"(default {heap.EVERY_S + 5:g}; 0: none)")
     served.app_dir_argument(ap)
     ap.add_argument("--files-s", type=int, default=60,
                     help="the page's SCD_FILES_S: files kept this long (default 60, to see the sweep in a short soak)")

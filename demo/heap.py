@@ -2,8 +2,8 @@
 later use, in one arena per thread that allocated at once (up to 8 per core): after a burst of
 64 visitors (about 100 threads) the page held a few hundred MB it no longer used, which no
 later, quieter hour gave back. So the arenas are capped when the page starts (`cap_arenas`)
-and the free memory is returned every `EVERY_S` seconds (`Trimmer`: `malloc_trim`). With
-another C library (not Linux) both do nothing.
+and the free memory is returned every `EVERY_S` seconds (`Trimmer`: `malloc_trim`, 2-10 ms on a
+heap of a few hundred MB). With another C library (not Linux) both do nothing.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Callable
 
 M_ARENA_MAX = -8      # mallopt's parameter for the arenas' number (glibc's malloc.h)
 ARENAS = 2            # arenas at most: the page's threads mostly wait, and two cores share them
-EVERY_S = 30.0        # seconds between two returns of the free memory
+EVERY_S = 5.0         # seconds between two returns of the free memory (a burst's is back within them)
 
 
 def _libc():

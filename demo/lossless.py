@@ -206,7 +206,7 @@ class Comparing:
     come: `compare(stop)` runs there, asking `stop()` before every forward pass. `close()`
     (in the handler's `finally`: however it ends, the event cancelled or the tab closed
     included) makes `stop()` true and waits for the thread, which ends within a pass, its
-    memory with it."""
+    memory with it (the handler's `compare` drops the model's idle buffers as it ends)."""
 
     PENDING = object()           # `result`'s answer while the comparison goes
     CLOSE_S = 2.0                # the longest wait for its thread at `close` (a pass is far shorter)

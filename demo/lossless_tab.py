@@ -8,6 +8,7 @@ import time
 import gradio as gr
 
 from scd_core import lossless as lossless_stats
+from scd_core.models import static
 
 from demo import config, layout, lossless, runs, texts, zerogpu
 from demo.inputs import busy, prepare, problems, refused, verdict
@@ -52,10 +53,16 @@ def lossless_run(request: gr.Request = None, *, lossless_samples=None, ticket=No
     other = lossless.method_of(values["method"])
     settings = s.settings if s.settings.temperature > 0 else s.settings.replace(temperature=1.0)
     progress = lossless.Progress(samples, zerogpu.LOSSLESS_BATCH, other)
+
+    def compare(stop):
+        try:
+            return lossless_stats.compare(model, s.prompt, settings, other, samples, seed=s.seed,
+                                          batch=zerogpu.LOSSLESS_BATCH, stop=stop, on_batch=progress.ask)
+        finally:      # its buffers (about 70 MB on tiny) are not kept for a next comparison: the page's visitors use the memory
+            static.buffers_of(model).drop_idle()
+
     comparing = lossless.Comparing(      # in a thread: the progress is said meanwhile; it ends with the handler
-        lambda stop: lossless_stats.compare(model, s.prompt, settings, other, samples, seed=s.seed,
-                                            batch=zerogpu.LOSSLESS_BATCH, stop=stop, on_batch=progress.ask),
-        config.CONTROL.stopped(runs.session_key(request), ticket))
+        compare, config.CONTROL.stopped(runs.session_key(request), ticket))
     try:
         yield dict.fromkeys(outputs, None) | {loss_status: progress.said() + texts.said(progress.heard(True), "start")}
         while (c := comparing.result(timeout=1.0)) is comparing.PENDING:

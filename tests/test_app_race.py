@@ -70,6 +70,11 @@ def test_the_lossless_view_through_the_page(client):
     status, summary = out[0], out[1]
     assert "Done" in status and "32 samples of AR and 32 of SCD maximal coupling" in summary
     assert "576/576 equal" in summary and "p-value" in summary
+    from demo import config
+    from scd_core.models import static
+
+    pool = static.buffers_of(config.MODELS.loaded("texture"))      # the comparison ran in this process
+    assert pool.held_bytes() == pool.idle_bytes() == 0             # and its buffers were not kept
 
 
 def test_one_click_gives_texture_and_tinys_ratios(client):

@@ -24,6 +24,8 @@ SET_BYTES = 2 * 3 * 4 + 2 * 8
 
 
 def test_a_set_is_lent_to_one_owner_reset_and_lent_again_once_its_owner_is_gone():
+    import torch._dynamo                                      # loaded: the CPU's tensors are marked too
+
     pool = static.Buffers()
     a, b = Owner(), Owner()
     mine = pool.zeros(a, SPECS, "cpu")
@@ -145,3 +147,40 @@ def test_a_models_buffers_go_with_the_model():
     del model
     gc.collect()
     assert held() is None
+
+
+def test_drop_idle_gives_back_every_free_set_and_keeps_the_lent_ones():
+    pool = static.Buffers()
+    kept, gone = Owner(), Owner()
+    mine = pool.zeros(kept, SPECS, "cpu")
+    pool.zeros(gone, SPECS, "cpu")
+    del gone
+    assert pool.idle_bytes() == SET_BYTES
+    assert pool.drop_idle() == SET_BYTES
+    assert pool.idle_bytes() == 0 and pool.held_bytes() == SET_BYTES
+    other = Owner()
+    assert pool.zeros(other, SPECS, "cpu")[0] is not mine[0]          # dropped: a new set, not the lent one
+    assert pool.drop_idle() == 0 and pool.held_bytes() == 2 * SET_BYTES
+
+
+EAGER_THEN_COMPILER = """
+import sys, scd_core
+from scd_core.testing import check_static_writes
+model = scd_core.load_model("tiny")
+scd_core.generate(model, ["a red ball"], method="scd-mc", window=6, seed=0)   # its buffers are kept for the next run
+loaded = "torch._dynamo" in sys.modules
+print(loaded, check_static_writes(model, ["a red ball"], 1.0))     # the next run, compiled, gets them
+"""
+
+
+def test_an_eager_run_on_the_cpu_leaves_the_compiler_unloaded_and_a_compiled_run_marks_its_buffers():
+    """Loading torch's compiler costs a process about 67 MB: an eager run on the CPU (the page's
+    Lossless comparison) does not load it (`static.mark`), and a compiled run's buffers are
+    static all the same, those made before it was loaded and lent again included."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", EAGER_THEN_COMPILER], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    loaded, graphs = out.stdout.split()[-2:]
+    assert loaded == "False" and int(graphs) >= 1
