@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from scd_core.frames import decode_frames, display_frames, fill_empty, grid3, shrink, to_rgb, token_frame_picks  # noqa: F401
+from scd_core.frames import display_frames, grid3, shrink, to_rgb, token_frame_picks
 from scd_core.trace import Iteration
 
 EMPTY, COMMITTED, ACCEPTED, RESAMPLED, NEW, DRAFT = range(6)
@@ -165,27 +165,10 @@ def render_iterations(model, its: Sequence[Iteration], row: int = 0, target: int
     return [_draw(model, f, token_states(it, row), target, overlay, frame_target) for f, it in zip(frames, its)]
 
 
-def render_samples(model, it: Iteration, rows: Sequence[int], target: int = 96,
-                   cols: int = 4) -> np.ndarray:
-    """Some rows of one iteration side by side (one decode call), each about `target` px a
-    side, `cols` to a line; a video row shows its frames, four to a line."""
-    decoded = model.decode(fill_empty(it.canvas))        # every row: a model may decode a batch
-    pics = []                                            # only as a whole (Cosmos: its prompts)
-    for b in rows:
-        out = decoded[b]
-        frames = [to_rgb(f) for f in (out if isinstance(out, (list, tuple)) else [out])]
-        pics.append(_draw(model, frames, token_states(it, b), target, True, frame_target=target,
-                          at_least=True))
-    if len(pics) == 1:
-        return pics[0]
-    return tile_frames(pics, cols=min(cols, len(pics)), gap=4)
-
-
 def _draw(model, decoded: list[np.ndarray], states: np.ndarray, target: int, overlay: bool,
-          frame_target: int | None = None, at_least: bool = False) -> np.ndarray:
+          frame_target: int | None = None) -> np.ndarray:
     """Frames (one per token frame, or a temporal tokenizer's pixel frames, spread) shrunk or
-    upscaled to about `frame_target` px (at least that with `at_least`), overlaid with the
-    token states, tiled."""
+    upscaled to about `frame_target` px, overlaid with the token states, tiled."""
     T, H, W = grid3(model.grid)
     if frame_target is None:
         frame_target = frame_size(target, T)
@@ -194,8 +177,6 @@ def _draw(model, decoded: list[np.ndarray], states: np.ndarray, target: int, ove
     frames = [shrink(f, frame_target) for f in decoded]
     states = states.reshape(T, H, W)
     scale = scale_for(*frames[0].shape[:2], target=frame_target)
-    if at_least:
-        scale = max(scale, math.ceil(frame_target / max(frames[0].shape[:2])))
     if overlay:
         drawn = [overlay_frame(f, states[t], scale) for t, f in enumerate(frames)]
     else:

@@ -81,14 +81,6 @@ def test_render_iteration_of_an_image_model(toy_grid, sjd_iterations):
     assert 256 <= pic.shape[0] <= 384 and pic.shape[0] == pic.shape[1]   # 64 px upscaled
 
 
-def test_render_samples_tiles_the_rows_at_least_the_target_size(toy_grid):
-    its = list(scd_core.stream(toy_grid, ["fox"] * 3, method="sjd", window=8, seed=0))
-    sheet = pictures.render_samples(toy_grid, its[4], [0, 1, 2], target=96, cols=2)
-    cell = pictures.render_samples(toy_grid, its[4], [1], target=96)
-    assert cell.shape[0] >= 96 and sheet.shape[1] == 2 * cell.shape[1] + 4
-    assert np.array_equal(sheet[:cell.shape[0], cell.shape[1] + 4:], cell)
-
-
 def test_render_iteration_of_a_video_model_tiles_the_frames():
     model = scd_core.load_model("toy", vocab_size=3, grid=(3, 2, 2))
     its = list(scd_core.stream(model, ["x"], method="scd-mc", window=4, seed=0))
