@@ -9,6 +9,7 @@ The pass itself, in the paper's order, is `scd_core.chain`; the loop's one check
 """
 from __future__ import annotations
 
+import importlib
 from typing import Callable, Iterator, Sequence
 
 import torch
@@ -141,5 +142,10 @@ def decode(model: TokenModel, prompts: list[str], seeds: list[int], plan: Plan,
 
 def no_autograd(plan: Plan):
     """The context a run's passes run in: `torch.inference_mode()`, or for a compiled pass
-    `torch.no_grad()` (a compiled graph cannot take views of inference-mode tensors)."""
-    return torch.no_grad() if plan.settings.compile else torch.inference_mode()
+    `torch.no_grad()` (a compiled graph cannot take views of inference-mode tensors), with
+    torch's compiler loaded before the session's buffers are made, so that they are marked
+    static on the CPU too (`scd_core.models.static.mark`)."""
+    if plan.settings.compile:
+        importlib.import_module("torch._dynamo")
+        return torch.no_grad()
+    return torch.inference_mode()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import gc
 import itertools
 import math
+import sys
 import threading
 import weakref
 from collections.abc import Sequence
@@ -42,7 +43,14 @@ Spec = tuple[tuple[int, ...], torch.dtype]     # a tensor's shape and dtype
 
 def mark(tensor: torch.Tensor) -> torch.Tensor:
     """`tensor`, marked static: a compiled pass may keep its address (returned as is; not marked
-    while a graph is traced: a tensor made inside a graph is the graph's own)."""
+    while a graph is traced: a tensor made inside a graph is the graph's own).
+
+    On the CPU, where no graph is replayed, a tensor is marked only once torch's compiler is
+    loaded: a compiled run loads it before its session starts (`scd_core.decoding.no_autograd`),
+    and so do the CPU checks of `scd_core.testing`. Loading it costs a process about 67 MB,
+    which an eager run on the CPU (the page's Lossless comparison) need not pay."""
+    if tensor.device.type == "cpu" and "torch._dynamo" not in sys.modules:
+        return tensor
     if not torch.compiler.is_compiling():
         torch._dynamo.mark_static_address(tensor)
     return tensor
@@ -108,7 +116,7 @@ class Buffers:
                 self._sets.append(lent)
             else:
                 for t in lent.tensors:
-                    t.zero_()
+                    mark(t.zero_())               # made before the compiler was loaded, perhaps
             lent.owner, lent.used = weakref.ref(owner, self._released), next(self._clock)
             self._trim()
         return lent.tensors
@@ -149,6 +157,15 @@ class Buffers:
         """Bytes of the free sets, kept for reuse."""
         with self._lock:
             return sum(s.bytes for s in self._sets if s.free)
+
+    def drop_idle(self) -> int:
+        """Drop every free set now, whatever `idle_cap` keeps: for a process that runs the model
+        rarely and has better use for the memory (the page after a Lossless comparison).
+        Returns the bytes dropped; the sets lent stay lent."""
+        with self._lock:
+            idle = [s for s in self._sets if s.free]
+            self._sets = [s for s in self._sets if not s.free]
+        return sum(s.bytes for s in idle)
 
     def _released(self, owner: weakref.ref) -> None:
         """An owner is gone: its sets are free."""
