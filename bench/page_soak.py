@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 from bench import procs, served
-from demo import heap
 from bench.served import GENERATE, LOSSLESS, visitor
+from demo import heap
 
 VIDEO = GENERATE | {"model": "tiny-video", "window": 32, "init": "repeat-frame", "prompt": "a red ball"}
 CANCELLED = LOSSLESS | {"lossless_samples": 256}
